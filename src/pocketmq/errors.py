@@ -1,0 +1,303 @@
+"""Every error pocketmq raises, as one tree with one root.
+
+Why one module: callers catch by meaning (``except TooManyRequestsError``), retry loops ask one
+question (``error.retriable``), and the wire layer turns a response code into the right class
+through :data:`ERROR_BY_CODE` without knowing the classes by name. Every layer may import this
+module; it imports nothing from pocketmq.
+
+::
+
+    PocketMQError
+    ├── ClientError                     misuse detected locally, never sent
+    │   ├── InvalidArgumentError
+    │   ├── ClosedError
+    │   └── QueueFullError              a bounded queue overflowed (carries the counts)
+    ├── BrokerConnectionError           retriable: could not reach / lost the broker
+    │   └── RequestTimeoutError         retriable: no answer in time
+    ├── SendOutcomeUnknownError         the message may or may not be stored
+    ├── BrokerError                     the broker answered with an error code
+    │   ├── ProtocolError               malformed or oversize frame
+    │   ├── BrokerInternalError                broker-side bug or I/O failure (retriable)
+    │   ├── ServiceUnavailableError     broker shutting down / not ready (retriable)
+    │   ├── TooManyRequestsError        flow control, code 530 (retriable with backoff)
+    │   ├── FlushDiskTimeoutError       stored but not yet durable (retriable)
+    │   ├── StorageFullError            the disk is full (retriable)
+    │   ├── MessageIllegalError
+    │   │   └── MessageTooLargeError
+    │   ├── TopicNotFoundError
+    │   ├── GroupNotFoundError
+    │   ├── NoPermissionError
+    │   ├── InvalidReceiptHandleError
+    │   ├── MessageNotFoundError
+    │   ├── TransactionStateError
+    │   └── UnsupportedError
+    └── StoreError
+        └── StoreCorruptedError         a record before the last checkpoint fails its CRC
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar, Final
+
+__all__ = [
+    "ERROR_BY_CODE",
+    "BrokerConnectionError",
+    "BrokerError",
+    "ClientError",
+    "ClosedError",
+    "Code",
+    "FlushDiskTimeoutError",
+    "GroupNotFoundError",
+    "InvalidArgumentError",
+    "InvalidReceiptHandleError",
+    "MessageIllegalError",
+    "MessageNotFoundError",
+    "MessageTooLargeError",
+    "NoPermissionError",
+    "PocketMQError",
+    "ProtocolError",
+    "QueueFullError",
+    "RequestTimeoutError",
+    "SendOutcomeUnknownError",
+    "ServiceUnavailableError",
+    "StorageFullError",
+    "StoreCorruptedError",
+    "StoreError",
+    "BrokerInternalError",
+    "TooManyRequestsError",
+    "TopicNotFoundError",
+    "TransactionStateError",
+    "UnsupportedError",
+    "error_from_code",
+]
+
+
+class Code(IntEnum):
+    """Response codes of the native protocol (numbers follow RocketMQ where it has one)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    FLUSH_DISK_TIMEOUT = 10
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    MESSAGE_TOO_LARGE = 18
+    NO_MESSAGE = 19
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    STORAGE_FULL = 27
+    PROTOCOL_ERROR = 40
+    INVALID_RECEIPT_HANDLE = 41
+    MESSAGE_NOT_FOUND = 42
+    TRANSACTION_STATE = 43
+    TOO_MANY_REQUESTS = 530
+
+
+class PocketMQError(Exception):
+    """Root of every pocketmq error. ``retriable`` says whether repeating the call may succeed."""
+
+    retriable: ClassVar[bool] = False
+
+
+class ClientError(PocketMQError):
+    """The caller misused the API; nothing was sent."""
+
+
+class InvalidArgumentError(ClientError, ValueError):
+    """An argument has the wrong type or value."""
+
+
+class ClosedError(ClientError):
+    """The resource was closed (or never started)."""
+
+
+class QueueFullError(ClientError):
+    """A bounded queue is full; carries how full it is."""
+
+    def __init__(self, what: str, size: int, capacity: int) -> None:
+        super().__init__(f"{what} is full ({size} of {capacity})")
+        self.what = what
+        self.size = size
+        self.capacity = capacity
+
+
+class BrokerConnectionError(PocketMQError):
+    """Could not reach the broker, or the connection broke mid-request."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, address: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+
+
+class RequestTimeoutError(BrokerConnectionError):
+    """The broker did not answer within the timeout."""
+
+
+class SendOutcomeUnknownError(PocketMQError):
+    """A send timed out or its connection broke after the request left: the message may be stored.
+
+    The message id is stable, so a consumer can deduplicate if the caller sends again.
+    """
+
+    def __init__(
+        self, message: str, *, message_id: str, cause: BaseException | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+        self.__cause__ = cause
+
+
+class BrokerError(PocketMQError):
+    """The broker answered with an error. ``code`` is the wire code, ``remark`` its text."""
+
+    code: ClassVar[Code] = Code.SYSTEM_ERROR
+
+    def __init__(self, remark: str = "", *, code: int | None = None) -> None:
+        super().__init__(remark or self.__class__.__name__)
+        self.remark = remark
+        if code is not None:
+            self.wire_code = code
+        else:
+            self.wire_code = int(self.code)
+
+
+class ProtocolError(BrokerError):
+    """A frame was malformed, too large, or of an unknown kind; the connection is closed."""
+
+    code = Code.PROTOCOL_ERROR
+
+
+class BrokerInternalError(BrokerError):
+    """The broker failed internally (I/O error, bug)."""
+
+    code = Code.SYSTEM_ERROR
+    retriable = True
+
+
+class ServiceUnavailableError(BrokerError):
+    """The broker is starting, stopping, or cannot serve this request now."""
+
+    code = Code.SERVICE_NOT_AVAILABLE
+    retriable = True
+
+
+class TooManyRequestsError(BrokerError):
+    """Flow control (code 530): back off exponentially, then retry."""
+
+    code = Code.TOO_MANY_REQUESTS
+    retriable = True
+
+
+class FlushDiskTimeoutError(BrokerError):
+    """The message was written but not made durable in time (sync flush)."""
+
+    code = Code.FLUSH_DISK_TIMEOUT
+    retriable = True
+
+
+class StorageFullError(BrokerError):
+    """The broker's disk is full; nothing was stored."""
+
+    code = Code.STORAGE_FULL
+    retriable = True
+
+
+class MessageIllegalError(BrokerError):
+    """The message is malformed (empty body, bad topic name, bad property)."""
+
+    code = Code.MESSAGE_ILLEGAL
+
+
+class MessageTooLargeError(MessageIllegalError):
+    """The message exceeds the broker's size limit."""
+
+    code = Code.MESSAGE_TOO_LARGE
+
+
+class TopicNotFoundError(BrokerError):
+    """The topic does not exist (create it with ``pocketmq topic create``)."""
+
+    code = Code.TOPIC_NOT_EXIST
+
+
+class GroupNotFoundError(BrokerError):
+    """The consumer group does not exist (create it with ``pocketmq group create``)."""
+
+    code = Code.SUBSCRIPTION_GROUP_NOT_EXIST
+
+
+class NoPermissionError(BrokerError):
+    """The topic or broker does not allow this operation (read or write permission)."""
+
+    code = Code.NO_PERMISSION
+
+
+class InvalidReceiptHandleError(BrokerError):
+    """The receipt handle is unknown, stale (redelivered since), or already acknowledged."""
+
+    code = Code.INVALID_RECEIPT_HANDLE
+
+
+class MessageNotFoundError(BrokerError):
+    """No message matches the id, key or offset."""
+
+    code = Code.MESSAGE_NOT_FOUND
+
+
+class TransactionStateError(BrokerError):
+    """The transaction already ended differently (e.g. commit after rollback)."""
+
+    code = Code.TRANSACTION_STATE
+
+
+class UnsupportedError(BrokerError):
+    """The broker does not support this request."""
+
+    code = Code.REQUEST_CODE_NOT_SUPPORTED
+
+
+class StoreError(PocketMQError):
+    """The message store cannot continue."""
+
+
+class StoreCorruptedError(StoreError):
+    """Data the store had already confirmed durable fails verification; an operator must decide."""
+
+    def __init__(self, message: str, *, path: str, offset: int) -> None:
+        super().__init__(f"{message} ({path} at offset {offset})")
+        self.path = path
+        self.offset = offset
+
+
+ERROR_BY_CODE: Final[dict[int, type[BrokerError]]] = {
+    int(cls.code): cls
+    for cls in (
+        ProtocolError,
+        BrokerInternalError,
+        ServiceUnavailableError,
+        TooManyRequestsError,
+        FlushDiskTimeoutError,
+        StorageFullError,
+        MessageIllegalError,
+        MessageTooLargeError,
+        TopicNotFoundError,
+        GroupNotFoundError,
+        NoPermissionError,
+        InvalidReceiptHandleError,
+        MessageNotFoundError,
+        TransactionStateError,
+        UnsupportedError,
+    )
+}
+ERROR_BY_CODE[int(Code.SYSTEM_BUSY)] = TooManyRequestsError
+
+
+def error_from_code(code: int, remark: str) -> BrokerError:
+    """The exception for a wire response code (unknown codes become :class:`BrokerError`)."""
+    cls = ERROR_BY_CODE.get(code, BrokerError)
+    return cls(remark, code=code)

@@ -1,0 +1,94 @@
+"""The layering of DESIGN §1 as a rule: imports flow in one direction only.
+
+Each package lists the pocketmq packages it may import and the standard-library modules it must
+not touch (the store has no networking, the protocol does no I/O at all).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "pocketmq"
+
+# package -> pocketmq packages it may import (itself and ``errors`` always allowed)
+ALLOWED: dict[str, set[str]] = {
+    "store": set(),
+    "protocol": set(),
+    "broker": {"store"},
+    "server": {"broker", "protocol"},
+    "client": {"protocol"},
+    "reliability": {"client", "protocol"},
+    "pipeline": {"client", "protocol", "reliability"},
+    "testing": {"server", "broker", "store", "client", "protocol"},
+    "cli": {"*"},
+    "bench": {"*"},
+}
+NETWORKING = {"socket", "ssl", "selectors", "asyncio", "http", "urllib", "grpc", "socketserver"}
+FORBIDDEN_STDLIB: dict[str, set[str]] = {
+    "store": NETWORKING,
+    "protocol": NETWORKING | {"threading", "os"},
+    "broker": NETWORKING - {"asyncio"},
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py"))
+
+
+def _package_of(path: Path) -> str | None:
+    rel = path.relative_to(SRC).parts
+    if len(rel) == 1:
+        return None  # top-level modules: __init__, errors, ...
+    return rel[0]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str]] = []
+    pkg_parts = path.relative_to(SRC.parent).with_suffix("").parts
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(pkg_parts[: len(pkg_parts) - node.level])
+                if path.name == "__init__.py":
+                    base = list(pkg_parts[: len(pkg_parts) - node.level + 1])
+                mod = ".".join([*base, node.module] if node.module else base)
+                found.append((node.lineno, mod))
+            elif node.module:
+                found.append((node.lineno, node.module))
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_follow_layering(path: Path) -> None:
+    package = _package_of(path)
+    if package is None:
+        return
+    allowed = ALLOWED.get(package)
+    assert allowed is not None, f"package {package!r} has no layering rule in this test"
+    forbidden = FORBIDDEN_STDLIB.get(package, set())
+    for lineno, module in _imports(path):
+        parts = module.split(".")
+        if parts[0] == "pocketmq":
+            target = parts[1] if len(parts) > 1 else "__init__"
+            if target in {package, "errors"} or "*" in allowed:
+                continue
+            assert target in allowed, (
+                f"{path.relative_to(SRC)}:{lineno} imports pocketmq.{target}; "
+                f"{package} may import only {sorted(allowed | {'errors'})}"
+            )
+        else:
+            assert parts[0] not in forbidden, (
+                f"{path.relative_to(SRC)}:{lineno} imports {module}; {package} must not use "
+                f"{sorted(forbidden)}"
+            )
+
+
+def test_every_package_has_a_rule() -> None:
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= set(ALLOWED), sorted(packages - set(ALLOWED))
