@@ -1,0 +1,9 @@
+"""The ``pocketmq`` command (DESIGN §4 is its contract: options and output are stable).
+
+Each command family lives in its own module and registers itself on :data:`main`; this module
+only assembles them.
+"""
+
+from pocketmq.cli._app import main
+
+__all__ = ["main"]
