@@ -1,0 +1,341 @@
+"""The commit log: fixed-size segment files holding every record back to back.
+
+Segments are allocated in full when created, so a full disk shows up as a failed allocation (a
+status the broker returns) rather than a failed write halfway through a record. Reads go through
+``pread`` on the segment's descriptor; the page cache makes them cheap right after a write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Final
+
+from pocketmq.errors import StoreCorruptedError
+from pocketmq.store.files import allocate, fsync_directory, pread_full, pwrite_full
+from pocketmq.store.message import StoredMessage
+from pocketmq.store.record import (
+    BLANK_MAGIC,
+    MAGIC,
+    MIN_RECORD_SIZE,
+    RecordError,
+    decode_record,
+)
+
+__all__ = ["CommitLog", "Segment"]
+
+log = logging.getLogger("pocketmq.store")
+
+_PREFIX: Final = struct.Struct("<II")
+_SCAN_WINDOW: Final = 8 * 1024 * 1024
+
+
+def segment_name(base: int) -> str:
+    return f"{base:020d}"
+
+
+class Segment:
+    """One commit-log file covering physical offsets ``[base, base + size)``."""
+
+    __slots__ = ("base", "closed", "fd", "path", "size")
+
+    def __init__(self, path: str, base: int, size: int, fd: int) -> None:
+        self.path = path
+        self.base = base
+        self.size = size
+        self.fd = fd
+        self.closed = False
+
+    @classmethod
+    def create(cls, directory: str, base: int, size: int) -> Segment:
+        path = os.path.join(directory, segment_name(base))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            allocate(fd, size)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        fsync_directory(directory)
+        return cls(path, base, size, fd)
+
+    @classmethod
+    def open(cls, path: str, base: int, size: int) -> Segment:
+        fd = os.open(path, os.O_RDWR)
+        return cls(path, base, size, fd)
+
+    def ensure_allocated(self) -> None:
+        if os.fstat(self.fd).st_size < self.size:
+            allocate(self.fd, self.size)
+
+    def truncate_from(self, position: int) -> None:
+        """Drop everything from ``position`` on; the file reads as zeros there afterwards."""
+        os.ftruncate(self.fd, position)
+        allocate(self.fd, self.size)
+        os.fsync(self.fd)
+
+    def read(self, position: int, size: int) -> bytes:
+        return pread_full(self.fd, size, position)
+
+    def write(self, position: int, data: bytes) -> None:
+        pwrite_full(self.fd, data, position)
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+
+class CommitLog:
+    """Segment bookkeeping, reads by physical offset, flushing and recovery scanning.
+
+    Appends are driven by :class:`pocketmq.store.MessageStore`, which holds the write lock; this
+    class only knows bytes and positions.
+    """
+
+    def __init__(self, directory: str, segment_size: int) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        os.makedirs(directory, exist_ok=True)
+        self._segments: list[Segment] = []
+        self._segments_lock = threading.Lock()
+        self._retired: list[Segment] = []
+        self.write_position = 0
+        self.flushed_position = 0
+        self.scan_end = 0
+        self.scan_error = ""
+        self._load_segments()
+
+    # -- segments -------------------------------------------------------------------------
+
+    def _load_segments(self) -> None:
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        expected: int | None = None
+        for name in names:
+            base = int(name)
+            if base % self.segment_size:
+                raise StoreCorruptedError(
+                    "segment name is not a multiple of the segment size",
+                    path=os.path.join(self.directory, name),
+                    offset=base,
+                )
+            if expected is not None and base != expected:
+                raise StoreCorruptedError(
+                    "commit log segments are not contiguous",
+                    path=os.path.join(self.directory, name),
+                    offset=expected,
+                )
+            self._segments.append(
+                Segment.open(os.path.join(self.directory, name), base, self.segment_size)
+            )
+            expected = base + self.segment_size
+        if self._segments:
+            self.write_position = self._segments[0].base
+
+    @property
+    def segments(self) -> list[Segment]:
+        with self._segments_lock:
+            return list(self._segments)
+
+    @property
+    def min_offset(self) -> int:
+        with self._segments_lock:
+            return self._segments[0].base if self._segments else 0
+
+    def active_segment(self) -> Segment:
+        """The segment the next append goes to (created on first use)."""
+        with self._segments_lock:
+            if self._segments:
+                last = self._segments[-1]
+                if self.write_position < last.base + last.size:
+                    return last
+                base = last.base + last.size
+            else:
+                base = self.write_position - self.write_position % self.segment_size
+        segment = Segment.create(self.directory, base, self.segment_size)
+        with self._segments_lock:
+            self._segments.append(segment)
+        self.write_position = max(self.write_position, base)
+        return segment
+
+    def segment_for(self, offset: int) -> Segment | None:
+        with self._segments_lock:
+            if not self._segments:
+                return None
+            index = (offset - self._segments[0].base) // self.segment_size
+            if 0 <= index < len(self._segments):
+                return self._segments[index]
+            return None
+
+    def seal(self, segment: Segment) -> None:
+        """Fill the rest of ``segment`` with a blank record and move the write position on."""
+        position = self.write_position - segment.base
+        remaining = segment.size - position
+        if remaining >= _PREFIX.size:
+            segment.write(position, _PREFIX.pack(remaining, BLANK_MAGIC))
+        self.write_position = segment.base + segment.size
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        segment = self.segment_for(offset)
+        if segment is None or segment.closed:
+            return None
+        position = offset - segment.base
+        if position + size > segment.size:
+            return None
+        return segment.read(position, size)
+
+    def read_record(self, offset: int) -> StoredMessage | None:
+        """The valid record at ``offset``, or None (no record there, or it does not verify)."""
+        head = self.read(offset, _PREFIX.size)
+        if head is None:
+            return None
+        total, magic = _PREFIX.unpack(head)
+        if magic != MAGIC or total < MIN_RECORD_SIZE:
+            return None
+        data = self.read(offset, total)
+        if data is None:
+            return None
+        try:
+            return decode_record(data, expected_physical_offset=offset)
+        except RecordError:
+            return None
+
+    # -- flushing -------------------------------------------------------------------------
+
+    def sync_to(self, target: int) -> None:
+        """fdatasync every segment holding bytes in ``[flushed_position, target)``."""
+        start = self.flushed_position
+        if target <= start:
+            return
+        with self._segments_lock:
+            todo = [s for s in self._segments if s.base < target and s.base + s.size > start]
+        for segment in todo:
+            if not segment.closed:
+                segment.sync()
+        self.flushed_position = target
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def scan(self, start: int) -> Iterator[StoredMessage]:
+        """Yield valid records from ``start``; afterwards ``scan_end`` is where validity ended.
+
+        ``scan_error`` says why the scan stopped early ("" for a clean end of the log).
+        """
+        self.scan_end = start
+        self.scan_error = ""
+        segment = self.segment_for(start)
+        if segment is None:
+            if self._segments and start == self._segments[-1].base + self.segment_size:
+                return
+            if not self._segments and start == 0:
+                return
+            if self._segments and start < self._segments[0].base:
+                segment = self._segments[0]
+                start = segment.base
+                self.scan_end = start
+            else:
+                self.scan_error = "checkpoint beyond the end of the log"
+                return
+        while segment is not None:
+            position = start - segment.base
+            window = b""
+            window_start = position
+            while True:
+                if segment.size - position < _PREFIX.size:
+                    break  # too little room for anything: the segment is full
+                if position + _PREFIX.size > window_start + len(window):
+                    window_start = position
+                    window = segment.read(position, min(_SCAN_WINDOW, segment.size - position))
+                total, magic = _PREFIX.unpack_from(window, position - window_start)
+                if magic == BLANK_MAGIC and total == segment.size - position:
+                    break
+                if total == 0 and magic == 0:
+                    self.scan_end = segment.base + position
+                    return  # zeros: the end of the written log
+                if magic != MAGIC or total < MIN_RECORD_SIZE or position + total > segment.size:
+                    self.scan_end = segment.base + position
+                    self.scan_error = "invalid record header"
+                    return
+                if position + total > window_start + len(window):
+                    window_start = position
+                    window = segment.read(
+                        position, max(total, min(_SCAN_WINDOW, segment.size - position))
+                    )
+                try:
+                    record = decode_record(
+                        window,
+                        position - window_start,
+                        expected_physical_offset=segment.base + position,
+                    )
+                except RecordError as exc:
+                    self.scan_end = segment.base + position
+                    self.scan_error = exc.reason
+                    return
+                position += total
+                self.scan_end = segment.base + position
+                yield record
+            # next segment
+            next_base = segment.base + segment.size
+            self.scan_end = next_base
+            following = self.segment_for(next_base)
+            if following is None:
+                return
+            segment = following
+            start = next_base
+
+    def truncate(self, end: int) -> int:
+        """Drop everything from ``end`` on; returns the number of segment files deleted."""
+        with self._segments_lock:
+            keep = [s for s in self._segments if s.base < end] or self._segments[:1]
+            drop = self._segments[len(keep) :]
+            self._segments = keep
+        for segment in drop:
+            segment.close()
+            os.unlink(segment.path)
+        if drop:
+            fsync_directory(self.directory)
+        if keep:
+            last = keep[-1]
+            if end < last.base + last.size:
+                last.truncate_from(max(0, end - last.base))
+            else:
+                last.ensure_allocated()
+        self.write_position = end
+        self.flushed_position = min(self.flushed_position, end)
+        return len(drop)
+
+    # -- retention ------------------------------------------------------------------------
+
+    def delete_oldest(self, count: int, flushed: int) -> list[Segment]:
+        """Remove up to ``count`` oldest segments that are fully flushed and not active."""
+        removed: list[Segment] = []
+        with self._segments_lock:
+            while (
+                len(removed) < count
+                and len(self._segments) > 1
+                and self._segments[0].base + self.segment_size <= min(flushed, self.write_position)
+            ):
+                removed.append(self._segments.pop(0))
+        for segment in removed:
+            os.unlink(segment.path)
+            self._retired.append(segment)  # closed later: a concurrent pread may still use it
+        return removed
+
+    def close_retired(self) -> None:
+        retired, self._retired = self._retired, []
+        for segment in retired:
+            segment.close()
+
+    def close(self) -> None:
+        self.close_retired()
+        with self._segments_lock:
+            for segment in self._segments:
+                segment.close()

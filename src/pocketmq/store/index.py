@@ -1,0 +1,197 @@
+"""Hash index files: message id and business key to physical offsets (storage-format §3).
+
+Memory-mapped, fixed-size files with a slot table and chained entries, so the index costs a
+bounded amount of memory however many messages the store holds, and survives restarts. Lookups
+return candidates only; the caller reads each record and checks its key, so a hash collision
+costs a read and never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from typing import Final
+
+from pocketmq.store.files import allocate, fsync_directory
+
+__all__ = ["IndexFile", "IndexService", "id_key", "topic_key"]
+
+INDEX_MAGIC: Final = 0x504D5149
+_HEADER: Final = struct.Struct("<IIIIIQQ")  # magic, version, slots, max_entries, count, min, max
+HEADER_SIZE: Final = 64
+_U32: Final = struct.Struct("<I")
+_ENTRY: Final = struct.Struct("<IQI")  # key_hash, physical_offset, previous (+1)
+ENTRY_SIZE: Final = _ENTRY.size
+_COUNT_AT: Final = 16
+_MAX_PHYSICAL_AT: Final = 28
+
+
+def id_key(message_id: str) -> bytes:
+    return b"i" + message_id.encode()
+
+
+def topic_key(topic: str, key: str) -> bytes:
+    return b"k" + topic.encode() + b"#" + key.encode()
+
+
+class IndexFile:
+    """One index file: ``slot_count`` chain heads and up to ``max_entries`` entries."""
+
+    def __init__(self, path: str, *, max_entries: int, create: bool, min_physical: int = 0) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        if create:
+            slots = max(1, max_entries // 2)
+            size = HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                allocate(fd, size)
+                os.pwrite(
+                    fd,
+                    _HEADER.pack(INDEX_MAGIC, 1, slots, max_entries, 0, min_physical, 0),
+                    0,
+                )
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                os.unlink(path)
+                raise
+        else:
+            fd = os.open(path, os.O_RDWR)
+        try:
+            self._mm = mmap.mmap(fd, 0)
+        finally:
+            os.close(fd)
+        magic, version, slots, max_entries, count, min_physical, max_physical = _HEADER.unpack_from(
+            self._mm, 0
+        )
+        if magic != INDEX_MAGIC or version != 1:
+            self._mm.close()
+            raise ValueError(f"{path} is not a version-1 index file")
+        self.slot_count = slots
+        self.max_entries = max_entries
+        self.count = count
+        self.min_physical = min_physical
+        self.max_physical = max_physical
+        self._entries_at = HEADER_SIZE + slots * 4
+
+    @property
+    def full(self) -> bool:
+        return bool(self.count >= self.max_entries)
+
+    def put(self, key_hash: int, physical_offset: int) -> None:
+        mm = self._mm
+        slot_at = HEADER_SIZE + (key_hash % self.slot_count) * 4
+        (head,) = _U32.unpack_from(mm, slot_at)
+        number = self.count
+        if head > number:  # a pointer from beyond the trusted entries: end of chain
+            head = 0
+        _ENTRY.pack_into(
+            mm, self._entries_at + number * ENTRY_SIZE, key_hash, physical_offset, head
+        )
+        _U32.pack_into(mm, slot_at, number + 1)
+        self.count = number + 1
+        _U32.pack_into(mm, _COUNT_AT, self.count)
+        if physical_offset > self.max_physical:
+            self.max_physical = physical_offset
+            struct.pack_into("<Q", mm, _MAX_PHYSICAL_AT, physical_offset)
+
+    def lookup(self, key_hash: int, limit: int) -> list[int]:
+        mm = self._mm
+        (pointer,) = _U32.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_count) * 4)
+        found: list[int] = []
+        bound = self.count + 1
+        while 0 < pointer < bound and len(found) < limit:
+            entry_hash, physical, previous = _ENTRY.unpack_from(
+                mm, self._entries_at + (pointer - 1) * ENTRY_SIZE
+            )
+            if entry_hash == key_hash:
+                found.append(physical)
+            bound = pointer
+            pointer = previous
+        return found
+
+    def flush(self) -> None:
+        self._mm.flush()
+
+    def close(self) -> None:
+        if not self._mm.closed:
+            self._mm.close()
+
+
+class IndexService:
+    """The index files of a store, newest last."""
+
+    def __init__(self, directory: str, max_entries: int) -> None:
+        self.directory = directory
+        self.max_entries = max_entries
+        os.makedirs(directory, exist_ok=True)
+        self.files: list[IndexFile] = []
+        for name in sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20):
+            self.files.append(IndexFile(os.path.join(directory, name), max_entries=0, create=False))
+        self._sequence = int(self.files[-1].name) + 1 if self.files else 0
+
+    def _writable(self, physical_offset: int) -> IndexFile:
+        if self.files and not self.files[-1].full:
+            return self.files[-1]
+        if self.files:
+            self.files[-1].flush()
+        path = os.path.join(self.directory, f"{self._sequence:020d}")
+        self._sequence += 1
+        index_file = IndexFile(
+            path, max_entries=self.max_entries, create=True, min_physical=physical_offset
+        )
+        fsync_directory(self.directory)
+        self.files.append(index_file)
+        return index_file
+
+    def put(self, key: bytes, physical_offset: int) -> None:
+        self._writable(physical_offset).put(zlib.crc32(key), physical_offset)
+
+    def lookup(self, key: bytes, limit: int = 64) -> list[int]:
+        """Candidate physical offsets for ``key``, newest first, without duplicates."""
+        key_hash = zlib.crc32(key)
+        seen: set[int] = set()
+        result: list[int] = []
+        for index_file in reversed(self.files):
+            for physical in index_file.lookup(key_hash, limit):
+                if physical not in seen:
+                    seen.add(physical)
+                    result.append(physical)
+            if len(result) >= limit:
+                break
+        return result[:limit]
+
+    def drop_last_for_rebuild(self) -> int | None:
+        """Delete the newest file (its state after a crash is not trusted); returns the physical
+        offset from which it must be rebuilt, or None when there is no index."""
+        if not self.files:
+            return None
+        last = self.files.pop()
+        last.close()
+        os.unlink(last.path)
+        return last.min_physical
+
+    def reset(self) -> None:
+        for index_file in self.files:
+            index_file.close()
+            os.unlink(index_file.path)
+        self.files = []
+
+    def delete_below(self, min_physical: int) -> None:
+        """Delete files whose every entry points below ``min_physical`` (never the newest)."""
+        while len(self.files) > 1 and self.files[0].max_physical < min_physical:
+            doomed = self.files.pop(0)
+            doomed.close()
+            os.unlink(doomed.path)
+
+    def flush(self) -> None:
+        for index_file in self.files[-2:]:
+            index_file.flush()
+
+    def close(self) -> None:
+        for index_file in self.files:
+            index_file.flush()
+            index_file.close()

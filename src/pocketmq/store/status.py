@@ -1,0 +1,38 @@
+"""Outcomes of store operations as enums, not exceptions.
+
+A full disk or an oversize message is an expected answer the broker passes on to a client; only
+corruption and bugs raise.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["GetStatus", "PutStatus"]
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    PROPERTIES_TOO_LARGE = "PROPERTIES_TOO_LARGE"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    DISK_FULL = "DISK_FULL"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+    @property
+    def stored(self) -> bool:
+        """Whether the message is in the log (a flush timeout still stored it)."""
+        return self in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"

@@ -1,0 +1,151 @@
+"""The record codec: what is encoded decodes to the same values, and damage never decodes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pocketmq.store.record import (
+    MIN_RECORD_SIZE,
+    RecordError,
+    compute_tag_code,
+    decode_record,
+    encode_record,
+    pack_host,
+    unpack_host,
+    valid_topic,
+)
+
+topics = st.from_regex(r"[A-Za-z0-9_%|\-]{1,127}", fullmatch=True)
+u32 = st.integers(0, 2**32 - 1)
+u64 = st.integers(0, 2**64 - 1)
+hosts = st.sampled_from(["", "127.0.0.1:10911", "10.1.2.3:0", "[::1]:8081", "[2001:db8::7]:65535"])
+
+
+@settings(max_examples=300)
+@given(
+    topic=topics,
+    queue_id=u32,
+    queue_offset=u64,
+    physical_offset=u64,
+    body=st.binary(max_size=2048),
+    properties=st.dictionaries(st.text(max_size=20), st.text(max_size=50), max_size=8),
+    flags=u32,
+    born=u64,
+    stored=u64,
+    born_host=hosts,
+    store_host=hosts,
+    reconsume=u32,
+    prepared=u64,
+    code=u64,
+)
+def test_round_trip(
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    body: bytes,
+    properties: dict[str, str],
+    flags: int,
+    born: int,
+    stored: int,
+    born_host: str,
+    store_host: str,
+    reconsume: int,
+    prepared: int,
+    code: int,
+) -> None:
+    raw = b"".join(
+        encode_record(
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            physical_offset=physical_offset,
+            body=body,
+            properties=properties,
+            flags=flags,
+            born_timestamp=born,
+            store_timestamp=stored,
+            born_host=pack_host(born_host),
+            store_host=pack_host(store_host),
+            reconsume_times=reconsume,
+            prepared_transaction_offset=prepared,
+            tag_code=code,
+        )
+    )
+    record = decode_record(raw, expected_physical_offset=physical_offset)
+    assert record.size == len(raw)
+    assert (record.topic, record.queue_id, record.queue_offset) == (topic, queue_id, queue_offset)
+    assert record.physical_offset == physical_offset
+    assert record.body == body
+    assert record.properties == properties
+    assert (record.flags, record.born_timestamp, record.store_timestamp) == (flags, born, stored)
+    assert (record.born_host, record.store_host) == (born_host, store_host)
+    assert (record.reconsume_times, record.prepared_transaction_offset) == (reconsume, prepared)
+    assert record.tag_code == code
+
+
+def _sample() -> bytes:
+    return b"".join(
+        encode_record(
+            topic="t",
+            queue_id=1,
+            queue_offset=2,
+            physical_offset=4096,
+            body=b"hello",
+            properties={"UNIQ_KEY": "A"},
+        )
+    )
+
+
+def test_smallest_record_matches_the_documented_minimum() -> None:
+    raw = b"".join(
+        encode_record(
+            topic="t", queue_id=0, queue_offset=0, physical_offset=0, body=b"", properties={}
+        )
+    )
+    assert len(raw) == MIN_RECORD_SIZE == 120
+
+
+@settings(max_examples=200)
+@given(data=st.data())
+def test_any_single_bit_flip_is_detected(data: st.DataObject) -> None:
+    raw = bytearray(_sample())
+    bit = data.draw(st.integers(0, len(raw) * 8 - 1))
+    raw[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(RecordError):
+        decode_record(bytes(raw), expected_physical_offset=4096)
+
+
+def test_every_truncation_is_detected() -> None:
+    raw = _sample()
+    for cut in range(len(raw)):
+        with pytest.raises(RecordError):
+            decode_record(raw[:cut], expected_physical_offset=4096)
+
+
+def test_a_record_read_at_the_wrong_place_is_rejected() -> None:
+    with pytest.raises(RecordError, match="misplaced"):
+        decode_record(_sample(), expected_physical_offset=0)
+
+
+def test_topic_rule() -> None:
+    assert valid_topic("%RETRY%group-1")
+    assert valid_topic("a" * 127)
+    assert not valid_topic("")
+    assert not valid_topic("a" * 128)
+    assert not valid_topic("has space")
+    assert not valid_topic("../escape")
+
+
+def test_tag_codes_are_stable_and_zero_means_no_tag() -> None:
+    assert compute_tag_code(None) == 0
+    assert compute_tag_code("") == 0
+    assert compute_tag_code("TagA") == compute_tag_code("TagA") != compute_tag_code("TagB")
+
+
+def test_host_round_trip() -> None:
+    for address in ["127.0.0.1:1", "[::1]:2", ""]:
+        assert unpack_host(pack_host(address)) == address
+    assert unpack_host(pack_host("not-an-ip:80")) == ""

@@ -1,0 +1,183 @@
+"""Crash recovery: torn tails are truncated, confirmed data is never silently dropped, and the
+queues and index come back from the log.
+
+A "crash" is a copy of the data directory taken while the store is still open: exactly what the
+page cache holds, with whatever checkpoint was last written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pocketmq.errors import StoreCorruptedError
+from pocketmq.store import GetStatus, MessageStore, RecoveryMode, StoreConfig
+
+from .conftest import SMALL, crash_copy, message
+
+SEGMENT = "commitlog/00000000000000000000"
+
+
+def _prepare_crashed(tmp_path: Path, committed: int, unflushed: int) -> tuple[Path, int, int]:
+    """A crashed store: ``committed`` messages covered by the checkpoint, then ``unflushed``
+    more that are not. Returns (directory, start of the last record, end of the last record)."""
+    source = tmp_path / "live"
+    with MessageStore.open(str(source), SMALL) as s:
+        s.put([message(i) for i in range(committed)])
+    s = MessageStore.open(str(source), SMALL)
+    results = s.put([message(committed + i) for i in range(unflushed)])
+    crashed = crash_copy(source, tmp_path / "crashed")
+    s.close()
+    last = results[-1]
+    return crashed, last.physical_offset, last.physical_offset + last.size
+
+
+def _ids(store: MessageStore) -> list[str]:
+    return [m.message_id for m in store.get_messages("orders", 0, 0, max_count=1000).messages]
+
+
+def test_a_crash_loses_nothing_that_was_written(tmp_path: Path) -> None:
+    crashed, _, _ = _prepare_crashed(tmp_path, committed=5, unflushed=5)
+    assert (crashed / "abort").exists()
+    with MessageStore.open(str(crashed), SMALL) as s:
+        assert _ids(s) == [f"MSG{i:06d}" for i in range(10)]
+        assert s.query_by_id("MSG000009")[0].queue_offset == 9
+
+
+def test_truncation_at_every_byte_of_the_last_record(tmp_path: Path) -> None:
+    base, start, end = _prepare_crashed(tmp_path, committed=3, unflushed=2)
+    for cut in range(start, end):
+        work = tmp_path / f"cut-{cut}"
+        shutil.copytree(base, work)
+        os.truncate(work / SEGMENT, cut)
+        with MessageStore.open(str(work), SMALL) as s:
+            assert _ids(s) == [f"MSG{i:06d}" for i in range(4)], cut
+            assert s.statistics().write_position == start
+            [r] = s.put([message(100)])
+            assert r.queue_offset == 4
+            assert r.physical_offset == start
+        with MessageStore.open(str(work), SMALL) as s:
+            assert _ids(s)[-1] == "MSG000100"
+            assert s.query_by_id("MSG000100")[0].queue_offset == 4
+            assert s.query_by_id("MSG000004") == []
+        shutil.rmtree(work)
+
+
+def test_a_flipped_bit_in_the_unflushed_tail_drops_only_that_record(tmp_path: Path) -> None:
+    base, start, end = _prepare_crashed(tmp_path, committed=3, unflushed=1)
+    for position in range(start, end, 7):
+        for bit in (0, 5):
+            work = tmp_path / f"flip-{position}-{bit}"
+            shutil.copytree(base, work)
+            with open(work / SEGMENT, "r+b") as f:
+                f.seek(position)
+                byte = f.read(1)[0]
+                f.seek(position)
+                f.write(bytes([byte ^ (1 << bit)]))
+            with MessageStore.open(str(work), SMALL) as s:
+                assert _ids(s) == ["MSG000000", "MSG000001", "MSG000002"], (position, bit)
+                [r] = s.put([message(7)])
+                assert r.physical_offset == start
+            with MessageStore.open(str(work), SMALL) as s:
+                assert _ids(s)[-1] == "MSG000007"
+            shutil.rmtree(work)
+
+
+def test_without_a_checkpoint_damage_is_a_torn_tail(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    with MessageStore.open(str(directory), SMALL) as s:
+        results = s.put([message(i) for i in range(5)])
+    # checkpoint now covers everything; damage record 3 and pretend the process crashed
+    victim = results[3].physical_offset + 50
+    with open(directory / SEGMENT, "r+b") as f:
+        f.seek(victim)
+        f.write(b"\xff")
+    (directory / "abort").touch()
+    os.unlink(directory / "checkpoint")
+    # without a checkpoint nothing was confirmed: the tail from record 3 is truncated
+    with MessageStore.open(str(directory), SMALL) as s:
+        assert len(_ids(s)) == 3
+
+
+def _confirmed_then_crashed(tmp_path: Path) -> tuple[Path, list[int]]:
+    directory = tmp_path / "s"
+    with MessageStore.open(str(directory), SMALL) as s:
+        s.put([message(i) for i in range(3)])
+    s = MessageStore.open(str(directory), SMALL)
+    results = s.put([message(i) for i in range(3, 6)])
+    s.flush()  # the checkpoint now covers records 0..5
+    crashed = crash_copy(directory, tmp_path / "crashed")
+    s.close()
+    return crashed, [r.physical_offset for r in results]
+
+
+TRUNCATING = StoreConfig(
+    segment_size=SMALL.segment_size,
+    consume_queue_entries_per_file=SMALL.consume_queue_entries_per_file,
+    index_max_entries=SMALL.index_max_entries,
+    recovery=RecoveryMode.TRUNCATE,
+    min_free_disk_bytes=0,
+)
+
+
+def test_damage_to_confirmed_data_refuses_to_open_unless_truncate_is_chosen(tmp_path: Path) -> None:
+    crashed, offsets = _confirmed_then_crashed(tmp_path)
+    with open(crashed / SEGMENT, "r+b") as f:
+        f.seek(offsets[1] + 30)
+        f.write(b"\x00\x01\x02")
+    with pytest.raises(StoreCorruptedError) as info:
+        MessageStore.open(str(crashed), SMALL)
+    assert info.value.offset == offsets[1]
+    assert info.value.path.endswith(SEGMENT)
+    with MessageStore.open(str(crashed), TRUNCATING) as s:
+        assert _ids(s) == [f"MSG{i:06d}" for i in range(4)]
+
+
+def test_a_log_shorter_than_its_checkpoint_refuses_to_open(tmp_path: Path) -> None:
+    crashed, offsets = _confirmed_then_crashed(tmp_path)
+    os.truncate(crashed / SEGMENT, offsets[2])
+    with pytest.raises(StoreCorruptedError, match="ends before the checkpoint"):
+        MessageStore.open(str(crashed), SMALL)
+    with MessageStore.open(str(crashed), TRUNCATING) as s:
+        assert len(_ids(s)) == 5
+
+
+def test_a_missing_consume_queue_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    with MessageStore.open(str(directory), SMALL) as s:
+        s.put([message(i, queue_id=i % 2) for i in range(40)])
+    shutil.rmtree(directory / "consumequeue" / "orders" / "1")
+    with MessageStore.open(str(directory), SMALL) as s:
+        got = s.get_messages("orders", 1, 0, max_count=100)
+        assert [m.message_id for m in got.messages] == [f"MSG{i:06d}" for i in range(1, 40, 2)]
+
+
+def test_a_missing_index_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    with MessageStore.open(str(directory), SMALL) as s:
+        s.put([message(i) for i in range(40)])
+    shutil.rmtree(directory / "index")
+    with MessageStore.open(str(directory), SMALL) as s:
+        assert s.query_by_id("MSG000017")[0].queue_offset == 17
+        assert len(s.query_by_key("orders", "batch-2")) == 10
+
+
+def test_a_torn_checkpoint_means_a_full_verification(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    with MessageStore.open(str(directory), SMALL) as s:
+        s.put([message(i) for i in range(20)])
+    (directory / "checkpoint").write_bytes(b'{"version": 1, "commitlog_fl')
+    with MessageStore.open(str(directory), SMALL) as s:
+        assert len(_ids(s)) == 20
+        assert s.query_by_id("MSG000019")
+
+
+def test_consume_queue_entries_past_a_truncated_log_are_dropped(tmp_path: Path) -> None:
+    base, start, _ = _prepare_crashed(tmp_path, committed=2, unflushed=3)
+    os.truncate(base / SEGMENT, start)  # lose the last record; its queue entry remains
+    with MessageStore.open(str(base), SMALL) as s:
+        assert s.max_offset("orders", 0) == 4
+        assert s.get_messages("orders", 0, 4).status is GetStatus.OFFSET_OVERFLOW_ONE
