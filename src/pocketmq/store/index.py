@@ -98,6 +98,32 @@ class IndexFile:
             self.max_physical = physical_offset
             struct.pack_into("<Q", mm, _MAX_PHYSICAL_AT, physical_offset)
 
+    def put_many(self, hashed: list[tuple[int, int]]) -> None:
+        """Insert ``(key_hash, physical_offset)`` pairs; the header is updated once."""
+        mm = self._mm
+        slot_count = self.slot_count
+        entries_at = self._entries_at
+        unpack_slot = _U32.unpack_from
+        pack_slot = _U32.pack_into
+        pack_entry = _ENTRY.pack_into
+        number = self.count
+        highest = self.max_physical
+        for key_hash, physical_offset in hashed:
+            slot_at = HEADER_SIZE + (key_hash % slot_count) * 4
+            head = unpack_slot(mm, slot_at)[0]
+            if head > number:
+                head = 0
+            pack_entry(mm, entries_at + number * ENTRY_SIZE, key_hash, physical_offset, head)
+            number += 1
+            pack_slot(mm, slot_at, number)
+            if physical_offset > highest:
+                highest = physical_offset
+        self.count = number
+        _U32.pack_into(mm, _COUNT_AT, number)
+        if highest != self.max_physical:
+            self.max_physical = highest
+            struct.pack_into("<Q", mm, _MAX_PHYSICAL_AT, highest)
+
     def lookup(self, key_hash: int, limit: int) -> list[int]:
         mm = self._mm
         (pointer,) = _U32.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_count) * 4)
@@ -149,6 +175,16 @@ class IndexService:
 
     def put(self, key: bytes, physical_offset: int) -> None:
         self._writable(physical_offset).put(zlib.crc32(key), physical_offset)
+
+    def put_many(self, entries: list[tuple[bytes, int]]) -> None:
+        crc32 = zlib.crc32
+        done = 0
+        while done < len(entries):
+            current = self._writable(entries[done][1])
+            room = current.max_entries - current.count
+            chunk = entries[done : done + room]
+            current.put_many([(crc32(key), physical) for key, physical in chunk])
+            done += len(chunk)
 
     def lookup(self, key: bytes, limit: int = 64) -> list[int]:
         """Candidate physical offsets for ``key``, newest first, without duplicates."""

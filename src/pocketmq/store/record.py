@@ -161,13 +161,60 @@ def encode_record(
         prepared_transaction_offset,
         tag_code,
     )
-    crc = zlib.crc32(tail)
-    crc = zlib.crc32(topic_block, crc)
-    crc = zlib.crc32(props_len, crc)
-    crc = zlib.crc32(props, crc)
-    crc = zlib.crc32(body_len, crc)
-    crc = zlib.crc32(body, crc)
-    return [_PREFIX.pack(total, MAGIC, crc), tail, topic_block, props_len, props, body_len, body]
+    meta = b"".join((tail, topic_block, props_len, props, body_len))
+    crc = zlib.crc32(body, zlib.crc32(meta))
+    return [_PREFIX.pack(total, MAGIC, crc), meta, body]
+
+
+def encode_record_fast(
+    topic_block: bytes,
+    encoded_properties: bytes,
+    body: bytes,
+    flags: int,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    born_timestamp: int,
+    store_timestamp: int,
+    born_host: bytes,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    tag_code: int,
+    total: int,
+) -> tuple[bytes, bytes]:
+    """The hot-path form of :func:`encode_record`: positional, precomputed topic block and size.
+
+    Returns ``(header_and_metadata, crc-carrying prefix)`` to be written as
+    ``prefix + meta + body``.
+    """
+    meta = b"".join(
+        (
+            _TAIL.pack(
+                flags,
+                queue_id,
+                queue_offset,
+                physical_offset,
+                born_timestamp,
+                store_timestamp,
+                born_host,
+                store_host,
+                reconsume_times,
+                prepared_transaction_offset,
+                tag_code,
+            ),
+            topic_block,
+            _U32.pack(len(encoded_properties)),
+            encoded_properties,
+            _U32.pack(len(body)),
+        )
+    )
+    return _PREFIX.pack(total, MAGIC, zlib.crc32(body, zlib.crc32(meta))), meta
+
+
+def topic_block(topic: str) -> bytes:
+    """The record's topic field (u16 length + UTF-8), cached per topic."""
+    return _topic_block(topic)
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:

@@ -45,8 +45,9 @@ from pocketmq.store.record import (
     compute_tag_code,
     decode_record,
     encode_properties,
-    encode_record,
+    encode_record_fast,
     pack_host,
+    topic_block,
     valid_topic,
 )
 from pocketmq.store.status import GetStatus, PutStatus
@@ -56,6 +57,7 @@ __all__ = ["MessageStore", "RetentionReport", "StoreStatistics"]
 log = logging.getLogger("pocketmq.store")
 
 _MAX_COALESCED_READ = 1024 * 1024
+_RECORD_OVERHEAD = FIXED_HEADER_SIZE + 8  # header and two u32 lengths (topic block apart)
 _MAX_QUEUE_ID = 2**31 - 1
 
 
@@ -83,16 +85,8 @@ class RetentionReport:
     min_physical_offset: int
 
 
-@dataclass(slots=True)
-class _Written:
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    tag_code: int
-    message_id: str
-    keys: str
+# (result slot, topic, queue id, queue offset, physical offset, size, tag code, id, keys)
+_Written = tuple[int, str, int, int, int, int, int, str, str]
 
 
 class MessageStore:
@@ -107,6 +101,7 @@ class MessageStore:
         self._lock_fd = -1
         self._store_host = pack_host(config.store_host)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._valid_topics: set[str] = set()
         self._commitlog = CommitLog(os.path.join(directory, "commitlog"), config.segment_size)
         self._index = IndexService(os.path.join(directory, "index"), config.index_max_entries)
         self._checkpoint_path = os.path.join(directory, "checkpoint")
@@ -411,53 +406,41 @@ class MessageStore:
             self._put_failures += len(messages)
             return [PutResult(status=refusal, reason=refusal.value.lower())] * len(messages)
         config = self.config
+        max_props = config.max_properties_size
         now_ms = int(self._clock() * 1000)
+        store_host = self._store_host
         commitlog = self._commitlog
         results: list[PutResult | None] = [None] * len(messages)
-        written: list[tuple[int, _Written]] = []
+        # (result slot, topic, queue id, queue offset, physical offset, size, tag code, id, keys)
+        written: list[_Written] = []
+        pending: list[_Written] = []  # encoded into ``pieces``, not yet written
         pieces: list[bytes] = []
+        segment_failure, segment_reason = PutStatus.UNKNOWN_ERROR, ""
         try:
             segment: Segment | None = commitlog.active_segment()
         except OSError as exc:
             return self._fail_all(messages, exc)
-        position = commitlog.write_position
-        chunk_start = position
+        assert segment is not None
+        segment_end = segment.base + segment.size
+        position = chunk_start = commitlog.write_position
         next_offsets: dict[tuple[str, int], int] = {}
-        pending: list[tuple[int, _Written]] = []  # in the current chunk, not yet written
-        segment_failure, segment_reason = PutStatus.UNKNOWN_ERROR, ""
-
-        def write_chunk() -> None:
-            nonlocal chunk_start
-            if pieces:
-                assert segment is not None
-                segment.write(chunk_start - segment.base, b"".join(pieces))
-                pieces.clear()
-            written.extend(pending)
-            pending.clear()
-            chunk_start = position
 
         for number, message in enumerate(messages):
+            topic = message.topic
             problem = self._validate(message)
             if problem is not None:
                 results[number] = problem
                 continue
             props = message.properties
             encoded_props = encode_properties(props)
-            if len(encoded_props) > config.max_properties_size:
+            if len(encoded_props) > max_props:
                 results[number] = PutResult(
                     status=PutStatus.PROPERTIES_TOO_LARGE,
-                    reason=f"properties are {len(encoded_props)} bytes, "
-                    f"limit {config.max_properties_size}",
+                    reason=f"properties are {len(encoded_props)} bytes, limit {max_props}",
                 )
                 continue
-            size = (
-                FIXED_HEADER_SIZE
-                + 2
-                + len(message.topic.encode())
-                + 8
-                + len(encoded_props)
-                + len(message.body)
-            )
+            body = message.body
+            size = _RECORD_OVERHEAD + len(topic_block(topic)) + len(encoded_props) + len(body)
             if size > config.segment_size:
                 results[number] = PutResult(
                     status=PutStatus.MESSAGE_TOO_LARGE,
@@ -468,17 +451,21 @@ class MessageStore:
             if segment is None:
                 results[number] = PutResult(status=segment_failure, reason=segment_reason)
                 continue
-            if position + size > segment.base + segment.size:
+            if position + size > segment_end:
+                # finish this segment: write what is pending, seal it, open the next one
                 try:
-                    write_chunk()
+                    self._write_pieces(segment, chunk_start, pieces)
+                    written.extend(pending)
                 except OSError as exc:
                     self._fail_pending(pending, results, exc)
-                    pieces.clear()
                     position = chunk_start
                     segment = None
                     segment_failure, segment_reason = self._status_for(exc), str(exc)
                     results[number] = PutResult(status=segment_failure, reason=segment_reason)
                     continue
+                finally:
+                    pieces.clear()
+                    pending.clear()
                 commitlog.write_position = position
                 try:
                     commitlog.seal(segment)
@@ -491,101 +478,119 @@ class MessageStore:
                     segment_reason = f"cannot allocate a commit-log segment: {exc}"
                     results[number] = PutResult(status=segment_failure, reason=segment_reason)
                     continue
+                segment_end = segment.base + segment.size
                 position = chunk_start = commitlog.write_position
-            key = (message.topic, message.queue_id)
+            queue_id = message.queue_id
+            key = (topic, queue_id)
             queue_offset = next_offsets.get(key)
             if queue_offset is None:
-                queue_offset = self._queue(*key).max_offset
+                queue_offset = self._queue(topic, queue_id).max_offset
             next_offsets[key] = queue_offset + 1
-            code = (
-                message.tag_code
-                if message.tag_code is not None
-                else compute_tag_code(props.get(PROP_TAGS))
+            code = message.tag_code
+            if code is None:
+                code = compute_tag_code(props.get(PROP_TAGS))
+            prefix, meta = encode_record_fast(
+                topic_block(topic),
+                encoded_props,
+                body,
+                message.flags,
+                queue_id,
+                queue_offset,
+                position,
+                message.born_timestamp,
+                now_ms,
+                message.born_host or store_host,
+                store_host,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                code,
+                size,
             )
-            record = encode_record(
-                topic=message.topic,
-                queue_id=message.queue_id,
-                queue_offset=queue_offset,
-                physical_offset=position,
-                body=message.body,
-                properties=props,
-                flags=message.flags,
-                born_timestamp=message.born_timestamp,
-                store_timestamp=now_ms,
-                born_host=message.born_host or self._store_host,
-                store_host=self._store_host,
-                reconsume_times=message.reconsume_times,
-                prepared_transaction_offset=message.prepared_transaction_offset,
-                tag_code=code,
-                encoded_properties=encoded_props,
-            )
-            pieces.extend(record)
+            pieces += (prefix, meta, body)
             pending.append(
                 (
                     number,
-                    _Written(
-                        topic=message.topic,
-                        queue_id=message.queue_id,
-                        queue_offset=queue_offset,
-                        physical_offset=position,
-                        size=size,
-                        tag_code=code,
-                        message_id=props.get(PROP_UNIQ_KEY, ""),
-                        keys=props.get(PROP_KEYS, ""),
-                    ),
+                    topic,
+                    queue_id,
+                    queue_offset,
+                    position,
+                    size,
+                    code,
+                    props.get(PROP_UNIQ_KEY, ""),
+                    props.get(PROP_KEYS, ""),
                 )
             )
             position += size
-        if segment is not None:
+        if segment is not None and pending:
             try:
-                write_chunk()
+                self._write_pieces(segment, chunk_start, pieces)
+                written.extend(pending)
             except OSError as exc:
                 self._fail_pending(pending, results, exc)
                 position = chunk_start
         commitlog.write_position = position
-        self._dispatch(written, now_ms, results)
-        out: list[PutResult] = []
-        for result in results:
-            assert result is not None
-            out.append(result)
-        if (
-            self._flusher is not None
-            and position - self._flusher.flushed >= config.flush_dirty_bytes
-        ):
-            self._flusher.kick()
-        return out
+        if written:
+            self._dispatch(written, now_ms, results)
+        flusher = self._flusher
+        if flusher is not None and position - flusher.flushed >= config.flush_dirty_bytes:
+            flusher.kick()
+        return results  # type: ignore[return-value]  # every slot is filled above
+
+    @staticmethod
+    def _write_pieces(segment: Segment, start: int, pieces: list[bytes]) -> None:
+        if pieces:
+            segment.write(start - segment.base, b"".join(pieces))
 
     def _dispatch(
-        self, written: list[tuple[int, _Written]], now_ms: int, results: list[PutResult | None]
+        self, written: list[_Written], now_ms: int, results: list[PutResult | None]
     ) -> None:
-        by_queue: dict[tuple[str, int], list[_Written]] = {}
-        for number, item in written:
-            by_queue.setdefault((item.topic, item.queue_id), []).append(item)
-            if item.message_id or item.keys:
-                self._index_record(item.topic, item.message_id, item.keys, item.physical_offset)
+        by_queue: dict[tuple[str, int], list[bytes]] = {}
+        first_offsets: dict[tuple[str, int], int] = {}
+        index_entries: list[tuple[bytes, int]] = []
+        pack_entry = ENTRY.pack
+        bytes_put = 0
+        for (
+            number,
+            topic,
+            queue_id,
+            queue_offset,
+            physical,
+            size,
+            code,
+            message_id,
+            keys,
+        ) in written:
+            key = (topic, queue_id)
+            entries = by_queue.get(key)
+            if entries is None:
+                entries = by_queue[key] = []
+                first_offsets[key] = queue_offset
+            entries.append(pack_entry(physical, size, code))
+            if message_id:
+                index_entries.append((id_key(message_id), physical))
+            if keys:
+                index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
             results[number] = PutResult(
-                status=PutStatus.PUT_OK,
-                topic=item.topic,
-                queue_id=item.queue_id,
-                queue_offset=item.queue_offset,
-                physical_offset=item.physical_offset,
-                size=item.size,
-                store_timestamp=now_ms,
+                PutStatus.PUT_OK, topic, queue_id, queue_offset, physical, size, now_ms
             )
-            self._messages_put += 1
-            self._bytes_put += item.size
-        for (topic, queue_id), items in by_queue.items():
-            self._queue(topic, queue_id).put(
-                items[0].queue_offset,
-                b"".join(ENTRY.pack(i.physical_offset, i.size, i.tag_code) for i in items),
-            )
+            bytes_put += size
+        self._messages_put += len(written)
+        self._bytes_put += bytes_put
+        for key, entries in by_queue.items():
+            self._queues[key].put(first_offsets[key], b"".join(entries))
+        if index_entries:
+            self._index.put_many(index_entries)
 
     def _validate(self, message: StoreMessage) -> PutResult | None:
-        if not valid_topic(message.topic):
-            return PutResult(
-                status=PutStatus.MESSAGE_ILLEGAL,
-                reason=f"topic {message.topic!r} must be 1-127 characters of [A-Za-z0-9_%|-]",
-            )
+        topic = message.topic
+        if topic not in self._valid_topics:
+            if not valid_topic(topic):
+                return PutResult(
+                    status=PutStatus.MESSAGE_ILLEGAL,
+                    reason=f"topic {topic!r} must be 1-127 characters of [A-Za-z0-9_%|-]",
+                )
+            if len(self._valid_topics) < 100_000:
+                self._valid_topics.add(topic)
         if not 0 <= message.queue_id <= _MAX_QUEUE_ID:
             return PutResult(status=PutStatus.MESSAGE_ILLEGAL, reason="queue id out of range")
         if not isinstance(message.body, bytes):

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``pocketmq bench``: each prints a rich table and can return its figures."""

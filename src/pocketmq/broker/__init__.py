@@ -1,0 +1,1 @@
+"""The protocol-agnostic broker core (topics, groups, send, pull, pop, offsets, retry, ...)."""
