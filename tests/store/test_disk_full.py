@@ -85,3 +85,24 @@ def test_free_space_watermark_refuses_writes(tmp_path: Path) -> None:
         [result] = store.put([message(0)])
         assert result.status is PutStatus.DISK_FULL
         assert store.max_offset("orders", 0) == 0
+
+
+def test_a_failed_write_fails_only_its_messages_and_reuses_their_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with MessageStore.open(str(tmp_path / "s"), CONFIG) as store:
+        store.put([message(0)])
+        from pocketmq.store import commitlog as module
+
+        def full(fd: int, data: bytes, offset: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(module, "pwrite_full", full)
+        results = store.put([message(1), message(2)])
+        assert [r.status for r in results] == [PutStatus.DISK_FULL, PutStatus.DISK_FULL]
+        monkeypatch.undo()
+        [again] = store.put([message(3)])
+        assert again.status is PutStatus.PUT_OK
+        assert again.queue_offset == 1
+        got = store.get_messages("orders", 0, 0, max_count=10)
+        assert [m.message_id for m in got.messages] == ["MSG000000", "MSG000003"]

@@ -618,14 +618,14 @@ class MessageStore:
 
     def _fail_pending(
         self,
-        pending: list[tuple[int, _Written]],
+        pending: list[_Written],
         results: list[PutResult | None],
         exc: OSError,
     ) -> None:
         self._note_write_error(exc)
         status = self._status_for(exc)
-        for number, _ in pending:
-            results[number] = PutResult(status=status, reason=str(exc))
+        for item in pending:
+            results[item[0]] = PutResult(status=status, reason=str(exc))
         pending.clear()
 
     def _fail_all(self, messages: Sequence[StoreMessage], exc: OSError) -> list[PutResult]:
