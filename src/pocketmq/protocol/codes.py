@@ -1,0 +1,44 @@
+"""Operation codes and frame kinds (docs/protocol.md)."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["FrameKind", "RequestCode"]
+
+
+class FrameKind(enum.IntEnum):
+    REQUEST = 0
+    RESPONSE = 1
+    ONEWAY = 2
+
+
+class RequestCode(enum.IntEnum):
+    HELLO = 1
+    HEARTBEAT = 2
+    UNREGISTER_CLIENT = 3
+    SEND = 10
+    SEND_BACK = 11
+    END_TRANSACTION = 12
+    PULL = 20
+    POP = 21
+    ACK = 22
+    CHANGE_INVISIBLE = 23
+    COMMIT_OFFSET = 30
+    QUERY_OFFSET = 31
+    GET_CONSUMERS = 32
+    QUERY_MESSAGE = 40
+    MESSAGE_HISTORY = 41
+    CREATE_TOPIC = 50
+    DELETE_TOPIC = 51
+    LIST_TOPICS = 52
+    CREATE_GROUP = 53
+    DELETE_GROUP = 54
+    LIST_GROUPS = 55
+    BROKER_STATUS = 56
+    QUEUE_STATUS = 57
+    REGISTER_BROKER = 60
+    GET_ROUTE = 61
+    LIST_BROKERS = 62
+    CHECK_TRANSACTION = 70
+    CONSUMERS_CHANGED = 71

@@ -1,0 +1,9 @@
+"""Hard limits of the native protocol; both sides enforce them before allocating anything."""
+
+from typing import Final
+
+__all__ = ["HEADER_SIZE", "MAX_FRAME_BODY", "PROTOCOL_VERSION"]
+
+PROTOCOL_VERSION: Final = 1
+HEADER_SIZE: Final = 12
+MAX_FRAME_BODY: Final = 16 * 1024 * 1024
