@@ -59,6 +59,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                     base = list(pkg_parts[: len(pkg_parts) - node.level + 1])
                 mod = ".".join([*base, node.module] if node.module else base)
                 found.append((node.lineno, mod))
+            elif node.module == "pocketmq":
+                found.extend((node.lineno, f"pocketmq.{alias.name}") for alias in node.names)
             elif node.module:
                 found.append((node.lineno, node.module))
     return found

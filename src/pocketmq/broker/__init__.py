@@ -1,1 +1,30 @@
-"""The protocol-agnostic broker core (topics, groups, send, pull, pop, offsets, retry, ...)."""
+"""The protocol-agnostic broker core: topics, groups, send, pull, pop/ack, offsets, membership.
+
+Both the native TCP server and the gRPC adapter drive a :class:`Broker`; neither reaches into the
+store directly.
+"""
+
+from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
+from pocketmq.broker.core import VERSION, Broker
+from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
+from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
+from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
+
+__all__ = [
+    "DEFAULT_DELAY_LEVELS",
+    "VERSION",
+    "Broker",
+    "BrokerConfig",
+    "ConsumeFrom",
+    "Delivered",
+    "GroupConfig",
+    "InboundMessage",
+    "PullOutcome",
+    "PullStatus",
+    "RetryPolicy",
+    "SendOutcome",
+    "TopicConfig",
+    "TopicType",
+    "dlq_topic",
+    "retry_topic",
+]

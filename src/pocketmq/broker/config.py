@@ -1,0 +1,32 @@
+"""Broker configuration: one frozen dataclass; every default with the seed it comes from is in
+docs/semantics.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pocketmq.store import StoreConfig
+
+__all__ = ["DEFAULT_DELAY_LEVELS", "BrokerConfig"]
+
+# 4.x delay levels 1..18 (seed 000): 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
+DEFAULT_DELAY_LEVELS: tuple[float, ...] = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BrokerConfig:
+    broker_name: str = "broker-a"
+    data_dir: str = "./data"
+    store: StoreConfig = field(default_factory=StoreConfig)
+    auto_create_topics: bool = False
+    auto_create_groups: bool = False
+    default_queues: int = 8
+    offset_persist_interval: float = 5.0
+    state_persist_interval: float = 1.0
+    consumer_expiry: float = 30.0
+    max_long_poll: float = 30.0
+    max_inflight_per_queue: int = 100_000
+    delay_levels: tuple[float, ...] = DEFAULT_DELAY_LEVELS
+    max_batch_messages: int = 1024

@@ -1,0 +1,81 @@
+"""Live consumers per group, from heartbeats, so clients can share a group's queues.
+
+A consumer is live while it heartbeats (every 10 s) and its connection is open; after
+``expiry`` seconds of silence it is dropped. Whenever a group's membership changes, the remaining
+members are told (a callback the server turns into a CONSUMERS_CHANGED frame) so they rebalance
+at once instead of waiting for their next periodic rebalance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["ConsumerRegistry", "Registration"]
+
+Notify = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class Registration:
+    client_id: str
+    model: str
+    subscriptions: dict[str, str]
+    last_seen: float
+    notify: Notify | None = field(default=None, compare=False)
+
+
+class ConsumerRegistry:
+    def __init__(self, expiry: float) -> None:
+        self._expiry = expiry
+        self._groups: dict[str, dict[str, Registration]] = {}
+
+    def heartbeat(
+        self,
+        client_id: str,
+        group: str,
+        model: str,
+        subscriptions: dict[str, str],
+        now: float,
+        notify: Notify | None,
+    ) -> None:
+        members = self._groups.setdefault(group, {})
+        existing = members.get(client_id)
+        members[client_id] = Registration(client_id, model, subscriptions, now, notify)
+        if existing is None:
+            self._changed(group, except_client=client_id)
+
+    def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
+        for group in list(groups if groups is not None else self._groups):
+            members = self._groups.get(group)
+            if members and members.pop(client_id, None) is not None:
+                self._changed(group)
+
+    def expire(self, now: float) -> list[tuple[str, str]]:
+        gone: list[tuple[str, str]] = []
+        for group, members in self._groups.items():
+            for client_id, registration in list(members.items()):
+                if now - registration.last_seen > self._expiry:
+                    del members[client_id]
+                    gone.append((group, client_id))
+        for group in {g for g, _ in gone}:
+            self._changed(group)
+        return gone
+
+    def client_ids(self, group: str) -> list[str]:
+        return sorted(self._groups.get(group, {}))
+
+    def groups_of(self, client_id: str) -> list[str]:
+        return [g for g, members in self._groups.items() if client_id in members]
+
+    def subscribers(self, topic: str) -> list[str]:
+        return sorted(
+            g
+            for g, members in self._groups.items()
+            if any(topic in r.subscriptions for r in members.values())
+        )
+
+    def _changed(self, group: str, except_client: str | None = None) -> None:
+        for registration in list(self._groups.get(group, {}).values()):
+            if registration.client_id != except_client and registration.notify is not None:
+                registration.notify(group)

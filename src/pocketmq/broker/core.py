@@ -1,0 +1,716 @@
+"""The broker core: every operation a client can ask for, independent of the wire protocol.
+
+It runs on one asyncio event loop. Store calls are synchronous and short (they never wait for
+fsync); waiting — for a sync flush, for a long poll — is asynchronous, so one slow request never
+holds up the others. Errors are raised as :mod:`pocketmq.errors` classes, whose wire codes both
+protocol adapters understand; batch operations report per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from pocketmq import properties as props
+from pocketmq.broker.config import BrokerConfig
+from pocketmq.broker.consumers import ConsumerRegistry, Notify
+from pocketmq.broker.durability import DurabilityWaiter
+from pocketmq.broker.filtering import parse_tag_expression
+from pocketmq.broker.groups import ConsumeFrom, GroupConfig, GroupManager
+from pocketmq.broker.hashing import queue_for_group
+from pocketmq.broker.longpoll import ArrivalNotifier
+from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
+from pocketmq.broker.offsets import OffsetManager
+from pocketmq.broker.pop import Handle, PopManager, PopQueue
+from pocketmq.broker.topics import (
+    DLQ_PREFIX,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_PREFIX,
+    TopicConfig,
+    TopicManager,
+    TopicType,
+    dlq_topic,
+    retry_topic,
+)
+from pocketmq.errors import (
+    BrokerError,
+    Code,
+    GroupNotFoundError,
+    InvalidArgumentError,
+    MessageIllegalError,
+    MessageTooLargeError,
+    NoPermissionError,
+    TopicNotFoundError,
+)
+from pocketmq.store import (
+    FlushMode,
+    GetStatus,
+    MessageStore,
+    PutResult,
+    PutStatus,
+    StoredMessage,
+    StoreMessage,
+    pack_host,
+)
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("pocketmq.broker")
+
+VERSION = "0.1.0"
+
+_PUT_CODES = {
+    PutStatus.PUT_OK: Code.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: Code.FLUSH_DISK_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: Code.MESSAGE_ILLEGAL,
+    PutStatus.MESSAGE_TOO_LARGE: Code.MESSAGE_TOO_LARGE,
+    PutStatus.PROPERTIES_TOO_LARGE: Code.MESSAGE_TOO_LARGE,
+    PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
+    PutStatus.DISK_FULL: Code.STORAGE_FULL,
+    PutStatus.SERVICE_NOT_AVAILABLE: Code.SERVICE_NOT_AVAILABLE,
+    PutStatus.UNKNOWN_ERROR: Code.SYSTEM_ERROR,
+}
+
+
+_SKIPPABLE = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex.upper()
+
+
+class Broker:
+    """One broker: a store plus topics, groups, offsets and consumption state."""
+
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.name = config.broker_name
+        self._clock = clock
+        config_dir = os.path.join(config.data_dir, "config")
+        os.makedirs(config_dir, exist_ok=True)
+        self.store = MessageStore.open(
+            os.path.join(config.data_dir, "store"), config.store, clock=clock
+        )
+        try:
+            self.topics = TopicManager(config_dir)
+            self.groups = GroupManager(config_dir)
+            self.offsets = OffsetManager(config_dir)
+            self.pop_state = PopManager(config_dir)
+        except BaseException:
+            self.store.close()
+            raise
+        self.consumers = ConsumerRegistry(config.consumer_expiry)
+        self.arrivals = ArrivalNotifier()
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._durability = DurabilityWaiter(self.store, config.store.sync_flush_timeout)
+        self._sync_flush = config.store.flush_mode is FlushMode.SYNC
+        self._round_robin: dict[str, int] = {}
+        self._hosts: dict[str, bytes] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="broker-housekeeping"))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.arrivals.notify_all()
+        self.offsets.persist(force=True)
+        self.pop_state.persist(force=True)
+        self.store.close()
+
+    async def _housekeeping(self) -> None:
+        last_offsets = last_maintenance = self._clock()
+        while True:
+            await asyncio.sleep(self.config.state_persist_interval)
+            now = self._clock()
+            try:
+                self.consumers.expire(now)
+                self._revive(now)
+                self.pop_state.persist()
+                if now - last_offsets >= self.config.offset_persist_interval:
+                    self.offsets.persist()
+                    last_offsets = now
+                if now - last_maintenance >= 60:
+                    self.store.run_maintenance(now)
+                    last_maintenance = now
+            except Exception:  # keep the loop alive; the next round retries
+                log.exception("broker housekeeping failed")
+
+    # -- topics and groups ----------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, *, queues: int | None = None, topic_type: str = "normal", perm: int = 6
+    ) -> TopicConfig:
+        try:
+            kind = TopicType(topic_type)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"topic type {topic_type!r} is not one of normal, fifo, delay, transaction"
+            ) from None
+        return self.topics.create(
+            name, queues=queues or self.config.default_queues, topic_type=kind, perm=perm
+        )
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.topics.require(name)
+        if topic.system:
+            raise InvalidArgumentError(f"{name!r} is a system topic")
+        self.topics.delete(name)
+        self.store.delete_topic(name)
+        self.offsets.forget_topic(name)
+        self.pop_state.forget(topic=name)
+
+    def create_group(self, group: GroupConfig) -> GroupConfig:
+        created = self.groups.create(group)
+        self.topics.ensure_system(
+            retry_topic(group.name), max(1, group.retry_queues), PERM_READ | PERM_WRITE
+        )
+        return created
+
+    def delete_group(self, name: str) -> None:
+        self.groups.require(name)
+        self.groups.delete(name)
+        self.offsets.forget_group(name)
+        self.pop_state.forget(group=name)
+
+    def _group(self, name: str) -> GroupConfig:
+        group = self.groups.get(name)
+        if group is None:
+            if self.config.auto_create_groups:
+                return self.create_group(GroupConfig(name=name))
+            raise GroupNotFoundError(
+                f"consumer group {name!r} does not exist; create it with "
+                f"`pocketmq group create {name}`"
+            )
+        return group
+
+    def _writable_topic(self, name: str) -> TopicConfig:
+        topic = self.topics.get(name)
+        if topic is None:
+            if self.config.auto_create_topics and not name.startswith(("%",)):
+                return self.create_topic(name)
+            raise TopicNotFoundError(
+                f"topic {name!r} does not exist; create it with `pocketmq topic create {name}`"
+            )
+        if not topic.writable:
+            raise NoPermissionError(f"topic {name!r} is not writable")
+        return topic
+
+    def _readable_topic(self, name: str, group: str) -> TopicConfig:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicNotFoundError(
+                f"topic {name!r} does not exist; create it with `pocketmq topic create {name}`"
+            )
+        if name.startswith(DLQ_PREFIX):
+            raise NoPermissionError(
+                f"{name!r} is a dead-letter topic: normal consumers cannot read it; "
+                "use `pocketmq dlq list` / `pocketmq dlq resend`"
+            )
+        if name.startswith(RETRY_PREFIX) and name != retry_topic(group):
+            raise NoPermissionError(f"{name!r} belongs to another consumer group")
+        if not topic.readable:
+            raise NoPermissionError(f"topic {name!r} is not readable")
+        return topic
+
+    # -- send -----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        messages: Sequence[InboundMessage],
+        *,
+        producer_group: str = "",
+        born_host: str = "",
+    ) -> list[SendOutcome]:
+        """Store a batch; one outcome per message, in order."""
+        if len(messages) > self.config.max_batch_messages:
+            raise InvalidArgumentError(
+                f"a batch holds at most {self.config.max_batch_messages} messages"
+            )
+        outcomes: list[SendOutcome | None] = [None] * len(messages)
+        accepted: list[int] = []
+        to_store: list[StoreMessage] = []
+        host = self._hosts.get(born_host)
+        if host is None:
+            host = self._hosts[born_host] = pack_host(born_host)
+        for number, message in enumerate(messages):
+            try:
+                to_store.append(self._prepare(message, host))
+            except BrokerError as exc:
+                outcomes[number] = SendOutcome(code=exc.code, remark=str(exc), topic=message.topic)
+                continue
+            accepted.append(number)
+        if to_store:
+            results = self.store.append(to_store)
+            await self._await_durable(results)
+            touched: set[str] = set()
+            for number, stored, result in zip(accepted, to_store, results, strict=True):
+                outcomes[number] = self._outcome(stored, result)
+                if result.status.stored:
+                    touched.add(stored.topic)
+            for topic in touched:
+                self.arrivals.notify(topic)
+            self.counters["messages_in"] += sum(r.status.stored for r in results)
+        return [o for o in outcomes if o is not None]
+
+    def _prepare(self, message: InboundMessage, host: bytes) -> StoreMessage:
+        topic = self._writable_topic(message.topic)
+        body = message.body
+        if not body:
+            raise MessageIllegalError("message body is empty")
+        limit = self.config.store.max_message_size
+        if len(body) > limit:
+            raise MessageTooLargeError(f"message body is {len(body)} bytes; the limit is {limit}")
+        properties = message.properties
+        if not properties.get(props.MESSAGE_ID):
+            properties = {**properties, props.MESSAGE_ID: new_message_id()}
+        queue_id = self._select_queue(topic, message.queue_id, properties.get(props.MESSAGE_GROUP))
+        return StoreMessage(
+            topic=topic.name,
+            queue_id=queue_id,
+            body=body,
+            properties=properties,
+            flags=message.flags,
+            born_timestamp=message.born_timestamp or int(self._clock() * 1000),
+            born_host=host,
+        )
+
+    def _select_queue(self, topic: TopicConfig, requested: int, group: str | None) -> int:
+        if requested >= 0:
+            if requested >= topic.queues:
+                raise MessageIllegalError(
+                    f"queue {requested} does not exist: topic {topic.name!r} has "
+                    f"{topic.queues} queues"
+                )
+            return requested
+        if group:
+            return queue_for_group(group, topic.queues)
+        turn = self._round_robin.get(topic.name, 0)
+        self._round_robin[topic.name] = turn + 1
+        return turn % topic.queues
+
+    async def _await_durable(self, results: list[PutResult]) -> None:
+        if not self._sync_flush:
+            return
+        end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
+        if end and not await self._durability.wait(end):
+            for i, result in enumerate(results):
+                if result.status is PutStatus.PUT_OK:
+                    results[i] = PutResult(
+                        PutStatus.FLUSH_DISK_TIMEOUT,
+                        result.topic,
+                        result.queue_id,
+                        result.queue_offset,
+                        result.physical_offset,
+                        result.size,
+                        result.store_timestamp,
+                        "stored, but not flushed to disk in time",
+                    )
+
+    def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
+        code = _PUT_CODES[result.status]
+        return SendOutcome(
+            code=code,
+            remark=result.reason,
+            message_id=stored.properties.get(props.MESSAGE_ID, ""),
+            queue_id=result.queue_id,
+            queue_offset=result.queue_offset,
+            physical_offset=result.physical_offset,
+            topic=stored.topic,
+        )
+
+    async def append_internal(self, messages: list[StoreMessage]) -> list[PutResult]:
+        """Store messages the broker itself produces (retries, dead letters, timers)."""
+        results = self.store.append(messages)
+        await self._await_durable(results)
+        for topic in {m.topic for m, r in zip(messages, results, strict=True) if r.status.stored}:
+            self.arrivals.notify(topic)
+        return results
+
+    # -- pull (push consumers) ------------------------------------------------------------
+
+    async def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int = 32,
+        expression: str = "*",
+        max_wait: float = 0.0,
+    ) -> PullOutcome:
+        self._group(group)
+        config = self._readable_topic(topic, group)
+        if not 0 <= queue_id < config.queues:
+            raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
+        tags = parse_tag_expression(expression)
+        max_count = max(1, min(max_count, 1024))
+        deadline = self._clock() + min(max_wait, self.config.max_long_poll)
+        while True:
+            got = self.store.get_messages(topic, queue_id, offset, max_count=max_count, tags=tags)
+            status = got.status
+            if status is GetStatus.FOUND:
+                delivered = [self._deliver(m) for m in got.messages]
+                self.counters["messages_out"] += len(delivered)
+                return PullOutcome(
+                    PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
+                )
+            waiting = status is GetStatus.OFFSET_OVERFLOW_ONE or (
+                status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
+            )
+            if waiting:
+                remaining = deadline - self._clock()
+                if remaining > 0 and await self.arrivals.wait(topic, remaining):
+                    continue
+                return PullOutcome(
+                    PullStatus.NO_NEW_MESSAGE, offset, got.min_offset, got.max_offset
+                )
+            if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+                return PullOutcome(
+                    PullStatus.NO_MATCHED_MESSAGE, got.next_offset, got.min_offset, got.max_offset
+                )
+            return PullOutcome(
+                PullStatus.OFFSET_ILLEGAL, got.next_offset, got.min_offset, got.max_offset
+            )
+
+    def _deliver(
+        self, message: StoredMessage, *, attempt: int | None = None, handle: str = ""
+    ) -> Delivered:
+        return Delivered(
+            topic=message.topic,
+            queue_id=message.queue_id,
+            queue_offset=message.queue_offset,
+            body=message.body,
+            properties=message.properties,
+            born_timestamp=message.born_timestamp,
+            store_timestamp=message.store_timestamp,
+            physical_offset=message.physical_offset,
+            delivery_attempt=attempt if attempt is not None else message.reconsume_times + 1,
+            receipt_handle=handle,
+            born_host=message.born_host,
+        )
+
+    # -- offsets --------------------------------------------------------------------------
+
+    def commit_offsets(self, group: str, entries: Sequence[tuple[str, int, int]]) -> None:
+        self._group(group)
+        for topic, queue_id, offset in entries:
+            self.offsets.commit(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or where a group without one starts (its consume-from)."""
+        group_config = self._group(group)
+        committed = self.offsets.query(group, topic, queue_id)
+        if committed >= 0:
+            return committed
+        return self._initial_offset(group_config, topic, queue_id)
+
+    def _initial_offset(self, group: GroupConfig, topic: str, queue_id: int) -> int:
+        if group.consume_from is ConsumeFrom.LAST and not topic.startswith(RETRY_PREFIX):
+            return self.store.max_offset(topic, queue_id)
+        return self.store.min_offset(topic, queue_id)
+
+    # -- pop (simple consumers) -----------------------------------------------------------
+
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_count: int = 32,
+        invisible: float = 30.0,
+        max_wait: float = 0.0,
+        expression: str = "*",
+        consumer: str = "",
+        queue_hint: int = -1,
+    ) -> list[Delivered]:
+        group_config = self._group(group)
+        topic_config = self._readable_topic(topic, group)
+        if invisible <= 0:
+            raise InvalidArgumentError("invisible duration must be positive")
+        tags = parse_tag_expression(expression)
+        max_count = max(1, min(max_count, 1024))
+        deadline = self._clock() + min(max_wait, self.config.max_long_poll)
+        while True:
+            delivered = self._pop_once(
+                group_config, topic_config, max_count, invisible, tags, consumer, queue_hint
+            )
+            remaining = deadline - self._clock()
+            if delivered or remaining <= 0:
+                self.counters["messages_out"] += len(delivered)
+                return delivered
+            next_expiry = self._next_expiry(group, topic_config)
+            if next_expiry is not None:
+                remaining = min(remaining, max(0.001, next_expiry - self._clock()))
+            await self.arrivals.wait(topic, remaining)
+
+    def _pop_once(
+        self,
+        group: GroupConfig,
+        topic: TopicConfig,
+        max_count: int,
+        invisible: float,
+        tags: frozenset[str] | None,
+        consumer: str,
+        queue_hint: int,
+    ) -> list[Delivered]:
+        now = self._clock()
+        out: list[Delivered] = []
+        key = f"{group.name}@{topic.name}"
+        start = queue_hint if 0 <= queue_hint < topic.queues else self._round_robin.get(key, 0)
+        self._round_robin[key] = start + 1
+        for step in range(topic.queues):
+            if len(out) >= max_count:
+                break
+            queue_id = (start + step) % topic.queues
+            state = self.pop_state.ensure(
+                group.name, topic.name, queue_id, self._initial_offset(group, topic.name, queue_id)
+            )
+            self._redeliver(group, topic.name, queue_id, state, now, invisible, consumer, out,
+                            max_count)  # fmt: skip
+            if len(out) < max_count and len(state.inflight) < self.config.max_inflight_per_queue:
+                self._deliver_new(topic.name, queue_id, state, now, invisible, consumer, tags,
+                                  out, max_count)  # fmt: skip
+            self.offsets.commit(group.name, topic.name, queue_id, state.committed)
+        if out:
+            self.pop_state.dirty = True
+        return out
+
+    def _redeliver(
+        self,
+        group: GroupConfig,
+        topic: str,
+        queue_id: int,
+        state: PopQueue,
+        now: float,
+        invisible: float,
+        consumer: str,
+        out: list[Delivered],
+        max_count: int,
+    ) -> None:
+        for offset, entry in state.expired(now):
+            if len(out) >= max_count:
+                state.requeue(offset, entry)
+                continue
+            max_attempts = group.retry.max_attempts
+            if group.retry.max_retries >= 0 and entry.attempt >= max_attempts:
+                self._dead_letter_offset(group.name, topic, queue_id, offset, state)
+                continue
+            message = self._message_at(topic, queue_id, offset)
+            if message is None:  # removed by retention
+                state.finish(offset)
+                continue
+            attempt = entry.attempt + 1
+            token = state.hand_out(offset, attempt, now + invisible, consumer, now)
+            out.append(
+                self._deliver(
+                    message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
+                )
+            )
+
+    def _deliver_new(
+        self,
+        topic: str,
+        queue_id: int,
+        state: PopQueue,
+        now: float,
+        invisible: float,
+        consumer: str,
+        tags: frozenset[str] | None,
+        out: list[Delivered],
+        max_count: int,
+    ) -> None:
+        got = self.store.get_messages(
+            topic, queue_id, state.next_offset, max_count=max_count - len(out), tags=tags
+        )
+        if got.status is GetStatus.OFFSET_TOO_SMALL:
+            state.skip_to(got.next_offset)
+            got = self.store.get_messages(
+                topic, queue_id, state.next_offset, max_count=max_count - len(out), tags=tags
+            )
+        for message in got.messages:
+            offset = message.queue_offset
+            attempt = message.reconsume_times + 1
+            token = state.hand_out(offset, attempt, now + invisible, consumer, now)
+            state.next_offset = offset + 1
+            out.append(
+                self._deliver(
+                    message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
+                )
+            )
+        if got.status in (
+            GetStatus.FOUND,
+            GetStatus.NO_MATCHED_MESSAGE,
+            GetStatus.MESSAGE_WAS_REMOVING,
+        ):
+            state.skip_to(got.next_offset)
+
+    def _message_at(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        got = self.store.get_messages(topic, queue_id, offset, max_count=1)
+        if got.messages and got.messages[0].queue_offset == offset:
+            return got.messages[0]
+        return None
+
+    def _next_expiry(self, group: str, topic: TopicConfig) -> float | None:
+        times = []
+        for queue_id in range(topic.queues):
+            state = self.pop_state.get(group, topic.name, queue_id)
+            if state is not None:
+                visible_at = state.next_visible_at()
+                if visible_at is not None:
+                    times.append(visible_at)
+        return min(times) if times else None
+
+    def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        handle = Handle.parse(receipt_handle)
+        state, _ = self.pop_state.lookup(group, topic, handle)
+        state.finish(handle.offset)
+        self.offsets.commit(group, topic, handle.queue_id, state.committed)
+        self.pop_state.dirty = True
+        self.counters["acks"] += 1
+
+    def change_invisible(
+        self, group: str, topic: str, receipt_handle: str, invisible: float
+    ) -> str:
+        """Hide the message again for ``invisible`` seconds; returns the new receipt handle."""
+        if invisible < 0:
+            raise InvalidArgumentError("invisible duration must not be negative")
+        handle = Handle.parse(receipt_handle)
+        state, _ = self.pop_state.lookup(group, topic, handle)
+        token = state.rehide(handle.offset, self._clock() + invisible)
+        self.pop_state.dirty = True
+        if invisible == 0:
+            self.arrivals.notify(topic)
+        return Handle(handle.queue_id, handle.offset, token).encode()
+
+    def _revive(self, now: float) -> None:
+        """Move messages that used up their attempts to the DLQ without waiting for a pop."""
+        for (group_name, topic, queue_id), state in self.pop_state.items():
+            group = self.groups.get(group_name)
+            if group is None or group.retry.max_retries < 0:
+                continue
+            for offset, entry in state.expired(now):
+                if entry.attempt >= group.retry.max_attempts:
+                    self._dead_letter_offset(group_name, topic, queue_id, offset, state)
+                else:
+                    state.requeue(offset, entry)
+
+    def _dead_letter_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, state: PopQueue
+    ) -> None:
+        message = self._message_at(topic, queue_id, offset)
+        if message is not None:
+            self.dead_letter(group, message, reason="max delivery attempts reached")
+        state.finish(offset)
+        self.offsets.commit(group, topic, queue_id, state.committed)
+        self.pop_state.dirty = True
+
+    def dead_letter(self, group: str, message: StoredMessage, *, reason: str) -> PutResult:
+        """Store a copy of ``message`` in ``%DLQ%<group>`` (write-only for consumers)."""
+        dlq = self.topics.ensure_system(dlq_topic(group), 1, PERM_WRITE)
+        properties = dict(message.properties)
+        original = properties.get(props.RETRY_TOPIC) or message.topic
+        if original.startswith(RETRY_PREFIX):
+            original = properties.get(props.RETRY_TOPIC, original)
+        properties[props.RETRY_TOPIC] = original
+        properties.setdefault(props.ORIGIN_MESSAGE_ID, properties.get(props.MESSAGE_ID, ""))
+        properties["DLQ_REASON"] = reason
+        [result] = self.store.append(
+            [
+                StoreMessage(
+                    topic=dlq.name,
+                    queue_id=0,
+                    body=message.body,
+                    properties=properties,
+                    flags=message.flags,
+                    born_timestamp=message.born_timestamp,
+                    reconsume_times=message.reconsume_times,
+                )
+            ]
+        )
+        self.counters["dead_lettered"] += 1
+        log.info("message %s of group %s dead-lettered: %s", message.message_id, group, reason)
+        return result
+
+    # -- membership -----------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        client_id: str,
+        consumers: Sequence[tuple[str, str, dict[str, str]]],
+        notify: Notify | None = None,
+    ) -> None:
+        now = self._clock()
+        for group, model, subscriptions in consumers:
+            self._group(group)
+            self.consumers.heartbeat(client_id, group, model, subscriptions, now, notify)
+
+    def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
+        self.consumers.unregister(client_id, groups or None)
+
+    def consumer_ids(self, group: str) -> list[str]:
+        self._group(group)
+        return self.consumers.client_ids(group)
+
+    # -- queries and status ---------------------------------------------------------------
+
+    def query_messages(
+        self, *, message_id: str = "", topic: str = "", key: str = "", max_count: int = 32
+    ) -> list[Delivered]:
+        if message_id:
+            found = self.store.query_by_id(message_id, max_count)
+        elif topic and key:
+            found = self.store.query_by_key(topic, key, max_count)
+        else:
+            raise InvalidArgumentError("query by message id, or by topic and key")
+        return [self._deliver(m) for m in found]
+
+    def queue_status(self, topic: str, group: str = "") -> list[tuple[int, int, int, int]]:
+        """``(queue id, min offset, max offset, committed or -1)`` for each queue."""
+        config = self.topics.require(topic)
+        rows = []
+        for queue_id in range(config.queues):
+            committed = self.offsets.query(group, topic, queue_id) if group else -1
+            rows.append(
+                (
+                    queue_id,
+                    self.store.min_offset(topic, queue_id),
+                    self.store.max_offset(topic, queue_id),
+                    committed,
+                )
+            )
+        return rows
+
+    def status(self) -> dict[str, object]:
+        stats = self.store.statistics()
+        return {
+            "counters": dict(self.counters),
+            "store": {
+                "messages_put": stats.messages_put,
+                "bytes_put": stats.bytes_put,
+                "write_position": stats.write_position,
+                "flushed_position": stats.flushed_position,
+                "segments": stats.segments,
+                "queues": stats.queues,
+                "fsyncs": stats.fsyncs,
+                "flush_mode": stats.flush_mode,
+            },
+        }

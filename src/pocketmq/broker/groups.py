@@ -1,0 +1,106 @@
+"""Consumer groups and their retry policy, persisted in ``config/groups.json``.
+
+A group's policy decides how often a failing message is retried and how long to wait in between
+(seed 000: 16 retries on the delay levels from level 3; seed 002: FIFO groups retry 17 times with
+1s 5s 10s 30s 1m ... 2h), and whether it consumes in order.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+
+import msgspec
+
+from pocketmq.broker.persist import load_json, save_json
+from pocketmq.broker.topics import validate_name
+from pocketmq.errors import GroupNotFoundError, InvalidArgumentError
+
+__all__ = ["ConsumeFrom", "GroupConfig", "GroupManager", "RetryPolicy"]
+
+
+class ConsumeFrom(enum.Enum):
+    FIRST = "first"
+    LAST = "last"
+
+
+class RetryPolicy(msgspec.Struct, frozen=True):
+    """Customized (a list of delays) or exponential (initial × multiplier^n, capped).
+
+    An empty ``delays`` with ``initial`` 0 means the broker's delay levels from level 3 on
+    (10s, 30s, 1m, ...), RocketMQ's default for concurrent consumers.
+    """
+
+    max_retries: int = 16
+    delays: tuple[float, ...] = ()
+    initial: float = 0.0
+    multiplier: float = 2.0
+    maximum: float = 7200.0
+
+    @property
+    def max_attempts(self) -> int:
+        return self.max_retries + 1
+
+    def delay(self, retry: int, levels: tuple[float, ...]) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        retry = max(1, retry)
+        if self.initial > 0:
+            return float(min(self.maximum, self.initial * self.multiplier ** (retry - 1)))
+        table = self.delays or levels[2:]
+        return float(table[min(retry, len(table)) - 1])
+
+
+FIFO_DELAYS: tuple[float, ...] = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+
+
+class GroupConfig(msgspec.Struct, frozen=True):
+    name: str
+    fifo: bool = False
+    broadcast: bool = False
+    consume_from: ConsumeFrom = ConsumeFrom.FIRST
+    retry: RetryPolicy = RetryPolicy()
+    retry_queues: int = 1
+
+
+class GroupManager:
+    def __init__(self, config_dir: str) -> None:
+        self._path = os.path.join(config_dir, "groups.json")
+        loaded = load_json(self._path, list[GroupConfig], [])
+        self._groups: dict[str, GroupConfig] = {g.name: g for g in loaded}
+
+    def get(self, name: str) -> GroupConfig | None:
+        return self._groups.get(name)
+
+    def require(self, name: str) -> GroupConfig:
+        group = self._groups.get(name)
+        if group is None:
+            raise GroupNotFoundError(
+                f"consumer group {name!r} does not exist; create it with "
+                f"`pocketmq group create {name}`"
+            )
+        return group
+
+    def all(self) -> list[GroupConfig]:
+        return sorted(self._groups.values(), key=lambda g: g.name)
+
+    def create(self, group: GroupConfig) -> GroupConfig:
+        validate_name("group", group.name)
+        if group.retry.max_retries < 0 and group.retry.max_retries != -1:
+            raise InvalidArgumentError("max retries must be >= 0 (or -1 for 'never skip')")
+        if any(d < 0 for d in group.retry.delays):
+            raise InvalidArgumentError("retry delays must not be negative")
+        if self._groups.get(group.name) != group:
+            self._groups[group.name] = group
+            self._save()
+        return group
+
+    def delete(self, name: str) -> bool:
+        if self._groups.pop(name, None) is None:
+            return False
+        self._save()
+        return True
+
+    def _save(self) -> None:
+        save_json(self._path, self.all())

@@ -1,0 +1,61 @@
+"""The broker core's own request and result values, independent of any wire protocol.
+
+The native server and the gRPC adapter both translate their wire structures to and from these.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from pocketmq.errors import Code
+
+__all__ = ["Delivered", "InboundMessage", "PullOutcome", "PullStatus", "SendOutcome"]
+
+
+class InboundMessage(msgspec.Struct, frozen=True, gc=False):
+    topic: str
+    body: bytes
+    properties: dict[str, str] = {}
+    queue_id: int = -1
+    flags: int = 0
+    born_timestamp: int = 0
+
+
+class SendOutcome(msgspec.Struct, frozen=True, gc=False):
+    code: Code
+    remark: str = ""
+    message_id: str = ""
+    queue_id: int = -1
+    queue_offset: int = -1
+    physical_offset: int = -1
+    transaction_id: str = ""
+    topic: str = ""
+
+
+class Delivered(msgspec.Struct, frozen=True, gc=False):
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    properties: dict[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    physical_offset: int
+    delivery_attempt: int = 1
+    receipt_handle: str = ""
+    born_host: str = ""
+
+
+class PullStatus:
+    FOUND = "FOUND"
+    NO_NEW_MESSAGE = "NO_NEW_MESSAGE"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+class PullOutcome(msgspec.Struct, frozen=True, gc=False):
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[Delivered] = []
