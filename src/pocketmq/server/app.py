@@ -1,0 +1,179 @@
+"""A whole broker process: the broker core, its native server, optionally an embedded name
+server, and the loop that registers the broker with its name server.
+
+``pocketmq serve`` and ``pocketmq.testing`` both run a :class:`BrokerApp`; the gRPC adapter joins
+it when its port is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass, field
+
+from pocketmq.broker import Broker, BrokerConfig
+from pocketmq.errors import BrokerConnectionError, TopicNotFoundError
+from pocketmq.protocol import RequestCode
+from pocketmq.protocol import structs as w
+from pocketmq.server.connection import ServerConnection
+from pocketmq.server.handlers import broker_handlers
+from pocketmq.server.namesrv import NameServer
+from pocketmq.server.tcp import FrameServer
+from pocketmq.server.upstream import NameServerLink
+
+__all__ = ["AppConfig", "BrokerApp"]
+
+log = logging.getLogger("pocketmq.server")
+
+REGISTER_INTERVAL = 30.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AppConfig:
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    host: str = "127.0.0.1"
+    port: int = 10911
+    grpc_port: int | None = 8081
+    namesrv_port: int | None = 9876  # embedded name server; None when namesrv is set
+    namesrv: str | None = None  # external name server host:port
+    advertise_host: str | None = None
+    register_interval: float = REGISTER_INTERVAL
+
+
+class BrokerApp:
+    def __init__(self, config: AppConfig) -> None:
+        self.config = config
+        self.broker: Broker | None = None
+        self.namesrv: NameServer | None = None
+        self._native: FrameServer | None = None
+        self._grpc: object | None = None
+        self._link: NameServerLink | None = None
+        self._registrar: asyncio.Task[None] | None = None
+        self.grpc_address = ""
+
+    @property
+    def native_address(self) -> str:
+        assert self._native is not None
+        return f"{self._advertised_host()}:{self._native.port}"
+
+    @property
+    def namesrv_address(self) -> str:
+        if self.namesrv is not None:
+            return self.namesrv.address
+        return self.config.namesrv or ""
+
+    def _advertised_host(self) -> str:
+        if self.config.advertise_host:
+            return self.config.advertise_host
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            return socket.gethostbyname(socket.gethostname())
+        return host
+
+    async def start(self) -> None:
+        config = self.config
+        self.broker = Broker(config.broker)
+        await self.broker.start()
+        try:
+            if config.namesrv is None and config.namesrv_port is not None:
+                self.namesrv = NameServer()
+                await self.namesrv.start(config.host, config.namesrv_port)
+            self._native = FrameServer(
+                broker_handlers(self.broker, self._route), on_close=self._connection_closed
+            )
+            await self._native.start(config.host, config.port)
+            if config.grpc_port is not None:
+                await self._start_grpc(config.grpc_port)
+            if self.namesrv_address:
+                self._link = NameServerLink(self.namesrv_address, f"broker:{self.broker.name}")
+                await self._register()
+                self._registrar = asyncio.create_task(self._register_forever())
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start_grpc(self, port: int) -> None:
+        """The gRPC adapter (apache.rocketmq.v2) arrives with issue 7."""
+        log.info("gRPC port %d requested; the gRPC adapter is not built yet", port)
+
+    def ready_line(self) -> str:
+        grpc = self.grpc_address or "disabled"
+        return (
+            f"pocketmq ready native={self.native_address} grpc={grpc} "
+            f"namesrv={self.namesrv_address or 'none'}"
+        )
+
+    # -- routing and registration ---------------------------------------------------------
+
+    def _registration(self) -> w.RegisterBrokerRequest:
+        assert self.broker is not None
+        topics = [
+            w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm)
+            for t in self.broker.topics.all()
+        ]
+        return w.RegisterBrokerRequest(
+            w.BrokerAddress(self.broker.name, self.native_address, self.grpc_address), topics
+        )
+
+    async def _register(self) -> None:
+        assert self._link is not None
+        try:
+            await self._link.call(RequestCode.REGISTER_BROKER, self._registration(), w.Empty)
+        except BrokerConnectionError as exc:
+            log.warning("registration with the name server failed: %s", exc)
+
+    async def _register_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.register_interval)
+            await self._register()
+
+    def local_route(self, topic: str) -> w.RouteResponse:
+        assert self.broker is not None
+        config = self.broker.topics.require(topic)
+        return w.RouteResponse(
+            topic,
+            config.topic_type.value,
+            [w.BrokerAddress(self.broker.name, self.native_address, self.grpc_address)],
+            [w.QueueRoute(self.broker.name, q, config.perm) for q in range(config.queues)],
+        )
+
+    async def _route(self, topic: str) -> w.RouteResponse:
+        """The topic's route across the cluster (the name server's view, refreshed by a
+        registration if this broker's own topics changed), or this broker's alone."""
+        if self._link is None:
+            return self.local_route(topic)
+        assert self.broker is not None
+        if self.broker.topics.get(topic) is not None:
+            await self._register()  # make sure the name server knows our latest topics
+        try:
+            return await self._link.call(
+                RequestCode.GET_ROUTE, w.GetRouteRequest(topic), w.RouteResponse
+            )
+        except BrokerConnectionError:
+            return self.local_route(topic)
+        except TopicNotFoundError:
+            return self.local_route(topic)
+
+    def _connection_closed(self, connection: ServerConnection) -> None:
+        if self.broker is not None and connection.client_id and connection.state.get("groups"):
+            self.broker.unregister(connection.client_id, sorted(connection.state["groups"]))
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._registrar is not None:
+            self._registrar.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._registrar
+        if self._native is not None:
+            await self._native.close()
+        if self._grpc is not None:
+            await self._grpc.close()  # type: ignore[attr-defined]
+        if self._link is not None:
+            await self._link.close()
+        if self.namesrv is not None:
+            await self.namesrv.close()
+        if self.broker is not None:
+            await self.broker.close()

@@ -1,0 +1,274 @@
+"""The broker's native-protocol handlers: wire structures in, broker calls, wire structures out.
+
+Fast operations return a structure; operations that may wait (send with sync flush, long polls)
+return a coroutine and the connection runs it as a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pocketmq.broker import (
+    VERSION,
+    Broker,
+    ConsumeFrom,
+    Delivered,
+    GroupConfig,
+    InboundMessage,
+    RetryPolicy,
+)
+from pocketmq.errors import BrokerError, Code, InvalidArgumentError, ProtocolError
+from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
+from pocketmq.protocol import structs as w
+from pocketmq.server.connection import HandlerTable, ServerConnection
+
+__all__ = ["broker_handlers", "to_wire"]
+
+RouteProvider = Callable[[str], Awaitable[w.RouteResponse]]
+
+
+def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
+    return w.DeliveredMessage(
+        message.topic,
+        message.queue_id,
+        message.queue_offset,
+        message.body,
+        message.properties,
+        message.born_timestamp,
+        message.store_timestamp,
+        message.physical_offset,
+        message.delivery_attempt,
+        message.receipt_handle,
+        message.born_host,
+        broker_name,
+    )
+
+
+def group_from_spec(spec: w.GroupSpec) -> GroupConfig:
+    try:
+        consume_from = ConsumeFrom(spec.consume_from)
+    except ValueError:
+        raise InvalidArgumentError("consume_from must be 'first' or 'last'") from None
+    return GroupConfig(
+        name=spec.name,
+        fifo=spec.fifo,
+        broadcast=spec.broadcast,
+        consume_from=consume_from,
+        retry=RetryPolicy(
+            max_retries=spec.max_retries,
+            delays=tuple(d / 1000 for d in spec.retry_delays_ms),
+            initial=spec.retry_initial_ms / 1000,
+            multiplier=spec.retry_multiplier,
+            maximum=(spec.retry_max_ms / 1000) if spec.retry_max_ms else 7200.0,
+        ),
+    )
+
+
+def group_to_spec(group: GroupConfig) -> w.GroupSpec:
+    retry = group.retry
+    return w.GroupSpec(
+        name=group.name,
+        fifo=group.fifo,
+        max_retries=retry.max_retries,
+        retry_delays_ms=[int(d * 1000) for d in retry.delays],
+        broadcast=group.broadcast,
+        consume_from=group.consume_from.value,
+        retry_initial_ms=int(retry.initial * 1000),
+        retry_multiplier=retry.multiplier,
+        retry_max_ms=int(retry.maximum * 1000),
+    )
+
+
+def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
+    name = broker.name
+
+    def hello(conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
+        if req.protocol_version != PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"protocol version {req.protocol_version} is not supported (this broker speaks "
+                f"{PROTOCOL_VERSION})"
+            )
+        conn.greeted = True
+        conn.client_id = req.client_id
+        return w.HelloResponse(
+            PROTOCOL_VERSION,
+            VERSION,
+            name,
+            "broker",
+            MAX_FRAME_BODY,
+            broker.config.store.max_message_size,
+        )
+
+    def heartbeat(conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
+        def notify(group: str) -> None:
+            conn.push(RequestCode.CONSUMERS_CHANGED, w.ConsumersChangedNotice(group))
+
+        conn.client_id = req.client_id
+        broker.heartbeat(
+            req.client_id,
+            [(c.group, c.model, c.subscriptions) for c in req.consumers],
+            notify,
+        )
+        conn.state["groups"] = {c.group for c in req.consumers}
+        return w.Empty()
+
+    def unregister(conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
+        broker.unregister(req.client_id, req.groups)
+        return w.Empty()
+
+    async def send(conn: ServerConnection, req: w.SendRequest) -> w.SendResponse:
+        inbound = [
+            InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
+            for m in req.messages
+        ]
+        outcomes = await broker.send(
+            inbound, producer_group=req.producer_group, born_host=conn.remote
+        )
+        return w.SendResponse(
+            [
+                w.SendResultItem(
+                    int(o.code),
+                    o.remark,
+                    o.message_id,
+                    o.queue_id,
+                    o.queue_offset,
+                    o.transaction_id,
+                    o.physical_offset,
+                )
+                for o in outcomes
+            ],
+            name,
+        )
+
+    async def pull(conn: ServerConnection, req: w.PullRequest) -> w.PullResponse:
+        outcome = await broker.pull(
+            req.group,
+            req.topic,
+            req.queue_id,
+            req.offset,
+            max_count=req.max_count,
+            expression=req.expression,
+            max_wait=req.max_wait_ms / 1000,
+        )
+        return w.PullResponse(
+            outcome.status,
+            outcome.next_offset,
+            outcome.min_offset,
+            outcome.max_offset,
+            [to_wire(m, name) for m in outcome.messages],
+        )
+
+    async def pop(conn: ServerConnection, req: w.PopRequest) -> w.PopResponse:
+        delivered = await broker.pop(
+            req.group,
+            req.topic,
+            max_count=req.max_count,
+            invisible=req.invisible_ms / 1000,
+            max_wait=req.max_wait_ms / 1000,
+            expression=req.expression,
+            consumer=req.consumer or conn.client_id,
+            queue_hint=req.queue_hint,
+        )
+        return w.PopResponse([to_wire(m, name) for m in delivered])
+
+    def ack(conn: ServerConnection, req: w.AckRequest) -> w.AckResponse:
+        codes: list[int] = []
+        remarks: list[str] = []
+        for entry in req.entries:
+            try:
+                broker.ack(req.group, entry.topic, entry.receipt_handle)
+                codes.append(Code.SUCCESS)
+                remarks.append("")
+            except BrokerError as exc:
+                codes.append(exc.wire_code)
+                remarks.append(str(exc))
+            except InvalidArgumentError as exc:
+                codes.append(Code.MESSAGE_ILLEGAL)
+                remarks.append(str(exc))
+        return w.AckResponse(codes, remarks)
+
+    def change_invisible(
+        conn: ServerConnection, req: w.ChangeInvisibleRequest
+    ) -> w.ChangeInvisibleResponse:
+        handle = broker.change_invisible(
+            req.group, req.topic, req.receipt_handle, req.invisible_ms / 1000
+        )
+        return w.ChangeInvisibleResponse(handle)
+
+    def commit_offset(conn: ServerConnection, req: w.CommitOffsetRequest) -> w.Empty:
+        broker.commit_offsets(req.group, [(e.topic, e.queue_id, e.offset) for e in req.entries])
+        return w.Empty()
+
+    def query_offset(conn: ServerConnection, req: w.QueryOffsetRequest) -> w.QueryOffsetResponse:
+        return w.QueryOffsetResponse(broker.query_offset(req.group, req.topic, req.queue_id))
+
+    def get_consumers(conn: ServerConnection, req: w.GetConsumersRequest) -> w.GetConsumersResponse:
+        return w.GetConsumersResponse(broker.consumer_ids(req.group))
+
+    def query_message(conn: ServerConnection, req: w.QueryMessageRequest) -> w.QueryMessageResponse:
+        found = broker.query_messages(
+            message_id=req.message_id, topic=req.topic, key=req.key, max_count=req.max_count
+        )
+        return w.QueryMessageResponse([to_wire(m, name) for m in found])
+
+    def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.Empty:
+        broker.create_topic(req.name, queues=req.queues, topic_type=req.topic_type, perm=req.perm)
+        return w.Empty()
+
+    def delete_topic(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
+        broker.delete_topic(req.name)
+        return w.Empty()
+
+    def list_topics(conn: ServerConnection, req: w.Empty) -> w.ListTopicsResponse:
+        return w.ListTopicsResponse(
+            [w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm) for t in broker.topics.all()]
+        )
+
+    def create_group(conn: ServerConnection, req: w.GroupSpec) -> w.Empty:
+        broker.create_group(group_from_spec(req))
+        return w.Empty()
+
+    def delete_group(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
+        broker.delete_group(req.name)
+        return w.Empty()
+
+    def list_groups(conn: ServerConnection, req: w.Empty) -> w.ListGroupsResponse:
+        return w.ListGroupsResponse([group_to_spec(g) for g in broker.groups.all()])
+
+    def broker_status(conn: ServerConnection, req: w.Empty) -> w.BrokerStatusResponse:
+        status: dict[str, Any] = broker.status()
+        return w.BrokerStatusResponse(name, VERSION, status["counters"], status["store"])
+
+    def queue_status(conn: ServerConnection, req: w.QueueStatusRequest) -> w.QueueStatusResponse:
+        rows = broker.queue_status(req.topic, req.group)
+        return w.QueueStatusResponse(
+            req.topic, name, [w.QueueStatus(q, lo, hi, c) for q, lo, hi, c in rows]
+        )
+
+    async def get_route(conn: ServerConnection, req: w.GetRouteRequest) -> w.RouteResponse:
+        return await route(req.topic)
+
+    return {
+        RequestCode.HELLO: hello,
+        RequestCode.HEARTBEAT: heartbeat,
+        RequestCode.UNREGISTER_CLIENT: unregister,
+        RequestCode.SEND: send,
+        RequestCode.PULL: pull,
+        RequestCode.POP: pop,
+        RequestCode.ACK: ack,
+        RequestCode.CHANGE_INVISIBLE: change_invisible,
+        RequestCode.COMMIT_OFFSET: commit_offset,
+        RequestCode.QUERY_OFFSET: query_offset,
+        RequestCode.GET_CONSUMERS: get_consumers,
+        RequestCode.QUERY_MESSAGE: query_message,
+        RequestCode.CREATE_TOPIC: create_topic,
+        RequestCode.DELETE_TOPIC: delete_topic,
+        RequestCode.LIST_TOPICS: list_topics,
+        RequestCode.CREATE_GROUP: create_group,
+        RequestCode.DELETE_GROUP: delete_group,
+        RequestCode.LIST_GROUPS: list_groups,
+        RequestCode.BROKER_STATUS: broker_status,
+        RequestCode.QUEUE_STATUS: queue_status,
+        RequestCode.GET_ROUTE: get_route,
+    }
