@@ -23,7 +23,6 @@ from pocketmq.broker.consumers import ConsumerRegistry, Notify
 from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.filtering import parse_tag_expression
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, GroupManager
-from pocketmq.broker.hashing import queue_for_group
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
@@ -49,6 +48,7 @@ from pocketmq.errors import (
     NoPermissionError,
     TopicNotFoundError,
 )
+from pocketmq.routing import queue_for_group
 from pocketmq.store import (
     FlushMode,
     GetStatus,

@@ -1,0 +1,5 @@
+"""``python -m pocketmq`` is the ``pocketmq`` command."""
+
+from pocketmq.cli import main
+
+main()

@@ -1,0 +1,197 @@
+"""``pocketmq serve`` and ``pocketmq namesrv``: run a broker (or a name server) until SIGTERM.
+
+The ready line is a contract scripts wait for; it is printed once, after every listener is up.
+SIGTERM and SIGINT shut down gracefully (flush, persist offsets) and exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import tomllib
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pocketmq.broker import BrokerConfig
+from pocketmq.cli._app import main
+from pocketmq.server import AppConfig, BrokerApp, NameServer
+from pocketmq.store import FlushMode, StoreConfig
+
+__all__ = ["build_config"]
+
+C = TypeVar("C")
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
+def _split(address: str, option: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{address!r} is not host:port", param_hint=option)
+    return host, int(port)
+
+
+def _apply(target: C, values: dict[str, Any], section: str) -> C:
+    known = {f.name: f for f in fields(target)}  # type: ignore[arg-type]
+    updates: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise click.UsageError(f"unknown setting [{section}] {key} in the config file")
+        current = getattr(target, key)
+        if isinstance(current, FlushMode):
+            value = FlushMode(value)
+        elif isinstance(current, tuple):
+            value = tuple(value)
+        updates[key] = value
+    return replace(target, **updates)  # type: ignore[type-var]
+
+
+def build_config(
+    *,
+    config_file: Path | None,
+    data_dir: str | None,
+    host: str | None,
+    port: int | None,
+    grpc_port: int | None,
+    namesrv_port: int | None,
+    namesrv: str | None,
+    broker_name: str | None,
+    flush: str | None,
+) -> AppConfig:
+    """Defaults, then the config file, then command-line options (the last word wins)."""
+    raw: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            raw = tomllib.loads(config_file.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise click.UsageError(f"cannot read {config_file}: {exc}") from None
+    store = _apply(StoreConfig(), raw.pop("store", {}), "store")
+    broker = _apply(BrokerConfig(), raw.pop("broker", {}), "broker")
+    app_values = raw.pop("server", {})
+    if raw:
+        raise click.UsageError(f"unknown config sections: {', '.join(sorted(raw))}")
+    if flush is not None:
+        store = replace(store, flush_mode=FlushMode(flush))
+    broker = replace(broker, store=store)
+    if data_dir is not None:
+        broker = replace(broker, data_dir=data_dir)
+    if broker_name is not None:
+        broker = replace(broker, broker_name=broker_name)
+    app = _apply(AppConfig(), app_values, "server")
+    overrides: dict[str, Any] = {"broker": broker}
+    for key, value in (
+        ("host", host),
+        ("port", port),
+        ("grpc_port", grpc_port),
+        ("namesrv_port", namesrv_port),
+    ):
+        if value is not None:
+            overrides[key] = value
+    if namesrv is not None:
+        _split(namesrv, "--namesrv")
+        overrides["namesrv"] = namesrv
+        overrides["namesrv_port"] = None
+    config = replace(app, **overrides)
+    store_host = f"{config.host}:{config.port}"
+    return replace(config, broker=replace(broker, store=replace(store, store_host=store_host)))
+
+
+async def _run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    await start()
+    click.echo(ready())
+    sys.stdout.flush()
+    await stopping.wait()
+    await stop()
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@main.command()
+@click.option("--data-dir", help="Where messages and state live.  [default: ./data]")
+@click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
+@click.option(
+    "--port", type=int, help="Native protocol port (0 = any free port).  [default: 10911]"
+)
+@click.option("--grpc-port", type=int, help="gRPC (RocketMQ 5) port.  [default: 8081]")
+@click.option("--namesrv-port", type=int, help="Embedded name server port.  [default: 9876]")
+@click.option(
+    "--namesrv", help="Use an external name server host:port instead of the embedded one."
+)
+@click.option("--broker-name", help="Name of this broker in the cluster.  [default: broker-a]")
+@click.option(
+    "--flush", type=click.Choice(["sync", "async"]), help="Flush policy.  [default: async]"
+)
+@click.option(
+    "--config", "config_file", type=click.Path(exists=True, path_type=Path), help="TOML file."
+)
+@click.option(
+    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
+)
+def serve(
+    data_dir: str | None,
+    host: str | None,
+    port: int | None,
+    grpc_port: int | None,
+    namesrv_port: int | None,
+    namesrv: str | None,
+    broker_name: str | None,
+    flush: str | None,
+    config_file: Path | None,
+    log_level: str,
+) -> None:
+    """Run a broker (with an embedded name server unless --namesrv is given)."""
+    _logging(log_level)
+    config = build_config(
+        config_file=config_file,
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        grpc_port=grpc_port,
+        namesrv_port=namesrv_port,
+        namesrv=namesrv,
+        broker_name=broker_name,
+        flush=flush,
+    )
+    app = BrokerApp(config)
+    try:
+        asyncio.run(_run_until_signalled(app.start, app.ready_line, app.close))
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the broker: {exc}") from None
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=9876, show_default=True, type=int)
+@click.option(
+    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
+)
+def namesrv(host: str, port: int, log_level: str) -> None:
+    """Run a stand-alone name server for a cluster of brokers."""
+    _logging(log_level)
+    server = NameServer()
+
+    async def start() -> None:
+        await server.start(host, port)
+
+    try:
+        asyncio.run(
+            _run_until_signalled(
+                start, lambda: f"pocketmq namesrv ready namesrv={server.address}", server.close
+            )
+        )
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the name server: {exc}") from None

@@ -1,0 +1,188 @@
+"""Administration: topics, groups, offsets, message lookup and broker status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Self
+
+from pocketmq.client.base import ClientBase, resolve_config
+from pocketmq.client.config import ClientConfig
+from pocketmq.client.convert import to_view
+from pocketmq.client.message import MessageView
+from pocketmq.errors import InvalidArgumentError
+from pocketmq.protocol import RequestCode
+from pocketmq.protocol import structs as w
+
+__all__ = ["Admin", "GroupInfo", "QueueInfo", "TopicInfo"]
+
+TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    queues: int
+    topic_type: str
+    perm: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    name: str
+    fifo: bool
+    broadcast: bool
+    max_retries: int
+    retry_delays: tuple[float, ...]
+    consume_from: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    committed_offset: int
+
+    @property
+    def lag(self) -> int:
+        if self.committed_offset < 0:
+            return self.max_offset - self.min_offset
+        return max(0, self.max_offset - self.committed_offset)
+
+
+class Admin(ClientBase):
+    """Administrative calls. Topic and group changes go to every broker the servers know."""
+
+    def __init__(
+        self, *, servers: Sequence[str] | str | None = None, client: ClientConfig | None = None
+    ) -> None:
+        super().__init__(resolve_config(servers, client))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.close_base()
+
+    async def _brokers(self) -> list[str]:
+        """Addresses of every live broker (from the name server), or the configured servers."""
+        try:
+            reply = await self.call_any(RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse)
+            if reply.brokers:
+                return [b.address for b in reply.brokers]
+        except Exception:  # a broker answers LIST_BROKERS only through a name server
+            pass
+        return list(self.client_config.servers)
+
+    async def create_topic(
+        self, name: str, *, queues: int = 8, topic_type: str = "normal", perm: int = 6
+    ) -> None:
+        if topic_type not in TOPIC_TYPES:
+            raise InvalidArgumentError(f"topic type must be one of {', '.join(TOPIC_TYPES)}")
+        await self.call_any(
+            RequestCode.CREATE_TOPIC, w.TopicSpec(name, queues, topic_type, perm), w.Empty
+        )
+        self.routes.invalidate(name)
+
+    async def delete_topic(self, name: str) -> None:
+        await self.call_any(RequestCode.DELETE_TOPIC, w.NameRequest(name), w.Empty)
+        self.routes.invalidate(name)
+
+    async def list_topics(self) -> list[TopicInfo]:
+        reply = await self.call_any(RequestCode.LIST_TOPICS, w.Empty(), w.ListTopicsResponse)
+        return [TopicInfo(t.name, t.queues, t.topic_type, t.perm) for t in reply.topics]
+
+    async def create_group(
+        self,
+        name: str,
+        *,
+        fifo: bool = False,
+        max_retries: int = 16,
+        retry_delays: Sequence[float] = (),
+        broadcast: bool = False,
+        consume_from: str = "first",
+        retry_initial: float = 0.0,
+        retry_multiplier: float = 2.0,
+        retry_max: float = 0.0,
+    ) -> None:
+        spec = w.GroupSpec(
+            name,
+            fifo,
+            max_retries,
+            [int(d * 1000) for d in retry_delays],
+            broadcast,
+            consume_from,
+            int(retry_initial * 1000),
+            retry_multiplier,
+            int(retry_max * 1000),
+        )
+        await self.call_any(RequestCode.CREATE_GROUP, spec, w.Empty)
+
+    async def delete_group(self, name: str) -> None:
+        await self.call_any(RequestCode.DELETE_GROUP, w.NameRequest(name), w.Empty)
+
+    async def list_groups(self) -> list[GroupInfo]:
+        reply = await self.call_any(RequestCode.LIST_GROUPS, w.Empty(), w.ListGroupsResponse)
+        return [
+            GroupInfo(
+                g.name,
+                g.fifo,
+                g.broadcast,
+                g.max_retries,
+                tuple(d / 1000 for d in g.retry_delays_ms),
+                g.consume_from,
+            )
+            for g in reply.groups
+        ]
+
+    async def queues(self, topic: str, group: str = "") -> list[QueueInfo]:
+        """Every queue of ``topic`` across brokers with its offsets (and ``group``'s progress)."""
+        route = await self.routes.get(topic, refresh=True)
+        out: list[QueueInfo] = []
+        for broker, address in sorted(route.addresses.items()):
+            reply = await self.call(
+                address,
+                RequestCode.QUEUE_STATUS,
+                w.QueueStatusRequest(topic, group),
+                w.QueueStatusResponse,
+            )
+            out.extend(
+                QueueInfo(broker, q.queue_id, q.min_offset, q.max_offset, q.committed_offset)
+                for q in reply.queues
+            )
+        return out
+
+    async def query_message(self, message_id: str) -> list[MessageView]:
+        found: list[MessageView] = []
+        for address in await self._brokers():
+            reply = await self.call(
+                address,
+                RequestCode.QUERY_MESSAGE,
+                w.QueryMessageRequest(message_id=message_id),
+                w.QueryMessageResponse,
+            )
+            found.extend(to_view(m) for m in reply.messages)
+        return found
+
+    async def query_by_key(self, topic: str, key: str, max_count: int = 32) -> list[MessageView]:
+        found: list[MessageView] = []
+        for address in await self._brokers():
+            reply = await self.call(
+                address,
+                RequestCode.QUERY_MESSAGE,
+                w.QueryMessageRequest(topic=topic, key=key, max_count=max_count),
+                w.QueryMessageResponse,
+            )
+            found.extend(to_view(m) for m in reply.messages)
+        return found
+
+    async def broker_status(self) -> list[w.BrokerStatusResponse]:
+        return [
+            await self.call(address, RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse)
+            for address in await self._brokers()
+        ]

@@ -1,0 +1,212 @@
+"""One client connection to a broker or name server: pipelined requests matched by id.
+
+Any number of requests may be in flight; each waits on its own future. When the connection
+breaks, every waiting request fails with :class:`BrokerConnectionError` at once, so callers can
+retry elsewhere instead of waiting for a timeout. One-way requests from the server (consumer-group
+changes, transaction checks) go to a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from pocketmq.errors import (
+    BrokerConnectionError,
+    Code,
+    ProtocolError,
+    RequestTimeoutError,
+    error_from_code,
+)
+from pocketmq.protocol import (
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    FrameKind,
+    RequestCode,
+    decode_body,
+    encode_body,
+    encode_frame,
+)
+from pocketmq.protocol import structs as w
+
+__all__ = ["ClientConnection", "PushHandler", "connect"]
+
+log = logging.getLogger("pocketmq.client")
+
+T = TypeVar("T")
+PushHandler = Callable[["ClientConnection", int, bytes], None]
+
+CLIENT_VERSION = "0.1.0"
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, address: str, on_push: PushHandler | None) -> None:
+        self.address = address
+        self._on_push = on_push
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], type[Any] | None]] = {}
+        self._ids = itertools.count(1)
+        self._closed: asyncio.Future[None] | None = None
+        self._can_write: asyncio.Event = asyncio.Event()
+        self._can_write.set()
+        self.hello: w.HelloResponse | None = None
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._closed = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(
+            BrokerConnectionError(f"connection to {self.address} lost", address=self.address)
+        )
+        self._transport = None
+        self._can_write.set()
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolError as exc:
+            log.error("broker %s sent a malformed frame: %s", self.address, exc)
+            self._fail_all(BrokerConnectionError(str(exc), address=self.address))
+            self.close()
+            return
+        for frame in frames:
+            if frame.kind == FrameKind.RESPONSE:
+                waiting = self._pending.pop(frame.request_id, None)
+                if waiting is None:
+                    if frame.code != Code.SUCCESS:
+                        remark = _remark(frame.body)
+                        log.error("broker %s: %s", self.address, remark or frame.code)
+                    continue
+                future, reply = waiting
+                if future.done():
+                    continue
+                if frame.code != Code.SUCCESS:
+                    future.set_exception(error_from_code(frame.code, _remark(frame.body)))
+                elif reply is None:
+                    future.set_result(None)
+                else:
+                    try:
+                        future.set_result(decode_body(frame.body, reply))
+                    except ProtocolError as exc:
+                        future.set_exception(exc)
+            elif self._on_push is not None:
+                try:
+                    self._on_push(self, frame.code, frame.body)
+                except Exception:
+                    log.exception("handling a push from %s failed", self.address)
+
+    # -- requests -------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    def send_request(
+        self, code: RequestCode, body: msgspec.Struct, reply: type[T] | None
+    ) -> asyncio.Future[T]:
+        """Write the request now and return the future of its response (no timeout)."""
+        if not self.is_open:
+            raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
+        assert self._transport is not None
+        request_id = next(self._ids) & 0xFFFFFFFF
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (future, reply)
+        self._transport.write(encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body)))
+        return future
+
+    async def request(
+        self, code: RequestCode, body: msgspec.Struct, reply: type[T], timeout: float
+    ) -> T:
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+        future = self.send_request(code, body, reply)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"{code.name} to {self.address} got no answer in {timeout:.1f}s",
+                address=self.address,
+            ) from None
+
+    def oneway(self, code: RequestCode, body: msgspec.Struct) -> None:
+        if not self.is_open:
+            raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
+        assert self._transport is not None
+        request_id = next(self._ids) & 0xFFFFFFFF
+        self._transport.write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
+
+    def _fail_all(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def wait_closed(self) -> None:
+        if self._closed is not None:
+            await self._closed
+
+
+def _remark(body: bytes) -> str:
+    try:
+        return decode_body(body, w.ErrorBody).remark
+    except ProtocolError:
+        return ""
+
+
+async def connect(
+    address: str, client_id: str, *, timeout: float, on_push: PushHandler | None = None
+) -> ClientConnection:
+    """Open a connection and complete the HELLO handshake."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise BrokerConnectionError(f"bad address {address!r}: expected host:port", address=address)
+    loop = asyncio.get_running_loop()
+    try:
+        _, connection = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: ClientConnection(address, on_push), host.strip("[]"), int(port)
+            ),
+            timeout,
+        )
+    except (OSError, TimeoutError) as exc:
+        raise BrokerConnectionError(f"cannot connect to {address}: {exc}", address=address) from exc
+    try:
+        connection.hello = await connection.request(
+            RequestCode.HELLO,
+            w.HelloRequest(PROTOCOL_VERSION, client_id, CLIENT_VERSION),
+            w.HelloResponse,
+            timeout,
+        )
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+async def close_quietly(connection: ClientConnection) -> None:
+    connection.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(connection.wait_closed(), 1.0)

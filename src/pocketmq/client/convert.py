@@ -1,0 +1,104 @@
+"""Between the SDK's values (``Message``, ``MessageView``) and wire structures."""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from pocketmq import properties as props
+from pocketmq.client.ids import new_message_id
+from pocketmq.client.message import Message, MessageView
+from pocketmq.errors import InvalidArgumentError
+from pocketmq.protocol import structs as w
+
+__all__ = ["SYSTEM_PROPERTIES", "to_view", "to_wire", "validate_message"]
+
+SYSTEM_PROPERTIES: Final = frozenset(
+    {
+        props.MESSAGE_ID,
+        props.TAGS,
+        props.KEYS,
+        props.MESSAGE_GROUP,
+        props.DELIVER_TIME_MS,
+        props.DELAY_LEVEL,
+        props.TRANSACTION_PREPARED,
+        props.TRANSACTION_ID,
+        props.PRODUCER_GROUP,
+        props.CHECK_TIMES,
+        props.RETRY_TOPIC,
+        props.ORIGIN_MESSAGE_ID,
+        props.REAL_TOPIC,
+        props.REAL_QUEUE_ID,
+        props.RECONSUME_TIMES,
+        props.MAX_RECONSUME_TIMES,
+        "DLQ_REASON",
+    }
+)
+
+
+def validate_message(message: Message, max_size: int | None = None) -> None:
+    if not isinstance(message, Message):
+        raise InvalidArgumentError(f"expected a pocketmq.Message, got {type(message).__name__}")
+    if not isinstance(message.topic, str) or not message.topic:
+        raise InvalidArgumentError("message topic must be a non-empty string")
+    if not isinstance(message.body, bytes | bytearray | memoryview):
+        raise InvalidArgumentError(
+            f"message body must be bytes, got {type(message.body).__name__} "
+            "(encode text with .encode())"
+        )
+    if not message.body:
+        raise InvalidArgumentError("message body must not be empty")
+    if max_size is not None and len(message.body) > max_size:
+        raise InvalidArgumentError(
+            f"message body is {len(message.body)} bytes; the broker accepts at most {max_size}"
+        )
+    if message.tag is not None and (not isinstance(message.tag, str) or "||" in message.tag):
+        raise InvalidArgumentError("tag must be a string without '||'")
+    for key in message.keys:
+        if not isinstance(key, str) or not key or any(c.isspace() for c in key):
+            raise InvalidArgumentError(f"key {key!r} must be a non-empty string without spaces")
+    for name, value in message.properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidArgumentError("properties must map strings to strings")
+        if name in SYSTEM_PROPERTIES:
+            raise InvalidArgumentError(f"property {name!r} is reserved")
+
+
+def to_wire(message: Message, message_id: str | None = None) -> w.WireMessage:
+    properties = dict(message.properties)
+    properties[props.MESSAGE_ID] = message_id or message.message_id or new_message_id()
+    if message.tag:
+        properties[props.TAGS] = message.tag
+    if message.keys:
+        properties[props.KEYS] = " ".join(message.keys)
+    if message.message_group:
+        properties[props.MESSAGE_GROUP] = message.message_group
+    if message.delivery_time is not None:
+        properties[props.DELIVER_TIME_MS] = str(int(message.delivery_time * 1000))
+    return w.WireMessage(
+        message.topic, bytes(message.body), properties, -1, 0, int(time.time() * 1000)
+    )
+
+
+def to_view(message: w.DeliveredMessage) -> MessageView:
+    properties = message.properties
+    topic = message.topic
+    if topic.startswith("%RETRY%"):
+        topic = properties.get(props.RETRY_TOPIC, topic)
+    keys = properties.get(props.KEYS)
+    return MessageView(
+        message_id=properties.get(props.MESSAGE_ID, ""),
+        topic=topic,
+        queue_id=message.queue_id,
+        queue_offset=message.queue_offset,
+        body=message.body,
+        tag=properties.get(props.TAGS) or None,
+        keys=tuple(keys.split()) if keys else (),
+        properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES},
+        message_group=properties.get(props.MESSAGE_GROUP) or None,
+        delivery_attempt=message.delivery_attempt,
+        born_timestamp=message.born_timestamp,
+        store_timestamp=message.store_timestamp,
+        broker_name=message.broker_name,
+        receipt_handle=message.receipt_handle or None,
+    )

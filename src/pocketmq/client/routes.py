@@ -1,0 +1,114 @@
+"""Topic routes (which broker holds which queues), fetched from any server and refreshed.
+
+A route is asked of the configured servers in turn (brokers answer with the cluster view they get
+from their name server). Routes are cached and refreshed every 30 s in the background, and
+dropped at once when a send or pull finds them wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from pocketmq.client.config import ClientConfig
+from pocketmq.client.pool import ConnectionPool
+from pocketmq.errors import BrokerConnectionError, TopicNotFoundError
+from pocketmq.protocol import RequestCode
+from pocketmq.protocol import structs as w
+
+__all__ = ["QueueRef", "Route", "RouteCache"]
+
+PERM_READ = 4
+PERM_WRITE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRef:
+    broker_name: str
+    address: str
+    queue_id: int
+    perm: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.broker_name, self.queue_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    topic: str
+    topic_type: str
+    queues: tuple[QueueRef, ...]
+    addresses: dict[str, str]
+    fetched_at: float
+
+    @property
+    def writable(self) -> tuple[QueueRef, ...]:
+        return tuple(q for q in self.queues if q.perm & PERM_WRITE)
+
+    @property
+    def readable(self) -> tuple[QueueRef, ...]:
+        return tuple(q for q in self.queues if q.perm & PERM_READ)
+
+
+class RouteCache:
+    def __init__(self, pool: ConnectionPool, config: ClientConfig) -> None:
+        self._pool = pool
+        self._config = config
+        self._routes: dict[str, Route] = {}
+        self._refresher: asyncio.Task[None] | None = None
+
+    async def get(self, topic: str, *, refresh: bool = False) -> Route:
+        route = self._routes.get(topic)
+        if route is None or refresh:
+            route = await self._fetch(topic)
+            self._routes[topic] = route
+        return route
+
+    def invalidate(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    async def _fetch(self, topic: str) -> Route:
+        last: Exception | None = None
+        for server in self._config.servers:
+            try:
+                connection = await self._pool.get(server)
+                reply = await connection.request(
+                    RequestCode.GET_ROUTE,
+                    w.GetRouteRequest(topic),
+                    w.RouteResponse,
+                    self._config.request_timeout,
+                )
+            except BrokerConnectionError as exc:
+                last = exc
+                continue
+            addresses = {b.name: b.address for b in reply.brokers}
+            queues = tuple(
+                QueueRef(q.broker_name, addresses[q.broker_name], q.queue_id, q.perm)
+                for q in sorted(reply.queues, key=lambda q: (q.broker_name, q.queue_id))
+                if q.broker_name in addresses
+            )
+            return Route(topic, reply.topic_type, queues, addresses, time.monotonic())
+        if last is not None:
+            raise last
+        raise TopicNotFoundError(f"no server configured to ask for topic {topic!r}")
+
+    def start(self) -> None:
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_forever())
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.route_refresh_interval)
+            for topic in list(self._routes):
+                with contextlib.suppress(Exception):
+                    self._routes[topic] = await self._fetch(topic)
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
