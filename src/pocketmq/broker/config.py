@@ -30,3 +30,4 @@ class BrokerConfig:
     max_inflight_per_queue: int = 100_000
     delay_levels: tuple[float, ...] = DEFAULT_DELAY_LEVELS
     max_batch_messages: int = 1024
+    max_delay: float = 3 * 86400.0

@@ -17,6 +17,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from pocketmq import properties as props
 from pocketmq.broker.config import BrokerConfig
 from pocketmq.broker.consumers import ConsumerRegistry, Notify
@@ -27,6 +29,7 @@ from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.pop import Handle, PopManager, PopQueue
+from pocketmq.broker.schedule import SCHEDULE_TOPIC, TIMER_TOPIC, ScheduleService
 from pocketmq.broker.topics import (
     DLQ_PREFIX,
     PERM_READ,
@@ -44,6 +47,7 @@ from pocketmq.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
     MessageIllegalError,
+    MessageNotFoundError,
     MessageTooLargeError,
     NoPermissionError,
     TopicNotFoundError,
@@ -79,6 +83,7 @@ _PUT_CODES = {
 }
 
 
+_SCHEDULE_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 _SKIPPABLE = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
 
 
@@ -115,10 +120,14 @@ class Broker:
         self._hosts: dict[str, bytes] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self.schedule = ScheduleService(
+            self.store, config_dir, config.delay_levels, self.append_internal, clock
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        await self.schedule.start()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="broker-housekeeping"))
 
     async def close(self) -> None:
@@ -131,6 +140,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.arrivals.notify_all()
+        await self.schedule.close()
         self.offsets.persist(force=True)
         self.pop_state.persist(force=True)
         self.store.close()
@@ -144,6 +154,7 @@ class Broker:
                 self.consumers.expire(now)
                 self._revive(now)
                 self.pop_state.persist()
+                self.schedule.persist()
                 if now - last_offsets >= self.config.offset_persist_interval:
                     self.offsets.persist()
                     last_offsets = now
@@ -267,6 +278,8 @@ class Broker:
                     touched.add(stored.topic)
             for topic in touched:
                 self.arrivals.notify(topic)
+            if touched & _SCHEDULE_TOPICS:
+                self.schedule.notify()
             self.counters["messages_in"] += sum(r.status.stored for r in results)
         return [o for o in outcomes if o is not None]
 
@@ -282,15 +295,49 @@ class Broker:
         if not properties.get(props.MESSAGE_ID):
             properties = {**properties, props.MESSAGE_ID: new_message_id()}
         queue_id = self._select_queue(topic, message.queue_id, properties.get(props.MESSAGE_GROUP))
-        return StoreMessage(
+        now_ms = int(self._clock() * 1000)
+        stored = StoreMessage(
             topic=topic.name,
             queue_id=queue_id,
             body=body,
             properties=properties,
             flags=message.flags,
-            born_timestamp=message.born_timestamp or int(self._clock() * 1000),
+            born_timestamp=message.born_timestamp or now_ms,
             born_host=host,
         )
+        return self._delay(stored, now_ms)
+
+    def _delay(self, message: StoreMessage, now_ms: int) -> StoreMessage:
+        """Route a delayed message (delay level, or delivery time) to the schedule topics."""
+        properties = message.properties
+        level_text = properties.get(props.DELAY_LEVEL)
+        due_text = properties.get(props.DELIVER_TIME_MS)
+        if level_text is None and due_text is None:
+            return message
+        if level_text is not None:
+            try:
+                level = int(level_text)
+            except ValueError:
+                raise MessageIllegalError(f"delay level {level_text!r} is not a number") from None
+            if level <= 0:
+                return message
+            if level > len(self.config.delay_levels):
+                raise MessageIllegalError(
+                    f"delay level {level} does not exist (1..{len(self.config.delay_levels)})"
+                )
+            return self.schedule.schedule_level(message, level, now_ms)
+        assert due_text is not None
+        try:
+            due = int(due_text)
+        except ValueError:
+            raise MessageIllegalError(f"delivery time {due_text!r} is not epoch ms") from None
+        if due - now_ms > self.config.max_delay * 1000:
+            raise MessageIllegalError(
+                f"delivery time is more than {self.config.max_delay / 86400:g} days ahead"
+            )
+        if due <= now_ms:
+            return message
+        return self.schedule.schedule_at(message, due)
 
     def _select_queue(self, topic: TopicConfig, requested: int, group: str | None) -> int:
         if requested >= 0:
@@ -326,6 +373,16 @@ class Broker:
 
     def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
         code = _PUT_CODES[result.status]
+        if stored.topic in _SCHEDULE_TOPICS:  # delayed: the real offset comes on delivery
+            return SendOutcome(
+                code=code,
+                remark=result.reason,
+                message_id=stored.properties.get(props.MESSAGE_ID, ""),
+                queue_id=int(stored.properties.get(props.REAL_QUEUE_ID, "-1")),
+                queue_offset=-1,
+                physical_offset=result.physical_offset,
+                topic=stored.properties.get(props.REAL_TOPIC, stored.topic),
+            )
         return SendOutcome(
             code=code,
             remark=result.reason,
@@ -340,9 +397,82 @@ class Broker:
         """Store messages the broker itself produces (retries, dead letters, timers)."""
         results = self.store.append(messages)
         await self._await_durable(results)
-        for topic in {m.topic for m, r in zip(messages, results, strict=True) if r.status.stored}:
+        topics = {m.topic for m, r in zip(messages, results, strict=True) if r.status.stored}
+        for topic in topics:
             self.arrivals.notify(topic)
+        if topics & _SCHEDULE_TOPICS:
+            self.schedule.notify()
         return results
+
+    # -- consumer retry (send-back) -------------------------------------------------------
+
+    async def send_back(
+        self,
+        group: str,
+        physical_offset: int,
+        message_id: str,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = -1,
+    ) -> str:
+        """Re-store a message a consumer failed on: into ``%RETRY%<group>`` after a delay, or
+        into ``%DLQ%<group>`` when its retries are used up (or ``delay_level`` < 0).
+
+        Returns ``"retry"`` or ``"dlq"``. The message keeps its id; ``RETRY_TOPIC`` keeps its
+        original topic and ``ORIGIN_MESSAGE_ID`` its first id (seed 000/001).
+        """
+        group_config = self._group(group)
+        record = self.store.read_message(physical_offset)
+        if record is None or record.message_id != message_id:
+            raise MessageNotFoundError(
+                f"no message {message_id!r} at offset {physical_offset} (removed by retention?)"
+            )
+        properties = dict(record.properties)
+        properties.setdefault(props.RETRY_TOPIC, record.topic)
+        properties.setdefault(props.ORIGIN_MESSAGE_ID, message_id)
+        limit = max_reconsume_times if max_reconsume_times >= 0 else group_config.retry.max_retries
+        reconsume = record.reconsume_times
+        if delay_level < 0 or (limit >= 0 and reconsume >= limit):
+            reason = (
+                "sent to DLQ by the consumer"
+                if delay_level < 0
+                else (f"consumed {reconsume + 1} times without success")
+            )
+            self.dead_letter(group, msgspec.structs.replace(record, properties=properties),
+                             reason=reason)  # fmt: skip
+            return "dlq"
+        retry = self.topics.ensure_system(
+            retry_topic(group), max(1, group_config.retry_queues), PERM_READ | PERM_WRITE
+        )
+        message = StoreMessage(
+            topic=retry.name,
+            queue_id=self._round_robin_next(retry.name) % retry.queues,
+            body=record.body,
+            properties=properties,
+            flags=record.flags,
+            born_timestamp=record.born_timestamp,
+            reconsume_times=reconsume + 1,
+        )
+        now_ms = int(self._clock() * 1000)
+        if delay_level > 0:
+            held = self.schedule.schedule_level(message, delay_level, now_ms)
+        else:
+            seconds = group_config.retry.delay(reconsume + 1, self.config.delay_levels)
+            level = self.schedule.level_for(seconds)
+            if level is not None:
+                held = self.schedule.schedule_level(message, level, now_ms)
+            else:
+                held = self.schedule.schedule_at(message, now_ms + int(seconds * 1000))
+        [result] = await self.append_internal([held])
+        if not result.status.stored:
+            raise BrokerError(f"storing the retry failed: {result.reason or result.status.value}")
+        self.counters["sent_back"] += 1
+        return "retry"
+
+    def _round_robin_next(self, key: str) -> int:
+        turn = self._round_robin.get(key, 0)
+        self._round_robin[key] = turn + 1
+        return turn
 
     # -- pull (push consumers) ------------------------------------------------------------
 

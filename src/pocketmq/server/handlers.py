@@ -249,6 +249,16 @@ def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
     async def get_route(conn: ServerConnection, req: w.GetRouteRequest) -> w.RouteResponse:
         return await route(req.topic)
 
+    async def send_back(conn: ServerConnection, req: w.SendBackRequest) -> w.Empty:
+        await broker.send_back(
+            req.group,
+            req.physical_offset,
+            req.message_id,
+            delay_level=req.delay_level,
+            max_reconsume_times=req.max_reconsume_times,
+        )
+        return w.Empty()
+
     return {
         RequestCode.HELLO: hello,
         RequestCode.HEARTBEAT: heartbeat,
@@ -271,4 +281,5 @@ def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
         RequestCode.BROKER_STATUS: broker_status,
         RequestCode.QUEUE_STATUS: queue_status,
         RequestCode.GET_ROUTE: get_route,
+        RequestCode.SEND_BACK: send_back,
     }
