@@ -305,7 +305,35 @@ class Broker:
             born_timestamp=message.born_timestamp or now_ms,
             born_host=host,
         )
+        if topic.name.startswith(RETRY_PREFIX):
+            stored = self._resent_retry(stored)
         return self._delay(stored, now_ms)
+
+    def _resent_retry(self, message: StoreMessage) -> StoreMessage:
+        """A consumer re-sent a failed message to its retry topic (its send-back failed):
+        carry the reconsume count, and dead-letter it once the retries are used up."""
+        properties = dict(message.properties)
+        try:
+            reconsume = int(properties.pop(props.RECONSUME_TIMES, "0"))
+            limit = int(properties.pop(props.MAX_RECONSUME_TIMES, "-1"))
+        except ValueError:
+            raise MessageIllegalError("reconsume counts must be numbers") from None
+        group = self._group(message.topic[len(RETRY_PREFIX) :])
+        if limit < 0:
+            limit = group.retry.max_retries
+        over = limit >= 0 and reconsume > limit
+        if over or properties.get(props.DELAY_LEVEL) == "-1":
+            properties.pop(props.DELAY_LEVEL, None)
+            properties["DLQ_REASON"] = f"consumed {reconsume} times without success"
+            dlq = self.topics.ensure_system(dlq_topic(group.name), 1, PERM_WRITE)
+            return msgspec.structs.replace(
+                message,
+                topic=dlq.name,
+                queue_id=0,
+                properties=properties,
+                reconsume_times=reconsume,
+            )
+        return msgspec.structs.replace(message, properties=properties, reconsume_times=reconsume)
 
     def _delay(self, message: StoreMessage, now_ms: int) -> StoreMessage:
         """Route a delayed message (delay level, or delivery time) to the schedule topics."""

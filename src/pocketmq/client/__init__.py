@@ -1,5 +1,38 @@
-"""The asyncio SDK: producers and consumers over the native protocol."""
+"""The asyncio SDK: producers, consumers and administration over the native protocol."""
 
+from pocketmq.client.admin import Admin, GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.backoff import Backoff
+from pocketmq.client.config import ClientConfig
 from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult, SendStatus
+from pocketmq.client.producer import Producer, ProducerConfig, ProducerStatistics
+from pocketmq.client.push import (
+    ConsumeContext,
+    ConsumerStatistics,
+    MessageModel,
+    PushConsumer,
+    PushConsumerConfig,
+)
+from pocketmq.client.simple import SimpleConsumer
 
-__all__ = ["ConsumeStatus", "Message", "MessageView", "SendResult", "SendStatus"]
+__all__ = [
+    "Admin",
+    "Backoff",
+    "ClientConfig",
+    "ConsumeContext",
+    "ConsumeStatus",
+    "ConsumerStatistics",
+    "GroupInfo",
+    "Message",
+    "MessageModel",
+    "MessageView",
+    "Producer",
+    "ProducerConfig",
+    "ProducerStatistics",
+    "PushConsumer",
+    "PushConsumerConfig",
+    "QueueInfo",
+    "SendResult",
+    "SendStatus",
+    "SimpleConsumer",
+    "TopicInfo",
+]
