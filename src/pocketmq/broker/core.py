@@ -639,9 +639,15 @@ class Broker:
             if len(out) >= max_count:
                 break
             queue_id = (start + step) % topic.queues
-            state = self.pop_state.ensure(
-                group.name, topic.name, queue_id, self._initial_offset(group, topic.name, queue_id)
-            )
+            state = self.pop_state.get(group.name, topic.name, queue_id)
+            if state is None:
+                committed = self.offsets.query(group.name, topic.name, queue_id)
+                start = (
+                    committed
+                    if committed >= 0
+                    else self._initial_offset(group, topic.name, queue_id)
+                )
+                state = self.pop_state.ensure(group.name, topic.name, queue_id, start)
             self._redeliver(group, topic.name, queue_id, state, now, invisible, consumer, out,
                             max_count)  # fmt: skip
             if len(out) < max_count and len(state.inflight) < self.config.max_inflight_per_queue:

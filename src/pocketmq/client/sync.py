@@ -1,0 +1,221 @@
+"""Blocking wrappers for code that cannot use asyncio (scripts, the CLI, Spark drivers).
+
+One event loop runs in a daemon thread; every blocking call submits the async implementation's
+coroutine to it and waits. There is no second implementation to drift from the async one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, Self, TypeVar
+
+from pocketmq.client.admin import Admin, GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.config import ClientConfig
+from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult
+from pocketmq.client.producer import Producer, ProducerConfig
+from pocketmq.client.push import PushConsumer, PushConsumerConfig
+from pocketmq.client.simple import SimpleConsumer
+
+__all__ = ["LoopThread", "SyncAdmin", "SyncProducer", "SyncPushConsumer", "SyncSimpleConsumer"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop in a daemon thread."""
+
+    def __init__(self, name: str = "pocketmq-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self.submit(coro).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+async def _build(factory: Callable[[], T]) -> T:
+    return factory()  # objects with asyncio state must be created on the loop
+
+
+class _SyncResource:
+    def __init__(self, loop: LoopThread | None) -> None:
+        self._own_loop = loop is None
+        self._loop = loop or LoopThread()
+
+    def _close_loop(self) -> None:
+        if self._own_loop:
+            self._loop.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SyncProducer(_SyncResource):
+    def __init__(
+        self,
+        *,
+        servers: Sequence[str] | str | None = None,
+        config: ProducerConfig | None = None,
+        client: ClientConfig | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        super().__init__(loop)
+        self._producer = self._loop.run(
+            _build(lambda: Producer(servers=servers, config=config, client=client))
+        )
+        self._loop.run(self._producer.start())
+
+    def send(self, message: Message) -> SendResult:
+        return self._loop.run(self._producer.send(message))
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        return self._loop.run(self._producer.send_batch(messages))
+
+    def send_oneway(self, message: Message) -> None:
+        self._loop.run(self._producer.send_oneway(message))
+
+    def send_async(self, message: Message) -> concurrent.futures.Future[SendResult]:
+        return self._loop.submit(self._producer.send(message))
+
+    def close(self) -> None:
+        self._loop.run(self._producer.aclose())
+        self._close_loop()
+
+
+class SyncSimpleConsumer(_SyncResource):
+    def __init__(
+        self,
+        group: str,
+        subscriptions: Mapping[str, str] | Sequence[str] | str,
+        *,
+        servers: Sequence[str] | str | None = None,
+        client: ClientConfig | None = None,
+        await_duration: float = 20.0,
+        loop: LoopThread | None = None,
+    ) -> None:
+        super().__init__(loop)
+        self._consumer = self._loop.run(
+            _build(
+                lambda: SimpleConsumer(
+                    group,
+                    subscriptions,
+                    servers=servers,
+                    client=client,
+                    await_duration=await_duration,
+                )
+            )
+        )
+        self._loop.run(self._consumer.start())
+
+    def receive(
+        self, max_messages: int = 16, invisible_duration: float = 30.0
+    ) -> list[MessageView]:
+        return self._loop.run(self._consumer.receive(max_messages, invisible_duration))
+
+    def ack(self, message: MessageView) -> None:
+        self._loop.run(self._consumer.ack(message))
+
+    def ack_many(self, messages: Sequence[MessageView]) -> None:
+        self._loop.run(self._consumer.ack_many(messages))
+
+    def change_invisible_duration(self, message: MessageView, seconds: float) -> MessageView:
+        return self._loop.run(self._consumer.change_invisible_duration(message, seconds))
+
+    def close(self) -> None:
+        self._loop.run(self._consumer.aclose())
+        self._close_loop()
+
+
+class SyncPushConsumer(_SyncResource):
+    """A push consumer whose (blocking) listener runs in worker threads."""
+
+    def __init__(
+        self,
+        group: str,
+        subscriptions: Mapping[str, str] | Sequence[str] | str,
+        listener: Callable[[list[MessageView]], ConsumeStatus | None],
+        *,
+        servers: Sequence[str] | str | None = None,
+        config: PushConsumerConfig | None = None,
+        client: ClientConfig | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        super().__init__(loop)
+        self._consumer = self._loop.run(
+            _build(
+                lambda: PushConsumer(
+                    group, subscriptions, listener, servers=servers, config=config, client=client
+                )
+            )
+        )
+        self._loop.run(self._consumer.start())
+
+    @property
+    def consumer(self) -> PushConsumer:
+        return self._consumer
+
+    def close(self) -> None:
+        self._loop.run(self._consumer.aclose())
+        self._close_loop()
+
+
+class SyncAdmin(_SyncResource):
+    def __init__(
+        self,
+        *,
+        servers: Sequence[str] | str | None = None,
+        client: ClientConfig | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        super().__init__(loop)
+        self.admin = self._loop.run(_build(lambda: Admin(servers=servers, client=client)))
+
+    def run(self, call: Callable[[Admin], Awaitable[T]]) -> T:
+        """Run any :class:`Admin` coroutine: ``admin.run(lambda a: a.queues("t"))``."""
+
+        async def invoke() -> T:
+            return await call(self.admin)
+
+        return self._loop.run(invoke())
+
+    def create_topic(self, name: str, *, queues: int = 8, topic_type: str = "normal") -> None:
+        self.run(lambda a: a.create_topic(name, queues=queues, topic_type=topic_type))
+
+    def list_topics(self) -> list[TopicInfo]:
+        return self.run(lambda a: a.list_topics())
+
+    def create_group(self, name: str, **options: Any) -> None:
+        self.run(lambda a: a.create_group(name, **options))
+
+    def list_groups(self) -> list[GroupInfo]:
+        return self.run(lambda a: a.list_groups())
+
+    def queues(self, topic: str, group: str = "") -> list[QueueInfo]:
+        return self.run(lambda a: a.queues(topic, group))
+
+    def close(self) -> None:
+        self._loop.run(self.admin.aclose())
+        self._close_loop()
