@@ -174,6 +174,10 @@ class ReliabilityBackend(ABC, Generic[TxT]):
     async def get_stub(self, message_id: str) -> MessageStub | None: ...
 
     @abstractmethod
+    async def stub_status(self, message_id: str) -> StubStatus | None:
+        """The stub's status without loading its body; None when there is no stub."""
+
+    @abstractmethod
     async def list_stubs(
         self,
         *,

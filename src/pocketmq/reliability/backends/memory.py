@@ -161,6 +161,10 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
     async def get_stub(self, message_id: str) -> MessageStub | None:
         return self._state.stubs.get(message_id)
 
+    async def stub_status(self, message_id: str) -> StubStatus | None:
+        stub = self._state.stubs.get(message_id)
+        return None if stub is None else stub.status
+
     async def list_stubs(
         self,
         *,

@@ -345,6 +345,12 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         found = await self._fetch_stubs(select(stub).where(stub.c.message_id == message_id))
         return found[0] if found else None
 
+    async def stub_status(self, message_id: str) -> StubStatus | None:
+        stub = self.tables.stub
+        async with self._reading() as conn:
+            found = await conn.scalar(select(stub.c.status).where(stub.c.message_id == message_id))
+        return None if found is None else StubStatus(found)
+
     def _require_stub(self, found: MessageStub | None, message_id: str) -> MessageStub:
         if found is None:
             raise StubNotFoundError(message_id)
