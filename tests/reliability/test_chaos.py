@@ -1,4 +1,4 @@
-"""Chaos: lost and duplicated messages, crashes on both sides, forgetful Redis — exactly once anyway.
+"""Chaos: lost and duplicated messages, crashes on both sides, forgetful Redis: exactly once.
 
 Every run must end with every stub CONFIRMED exactly once and every business effect applied
 exactly once: counted by committed handler invocations, by rows in a table with a unique
