@@ -112,6 +112,10 @@ class Transaction(ABC):
     async def confirm_stub(self, message_id: str, now: datetime) -> StubConfirmation:
         """Move the stub to CONFIRMED (from any other status), locking it until the end."""
 
+    @abstractmethod
+    async def stub_status(self, message_id: str) -> StubStatus | None:
+        """The stub's status as this transaction sees it; None when there is no stub."""
+
 
 TxT = TypeVar("TxT", bound=Transaction)
 

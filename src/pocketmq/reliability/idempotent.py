@@ -8,11 +8,11 @@ Seed 003 §3–4, as a wrapper around a push-consumer listener. For every messag
 2. **Redis lease** (optional fast path): ``SET pocketmq:idem:<group>:<id> NX PX ttl``. If another
    worker holds it, the message is being handled right now (or its handler died recently); see
    *busy* below. If Redis itself fails, the wrapper carries on with the database alone.
-3. **Database check** (plain reads): the log row is still ``RECEIVED`` and, where the stub table
-   is shared (``confirm_stubs=True``), the stub is not ``CONFIRMED``. A ``CONFIRMED`` stub means
-   done — this catches duplicates that arrive after old log rows were pruned — and the log row is
-   marked ``CONSUMED`` without running the handler.
-4. **Business handler** ``await handler(message, tx)`` inside a transaction: it writes its
+3. **Database check**, first thing in the transaction the handler will use: where the stub table
+   is shared (``confirm_stubs=True``), a ``CONFIRMED`` stub means done — this catches duplicates
+   that arrive after old log rows were pruned — so the log row is marked ``CONSUMED`` and the
+   handler is skipped. (The log row's own status was read in step 1.)
+4. **Business handler** ``await handler(message, tx)`` in that transaction: it writes its
    effects through ``tx`` (``tx.connection`` / ``tx.session`` with the SQL backend).
 5. **Decide and commit**, still in that transaction: ``UPDATE message_log SET status='CONSUMED'
    WHERE ... AND status='RECEIVED'`` and, where shared, the stub to ``CONFIRMED``. One row
@@ -182,7 +182,7 @@ class IdempotentConsumer(Generic[TxT]):
                     return ConsumeOutcome.BUSY
 
         try:
-            return await self._run(message, check_log=token is not None)
+            return await self._run(message)
         except Exception:
             await self._release(message_id, token)
             try:
@@ -194,20 +194,16 @@ class IdempotentConsumer(Generic[TxT]):
             _log.exception("handling %s for group %s failed; rolled back", message_id, group)
             return ConsumeOutcome.FAILED
 
-    async def _run(self, message: MessageView, *, check_log: bool) -> ConsumeOutcome:
+    async def _run(self, message: MessageView) -> ConsumeOutcome:
         group, message_id = self.group, message.message_id
-        if check_log:  # the lease was free; has the work been done meanwhile?
-            entry = await self.backend.get_log(group, message_id)
-            if entry is not None and entry.status is LogStatus.CONSUMED:
-                return ConsumeOutcome.DUPLICATE
-        if self.confirm_stubs:
-            status = await self.backend.stub_status(message_id)
-            if status is StubStatus.CONFIRMED:
-                async with self.backend.transaction() as tx:
-                    await tx.claim_log(group, message_id, self.clock.now())
-                return ConsumeOutcome.DUPLICATE
         try:
             async with self.backend.transaction() as tx:
+                if self.confirm_stubs and (
+                    await tx.stub_status(message_id) is StubStatus.CONFIRMED
+                ):
+                    # done before (its log row was pruned): record it, skip the handler
+                    await tx.claim_log(group, message_id, self.clock.now())
+                    return ConsumeOutcome.DUPLICATE
                 await self.handler(message, tx)
                 now = self.clock.now()
                 if not await tx.claim_log(group, message_id, now):

@@ -115,6 +115,10 @@ class MemoryTransaction(Transaction):
         self._ops.append(apply)
         return StubConfirmation.CONFIRMED
 
+    async def stub_status(self, message_id: str) -> StubStatus | None:
+        stub = self._state.stubs.get(message_id)
+        return None if stub is None else stub.status
+
     def _commit(self) -> None:
         new_ids = [stub.message_id for stub in self.staged_stubs]
         clashes = {i for i in new_ids if i in self._state.stubs}

@@ -209,6 +209,13 @@ class SqlTransaction(Transaction):
         )
         return StubConfirmation.NO_STUB if found is None else StubConfirmation.ALREADY_CONFIRMED
 
+    async def stub_status(self, message_id: str) -> StubStatus | None:
+        stub = self._tables.stub
+        found = await self.connection.scalar(
+            select(stub.c.status).where(stub.c.message_id == message_id)
+        )
+        return None if found is None else StubStatus(found)
+
     async def _before_commit(self) -> None:
         if self._session is not None:
             await self._session.flush()
@@ -327,7 +334,24 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
         """A connection for reads only (SQLite: a deferred BEGIN that does not queue on writers)."""
         async with self.engine.connect() as conn:
-            yield await conn.execution_options(**{_READ_ONLY: True})
+            if self._dialect == "sqlite":
+                yield await conn.execution_options(**{_READ_ONLY: True})
+            else:
+                yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @asynccontextmanager
+    async def _single(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one self-contained statement.
+
+        PostgreSQL and MySQL run it in autocommit mode (no BEGIN/COMMIT round trips: a single
+        statement is atomic by itself); SQLite keeps its explicit BEGIN IMMEDIATE.
+        """
+        if self._dialect == "sqlite":
+            async with self.engine.begin() as conn:
+                yield conn
+        else:
+            async with self.engine.connect() as conn:
+                yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     async def _fetch_stubs(self, statement: Any) -> list[MessageStub]:
         async with self._reading() as conn:
@@ -335,7 +359,7 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         return [_stub_from_row(row) for row in rows]
 
     async def _execute(self, statement: Any) -> int:
-        async with self.engine.begin() as conn:
+        async with self._single() as conn:
             return _rowcount(await conn.execute(statement))
 
     # -- stubs -------------------------------------------------------------------------------
@@ -588,7 +612,9 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
             "consumed_at": None,
         }
         bump = {"receive_count": log.c.receive_count + 1}
-        async with self.engine.begin() as conn:
+        if self._dialect not in ("postgresql", "sqlite", "mysql", "mariadb"):
+            return await self._log_receipt_portable(group, message, values, bump)
+        async with self._single() as conn:
             if self._dialect == "postgresql":
                 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -619,19 +645,6 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
                 await conn.execute(
                     mysql_insert(log).values(**values).on_duplicate_key_update(**bump)
                 )
-            else:  # portable fallback: insert, or bump on conflict
-                try:
-                    async with conn.begin_nested():
-                        await conn.execute(insert(log).values(**values))
-                except IntegrityError:
-                    await conn.execute(
-                        update(log)
-                        .where(
-                            log.c.consumer_group == group,
-                            log.c.message_id == message.message_id,
-                        )
-                        .values(**bump)
-                    )
             row = (
                 (
                     await conn.execute(
@@ -644,6 +657,21 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
                 .mappings()
                 .one()
             )
+            return _log_from_row(row)
+
+    async def _log_receipt_portable(
+        self, group: str, message: MessageView, values: dict[str, Any], bump: dict[str, Any]
+    ) -> LogEntry:
+        """Insert, or bump on conflict, for dialects without an upsert we know."""
+        log = self.tables.log
+        where = (log.c.consumer_group == group, log.c.message_id == message.message_id)
+        async with self.engine.begin() as conn:
+            try:
+                async with conn.begin_nested():
+                    await conn.execute(insert(log).values(**values))
+            except IntegrityError:
+                await conn.execute(update(log).where(*where).values(**bump))
+            row = (await conn.execute(select(log).where(*where))).mappings().one()
             return _log_from_row(row)
 
     async def get_log(self, group: str, message_id: str) -> LogEntry | None:
