@@ -482,3 +482,16 @@ async def test_large_binary_body_round_trips(backend: Backend) -> None:
     body = bytes(range(256)) * 4096  # 1 MiB: above MySQL's plain BLOB limit
     (m,) = await add(backend, msg(body))
     assert (await stub(backend, m.message_id)).content == body
+
+
+async def test_log_receipts_for_a_batch(backend: Backend, clock: FakeClock) -> None:
+    await backend.log_receipt("g", view("OLD", offset=1), clock.now())
+    batch = [view("B", offset=3), view("OLD", offset=1), view("A", offset=2), view("B", offset=3)]
+    entries = await backend.log_receipts("g", batch, clock.now())
+    assert [e.message_id for e in entries] == ["B", "OLD", "A", "B"]
+    assert [e.receive_count for e in entries] == [2, 2, 1, 2]
+    assert entries[2].queue_offset == 2
+    assert await backend.log_receipts("g", [], clock.now()) == []
+    stored = await backend.get_log("g", "B")
+    assert stored is not None
+    assert stored.receive_count == 2

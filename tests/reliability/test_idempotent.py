@@ -165,7 +165,9 @@ async def test_confirmed_stub_stops_a_duplicate_after_log_pruning(
     handler = Recorder()
     consumer = IdempotentConsumer(backend, handler, group="billing")
     assert await consumer.consume(view(mid)) is ConsumeOutcome.DUPLICATE
-    assert handler.runs == Counter()
+    assert handler.committed == Counter()  # it ran, found the stub confirmed, rolled back
+    assert await consumer.consume(view(mid)) is ConsumeOutcome.DUPLICATE
+    assert handler.runs == Counter({mid: 1})  # the log row now says CONSUMED
     entry = await backend.get_log("billing", mid)
     assert entry is not None
     assert entry.status is LogStatus.CONSUMED

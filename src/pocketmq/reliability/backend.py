@@ -281,6 +281,19 @@ class ReliabilityBackend(ABC, Generic[TxT]):
         proof that the message arrived, whatever the handler does next.
         """
 
+    async def log_receipts(
+        self, group: str, messages: Sequence[MessageView], now: datetime
+    ) -> list[LogEntry]:
+        """:meth:`log_receipt` for a batch, entries in the order of ``messages``.
+
+        The same id twice in one batch counts two receipts. Backends override this to write the
+        batch in one statement.
+        """
+        entries: dict[str, LogEntry] = {}
+        for message in messages:
+            entries[message.message_id] = await self.log_receipt(group, message, now)
+        return [entries[m.message_id] for m in messages]
+
     @abstractmethod
     async def get_log(self, group: str, message_id: str) -> LogEntry | None: ...
 

@@ -2,32 +2,32 @@
 
 Seed 003 §3–4, as a wrapper around a push-consumer listener. For every message of a batch:
 
-1. **Log the receipt** (its own short transaction): insert a ``RECEIVED`` row for (group, id) or
-   add one to its ``receive_count``. The resend scheduler reads this as "it arrived". A row that
-   is already ``CONSUMED`` means a duplicate of finished work: success, nothing else to do.
+1. **Log the receipt**, for the whole batch in one multi-row statement and its own short
+   transaction: insert a ``RECEIVED`` row for (group, id) or add one to its ``receive_count``.
+   The resend scheduler reads this as "it arrived". A row that is already ``CONSUMED`` means a
+   duplicate of finished work: success, nothing else to do.
 2. **Redis lease** (optional fast path): ``SET pocketmq:idem:<group>:<id> NX PX ttl``. If another
    worker holds it, the message is being handled right now (or its handler died recently); see
    *busy* below. If Redis itself fails, the wrapper carries on with the database alone.
-3. **Database check**, first thing in the transaction the handler will use: where the stub table
-   is shared (``confirm_stubs=True``), a ``CONFIRMED`` stub means done — this catches duplicates
-   that arrive after old log rows were pruned — so the log row is marked ``CONSUMED`` and the
-   handler is skipped. (The log row's own status was read in step 1.)
-4. **Business handler** ``await handler(message, tx)`` in that transaction: it writes its
+3. **Business handler** ``await handler(message, tx)`` inside a transaction: it writes its
    effects through ``tx`` (``tx.connection`` / ``tx.session`` with the SQL backend).
-5. **Decide and commit**, still in that transaction: ``UPDATE message_log SET status='CONSUMED'
-   WHERE ... AND status='RECEIVED'`` and, where shared, the stub to ``CONFIRMED``. One row
-   changed: commit effects, log row and stub together. Zero rows: another worker won the race;
-   roll back our effects and report success (a duplicate).
-6. **Failure** (exception from the handler or the database): everything rolls back, the lease is
+4. **Decide and commit**, still in that transaction — this is seed 003's database check, made
+   atomic: ``UPDATE message_log SET status='CONSUMED' WHERE ... AND status='RECEIVED'`` and, where
+   the stub table is shared (``confirm_stubs=True``), the stub to ``CONFIRMED``. One log row
+   changed and the stub not confirmed before: commit effects, log row and stub together. Zero
+   log rows: another worker won the race; roll back our effects and report success (a duplicate).
+   A stub that was already ``CONFIRMED`` means the message was consumed long ago and its log row
+   pruned since: roll back, mark the new log row ``CONSUMED``, report a duplicate.
+5. **Failure** (exception from the handler or the database): everything rolls back, the lease is
    released so the redelivery is not mistaken for a busy duplicate, and the batch returns
    ``RECONSUME_LATER`` — unless the log row turns out to be ``CONSUMED`` by then (a racing worker
    committed first and our handler tripped over its rows, e.g. a unique key): that is a duplicate.
 
-Why the conditional update comes *after* the handler (and not first, which would stop a racer
-before it runs the handler): the update locks the log row until commit, and every receipt of a
-duplicate (step 1) writes that row too. Claiming first would make each duplicate's receipt queue
-behind the whole handler; claiming last holds the lock only for the commit. Keeping racers from
-running the handler twice is the lease's job.
+Why the check is a conditional update *after* the handler rather than a read before it: a read
+would still need the update to close the race between two workers, and an update *before* the
+handler would lock the log row for the handler's whole run — and every receipt of a duplicate
+(step 1) writes that row, so each would queue behind the handler. Updating last holds the lock
+only for the commit. Keeping racers from running the handler at all is the lease's job.
 
 *Busy* (lease held by someone else): the seed acknowledges such a duplicate as consumed. That
 loses the message when the holder's attempt then fails and its own copy is not redelivered (a
@@ -36,7 +36,7 @@ wrapper therefore answers ``RECONSUME_LATER`` by default (``busy_status``): the 
 back later and finds the row ``CONSUMED``. Pass ``busy_status=ConsumeStatus.SUCCESS`` for the
 seed's literal behaviour.
 
-Without a lease store (Redis-free mode) only the database decides (steps 3 and 5); that is equally
+Without a lease store (Redis-free mode) only the database decides (step 4); that is equally
 correct, but concurrent duplicates may both run the handler before one of them rolls back.
 """
 
@@ -52,7 +52,7 @@ from pocketmq.client import ConsumeStatus, MessageView
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.reliability.backend import LeaseStore, ReliabilityBackend, StubConfirmation, TxT
 from pocketmq.reliability.clock import Clock
-from pocketmq.reliability.stub import LogStatus, StubStatus
+from pocketmq.reliability.stub import LogEntry, LogStatus
 
 __all__ = ["ConsumeOutcome", "ConsumerStatistics", "Handler", "IdempotentConsumer"]
 
@@ -139,8 +139,11 @@ class IdempotentConsumer(Generic[TxT]):
 
     async def __call__(self, messages: Sequence[MessageView]) -> ConsumeStatus:
         """The listener: SUCCESS when every message is handled or a duplicate."""
-        for message in messages:
-            outcome = await self.consume(message)
+        entries = await self._log_receipts(messages)
+        if entries is None:
+            return ConsumeStatus.RECONSUME_LATER
+        for message, entry in zip(messages, entries, strict=True):
+            outcome = self._count(await self._consume(message, entry))
             if outcome is ConsumeOutcome.FAILED:
                 return ConsumeStatus.RECONSUME_LATER
             if outcome is ConsumeOutcome.BUSY and self.busy_status is ConsumeStatus.RECONSUME_LATER:
@@ -149,8 +152,21 @@ class IdempotentConsumer(Generic[TxT]):
 
     async def consume(self, message: MessageView) -> ConsumeOutcome:
         """Run the whole flow for one message and say how it ended."""
-        self._counts["received"] += 1
-        outcome = await self._consume(message)
+        entries = await self._log_receipts([message])
+        if entries is None:
+            return self._count(ConsumeOutcome.FAILED)
+        return self._count(await self._consume(message, entries[0]))
+
+    async def _log_receipts(self, messages: Sequence[MessageView]) -> list[LogEntry] | None:
+        self._counts["received"] += len(messages)
+        try:
+            return await self.backend.log_receipts(self.group, messages, self.clock.now())
+        except Exception:
+            _log.exception("could not log the receipt of %d messages", len(messages))
+            self._counts["failed"] += 1
+            return None
+
+    def _count(self, outcome: ConsumeOutcome) -> ConsumeOutcome:
         key = {
             ConsumeOutcome.HANDLED: "handled",
             ConsumeOutcome.DUPLICATE: "duplicates",
@@ -160,13 +176,8 @@ class IdempotentConsumer(Generic[TxT]):
         self._counts[key] += 1
         return outcome
 
-    async def _consume(self, message: MessageView) -> ConsumeOutcome:
+    async def _consume(self, message: MessageView, entry: LogEntry) -> ConsumeOutcome:
         group, message_id = self.group, message.message_id
-        try:
-            entry = await self.backend.log_receipt(group, message, self.clock.now())
-        except Exception:
-            _log.exception("could not log receipt of %s for group %s", message_id, group)
-            return ConsumeOutcome.FAILED
         if entry.status is LogStatus.CONSUMED:
             return ConsumeOutcome.DUPLICATE
 
@@ -198,21 +209,18 @@ class IdempotentConsumer(Generic[TxT]):
         group, message_id = self.group, message.message_id
         try:
             async with self.backend.transaction() as tx:
-                if self.confirm_stubs and (
-                    await tx.stub_status(message_id) is StubStatus.CONFIRMED
-                ):
-                    # done before (its log row was pruned): record it, skip the handler
-                    await tx.claim_log(group, message_id, self.clock.now())
-                    return ConsumeOutcome.DUPLICATE
                 await self.handler(message, tx)
                 now = self.clock.now()
                 if not await tx.claim_log(group, message_id, now):
-                    raise _LostRace
+                    raise _LostRace(record=False)
                 if self.confirm_stubs:
                     confirmation = await tx.confirm_stub(message_id, now)
                     if confirmation is StubConfirmation.ALREADY_CONFIRMED:
-                        raise _LostRace
-        except _LostRace:
+                        raise _LostRace(record=True)
+        except _LostRace as race:
+            if race.record:  # done long ago, its log row pruned since: mark this one done too
+                async with self.backend.transaction() as tx:
+                    await tx.claim_log(group, message_id, self.clock.now())
             return ConsumeOutcome.DUPLICATE
         return ConsumeOutcome.HANDLED
 
@@ -228,3 +236,7 @@ class IdempotentConsumer(Generic[TxT]):
 
 class _LostRace(Exception):
     """Another worker consumed the message first: roll back this attempt's effects."""
+
+    def __init__(self, *, record: bool) -> None:
+        super().__init__()
+        self.record = record

@@ -30,6 +30,7 @@ await a second writing transaction from inside the first.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -598,79 +599,101 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
     # -- message log -------------------------------------------------------------------------
 
     async def log_receipt(self, group: str, message: MessageView, now: datetime) -> LogEntry:
+        return (await self.log_receipts(group, [message], now))[0]
+
+    async def log_receipts(
+        self, group: str, messages: Sequence[MessageView], now: datetime
+    ) -> list[LogEntry]:
+        """One multi-row upsert for a whole batch: one round trip and one commit, not N."""
+        if not messages:
+            return []
+        # the same id twice in one batch: one row, counted twice (an upsert may not touch a row
+        # twice); sorted by id so concurrent batches lock rows in the same order
+        copies = Counter(m.message_id for m in messages)
+        first = {m.message_id: m for m in reversed(messages)}
+        rows = [
+            {
+                "consumer_group": group,
+                "message_id": message_id,
+                "topic": first[message_id].topic,
+                "broker_name": first[message_id].broker_name,
+                "queue_id": first[message_id].queue_id,
+                "queue_offset": first[message_id].queue_offset,
+                "status": LogStatus.RECEIVED.value,
+                "receive_count": copies[message_id],
+                "created_at": now,
+                "consumed_at": None,
+            }
+            for message_id in sorted(copies)
+        ]
+        found = await self._upsert_receipts(group, rows)
+        return [found[m.message_id] for m in messages]
+
+    async def _upsert_receipts(self, group: str, rows: list[dict[str, Any]]) -> dict[str, LogEntry]:
         log = self.tables.log
-        values = {
-            "consumer_group": group,
-            "message_id": message.message_id,
-            "topic": message.topic,
-            "broker_name": message.broker_name,
-            "queue_id": message.queue_id,
-            "queue_offset": message.queue_offset,
-            "status": LogStatus.RECEIVED.value,
-            "receive_count": 1,
-            "created_at": now,
-            "consumed_at": None,
-        }
-        bump = {"receive_count": log.c.receive_count + 1}
-        if self._dialect not in ("postgresql", "sqlite", "mysql", "mariadb"):
-            return await self._log_receipt_portable(group, message, values, bump)
+        keys = [log.c.consumer_group, log.c.message_id]
+        ids = [row["message_id"] for row in rows]
         async with self._single() as conn:
             if self._dialect == "postgresql":
                 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-                pg_statement = (
-                    pg_insert(log)
-                    .values(**values)
-                    .on_conflict_do_update(
-                        index_elements=[log.c.consumer_group, log.c.message_id], set_=bump
-                    )
-                    .returning(*log.c)
-                )
-                return _log_from_row((await conn.execute(pg_statement)).mappings().one())
-            if self._dialect == "sqlite":
+                pg_insert_rows = pg_insert(log).values(rows)
+                pg_statement = pg_insert_rows.on_conflict_do_update(
+                    index_elements=keys,
+                    set_={
+                        "receive_count": log.c.receive_count + pg_insert_rows.excluded.receive_count
+                    },
+                ).returning(*log.c)
+                result = (await conn.execute(pg_statement)).mappings().all()
+            elif self._dialect == "sqlite":
                 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-                sqlite_statement = (
-                    sqlite_insert(log)
-                    .values(**values)
-                    .on_conflict_do_update(
-                        index_elements=[log.c.consumer_group, log.c.message_id], set_=bump
-                    )
-                    .returning(*log.c)
-                )
-                return _log_from_row((await conn.execute(sqlite_statement)).mappings().one())
-            if self._dialect in ("mysql", "mariadb"):
+                sqlite_insert_rows = sqlite_insert(log).values(rows)
+                sqlite_statement = sqlite_insert_rows.on_conflict_do_update(
+                    index_elements=keys,
+                    set_={
+                        "receive_count": log.c.receive_count
+                        + sqlite_insert_rows.excluded.receive_count
+                    },
+                ).returning(*log.c)
+                result = (await conn.execute(sqlite_statement)).mappings().all()
+            elif self._dialect in ("mysql", "mariadb"):
                 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
+                mysql_statement = mysql_insert(log).values(rows)
                 await conn.execute(
-                    mysql_insert(log).values(**values).on_duplicate_key_update(**bump)
-                )
-            row = (
-                (
-                    await conn.execute(
-                        select(log).where(
-                            log.c.consumer_group == group,
-                            log.c.message_id == message.message_id,
-                        )
+                    mysql_statement.on_duplicate_key_update(
+                        receive_count=log.c.receive_count + mysql_statement.inserted.receive_count
                     )
                 )
-                .mappings()
-                .one()
-            )
-            return _log_from_row(row)
+                result = (
+                    (
+                        await conn.execute(
+                            select(log).where(
+                                log.c.consumer_group == group, log.c.message_id.in_(ids)
+                            )
+                        )
+                    )
+                    .mappings()
+                    .all()
+                )
+            else:
+                result = []
+        if self._dialect not in ("postgresql", "sqlite", "mysql", "mariadb"):
+            return {row["message_id"]: await self._log_receipt_portable(group, row) for row in rows}
+        return {row["message_id"]: _log_from_row(row) for row in result}
 
-    async def _log_receipt_portable(
-        self, group: str, message: MessageView, values: dict[str, Any], bump: dict[str, Any]
-    ) -> LogEntry:
+    async def _log_receipt_portable(self, group: str, values: dict[str, Any]) -> LogEntry:
         """Insert, or bump on conflict, for dialects without an upsert we know."""
         log = self.tables.log
-        where = (log.c.consumer_group == group, log.c.message_id == message.message_id)
+        where = (log.c.consumer_group == group, log.c.message_id == values["message_id"])
         async with self.engine.begin() as conn:
             try:
                 async with conn.begin_nested():
                     await conn.execute(insert(log).values(**values))
             except IntegrityError:
-                await conn.execute(update(log).where(*where).values(**bump))
+                bump = log.c.receive_count + values["receive_count"]
+                await conn.execute(update(log).where(*where).values(receive_count=bump))
             row = (await conn.execute(select(log).where(*where))).mappings().one()
             return _log_from_row(row)
 
