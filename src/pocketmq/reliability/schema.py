@@ -135,7 +135,7 @@ def reliability_tables(
         Column("receive_count", Integer, nullable=False, server_default=text("1")),
         Column("created_at", _timestamp(), nullable=False),
         Column("consumed_at", _timestamp(), nullable=True),
-        PrimaryKeyConstraint("consumer_group", "message_id", name=f"pk_{log_name}"),
+        PrimaryKeyConstraint("consumer_group", "message_id"),
         # the resend rule's "max logged offset on this queue" and the audit both scan by queue
         Index(f"ix_{log_name}_queue", "topic", "broker_name", "queue_id", "queue_offset"),
         Index(f"ix_{log_name}_message", "message_id"),
