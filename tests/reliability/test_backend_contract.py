@@ -451,6 +451,8 @@ async def test_confirm_stub_outcomes(backend: Backend, clock: FakeClock) -> None
     assert mid is not None
     await backend.void_stub(mid, clock.now())
     async with backend.transaction() as tx:
+        assert await tx.stub_status(mid) is StubStatus.VOID
+        assert await tx.stub_status("missing") is None
         assert await tx.confirm_stub("missing", clock.now()) is StubConfirmation.NO_STUB
         assert await tx.confirm_stub(mid, clock.now()) is StubConfirmation.CONFIRMED
     assert (await stub(backend, mid)).status is StubStatus.CONFIRMED

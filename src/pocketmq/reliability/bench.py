@@ -51,13 +51,8 @@ async def run_benchmark(
     """Consume ``messages`` once, then all of them again as duplicates; time both passes."""
     from sqlalchemy import Column, Integer, MetaData, String, Table
 
-    backend = (
-        SqlBackend.from_url(
-            url, table_prefix=f"bench{uuid.uuid4().hex[:8]}_", pool_size=max(5, concurrency + 1)
-        )
-        if not url.startswith("sqlite")
-        else SqlBackend.from_url(url, table_prefix=f"bench{uuid.uuid4().hex[:8]}_")
-    )
+    prefix = f"bench{uuid.uuid4().hex[:8]}_"
+    backend = SqlBackend.from_url(url, table_prefix=prefix, pool_size=max(5, concurrency + 1))
     metadata = MetaData()
     orders = Table(
         f"{backend.tables.stub.name}_orders",
@@ -67,7 +62,7 @@ async def run_benchmark(
         Column("amount", Integer, nullable=False),
     )
     leases = (
-        RedisLeaseStore.from_url(redis_url, prefix=f"pocketmq:bench:{uuid.uuid4().hex[:8]}:")
+        RedisLeaseStore.from_url(redis_url, prefix=f"pocketmq:bench:{prefix}:")
         if redis_url
         else None
     )

@@ -277,7 +277,6 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
             engine = create_async_engine(target, connect_args=connect_args, **engine_options)
             _configure_sqlite(engine)
         else:
-            engine_options.setdefault("pool_pre_ping", False)
             engine = create_async_engine(target, **engine_options)
         return cls(engine, table_prefix=table_prefix, schema=schema, clock=clock, owns_engine=True)
 
