@@ -272,3 +272,17 @@ async def test_orm_session_shares_the_transaction(sql_backend: SqlBackend) -> No
     finally:
         async with sql_backend.engine.begin() as conn:
             await conn.run_sync(metadata.drop_all)
+
+
+async def test_same_message_twice_in_one_batch(backend: Backend, clock: FakeClock) -> None:
+    mid = await outbox_message(backend)
+    handler = Recorder()
+    consumer = IdempotentConsumer(
+        backend, handler, group="billing", leases=MemoryLeaseStore(clock=clock)
+    )
+    assert await consumer([view(mid), view(mid)]) is ConsumeStatus.SUCCESS
+    assert handler.runs == Counter({mid: 1})
+    entry = await backend.get_log("billing", mid)
+    assert entry is not None
+    assert entry.receive_count == 2
+    assert consumer.statistics().duplicates == 1

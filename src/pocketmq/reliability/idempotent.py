@@ -142,8 +142,14 @@ class IdempotentConsumer(Generic[TxT]):
         entries = await self._log_receipts(messages)
         if entries is None:
             return ConsumeStatus.RECONSUME_LATER
+        settled: set[str] = set()
         for message, entry in zip(messages, entries, strict=True):
+            if message.message_id in settled:  # the same message twice in one batch
+                self._count(ConsumeOutcome.DUPLICATE)
+                continue
             outcome = self._count(await self._consume(message, entry))
+            if outcome in (ConsumeOutcome.HANDLED, ConsumeOutcome.DUPLICATE):
+                settled.add(message.message_id)
             if outcome is ConsumeOutcome.FAILED:
                 return ConsumeStatus.RECONSUME_LATER
             if outcome is ConsumeOutcome.BUSY and self.busy_status is ConsumeStatus.RECONSUME_LATER:

@@ -89,6 +89,7 @@ class OutboxRelay(PeriodicWorker):
         counts = dict.fromkeys(SendAttempt, 0)
         while True:
             stubs = await self.backend.stubs_for_relay(self.clock.now(), limit=self.batch_size)
+            progressed = False
             for stub in stubs:
                 attempt = await send_stub(
                     self.backend,
@@ -99,7 +100,9 @@ class OutboxRelay(PeriodicWorker):
                     clock=self.clock,
                 )
                 counts[attempt] += 1
-            if len(stubs) < self.batch_size:
+                progressed = progressed or attempt is not SendAttempt.SKIPPED
+            # a full page may hold more; stop anyway if nothing on it could be claimed
+            if len(stubs) < self.batch_size or not progressed:
                 return counts
 
 

@@ -97,6 +97,7 @@ class ResendScheduler(PeriodicWorker):
                 offset_wait=policy.offset_wait,
                 limit=self.batch_size,
             )
+            progressed = False
             for stub in stubs:
                 attempt = await send_stub(
                     self.backend,
@@ -107,7 +108,9 @@ class ResendScheduler(PeriodicWorker):
                     clock=self.clock,
                 )
                 counts[attempt] += 1
-            if len(stubs) < self.batch_size:
+                progressed = progressed or attempt is not SendAttempt.SKIPPED
+            # a full page may hold more; stop anyway if nothing on it could be claimed
+            if len(stubs) < self.batch_size or not progressed:
                 break
         alerted, alert_failures = await self._escalate()
         return ResendReport(
