@@ -1,0 +1,83 @@
+"""The Redis lease store: seed 003's ``SETNX`` fast path, done safely.
+
+Why a lease and not a bare flag: the key is set with ``SET key token NX PX ttl`` — atomic, with an
+expiry, so a worker that dies mid-handler does not block the message forever — and released with
+a compare-and-delete script, so a worker whose lease already expired cannot delete the lease a
+second worker took in the meantime. The token is random per acquisition.
+
+Keys are ``<prefix><group>:<message_id>`` with the prefix ``pocketmq:idem:`` by default. Redis is
+only the fast path: the idempotent consumer falls back to the database when Redis fails, and the
+database's conditional update decides in every case (see ``idempotent.py``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from pocketmq.errors import InvalidArgumentError
+from pocketmq.reliability.backend import LeaseStore
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+__all__ = ["DEFAULT_PREFIX", "DEFAULT_REDIS_URL", "RedisLeaseStore"]
+
+DEFAULT_PREFIX = "pocketmq:idem:"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+
+class RedisLeaseStore(LeaseStore):
+    """Leases as Redis keys with a TTL, through ``redis.asyncio``."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        owns_client: bool = False,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self._owns_client = owns_client
+        self._release: Any = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(
+        cls, url: str = DEFAULT_REDIS_URL, *, prefix: str = DEFAULT_PREFIX
+    ) -> RedisLeaseStore:
+        """A store with its own client for ``url`` (closed by :meth:`aclose`)."""
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(url)
+        return cls(client, prefix=prefix, owns_client=True)
+
+    def __repr__(self) -> str:
+        return f"RedisLeaseStore(prefix={self.prefix!r})"
+
+    def key(self, group: str, message_id: str) -> str:
+        return f"{self.prefix}{group}:{message_id}"
+
+    async def acquire(self, group: str, message_id: str, ttl: float) -> str | None:
+        if ttl <= 0:
+            raise InvalidArgumentError("lease ttl must be positive")
+        token = secrets.token_hex(8)
+        ok = await self.client.set(
+            self.key(group, message_id), token, nx=True, px=max(1, round(ttl * 1000))
+        )
+        return token if ok else None
+
+    async def release(self, group: str, message_id: str, token: str) -> bool:
+        deleted = await self._release(keys=[self.key(group, message_id)], args=[token])
+        return bool(deleted)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()

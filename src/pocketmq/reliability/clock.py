@@ -1,0 +1,66 @@
+"""Where the toolkit gets "now" from, so timing rules can be tested without sleeping.
+
+Every timestamp the toolkit writes is UTC and timezone-naive, because that is what the tables
+store (``TIMESTAMP`` without time zone; the Spark pipeline reads the same columns). Keeping one
+representation end to end avoids the classic bug of comparing an aware ``datetime`` with a naive
+one read back from the database. The resend scheduler, the relay and the consumer wrapper all take
+a :class:`Clock`; tests pass a :class:`FakeClock` and move it with :meth:`FakeClock.advance`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+__all__ = ["SYSTEM_CLOCK", "Clock", "FakeClock", "SystemClock", "utcnow"]
+
+
+def utcnow() -> datetime:
+    """The current UTC time, timezone-naive (the tables' representation)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """A source of the current time as a naive UTC ``datetime``."""
+
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    """The wall clock."""
+
+    def now(self) -> datetime:
+        return utcnow()
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+class FakeClock:
+    """A clock that moves only when told to (for tests and simulations)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start if start is not None else datetime(2026, 1, 1)
+        if self._now.tzinfo is not None:
+            self._now = self._now.astimezone(UTC).replace(tzinfo=None)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, seconds: float) -> datetime:
+        """Move forward by ``seconds`` and return the new time."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self._now += timedelta(seconds=seconds)
+        return self._now
+
+    def set(self, when: datetime) -> None:
+        """Jump to ``when`` (naive UTC)."""
+        self._now = when
+
+    def __repr__(self) -> str:
+        return f"FakeClock({self._now.isoformat()})"

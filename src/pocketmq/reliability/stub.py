@@ -1,0 +1,152 @@
+"""The two records the toolkit keeps: the message stub (producer side) and the message log entry.
+
+A *stub* is the producer's durable copy of a message, written in the same database transaction
+as the business change that caused it. If the broker loses the message, or the process dies
+between commit and send, the stub is what gets sent again. Its status tells how far the message
+got: ``UNCONFIRMED`` until a consumer's business transaction marks it ``CONFIRMED``; ``UNKNOWN``
+when the last send may or may not have been stored; ``VOID`` when an operator gave up on it.
+
+A *log entry* is the consumer's receipt: one row per (consumer group, message id), written the
+moment a message arrives and marked ``CONSUMED`` in the same transaction as the handler's
+effects. The resend scheduler reads it as proof that a message reached the consumer.
+
+Both are frozen values that mirror the table columns one to one (see ``schema.py``), so backends
+can build them from rows and tests can compare them.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from pocketmq.client import Message
+from pocketmq.errors import InvalidArgumentError
+
+__all__ = [
+    "MANUAL_PREFIX",
+    "LogEntry",
+    "LogStatus",
+    "MessageStub",
+    "StubStatus",
+    "new_message_id",
+    "stub_for",
+]
+
+#: ``last_error`` starts with this once a stub has been handed to manual handling (alerted).
+MANUAL_PREFIX = "manual:"
+
+
+class StubStatus(enum.Enum):
+    """Where a stubbed message stands (the ``message_stub.status`` column)."""
+
+    UNCONFIRMED = "UNCONFIRMED"
+    CONFIRMED = "CONFIRMED"
+    VOID = "VOID"
+    UNKNOWN = "UNKNOWN"
+
+
+#: Statuses the relay and the resend scheduler still work on.
+PENDING_STATUSES = (StubStatus.UNCONFIRMED, StubStatus.UNKNOWN)
+
+
+class LogStatus(enum.Enum):
+    """The consumer's progress on one message (the ``message_log.status`` column)."""
+
+    RECEIVED = "RECEIVED"
+    CONSUMED = "CONSUMED"
+
+
+def new_message_id() -> str:
+    """A fresh message id: 32 upper-case hex digits, like RocketMQ's unique keys."""
+    return uuid.uuid4().hex.upper()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageStub:
+    """One row of ``message_stub``. Times are naive UTC."""
+
+    message_id: str
+    topic: str
+    content: bytes
+    status: StubStatus
+    next_resend_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    tag: str | None = None
+    keys: tuple[str, ...] = ()
+    send_count: int = 0
+    broker_name: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    last_error: str | None = None
+
+    @property
+    def alerted(self) -> bool:
+        """Whether the stub was already handed to manual handling."""
+        return self.last_error is not None and self.last_error.startswith(MANUAL_PREFIX)
+
+    def to_message(self) -> Message:
+        """The message to (re)send: same id, topic, tag, keys and body every time."""
+        return Message(
+            topic=self.topic,
+            body=self.content,
+            tag=self.tag,
+            keys=self.keys,
+            message_id=self.message_id,
+        )
+
+
+def stub_for(message: Message, now: datetime) -> tuple[Message, MessageStub]:
+    """The stub for ``message``, and the message carrying the stub's (possibly new) id.
+
+    The stub table has columns for topic, tag, keys and body only, so a message that relies on
+    properties, a message group or a delivery time is refused rather than silently sent without
+    them on a resend.
+    """
+    if message.properties:
+        raise InvalidArgumentError("outbox messages cannot carry properties (no column for them)")
+    if message.message_group is not None:
+        raise InvalidArgumentError("outbox messages cannot carry a message group")
+    if message.delivery_time is not None:
+        raise InvalidArgumentError("outbox messages cannot carry a delivery time")
+    if not message.topic:
+        raise InvalidArgumentError("message topic is empty")
+    for key in message.keys:
+        if not key or any(ch.isspace() for ch in key):
+            raise InvalidArgumentError(f"message key {key!r} is empty or contains whitespace")
+    message_id = message.message_id or new_message_id()
+    if len(message_id) > 64:
+        raise InvalidArgumentError("message id is longer than 64 characters")
+    if message.message_id != message_id:
+        message = replace(message, message_id=message_id)
+    stub = MessageStub(
+        message_id=message_id,
+        topic=message.topic,
+        tag=message.tag,
+        keys=tuple(message.keys),
+        content=bytes(message.body),
+        status=StubStatus.UNCONFIRMED,
+        send_count=0,
+        next_resend_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+    return message, stub
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LogEntry:
+    """One row of ``message_log``. Times are naive UTC."""
+
+    consumer_group: str
+    message_id: str
+    topic: str
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    status: LogStatus
+    receive_count: int
+    created_at: datetime
+    consumed_at: datetime | None = None
