@@ -1,0 +1,378 @@
+"""``pocketmq topic``, ``group``, ``send`` and ``consume`` (DESIGN §4).
+
+Every command talks to a broker through the blocking SDK facade. Errors are printed to stderr
+and exit non-zero; ``--json`` output is one JSON object per line, for scripts.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from pocketmq.cli._app import main, server_option
+from pocketmq.client import Message, MessageView
+from pocketmq.client.sync import SyncAdmin, SyncProducer, SyncSimpleConsumer
+from pocketmq.errors import PocketMQError
+
+__all__ = ["handle_errors", "message_json", "parse_duration"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"10s"``, ``"1.5m"``, ``"2h"``, ``"500ms"`` or plain seconds → seconds."""
+    value = text.strip().lower()
+    for unit in ("ms", "s", "m", "h", "d"):
+        if value.endswith(unit):
+            number = value[: -len(unit)]
+            try:
+                return float(number) * _UNITS[unit]
+            except ValueError:
+                break
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a duration like 500ms, 10s, 5m or 2h") from None
+
+
+def handle_errors(func: F) -> F:
+    """Turn pocketmq errors into a clean message on stderr and exit code 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except PocketMQError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def message_json(message: MessageView) -> dict[str, Any]:
+    """The stable ``--json`` shape of a message (DESIGN §4)."""
+    out: dict[str, Any] = {
+        "message_id": message.message_id,
+        "topic": message.topic,
+        "queue_id": message.queue_id,
+        "queue_offset": message.queue_offset,
+    }
+    try:
+        out["body"] = message.body.decode("utf-8")
+    except UnicodeDecodeError:
+        out["body"] = base64.b64encode(message.body).decode()
+        out["body_encoding"] = "base64"
+    out.update(
+        tag=message.tag,
+        keys=list(message.keys),
+        message_group=message.message_group,
+        delivery_attempt=message.delivery_attempt,
+        born_timestamp=message.born_timestamp,
+        store_timestamp=message.store_timestamp,
+    )
+    if message.properties:
+        out["properties"] = dict(message.properties)
+    return out
+
+
+# -- topics ---------------------------------------------------------------------------------
+
+
+@main.group()
+def topic() -> None:
+    """Create and list topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--queues", default=8, show_default=True, type=click.IntRange(1, 1024))
+@click.option(
+    "--type",
+    "topic_type",
+    default="normal",
+    show_default=True,
+    type=click.Choice(["normal", "fifo", "delay", "transaction"]),
+)
+@server_option
+@handle_errors
+def topic_create(name: str, queues: int, topic_type: str, server: str) -> None:
+    """Create (or update) a topic."""
+    with SyncAdmin(servers=server) as admin:
+        admin.create_topic(name, queues=queues, topic_type=topic_type)
+    click.echo(f"topic {name} created: {queues} queues, type {topic_type}")
+
+
+@topic.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Include system topics (%RETRY%, %DLQ%).")
+@click.option("--json", "as_json", is_flag=True)
+@server_option
+@handle_errors
+def topic_list(show_all: bool, as_json: bool, server: str) -> None:
+    """List topics."""
+    with SyncAdmin(servers=server) as admin:
+        topics = [t for t in admin.list_topics() if show_all or not t.name.startswith("%")]
+    if as_json:
+        for t in topics:
+            click.echo(
+                json.dumps(
+                    {"name": t.name, "queues": t.queues, "type": t.topic_type, "perm": t.perm}
+                )
+            )
+        return
+    table = Table("topic", "queues", "type", "perm")
+    for t in topics:
+        table.add_row(t.name, str(t.queues), t.topic_type, _perm(t.perm))
+    Console().print(table)
+
+
+def _perm(perm: int) -> str:
+    return ("r" if perm & 4 else "-") + ("w" if perm & 2 else "-")
+
+
+# -- groups ---------------------------------------------------------------------------------
+
+
+@main.group()
+def group() -> None:
+    """Create and list consumer groups."""
+
+
+@group.command("create")
+@click.argument("name")
+@click.option("--fifo", is_flag=True, help="Consume in order, one message group at a time.")
+@click.option("--max-retries", default=16, show_default=True, type=click.IntRange(-1, 1000),
+              help="Retries before the dead-letter queue (-1: never give up).")  # fmt: skip
+@click.option("--retry-delays", help="Comma-separated delays, e.g. 1s,5s,30s (default: levels 3+).")
+@click.option(
+    "--retry-exponential", help="INITIAL,MULTIPLIER,MAX e.g. 1s,2,10m (exponential policy)."
+)
+@click.option("--broadcast", is_flag=True, help="Every consumer gets every message.")
+@click.option(
+    "--consume-from", default="first", show_default=True, type=click.Choice(["first", "last"])
+)
+@server_option
+@handle_errors
+def group_create(
+    name: str,
+    fifo: bool,
+    max_retries: int,
+    retry_delays: str | None,
+    retry_exponential: str | None,
+    broadcast: bool,
+    consume_from: str,
+    server: str,
+) -> None:
+    """Create (or update) a consumer group and its retry policy."""
+    delays = tuple(parse_duration(p) for p in retry_delays.split(",")) if retry_delays else ()
+    initial = multiplier = maximum = 0.0
+    if retry_exponential:
+        parts = retry_exponential.split(",")
+        if len(parts) != 3:
+            raise click.BadParameter(
+                "expected INITIAL,MULTIPLIER,MAX", param_hint="--retry-exponential"
+            )
+        initial, multiplier, maximum = (
+            parse_duration(parts[0]),
+            float(parts[1]),
+            parse_duration(parts[2]),
+        )
+    if fifo and not delays and not initial:
+        # seed 002: FIFO groups retry with 1s 5s 10s 30s 1m ... 2h, 17 attempts in all
+        delays = (
+            1,
+            5,
+            10,
+            30,
+            60,
+            120,
+            180,
+            240,
+            300,
+            360,
+            420,
+            480,
+            540,
+            600,
+            1200,
+            1800,
+            3600,
+            7200,
+        )
+    with SyncAdmin(servers=server) as admin:
+        admin.create_group(
+            name,
+            fifo=fifo,
+            max_retries=max_retries,
+            retry_delays=delays,
+            broadcast=broadcast,
+            consume_from=consume_from,
+            retry_initial=initial,
+            retry_multiplier=multiplier or 2.0,
+            retry_max=maximum,
+        )
+    click.echo(f"group {name} created")
+
+
+@group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@server_option
+@handle_errors
+def group_list(as_json: bool, server: str) -> None:
+    """List consumer groups."""
+    with SyncAdmin(servers=server) as admin:
+        groups = admin.list_groups()
+    if as_json:
+        for g in groups:
+            record = {
+                "name": g.name,
+                "fifo": g.fifo,
+                "broadcast": g.broadcast,
+                "max_retries": g.max_retries,
+                "retry_delays": list(g.retry_delays),
+                "consume_from": g.consume_from,
+            }
+            click.echo(json.dumps(record))
+        return
+    table = Table("group", "fifo", "broadcast", "max retries", "retry delays", "consume from")
+    for g in groups:
+        delays = ",".join(f"{d:g}s" for d in g.retry_delays) or "levels 3+"
+        table.add_row(
+            g.name, str(g.fifo), str(g.broadcast), str(g.max_retries), delays, g.consume_from
+        )
+    Console().print(table)
+
+
+# -- send and consume -----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("topic")
+@click.argument("body")
+@click.option("--tag")
+@click.option("--key", "keys", multiple=True, help="Business key (repeatable).")
+@click.option("--message-group", help="FIFO message group.")
+@click.option("--delay", help="Deliver after this long, e.g. 5s.")
+@click.option("--property", "properties", multiple=True, help="NAME=VALUE (repeatable).")
+@click.option("--json", "as_json", is_flag=True)
+@server_option
+@handle_errors
+def send(
+    topic: str,
+    body: str,
+    tag: str | None,
+    keys: tuple[str, ...],
+    message_group: str | None,
+    delay: str | None,
+    properties: tuple[str, ...],
+    as_json: bool,
+    server: str,
+) -> None:
+    """Send one message (BODY is UTF-8 text; use - to read it from stdin)."""
+    payload = sys.stdin.buffer.read() if body == "-" else body.encode()
+    extra: dict[str, str] = {}
+    for item in properties:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--property")
+        extra[name] = value
+    message = Message(
+        topic=topic,
+        body=payload,
+        tag=tag,
+        keys=keys,
+        properties=extra,
+        message_group=message_group,
+        delivery_time=time.time() + parse_duration(delay) if delay else None,
+    )
+    with SyncProducer(servers=server) as producer:
+        result = producer.send(message)
+    if as_json:
+        record = {
+            "message_id": result.message_id,
+            "topic": result.topic,
+            "queue_id": result.queue_id,
+            "queue_offset": result.queue_offset,
+            "broker": result.broker_name,
+            "status": result.status.value,
+        }
+        click.echo(json.dumps(record))
+    else:
+        where = (
+            f"queue {result.queue_id} offset {result.queue_offset}"
+            if result.queue_offset >= 0
+            else "scheduled"
+        )
+        click.echo(f"sent {result.message_id} to {result.topic} ({where})")
+
+
+@main.command()
+@click.argument("topic")
+@click.option("--group", "group_name", required=True, help="Consumer group.")
+@click.option("--count", type=click.IntRange(1), help="Stop after this many messages.")
+@click.option(
+    "--timeout", default="10s", show_default=True, help="Stop when nothing arrives for this long."
+)
+@click.option(
+    "--filter", "expression", default="*", show_default=True, help="Tag filter, e.g. 'A || B'."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+@click.option("--no-ack", is_flag=True, help="Leave the messages unacknowledged (peek).")
+@server_option
+@handle_errors
+def consume(
+    topic: str,
+    group_name: str,
+    count: int | None,
+    timeout: str,
+    expression: str,
+    as_json: bool,
+    no_ack: bool,
+    server: str,
+) -> None:
+    """Receive messages (and acknowledge them) as a member of GROUP."""
+    idle = parse_duration(timeout)
+    received = 0
+    wait = min(idle, 20.0)
+    with SyncSimpleConsumer(
+        group_name, {topic: expression}, servers=server, await_duration=wait
+    ) as consumer:
+        quiet_since = time.monotonic()
+        while count is None or received < count:
+            want = min(32, count - received) if count else 32
+            messages = consumer.receive(want, invisible_duration=30.0)
+            if not messages:
+                if time.monotonic() - quiet_since >= idle:
+                    break
+                continue
+            quiet_since = time.monotonic()
+            for message in messages:
+                if as_json:
+                    click.echo(json.dumps(message_json(message), ensure_ascii=False))
+                else:
+                    click.echo(_line(message))
+            if not no_ack:
+                consumer.ack_many(messages)
+            received += len(messages)
+    if not as_json:
+        click.echo(f"{received} message(s)", err=True)
+
+
+def _line(message: MessageView) -> str:
+    body = message.body.decode("utf-8", errors="replace")
+    tag = f" tag={message.tag}" if message.tag else ""
+    keys = f" keys={','.join(message.keys)}" if message.keys else ""
+    group = f" group={message.message_group}" if message.message_group else ""
+    return (
+        f"{message.message_id} {message.topic}[{message.queue_id}]@{message.queue_offset}"
+        f" attempt={message.delivery_attempt}{tag}{keys}{group}: {body}"
+    )
