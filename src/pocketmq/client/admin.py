@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
+import msgspec
+
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
@@ -53,7 +55,7 @@ class QueueInfo:
 
 
 class Admin(ClientBase):
-    """Administrative calls. Topic and group changes go to every broker the servers know."""
+    """Administrative calls. Topic and group changes go to every broker of the cluster."""
 
     def __init__(
         self, *, servers: Sequence[str] | str | None = None, client: ClientConfig | None = None
@@ -69,28 +71,30 @@ class Admin(ClientBase):
     async def aclose(self) -> None:
         await self.close_base()
 
+    async def brokers(self) -> list[w.BrokerAddress]:
+        """Every live broker of the cluster (a lone broker answers with itself)."""
+        reply = await self.call_any(RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse)
+        return reply.brokers
+
     async def _brokers(self) -> list[str]:
-        """Addresses of every live broker (from the name server), or the configured servers."""
-        try:
-            reply = await self.call_any(RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse)
-            if reply.brokers:
-                return [b.address for b in reply.brokers]
-        except Exception:  # a broker answers LIST_BROKERS only through a name server
-            pass
-        return list(self.client_config.servers)
+        return [b.address for b in await self.brokers()] or list(self.client_config.servers)
+
+    async def _on_every_broker(self, code: RequestCode, body: msgspec.Struct) -> None:
+        for address in await self._brokers():
+            await self.call(address, code, body, w.Empty)
 
     async def create_topic(
         self, name: str, *, queues: int = 8, topic_type: str = "normal", perm: int = 6
     ) -> None:
         if topic_type not in TOPIC_TYPES:
             raise InvalidArgumentError(f"topic type must be one of {', '.join(TOPIC_TYPES)}")
-        await self.call_any(
-            RequestCode.CREATE_TOPIC, w.TopicSpec(name, queues, topic_type, perm), w.Empty
+        await self._on_every_broker(
+            RequestCode.CREATE_TOPIC, w.TopicSpec(name, queues, topic_type, perm)
         )
         self.routes.invalidate(name)
 
     async def delete_topic(self, name: str) -> None:
-        await self.call_any(RequestCode.DELETE_TOPIC, w.NameRequest(name), w.Empty)
+        await self._on_every_broker(RequestCode.DELETE_TOPIC, w.NameRequest(name))
         self.routes.invalidate(name)
 
     async def list_topics(self) -> list[TopicInfo]:
@@ -121,10 +125,10 @@ class Admin(ClientBase):
             retry_multiplier,
             int(retry_max * 1000),
         )
-        await self.call_any(RequestCode.CREATE_GROUP, spec, w.Empty)
+        await self._on_every_broker(RequestCode.CREATE_GROUP, spec)
 
     async def delete_group(self, name: str) -> None:
-        await self.call_any(RequestCode.DELETE_GROUP, w.NameRequest(name), w.Empty)
+        await self._on_every_broker(RequestCode.DELETE_GROUP, w.NameRequest(name))
 
     async def list_groups(self) -> list[GroupInfo]:
         reply = await self.call_any(RequestCode.LIST_GROUPS, w.Empty(), w.ListGroupsResponse)

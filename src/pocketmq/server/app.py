@@ -51,6 +51,7 @@ class BrokerApp:
         self._grpc: object | None = None
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
         self.grpc_address = ""
 
     @property
@@ -80,9 +81,10 @@ class BrokerApp:
             if config.namesrv is None and config.namesrv_port is not None:
                 self.namesrv = NameServer()
                 await self.namesrv.start(config.host, config.namesrv_port)
-            self._native = FrameServer(
-                broker_handlers(self.broker, self._route), on_close=self._connection_closed
+            handlers = broker_handlers(
+                self.broker, self._route, self._list_brokers, self._topics_changed
             )
+            self._native = FrameServer(handlers, on_close=self._connection_closed)
             await self._native.start(config.host, config.port)
             if config.grpc_port is not None:
                 await self._start_grpc(config.grpc_port)
@@ -129,6 +131,26 @@ class BrokerApp:
             await asyncio.sleep(self.config.register_interval)
             await self._register()
 
+    def _topics_changed(self) -> None:
+        if self._link is not None and self._registrar is not None:
+            task = asyncio.ensure_future(self._register())
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    def _self_address(self) -> w.BrokerAddress:
+        assert self.broker is not None
+        return w.BrokerAddress(self.broker.name, self.native_address, self.grpc_address)
+
+    async def _list_brokers(self) -> w.ListBrokersResponse:
+        if self._link is not None:
+            try:
+                return await self._link.call(
+                    RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse
+                )
+            except BrokerConnectionError:
+                pass
+        return w.ListBrokersResponse([self._self_address()])
+
     def local_route(self, topic: str) -> w.RouteResponse:
         assert self.broker is not None
         config = self.broker.topics.require(topic)
@@ -144,9 +166,6 @@ class BrokerApp:
         registration if this broker's own topics changed), or this broker's alone."""
         if self._link is None:
             return self.local_route(topic)
-        assert self.broker is not None
-        if self.broker.topics.get(topic) is not None:
-            await self._register()  # make sure the name server knows our latest topics
         try:
             return await self._link.call(
                 RequestCode.GET_ROUTE, w.GetRouteRequest(topic), w.RouteResponse
@@ -163,6 +182,8 @@ class BrokerApp:
     # -- shutdown -------------------------------------------------------------------------
 
     async def close(self) -> None:
+        for task in list(self._pending):
+            task.cancel()
         if self._registrar is not None:
             self._registrar.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -26,6 +26,7 @@ from pocketmq.server.connection import HandlerTable, ServerConnection
 __all__ = ["broker_handlers", "to_wire"]
 
 RouteProvider = Callable[[str], Awaitable[w.RouteResponse]]
+BrokerLister = Callable[[], Awaitable[w.ListBrokersResponse]]
 
 
 def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
@@ -80,7 +81,14 @@ def group_to_spec(group: GroupConfig) -> w.GroupSpec:
     )
 
 
-def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
+def broker_handlers(
+    broker: Broker,
+    route: RouteProvider,
+    list_brokers: BrokerLister,
+    topics_changed: Callable[[], None],
+) -> HandlerTable:
+    """``topics_changed`` is called after topics or groups change (the app re-registers with the
+    name server at once, so routes never wait for the 30 s registration round)."""
     name = broker.name
 
     def hello(conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
@@ -214,10 +222,12 @@ def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
 
     def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.Empty:
         broker.create_topic(req.name, queues=req.queues, topic_type=req.topic_type, perm=req.perm)
+        topics_changed()
         return w.Empty()
 
     def delete_topic(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
         broker.delete_topic(req.name)
+        topics_changed()
         return w.Empty()
 
     def list_topics(conn: ServerConnection, req: w.Empty) -> w.ListTopicsResponse:
@@ -227,6 +237,7 @@ def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
 
     def create_group(conn: ServerConnection, req: w.GroupSpec) -> w.Empty:
         broker.create_group(group_from_spec(req))
+        topics_changed()  # the group's retry topic
         return w.Empty()
 
     def delete_group(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
@@ -248,6 +259,9 @@ def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
 
     async def get_route(conn: ServerConnection, req: w.GetRouteRequest) -> w.RouteResponse:
         return await route(req.topic)
+
+    async def brokers(conn: ServerConnection, req: w.Empty) -> w.ListBrokersResponse:
+        return await list_brokers()
 
     async def send_back(conn: ServerConnection, req: w.SendBackRequest) -> w.Empty:
         await broker.send_back(
@@ -281,5 +295,6 @@ def broker_handlers(broker: Broker, route: RouteProvider) -> HandlerTable:
         RequestCode.BROKER_STATUS: broker_status,
         RequestCode.QUEUE_STATUS: queue_status,
         RequestCode.GET_ROUTE: get_route,
+        RequestCode.LIST_BROKERS: brokers,
         RequestCode.SEND_BACK: send_back,
     }

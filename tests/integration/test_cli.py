@@ -1,0 +1,142 @@
+"""The command line against a real broker: the DESIGN §4 contract, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pocketmq.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def run(
+    broker: BrokerProcess, *args: str, input: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "POCKETMQ_SERVER": broker.address}
+    return subprocess.run(
+        [sys.executable, "-m", "pocketmq", *args],
+        capture_output=True,
+        text=input is None,
+        input=input,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_topic_group_send_consume_round_trip(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    topic, group = names("t"), names("g")
+    assert run(broker, "topic", "create", topic, "--queues", "2").returncode == 0
+    listed = run(broker, "topic", "list", "--json")
+    assert {"name": topic, "queues": 2, "type": "normal", "perm": 6} in [
+        json.loads(line) for line in listed.stdout.splitlines()
+    ]
+    assert (
+        run(
+            broker, "group", "create", group, "--max-retries", "3", "--retry-delays", "1s,2s,3s"
+        ).returncode
+        == 0
+    )
+    groups = [
+        json.loads(line) for line in run(broker, "group", "list", "--json").stdout.splitlines()
+    ]
+    assert {"name": group, "max_retries": 3, "retry_delays": [1.0, 2.0, 3.0]}.items() <= next(
+        g for g in groups if g["name"] == group
+    ).items()
+    sent = run(broker, "send", topic, "héllo", "--tag", "A", "--key", "k1", "--json")
+    assert sent.returncode == 0, sent.stderr
+    message_id = json.loads(sent.stdout)["message_id"]
+    consumed = run(
+        broker, "consume", topic, "--group", group, "--count", "1", "--timeout", "5s", "--json"
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    [record] = [json.loads(line) for line in consumed.stdout.splitlines()]
+    assert record["message_id"] == message_id
+    assert record["body"] == "héllo"
+    assert (record["tag"], record["keys"], record["delivery_attempt"]) == ("A", ["k1"], 1)
+    expected = {
+        "message_id",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "body",
+        "tag",
+        "keys",
+        "message_group",
+        "delivery_attempt",
+        "born_timestamp",
+        "store_timestamp",
+    }
+    assert expected <= set(record)
+    again = run(broker, "consume", topic, "--group", group, "--timeout", "1s", "--json")
+    assert again.stdout == ""  # acknowledged: not delivered again
+
+
+def test_errors_go_to_stderr_with_a_non_zero_exit(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    missing = names("missing")
+    result = run(broker, "send", missing, "x")
+    assert result.returncode != 0
+    assert "pocketmq topic create" in result.stderr
+    assert result.stdout == ""
+    bad = run(broker, "group", "create", names("g"), "--retry-delays", "soon")
+    assert bad.returncode != 0
+    assert "duration" in bad.stderr
+
+
+def test_serve_prints_one_ready_line_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pocketmq",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--namesrv-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert re.fullmatch(
+            r"pocketmq ready native=127\.0\.0\.1:\d+ grpc=\S+ namesrv=127\.0\.0\.1:\d+\n", line
+        ), line
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+        assert process.stdout.read() == ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_serve_refuses_a_port_in_use(broker: BrokerProcess, tmp_path: Path) -> None:
+    port = broker.address.rsplit(":", 1)[1]
+    command = [sys.executable, "-m", "pocketmq", "serve", "--data-dir", str(tmp_path / "d")]
+    command += ["--port", port, "--grpc-port", "0", "--namesrv-port", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode != 0
+    assert "cannot start" in result.stderr
