@@ -7,18 +7,21 @@ store directly.
 from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
 from pocketmq.broker.core import VERSION, Broker
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
+from pocketmq.broker.history import Attempt, Outcome
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
     "VERSION",
+    "Attempt",
     "Broker",
     "BrokerConfig",
     "ConsumeFrom",
     "Delivered",
     "GroupConfig",
     "InboundMessage",
+    "Outcome",
     "PullOutcome",
     "PullStatus",
     "RetryPolicy",

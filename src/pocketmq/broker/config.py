@@ -31,3 +31,10 @@ class BrokerConfig:
     delay_levels: tuple[float, ...] = DEFAULT_DELAY_LEVELS
     max_batch_messages: int = 1024
     max_delay: float = 3 * 86400.0
+    record_history: bool = True
+    # flow control (seed 004): shed sends with TOO_MANY_REQUESTS instead of queueing forever
+    max_queue_wait: float = 0.2
+    max_pending_flushes: int = 20_000
+    max_queue_backlog: int | None = None
+    # testing only: fail the next N operations of a kind ("send_back", "retry_send")
+    fault_injection: dict[str, int] = field(default_factory=dict)

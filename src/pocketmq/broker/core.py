@@ -24,11 +24,14 @@ from pocketmq.broker.config import BrokerConfig
 from pocketmq.broker.consumers import ConsumerRegistry, Notify
 from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.filtering import parse_tag_expression
+from pocketmq.broker.flow import FlowControl
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, GroupManager
+from pocketmq.broker.history import Attempt, AttemptHistory, Outcome
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
-from pocketmq.broker.pop import Handle, PopManager, PopQueue
+from pocketmq.broker.pop import Handle, InFlight, PopManager, PopQueue
+from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveLedger, RedriveRecord
 from pocketmq.broker.schedule import SCHEDULE_TOPIC, TIMER_TOPIC, ScheduleService
 from pocketmq.broker.topics import (
     DLQ_PREFIX,
@@ -50,6 +53,8 @@ from pocketmq.errors import (
     MessageNotFoundError,
     MessageTooLargeError,
     NoPermissionError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
     TopicNotFoundError,
 )
 from pocketmq.routing import queue_for_group
@@ -123,11 +128,21 @@ class Broker:
         self.schedule = ScheduleService(
             self.store, config_dir, config.delay_levels, self.append_internal, clock
         )
+        self.history = AttemptHistory(self.store, clock, enabled=config.record_history)
+        self.redrives = RedriveLedger(config_dir)
+        self.flow = FlowControl(
+            max_queue_wait=config.max_queue_wait,
+            max_pending_flushes=config.max_pending_flushes,
+            max_queue_backlog=config.max_queue_backlog,
+        )
+        self._faults = dict(config.fault_injection)
+        self._slowest: dict[tuple[str, int], tuple[float, int]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.schedule.start()
+        self.flow.start()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="broker-housekeeping"))
 
     async def close(self) -> None:
@@ -140,7 +155,9 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.arrivals.notify_all()
+        await self.flow.stop()
         await self.schedule.close()
+        self.history.flush()
         self.offsets.persist(force=True)
         self.pop_state.persist(force=True)
         self.store.close()
@@ -155,6 +172,7 @@ class Broker:
                 self._revive(now)
                 self.pop_state.persist()
                 self.schedule.persist()
+                self.history.flush()
                 if now - last_offsets >= self.config.offset_persist_interval:
                     self.offsets.persist()
                     last_offsets = now
@@ -255,6 +273,12 @@ class Broker:
             raise InvalidArgumentError(
                 f"a batch holds at most {self.config.max_batch_messages} messages"
             )
+        if self._closed:
+            raise ServiceUnavailableError("the broker is shutting down")
+        overload = self.flow.overload_reason(self.store.busy)
+        if overload is not None:
+            self.flow.rejected += len(messages)
+            raise TooManyRequestsError(f"flow control: {overload}; back off and retry")
         outcomes: list[SendOutcome | None] = [None] * len(messages)
         accepted: list[int] = []
         to_store: list[StoreMessage] = []
@@ -295,6 +319,14 @@ class Broker:
         if not properties.get(props.MESSAGE_ID):
             properties = {**properties, props.MESSAGE_ID: new_message_id()}
         queue_id = self._select_queue(topic, message.queue_id, properties.get(props.MESSAGE_GROUP))
+        if self.flow.max_queue_backlog is not None and not topic.system:
+            backlog = self._backlog(topic.name, queue_id)
+            if self.flow.backlog_exceeded(backlog):
+                self.flow.rejected += 1
+                raise TooManyRequestsError(
+                    f"flow control: queue {topic.name}/{queue_id} holds {backlog} unconsumed "
+                    f"messages (cap {self.flow.max_queue_backlog}); back off and retry"
+                )
         now_ms = int(self._clock() * 1000)
         stored = StoreMessage(
             topic=topic.name,
@@ -312,6 +344,8 @@ class Broker:
     def _resent_retry(self, message: StoreMessage) -> StoreMessage:
         """A consumer re-sent a failed message to its retry topic (its send-back failed):
         carry the reconsume count, and dead-letter it once the retries are used up."""
+        if self._fault("retry_send"):
+            raise BrokerError("injected retry-topic send failure (fault_injection)")
         properties = dict(message.properties)
         try:
             reconsume = int(properties.pop(props.RECONSUME_TIMES, "0"))
@@ -367,6 +401,27 @@ class Broker:
             return message
         return self.schedule.schedule_at(message, due)
 
+    def _backlog(self, topic: str, queue_id: int) -> int:
+        """Newest offset minus the slowest committed offset of the groups reading this queue
+        (0 when no group has committed yet). The slowest offset is looked up at most every
+        100 ms per queue; the newest offset is always current."""
+        key = (topic, queue_id)
+        now = self._clock()
+        cached = self._slowest.get(key)
+        if cached is None or now - cached[0] >= 0.1:
+            cached = (now, self.offsets.slowest(topic, queue_id))
+            self._slowest[key] = cached
+        committed = cached[1]
+        return 0 if committed < 0 else self.store.max_offset(topic, queue_id) - committed
+
+    def _fault(self, name: str) -> bool:
+        """Testing only: consume one injected failure of kind ``name``."""
+        left = self._faults.get(name, 0)
+        if left <= 0:
+            return False
+        self._faults[name] = left - 1
+        return True
+
     def _select_queue(self, topic: TopicConfig, requested: int, group: str | None) -> int:
         if requested >= 0:
             if requested >= topic.queues:
@@ -385,7 +440,14 @@ class Broker:
         if not self._sync_flush:
             return
         end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
-        if end and not await self._durability.wait(end):
+        if not end:
+            return
+        self.flow.pending_flushes += 1
+        try:
+            durable = await self._durability.wait(end)
+        finally:
+            self.flow.pending_flushes -= 1
+        if not durable:
             for i, result in enumerate(results):
                 if result.status is PutStatus.PUT_OK:
                     results[i] = PutResult(
@@ -442,6 +504,10 @@ class Broker:
         *,
         delay_level: int = 0,
         max_reconsume_times: int = -1,
+        outcome: str = Outcome.RECONSUME_LATER.value,
+        error: str = "",
+        consumer: str = "",
+        delivered_at: float | None = None,
     ) -> str:
         """Re-store a message a consumer failed on: into ``%RETRY%<group>`` after a delay, or
         into ``%DLQ%<group>`` when its retries are used up (or ``delay_level`` < 0).
@@ -450,11 +516,23 @@ class Broker:
         original topic and ``ORIGIN_MESSAGE_ID`` its first id (seed 000/001).
         """
         group_config = self._group(group)
+        if self._fault("send_back"):
+            raise BrokerError("injected send-back failure (fault_injection)")
         record = self.store.read_message(physical_offset)
         if record is None or record.message_id != message_id:
             raise MessageNotFoundError(
                 f"no message {message_id!r} at offset {physical_offset} (removed by retention?)"
             )
+        self.history.record(
+            message_id=message_id,
+            group=group,
+            topic=record.properties.get(props.RETRY_TOPIC, record.topic),
+            attempt=record.reconsume_times + 1,
+            outcome=outcome,
+            consumer=consumer,
+            error=error,
+            delivered_at=delivered_at,
+        )
         properties = dict(record.properties)
         properties.setdefault(props.RETRY_TOPIC, record.topic)
         properties.setdefault(props.ORIGIN_MESSAGE_ID, message_id)
@@ -674,13 +752,13 @@ class Broker:
             if len(out) >= max_count:
                 state.requeue(offset, entry)
                 continue
-            max_attempts = group.retry.max_attempts
-            if group.retry.max_retries >= 0 and entry.attempt >= max_attempts:
-                self._dead_letter_offset(group.name, topic, queue_id, offset, state)
-                continue
             message = self._message_at(topic, queue_id, offset)
             if message is None:  # removed by retention
                 state.finish(offset)
+                continue
+            self._record_expiry(group.name, message, entry, now)
+            if group.retry.max_retries >= 0 and entry.attempt >= group.retry.max_attempts:
+                self._dead_letter_offset(group.name, topic, queue_id, offset, state, message)
                 continue
             attempt = entry.attempt + 1
             token = state.hand_out(offset, attempt, now + invisible, consumer, now)
@@ -745,20 +823,49 @@ class Broker:
 
     def ack(self, group: str, topic: str, receipt_handle: str) -> None:
         handle = Handle.parse(receipt_handle)
-        state, _ = self.pop_state.lookup(group, topic, handle)
+        state, entry = self.pop_state.lookup(group, topic, handle)
+        if self.history.enabled:
+            message = self._message_at(topic, handle.queue_id, handle.offset)
+            if message is not None:
+                self.history.record(
+                    message_id=message.message_id,
+                    group=group,
+                    topic=topic,
+                    attempt=entry.attempt,
+                    outcome=Outcome.SUCCESS,
+                    consumer=entry.consumer,
+                    delivered_at=entry.delivered_at,
+                )
         state.finish(handle.offset)
         self.offsets.commit(group, topic, handle.queue_id, state.committed)
         self.pop_state.dirty = True
         self.counters["acks"] += 1
 
     def change_invisible(
-        self, group: str, topic: str, receipt_handle: str, invisible: float
+        self, group: str, topic: str, receipt_handle: str, invisible: float, *, error: str = ""
     ) -> str:
-        """Hide the message again for ``invisible`` seconds; returns the new receipt handle."""
+        """Hide the message again for ``invisible`` seconds; returns the new receipt handle.
+
+        This is how a pop consumer says "failed, retry later": the current attempt is recorded
+        as ``RECONSUME_LATER`` and the next delivery counts as a new attempt.
+        """
         if invisible < 0:
             raise InvalidArgumentError("invisible duration must not be negative")
         handle = Handle.parse(receipt_handle)
-        state, _ = self.pop_state.lookup(group, topic, handle)
+        state, entry = self.pop_state.lookup(group, topic, handle)
+        if self.history.enabled:
+            message = self._message_at(topic, handle.queue_id, handle.offset)
+            if message is not None:
+                self.history.record(
+                    message_id=message.message_id,
+                    group=group,
+                    topic=topic,
+                    attempt=entry.attempt,
+                    outcome=Outcome.RECONSUME_LATER,
+                    consumer=entry.consumer,
+                    error=error,
+                    delivered_at=entry.delivered_at,
+                )
         token = state.rehide(handle.offset, self._clock() + invisible)
         self.pop_state.dirty = True
         if invisible == 0:
@@ -773,14 +880,38 @@ class Broker:
                 continue
             for offset, entry in state.expired(now):
                 if entry.attempt >= group.retry.max_attempts:
-                    self._dead_letter_offset(group_name, topic, queue_id, offset, state)
+                    message = self._message_at(topic, queue_id, offset)
+                    if message is not None:
+                        self._record_expiry(group_name, message, entry, now)
+                    self._dead_letter_offset(group_name, topic, queue_id, offset, state, message)
                 else:
                     state.requeue(offset, entry)
 
-    def _dead_letter_offset(
-        self, group: str, topic: str, queue_id: int, offset: int, state: PopQueue
+    def _record_expiry(
+        self, group: str, message: StoredMessage, entry: InFlight, now: float
     ) -> None:
-        message = self._message_at(topic, queue_id, offset)
+        self.history.record(
+            message_id=message.message_id,
+            group=group,
+            topic=message.topic,
+            attempt=entry.attempt,
+            outcome=Outcome.INVISIBLE_EXPIRED,
+            consumer=entry.consumer,
+            error="not acknowledged within the invisible time",
+            delivered_at=entry.delivered_at,
+            finished_at=now,
+        )
+
+    def _dead_letter_offset(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        state: PopQueue,
+        message: StoredMessage | None = None,
+    ) -> None:
+        message = message or self._message_at(topic, queue_id, offset)
         if message is not None:
             self.dead_letter(group, message, reason="max delivery attempts reached")
         state.finish(offset)
@@ -811,6 +942,14 @@ class Broker:
             ]
         )
         self.counters["dead_lettered"] += 1
+        self.history.record(
+            message_id=message.message_id,
+            group=group,
+            topic=original,
+            attempt=message.reconsume_times + 1,
+            outcome=Outcome.DLQ,
+            error=reason,
+        )
         log.info("message %s of group %s dead-lettered: %s", message.message_id, group, reason)
         return result
 
@@ -833,6 +972,118 @@ class Broker:
     def consumer_ids(self, group: str) -> list[str]:
         self._group(group)
         return self.consumers.client_ids(group)
+
+    # -- attempt history, dead-letter tools -----------------------------------------------
+
+    def report_outcomes(self, group: str, consumer: str, attempts: Sequence[Attempt]) -> None:
+        """Push consumers report their successful attempts (failures come with send-back)."""
+        for attempt in attempts:
+            self.history.record(
+                message_id=attempt.message_id,
+                group=group,
+                topic=attempt.topic,
+                attempt=attempt.attempt,
+                outcome=attempt.outcome,
+                consumer=consumer or attempt.consumer,
+                error=attempt.error,
+                delivered_at=attempt.delivered_at / 1000,
+                finished_at=attempt.finished_at / 1000,
+            )
+
+    def message_history(self, message_id: str) -> list[Attempt]:
+        return self.history.query(message_id)
+
+    def browse(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 32
+    ) -> list[Delivered]:
+        """Read any topic (dead-letter topics included) without consuming: operator tools."""
+        self.topics.require(topic)
+        got = self.store.get_messages(
+            topic, queue_id, max(offset, self.store.min_offset(topic, queue_id)),
+            max_count=max(1, min(max_count, 1024)),
+        )  # fmt: skip
+        return [self._deliver(m) for m in got.messages]
+
+    async def redrive(
+        self, group: str, dlq_offsets: Sequence[int], *, target: str = "origin", operator: str = ""
+    ) -> list[tuple[int, str, str, SendOutcome | None]]:
+        """Re-send dead letters of ``group`` (by their offset in ``%DLQ%<group>``), each once.
+
+        ``target``: ``origin`` re-sends to the original topic (every subscribed group sees it),
+        ``retry`` to ``%RETRY%<group>`` (only this group). Returns
+        ``(offset, message id, "resent" | "already" | "missing", outcome)`` per offset.
+        """
+        self._group(group)
+        if target not in ("origin", "retry"):
+            raise InvalidArgumentError("redrive target must be 'origin' or 'retry'")
+        dlq = dlq_topic(group)
+        if self.topics.get(dlq) is None:
+            return [(offset, "", "missing", None) for offset in dlq_offsets]
+        report: list[tuple[int, str, str, SendOutcome | None]] = []
+        audit: list[StoreMessage] = []
+        done: list[int] = []
+        for offset in dlq_offsets:
+            message = self._message_at(dlq, 0, offset)
+            if message is None:
+                report.append((offset, "", "missing", None))
+                continue
+            if self.redrives.done(group, offset):
+                report.append((offset, message.message_id, "already", None))
+                continue
+            properties = {
+                k: v
+                for k, v in message.properties.items()
+                if k not in (props.RETRY_TOPIC, "DLQ_REASON", props.REAL_TOPIC, props.REAL_QUEUE_ID)
+            }
+            origin = message.properties.get(props.RETRY_TOPIC, "")
+            destination = retry_topic(group) if target == "retry" else origin
+            if target == "retry":
+                properties[props.RETRY_TOPIC] = origin
+            [outcome] = await self.send(
+                [
+                    InboundMessage(
+                        destination,
+                        message.body,
+                        properties,
+                        -1,
+                        message.flags,
+                        message.born_timestamp,
+                    )
+                ]
+            )
+            if outcome.code not in (Code.SUCCESS, Code.FLUSH_DISK_TIMEOUT):
+                report.append((offset, message.message_id, f"failed: {outcome.remark}", outcome))
+                continue
+            done.append(offset)
+            report.append((offset, message.message_id, "resent", outcome))
+            record = RedriveRecord(
+                group, offset, message.message_id, destination, outcome.queue_id,
+                outcome.queue_offset, operator, int(self._clock() * 1000),
+            )  # fmt: skip
+            audit.append(
+                StoreMessage(
+                    topic=REDRIVE_AUDIT_TOPIC,
+                    queue_id=0,
+                    body=msgspec.json.encode(record),
+                    properties={props.KEYS: f"{group} {message.message_id}"},
+                )
+            )
+            self.history.record(
+                message_id=message.message_id,
+                group=group,
+                topic=destination,
+                attempt=message.reconsume_times + 1,
+                outcome=Outcome.REDRIVEN,
+                consumer=operator,
+                error=f"resent from {dlq} offset {offset}",
+            )
+        if audit:
+            await self.append_internal(audit)
+            self.redrives.mark(group, done)
+        return report
+
+    def redriven(self, group: str) -> set[int]:
+        return self.redrives.offsets(group)
 
     # -- queries and status ---------------------------------------------------------------
 

@@ -34,6 +34,11 @@ class OffsetManager:
             self._offsets[key] = offset
             self._dirty = True
 
+    def slowest(self, topic: str, queue_id: int) -> int:
+        """The smallest committed offset any group has on this queue, or -1."""
+        found = [o for (g, t, q), o in self._offsets.items() if t == topic and q == queue_id]
+        return min(found) if found else -1
+
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._offsets[(group, topic, queue_id)] = offset
         self._dirty = True

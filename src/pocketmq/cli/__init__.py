@@ -5,6 +5,7 @@ only assembles them.
 """
 
 from pocketmq.cli import commands as _commands  # noqa: F401  (topic, group, send, consume)
+from pocketmq.cli import deadletter as _deadletter  # noqa: F401  (message, dlq)
 from pocketmq.cli import outbox as _outbox  # noqa: F401  (registers outbox)
 from pocketmq.cli import serve as _serve  # noqa: F401  (registers serve, namesrv)
 from pocketmq.cli._app import main

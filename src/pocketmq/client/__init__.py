@@ -1,6 +1,6 @@
 """The asyncio SDK: producers, consumers and administration over the native protocol."""
 
-from pocketmq.client.admin import Admin, GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.admin import Admin, DeadLetter, GroupInfo, QueueInfo, TopicInfo
 from pocketmq.client.backoff import Backoff
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult, SendStatus
@@ -21,6 +21,7 @@ __all__ = [
     "ConsumeContext",
     "ConsumeStatus",
     "ConsumerStatistics",
+    "DeadLetter",
     "GroupInfo",
     "Message",
     "MessageModel",

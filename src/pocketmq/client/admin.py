@@ -12,11 +12,11 @@ from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
-from pocketmq.errors import InvalidArgumentError
+from pocketmq.errors import InvalidArgumentError, TopicNotFoundError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
-__all__ = ["Admin", "GroupInfo", "QueueInfo", "TopicInfo"]
+__all__ = ["Admin", "DeadLetter", "GroupInfo", "QueueInfo", "TopicInfo"]
 
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
 
@@ -37,6 +37,17 @@ class GroupInfo:
     max_retries: int
     retry_delays: tuple[float, ...]
     consume_from: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message in a dead-letter queue, with where it came from and why it is there."""
+
+    address: str
+    dlq_offset: int
+    origin_topic: str
+    reason: str
+    message: MessageView
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +195,59 @@ class Admin(ClientBase):
             )
             found.extend(to_view(m) for m in reply.messages)
         return found
+
+    async def message_history(self, message_id: str) -> list[w.AttemptRecord]:
+        """Every recorded delivery attempt of the message, across brokers, oldest first."""
+        found: list[w.AttemptRecord] = []
+        for address in await self._brokers():
+            reply = await self.call(
+                address,
+                RequestCode.MESSAGE_HISTORY,
+                w.MessageHistoryRequest(message_id),
+                w.MessageHistoryResponse,
+            )
+            found.extend(reply.attempts)
+        return sorted(found, key=lambda a: (a.delivered_at, a.attempt, a.finished_at))
+
+    async def dead_letters(self, group: str, max_count: int = 10_000) -> list[DeadLetter]:
+        """Every message in ``%DLQ%<group>`` on every broker, oldest first per broker."""
+        out: list[DeadLetter] = []
+        for address in await self._brokers():
+            offset = 0
+            while len(out) < max_count:
+                try:
+                    reply = await self.call(
+                        address,
+                        RequestCode.BROWSE,
+                        w.BrowseRequest("%DLQ%" + group, 0, offset, 256),
+                        w.QueryMessageResponse,
+                    )
+                except TopicNotFoundError:
+                    break
+                if not reply.messages:
+                    break
+                out.extend(
+                    DeadLetter(
+                        address=address,
+                        dlq_offset=m.queue_offset,
+                        origin_topic=m.properties.get("RETRY_TOPIC", ""),
+                        reason=m.properties.get("DLQ_REASON", ""),
+                        message=to_view(m),
+                    )
+                    for m in reply.messages
+                )
+                offset = reply.messages[-1].queue_offset + 1
+        return out[:max_count]
+
+    async def redrive(
+        self, address: str, group: str, offsets: Sequence[int], *, target: str = "origin"
+    ) -> w.RedriveResponse:
+        return await self.call(
+            address,
+            RequestCode.REDRIVE,
+            w.RedriveRequest(group, list(offsets), target, self.client_config.client_id),
+            w.RedriveResponse,
+        )
 
     async def broker_status(self) -> list[w.BrokerStatusResponse]:
         return [

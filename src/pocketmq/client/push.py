@@ -29,6 +29,7 @@ import inspect
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,8 @@ class PushConsumerConfig:
     max_reconsume_times: int = -1
     offset_store_dir: str | None = None
     close_timeout: float = 10.0
+    report_outcomes: bool = True
+    """Tell the broker about successful attempts too (for ``pocketmq message history``)."""
 
 
 @dataclass(slots=True)
@@ -189,6 +192,7 @@ class PushConsumer(ClientBase):
         self._closing = False
         self._consumed = self._failed = self._sent_back = self._resent = 0
         self._local_retries = self._broadcast_drops = 0
+        self._reports: dict[str, list[w.AttemptRecord]] = {}
         self._offset_file = self._offset_path() if not self._clustering else None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -232,6 +236,7 @@ class PushConsumer(ClientBase):
                 await task
         for pq in self._pqs.values():
             self._mark(pq)
+        self._flush_reports()
         await self._persist_offsets()
         await self._unregister()
         await self.close_base()
@@ -455,7 +460,10 @@ class PushConsumer(ClientBase):
             finally:
                 self._work.task_done()
 
-    async def _invoke(self, views: list[MessageView], context: ConsumeContext) -> ConsumeStatus:
+    async def _invoke(
+        self, views: list[MessageView], context: ConsumeContext
+    ) -> tuple[ConsumeStatus, str, str]:
+        """The listener's verdict, as ``(status, outcome name, error text)``."""
         args: tuple[Any, ...] = (views, context) if self._wants_context else (views,)
         try:
             if self._async_listener:
@@ -470,15 +478,16 @@ class PushConsumer(ClientBase):
             log.warning(
                 "listener ran past the consume timeout (%.0fs)", self.config.consume_timeout
             )
-            return ConsumeStatus.RECONSUME_LATER
-        except Exception:
+            return ConsumeStatus.RECONSUME_LATER, "TIMEOUT", "consume timeout exceeded"
+        except Exception as exc:
             log.exception("listener raised; the batch will be retried")
-            return ConsumeStatus.RECONSUME_LATER
+            return ConsumeStatus.RECONSUME_LATER, "EXCEPTION", f"{type(exc).__name__}: {exc}"
         if isinstance(result, ConsumeStatus):
-            return result
+            return result, result.value, ""
         if result is not None:
             log.warning("listener returned %r, not a ConsumeStatus; retrying the batch", result)
-        return ConsumeStatus.RECONSUME_LATER
+            return ConsumeStatus.RECONSUME_LATER, "RECONSUME_LATER", f"listener returned {result!r}"
+        return ConsumeStatus.RECONSUME_LATER, "RECONSUME_LATER", "listener returned None"
 
     def _view(self, pq: _ProcessQueue, message: w.DeliveredMessage) -> MessageView:
         view = to_view(message)
@@ -490,7 +499,8 @@ class PushConsumer(ClientBase):
     async def _consume(self, pq: _ProcessQueue, batch: list[w.DeliveredMessage]) -> None:
         views = [self._view(pq, m) for m in batch]
         context = ConsumeContext(ack_index=len(batch) - 1, queue=pq.key)
-        status = await self._invoke(views, context)
+        started = time.time()
+        status, outcome, error = await self._invoke(views, context)
         if status is ConsumeStatus.SUCCESS:
             cut = max(-1, min(context.ack_index, len(batch) - 1)) + 1
         else:
@@ -498,6 +508,9 @@ class PushConsumer(ClientBase):
         succeeded, failed = batch[:cut], batch[cut:]
         self._consumed += len(succeeded)
         self._failed += len(failed)
+        if status is ConsumeStatus.SUCCESS and failed:
+            outcome, error = "RECONSUME_LATER", "after the ack index of a successful batch"
+        self._report(pq, succeeded, views[:cut], started)
         finished = [m.queue_offset for m in succeeded]
         if failed:
             if not self._clustering:
@@ -511,7 +524,8 @@ class PushConsumer(ClientBase):
             else:
                 kept: list[w.DeliveredMessage] = []
                 for message in failed:
-                    if await self._hand_back(pq, message, context.delay_level):
+                    attempt = (message, outcome, error, started)
+                    if await self._hand_back(pq, attempt, context.delay_level):
                         finished.append(message.queue_offset)
                     else:
                         kept.append(message)
@@ -523,9 +537,13 @@ class PushConsumer(ClientBase):
         self._mark(pq)
 
     async def _hand_back(
-        self, pq: _ProcessQueue, message: w.DeliveredMessage, delay_level: int
+        self,
+        pq: _ProcessQueue,
+        attempt: tuple[w.DeliveredMessage, str, str, float],
+        delay_level: int,
     ) -> bool:
         """Send-back, or re-send to the retry topic; False if neither worked."""
+        message, outcome, error, started = attempt
         message_id = message.properties.get(props.MESSAGE_ID, "")
         try:
             await self.call(
@@ -538,6 +556,10 @@ class PushConsumer(ClientBase):
                     delay_level,
                     self.config.max_reconsume_times,
                     message.properties.get(props.RETRY_TOPIC, message.topic),
+                    error,
+                    self.pool.client_id,
+                    outcome,
+                    int(started * 1000),
                 ),
                 w.Empty,
             )
@@ -592,6 +614,44 @@ class PushConsumer(ClientBase):
         if item.code not in (Code.SUCCESS, Code.FLUSH_DISK_TIMEOUT):
             raise error_from_code(item.code, item.remark)
 
+    def _report(
+        self,
+        pq: _ProcessQueue,
+        messages: list[w.DeliveredMessage],
+        views: list[MessageView],
+        started: float,
+    ) -> None:
+        if not self.config.report_outcomes or not messages:
+            return
+        finished = int(time.time() * 1000)
+        pending = self._reports.setdefault(pq.address, [])
+        pending.extend(
+            w.AttemptRecord(
+                view.message_id,
+                self.group,
+                view.topic,
+                view.delivery_attempt,
+                self.pool.client_id,
+                "SUCCESS",
+                "",
+                int(started * 1000),
+                finished,
+            )
+            for view in views
+        )
+
+    def _flush_reports(self) -> None:
+        reports, self._reports = self._reports, {}
+        for address, attempts in reports.items():
+            for connection in self.pool.open_connections():
+                if connection.address == address:
+                    with contextlib.suppress(PocketMQError):
+                        connection.oneway(
+                            RequestCode.REPORT_OUTCOMES,
+                            w.ReportOutcomesRequest(self.group, self.pool.client_id, attempts),
+                        )
+                    break
+
     def _retry_locally(self, pq: _ProcessQueue, messages: list[w.DeliveredMessage]) -> None:
         """Seed 000: keep what could not be handed back and consume it again after 5 s."""
         for message in messages:
@@ -618,8 +678,17 @@ class PushConsumer(ClientBase):
             self._dirty.add(pq.key)
 
     async def _persist_forever(self) -> None:
+        ticks = 0
         while True:
-            await asyncio.sleep(self.config.offset_persist_interval)
+            await asyncio.sleep(min(1.0, self.config.offset_persist_interval))
+            ticks += 1
+            self._flush_reports()
+            if (
+                ticks * min(1.0, self.config.offset_persist_interval)
+                < self.config.offset_persist_interval
+            ):
+                continue
+            ticks = 0
             try:
                 await self._persist_offsets()
             except Exception:

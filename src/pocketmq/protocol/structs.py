@@ -23,6 +23,7 @@ __all__ = [
     "AttemptRecord",
     "BrokerAddress",
     "BrokerStatusResponse",
+    "BrowseRequest",
     "ChangeInvisibleRequest",
     "ChangeInvisibleResponse",
     "CheckTransactionRequest",
@@ -59,7 +60,11 @@ __all__ = [
     "QueueStatus",
     "QueueStatusRequest",
     "QueueStatusResponse",
+    "RedriveItem",
+    "RedriveRequest",
+    "RedriveResponse",
     "RegisterBrokerRequest",
+    "ReportOutcomesRequest",
     "RouteResponse",
     "SendBackRequest",
     "SendRequest",
@@ -193,6 +198,8 @@ class SendBackRequest(_Body, frozen=True):
     origin_topic: str = ""
     error: str = ""
     consumer: str = ""
+    outcome: str = "RECONSUME_LATER"
+    delivered_at_ms: int = 0
 
 
 class EndTransactionRequest(_Body, frozen=True):
@@ -331,6 +338,40 @@ class MessageHistoryResponse(_Body, frozen=True):
     attempts: list[AttemptRecord]
 
 
+class ReportOutcomesRequest(_Body, frozen=True):
+    group: str
+    consumer: str
+    attempts: list[AttemptRecord]
+
+
+class BrowseRequest(_Body, frozen=True):
+    topic: str
+    queue_id: int = 0
+    offset: int = 0
+    max_count: int = 32
+
+
+class RedriveRequest(_Body, frozen=True):
+    group: str
+    dlq_offsets: list[int]
+    target: str = "origin"  # origin | retry
+    operator: str = ""
+
+
+class RedriveItem(_Body, frozen=True):
+    dlq_offset: int
+    message_id: str
+    status: str  # resent | already | missing | failed: ...
+    topic: str = ""
+    queue_id: int = -1
+    queue_offset: int = -1
+
+
+class RedriveResponse(_Body, frozen=True):
+    items: list[RedriveItem]
+    already_redriven: list[int] = []
+
+
 # -- administration -------------------------------------------------------------------------
 
 
@@ -443,6 +484,9 @@ REQUESTS: Final[dict[int, type[_Body]]] = {
     RequestCode.GET_CONSUMERS: GetConsumersRequest,
     RequestCode.QUERY_MESSAGE: QueryMessageRequest,
     RequestCode.MESSAGE_HISTORY: MessageHistoryRequest,
+    RequestCode.REPORT_OUTCOMES: ReportOutcomesRequest,
+    RequestCode.BROWSE: BrowseRequest,
+    RequestCode.REDRIVE: RedriveRequest,
     RequestCode.CREATE_TOPIC: TopicSpec,
     RequestCode.DELETE_TOPIC: NameRequest,
     RequestCode.LIST_TOPICS: Empty,
@@ -469,6 +513,8 @@ RESPONSES: Final[dict[int, type[_Body]]] = {
     RequestCode.GET_CONSUMERS: GetConsumersResponse,
     RequestCode.QUERY_MESSAGE: QueryMessageResponse,
     RequestCode.MESSAGE_HISTORY: MessageHistoryResponse,
+    RequestCode.BROWSE: QueryMessageResponse,
+    RequestCode.REDRIVE: RedriveResponse,
     RequestCode.LIST_TOPICS: ListTopicsResponse,
     RequestCode.LIST_GROUPS: ListGroupsResponse,
     RequestCode.BROKER_STATUS: BrokerStatusResponse,

@@ -11,6 +11,7 @@ from typing import Any
 
 from pocketmq.broker import (
     VERSION,
+    Attempt,
     Broker,
     ConsumeFrom,
     Delivered,
@@ -270,8 +271,74 @@ def broker_handlers(
             req.message_id,
             delay_level=req.delay_level,
             max_reconsume_times=req.max_reconsume_times,
+            outcome=req.outcome,
+            error=req.error,
+            consumer=req.consumer or conn.client_id,
+            delivered_at=req.delivered_at_ms / 1000 if req.delivered_at_ms else None,
         )
         return w.Empty()
+
+    def report_outcomes(conn: ServerConnection, req: w.ReportOutcomesRequest) -> w.Empty:
+        broker.report_outcomes(
+            req.group,
+            req.consumer or conn.client_id,
+            [
+                Attempt(
+                    a.message_id,
+                    req.group,
+                    a.topic,
+                    a.attempt,
+                    a.consumer,
+                    a.outcome,
+                    a.error,
+                    a.delivered_at,
+                    a.finished_at,
+                )
+                for a in req.attempts
+            ],
+        )
+        return w.Empty()
+
+    def message_history(
+        conn: ServerConnection, req: w.MessageHistoryRequest
+    ) -> w.MessageHistoryResponse:
+        return w.MessageHistoryResponse(
+            [
+                w.AttemptRecord(
+                    a.message_id,
+                    a.group,
+                    a.topic,
+                    a.attempt,
+                    a.consumer,
+                    a.outcome,
+                    a.error,
+                    a.delivered_at,
+                    a.finished_at,
+                )
+                for a in broker.message_history(req.message_id)
+            ]
+        )
+
+    def browse(conn: ServerConnection, req: w.BrowseRequest) -> w.QueryMessageResponse:
+        found = broker.browse(req.topic, req.queue_id, req.offset, req.max_count)
+        return w.QueryMessageResponse([to_wire(m, name) for m in found])
+
+    async def redrive(conn: ServerConnection, req: w.RedriveRequest) -> w.RedriveResponse:
+        report = await broker.redrive(
+            req.group, req.dlq_offsets, target=req.target, operator=req.operator or conn.client_id
+        )
+        items = [
+            w.RedriveItem(
+                offset,
+                message_id,
+                status,
+                outcome.topic if outcome else "",
+                outcome.queue_id if outcome else -1,
+                outcome.queue_offset if outcome else -1,
+            )
+            for offset, message_id, status, outcome in report
+        ]
+        return w.RedriveResponse(items, sorted(broker.redriven(req.group)))
 
     return {
         RequestCode.HELLO: hello,
@@ -297,4 +364,8 @@ def broker_handlers(
         RequestCode.GET_ROUTE: get_route,
         RequestCode.LIST_BROKERS: brokers,
         RequestCode.SEND_BACK: send_back,
+        RequestCode.REPORT_OUTCOMES: report_outcomes,
+        RequestCode.MESSAGE_HISTORY: message_history,
+        RequestCode.BROWSE: browse,
+        RequestCode.REDRIVE: redrive,
     }
