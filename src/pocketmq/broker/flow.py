@@ -67,4 +67,5 @@ class FlowControl:
         return None
 
     def backlog_exceeded(self, backlog: int) -> bool:
-        return self.max_queue_backlog is not None and backlog > self.max_queue_backlog
+        """Whether one more message would take the queue past its cap."""
+        return self.max_queue_backlog is not None and backlog >= self.max_queue_backlog

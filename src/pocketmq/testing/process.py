@@ -31,6 +31,12 @@ def _toml_value(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{_toml_value(str(k))} = {_toml_value(v)}" for k, v in value.items())
+            + "}"
+        )
     return repr(value)
 
 

@@ -1,0 +1,107 @@
+"""Pure pieces of the broker and SDK: retry policies, hashing, allocation, filters, pop state."""
+
+from __future__ import annotations
+
+import pytest
+
+from pocketmq.broker import DEFAULT_DELAY_LEVELS, RetryPolicy
+from pocketmq.broker.filtering import parse_tag_expression
+from pocketmq.broker.pop import Handle, PopQueue
+from pocketmq.client.push import allocate_average
+from pocketmq.client.routes import QueueRef
+from pocketmq.errors import InvalidArgumentError, InvalidReceiptHandleError
+from pocketmq.routing import jump_hash, queue_for_group
+
+
+def test_default_retry_delays_are_delay_levels_from_3_on() -> None:
+    policy = RetryPolicy()
+    delays = [policy.delay(n, DEFAULT_DELAY_LEVELS) for n in range(1, 17)]
+    assert delays[:4] == [10, 30, 60, 120]  # level 3 + reconsume times (seed 000)
+    assert delays[-1] == 7200
+    assert policy.max_attempts == 17
+    assert policy.delay(40, DEFAULT_DELAY_LEVELS) == 7200  # clamped to the last level
+
+
+def test_customized_and_exponential_policies() -> None:
+    custom = RetryPolicy(max_retries=3, delays=(1, 5, 30))
+    assert [custom.delay(n, DEFAULT_DELAY_LEVELS) for n in (1, 2, 3, 4)] == [1, 5, 30, 30]
+    exponential = RetryPolicy(initial=5, multiplier=2, maximum=60)
+    assert [exponential.delay(n, DEFAULT_DELAY_LEVELS) for n in (1, 2, 3, 4, 5)] == [
+        5,
+        10,
+        20,
+        40,
+        60,
+    ]
+
+
+def test_jump_hash_moves_few_keys_when_a_bucket_is_added() -> None:
+    keys = range(10_000)
+    before = [jump_hash(k * 7919 + 17, 10) for k in keys]
+    after = [jump_hash(k * 7919 + 17, 11) for k in keys]
+    moved = sum(b != a for b, a in zip(before, after, strict=True))
+    assert 0.05 < moved / len(before) < 0.14  # about 1/11, not ~all as with modulo
+    assert all(a == 10 for b, a in zip(before, after, strict=True) if b != a)
+    assert sorted(set(before)) == list(range(10))
+
+
+def test_group_to_queue_is_stable_across_processes() -> None:
+    assert queue_for_group("order-42", 8) == queue_for_group("order-42", 8)
+    spread = {queue_for_group(f"order-{n}", 8) for n in range(200)}
+    assert spread == set(range(8))
+    assert queue_for_group("order-42", 1) == 0
+
+
+def test_allocation_is_contiguous_complete_and_disjoint() -> None:
+    queues = [QueueRef("b", "addr", n, 6) for n in range(10)]
+    members = ["c1", "c2", "c3"]
+    shares = [allocate_average(queues, members, m) for m in members]
+    assert [len(s) for s in shares] == [4, 3, 3]
+    assert [q for share in shares for q in share] == queues
+    assert allocate_average(queues, members, "stranger") == []
+    many = [f"c{n:02d}" for n in range(12)]
+    assert sum(len(allocate_average(queues, many, m)) for m in many) == 10
+
+
+def test_tag_expressions() -> None:
+    assert parse_tag_expression("*") is None
+    assert parse_tag_expression("") is None
+    assert parse_tag_expression("A || B ||C") == frozenset({"A", "B", "C"})
+    with pytest.raises(InvalidArgumentError, match="SQL"):
+        parse_tag_expression("a > 5")
+    with pytest.raises(InvalidArgumentError):
+        parse_tag_expression("A || ")
+
+
+def test_pop_queue_commits_only_below_the_first_unfinished_offset() -> None:
+    state = PopQueue(next_offset=0, committed=0)
+    tokens = {n: state.hand_out(n, 1, 10.0, "c", 0.0) for n in range(5)}
+    state.next_offset = 5
+    state.finish(1)
+    state.finish(2)
+    assert state.committed == 0
+    state.finish(0)
+    assert state.committed == 3
+    assert set(state.inflight) == {3, 4}
+    assert tokens[3] != tokens[4]
+
+
+def test_pop_queue_expiry_and_rehide() -> None:
+    state = PopQueue(next_offset=0, committed=0)
+    state.hand_out(0, 1, visible_at=5.0, consumer="c", now=0.0)
+    state.hand_out(1, 1, visible_at=9.0, consumer="c", now=0.0)
+    assert state.expired(4.9) == []
+    [(offset, entry)] = state.expired(5.0)
+    assert (offset, entry.attempt) == (0, 1)
+    old = state.inflight[1].token
+    new = state.rehide(1, visible_at=20.0)
+    assert new != old
+    assert state.expired(10.0) == []  # the old timer for offset 1 is stale
+    assert state.next_visible_at() == 20.0
+
+
+def test_receipt_handles_round_trip_and_reject_garbage() -> None:
+    handle = Handle(3, 1200, "abcdef")
+    assert Handle.parse(handle.encode()) == handle
+    with pytest.raises(InvalidReceiptHandleError):
+        Handle.parse("not-a-handle")
