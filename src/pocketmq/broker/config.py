@@ -32,6 +32,7 @@ class BrokerConfig:
     max_batch_messages: int = 1024
     max_delay: float = 3 * 86400.0
     record_history: bool = True
+    queue_lock_expiry: float = 60.0
     # flow control (seed 004): shed sends with TOO_MANY_REQUESTS instead of queueing forever
     max_queue_wait: float = 0.2
     max_pending_flushes: int = 20_000

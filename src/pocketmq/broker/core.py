@@ -27,6 +27,7 @@ from pocketmq.broker.filtering import parse_tag_expression
 from pocketmq.broker.flow import FlowControl
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, GroupManager
 from pocketmq.broker.history import Attempt, AttemptHistory, Outcome
+from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
@@ -136,6 +137,7 @@ class Broker:
             max_queue_backlog=config.max_queue_backlog,
         )
         self._faults = dict(config.fault_injection)
+        self.locks = QueueLocks(config.queue_lock_expiry, clock)
         self._slowest: dict[tuple[str, int], tuple[float, int]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -726,11 +728,30 @@ class Broker:
                     else self._initial_offset(group, topic.name, queue_id)
                 )
                 state = self.pop_state.ensure(group.name, topic.name, queue_id, start)
-            self._redeliver(group, topic.name, queue_id, state, now, invisible, consumer, out,
-                            max_count)  # fmt: skip
-            if len(out) < max_count and len(state.inflight) < self.config.max_inflight_per_queue:
-                self._deliver_new(topic.name, queue_id, state, now, invisible, consumer, tags,
-                                  out, max_count)  # fmt: skip
+            if group.fifo:
+                self._pop_fifo(
+                    group,
+                    topic.name,
+                    queue_id,
+                    state,
+                    now,
+                    invisible,
+                    consumer,
+                    tags,
+                    out,
+                    max_count,
+                )
+            else:
+                self._redeliver(
+                    group, topic.name, queue_id, state, now, invisible, consumer, out, max_count
+                )
+                if (
+                    len(out) < max_count
+                    and len(state.inflight) < self.config.max_inflight_per_queue
+                ):
+                    self._deliver_new(
+                        topic.name, queue_id, state, now, invisible, consumer, tags, out, max_count
+                    )
             self.offsets.commit(group.name, topic.name, queue_id, state.committed)
         if out:
             self.pop_state.dirty = True
@@ -805,6 +826,82 @@ class Broker:
         ):
             state.skip_to(got.next_offset)
 
+    def _pop_fifo(
+        self,
+        group: GroupConfig,
+        topic: str,
+        queue_id: int,
+        state: PopQueue,
+        now: float,
+        invisible: float,
+        consumer: str,
+        tags: frozenset[str] | None,
+        out: list[Delivered],
+        max_count: int,
+    ) -> None:
+        """FIFO pop: per message group, never hand out a message while an earlier one of its
+        group is in flight and still invisible (seed 002, but per group instead of per queue, so
+        one failing group does not stall the others hashed to the same queue)."""
+        busy = state.busy_groups(now)
+        limit = group.retry.max_attempts if group.retry.max_retries >= 0 else None
+        # 1. what is already pending (expired deliveries and parked messages), in offset order
+        for offset in sorted(set(state.inflight) | set(state.parked)):
+            if len(out) >= max_count:
+                return
+            entry = state.inflight.get(offset)
+            key = entry.message_group if entry is not None else state.parked[offset]
+            if key in busy:
+                continue
+            message = self._message_at(topic, queue_id, offset)
+            if message is None:
+                state.finish(offset)
+                continue
+            if entry is not None:  # its invisible time passed: deliver again, attempt + 1
+                self._record_expiry(group.name, message, entry, now)
+                if limit is not None and entry.attempt >= limit:
+                    self._dead_letter_offset(group.name, topic, queue_id, offset, state, message)
+                    continue
+                attempt = entry.attempt + 1
+            else:
+                del state.parked[offset]
+                attempt = message.reconsume_times + 1
+            token = state.hand_out(offset, attempt, now + invisible, consumer, now, key)
+            out.append(
+                self._deliver(
+                    message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
+                )
+            )
+        # 2. new messages: hand out those of idle groups, park those of busy ones
+        while len(out) < max_count and len(state.parked) < self.config.max_inflight_per_queue:
+            got = self.store.get_messages(
+                topic, queue_id, state.next_offset, max_count=max_count, tags=tags
+            )
+            if got.status is GetStatus.OFFSET_TOO_SMALL:
+                state.skip_to(got.next_offset)
+                continue
+            if not got.messages:
+                if got.status in _SKIPPABLE:
+                    state.skip_to(got.next_offset)
+                return
+            for message in got.messages:
+                offset = message.queue_offset
+                key = message.properties.get(props.MESSAGE_GROUP) or f"\0{offset}"
+                if key in busy or len(out) >= max_count:
+                    state.parked[offset] = key
+                    busy.add(key)  # keep the group's later messages behind this one
+                else:
+                    attempt = message.reconsume_times + 1
+                    token = state.hand_out(offset, attempt, now + invisible, consumer, now, key)
+                    out.append(
+                        self._deliver(
+                            message,
+                            attempt=attempt,
+                            handle=Handle(queue_id, offset, token).encode(),
+                        )
+                    )
+                state.next_offset = offset + 1
+            state.skip_to(got.next_offset)
+
     def _message_at(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         got = self.store.get_messages(topic, queue_id, offset, max_count=1)
         if got.messages and got.messages[0].queue_offset == offset:
@@ -840,6 +937,8 @@ class Broker:
         self.offsets.commit(group, topic, handle.queue_id, state.committed)
         self.pop_state.dirty = True
         self.counters["acks"] += 1
+        if state.parked:
+            self.arrivals.notify(topic)  # FIFO: the group's next message may be handed out
 
     def change_invisible(
         self, group: str, topic: str, receipt_handle: str, invisible: float, *, error: str = ""
@@ -866,7 +965,12 @@ class Broker:
                     error=error,
                     delivered_at=entry.delivered_at,
                 )
-        token = state.rehide(handle.offset, self._clock() + invisible)
+        visible_at = self._clock() + invisible
+        token = state.rehide(handle.offset, visible_at)
+        group_config = self.groups.get(group)
+        if group_config is not None and group_config.fifo and entry.message_group:
+            state.rehide_group(entry.message_group, visible_at)  # the run comes back together
+            token = state.inflight[handle.offset].token
         self.pop_state.dirty = True
         if invisible == 0:
             self.arrivals.notify(topic)
@@ -968,6 +1072,17 @@ class Broker:
 
     def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
         self.consumers.unregister(client_id, groups or None)
+        self.locks.release_client(client_id)
+
+    def lock_queues(
+        self, group: str, client_id: str, queues: Sequence[tuple[str, int]]
+    ) -> list[tuple[str, int]]:
+        """Orderly consumers: take or renew queue locks; returns the queues held."""
+        self._group(group)
+        return self.locks.lock(group, client_id, queues)
+
+    def unlock_queues(self, group: str, client_id: str, queues: Sequence[tuple[str, int]]) -> None:
+        self.locks.unlock(group, client_id, queues)
 
     def consumer_ids(self, group: str) -> list[str]:
         self._group(group)

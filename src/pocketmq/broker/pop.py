@@ -43,6 +43,8 @@ class PopQueue:
     committed: int
     inflight: dict[int, InFlight] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
+    # FIFO only: messages read but not handed out because their group was busy (offset -> group)
+    parked: dict[int, str] = field(default_factory=dict)
     # (visible_at, offset, token): lazily cleaned; stale entries are skipped
     _timers: list[tuple[float, int, str]] = field(default_factory=list)
 
@@ -56,6 +58,7 @@ class PopQueue:
     def finish(self, offset: int) -> None:
         """The message at ``offset`` needs no more deliveries (acked, filtered, dead-lettered)."""
         self.inflight.pop(offset, None)
+        self.parked.pop(offset, None)
         if offset >= self.committed:
             self.done.add(offset)
         while self.committed in self.done:
@@ -63,11 +66,24 @@ class PopQueue:
             self.committed += 1
 
     def skip_to(self, offset: int) -> None:
-        """Mark everything below ``offset`` that was never handed out as finished."""
+        """Mark everything below ``offset`` that was never handed out (nor parked) as finished."""
         for position in range(self.next_offset, offset):
-            if position not in self.inflight:
+            if position not in self.inflight and position not in self.parked:
                 self.finish(position)
         self.next_offset = max(self.next_offset, offset)
+
+    def busy_groups(self, now: float) -> set[str]:
+        """FIFO: message groups with a delivery still invisible (their later messages wait)."""
+        return {e.message_group for e in self.inflight.values() if e.visible_at > now}
+
+    def rehide_group(self, group: str, visible_at: float) -> None:
+        """FIFO: hide every in-flight message of ``group`` until ``visible_at`` (new tokens), so
+        the group's run comes back together, in order."""
+        for offset, entry in self.inflight.items():
+            if entry.message_group == group:
+                entry.token = secrets.token_hex(6)
+                entry.visible_at = visible_at
+                heapq.heappush(self._timers, (visible_at, offset, entry.token))
 
     def expired(self, now: float) -> list[tuple[int, InFlight]]:
         """In-flight messages whose invisible time has passed, oldest first."""
@@ -126,6 +142,7 @@ class _Snapshot(msgspec.Struct):
     committed: int
     inflight: dict[int, InFlight]
     done: list[int]
+    parked: dict[int, str] = {}
 
 
 class PopManager:
@@ -135,7 +152,9 @@ class PopManager:
         raw = load_json(self._path, dict[str, _Snapshot], {})
         for key, snap in raw.items():
             group, topic, queue = key.split("@")
-            state = PopQueue(snap.next_offset, snap.committed, snap.inflight, set(snap.done))
+            state = PopQueue(
+                snap.next_offset, snap.committed, snap.inflight, set(snap.done), dict(snap.parked)
+            )
             state.rebuild_timers()
             self._queues[(group, topic, int(queue))] = state
         self.dirty = False
@@ -177,7 +196,9 @@ class PopManager:
             return
         self.dirty = False
         snapshot = {
-            f"{g}@{t}@{q}": _Snapshot(s.next_offset, s.committed, s.inflight, sorted(s.done))
+            f"{g}@{t}@{q}": _Snapshot(
+                s.next_offset, s.committed, s.inflight, sorted(s.done), s.parked
+            )
             for (g, t, q), s in self._queues.items()
         }
         save_json(self._path, snapshot)

@@ -17,11 +17,19 @@ that fails too they stay here and are consumed again after 5 s.
 
 **Broadcasting**: every consumer gets every queue; offsets live in a local file; failures are
 logged and dropped (no retry), as in RocketMQ.
+
+**Orderly** (``orderly=True``, 4.x style): a queue is consumed only while this consumer holds its
+broker lock, so a rebalance never lets two consumers work on one queue. Within a queue each
+message group is a lane consumed one message at a time, in order; different groups proceed in
+parallel. A failure suspends the lane for ``suspend_time`` (1 s) and retries the same message;
+after the group's max retries it goes to the dead-letter queue and the lane moves on — or never,
+when the group's max retries is -1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import enum
@@ -84,6 +92,9 @@ class PushConsumerConfig:
     close_timeout: float = 10.0
     report_outcomes: bool = True
     """Tell the broker about successful attempts too (for ``pocketmq message history``)."""
+    orderly: bool = False
+    suspend_time: float = 1.0
+    lock_renew_interval: float = 20.0
 
 
 @dataclass(slots=True)
@@ -108,6 +119,7 @@ class ConsumerStatistics:
     resent: int
     local_retries: int
     dropped_broadcast_failures: int
+    dead_lettered: int
     queues: int
     cached: int
 
@@ -123,6 +135,8 @@ class _ProcessQueue:
     pull_task: asyncio.Task[None] | None = None
     space: asyncio.Event = field(default_factory=asyncio.Event)
     local_attempts: dict[int, int] = field(default_factory=dict)
+    lanes: dict[str, collections.deque[w.DeliveredMessage]] = field(default_factory=dict)
+    lane_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def commit_offset(self) -> int:
         return min(self.messages) if self.messages else self.next_offset
@@ -193,6 +207,10 @@ class PushConsumer(ClientBase):
         self._consumed = self._failed = self._sent_back = self._resent = 0
         self._local_retries = self._broadcast_drops = 0
         self._reports: dict[str, list[w.AttemptRecord]] = {}
+        self._orderly = self.config.orderly
+        self._lane_slots = asyncio.Semaphore(self.config.concurrency)
+        self._max_retries = 16
+        self._skipped_to_dlq = 0
         self._offset_file = self._offset_path() if not self._clustering else None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -208,6 +226,8 @@ class PushConsumer(ClientBase):
         self._rebalance_soon = asyncio.Event()
         for topic in self.subscriptions:
             await self.routes.get(topic)
+        if self._orderly:
+            self._max_retries = await self._group_max_retries()
         await self._heartbeat()
         await self._rebalance()
         self._started = True
@@ -218,6 +238,8 @@ class PushConsumer(ClientBase):
             asyncio.create_task(self._rebalance_forever()),
             asyncio.create_task(self._persist_forever()),
         ]
+        if self._orderly:
+            self._tasks.append(asyncio.create_task(self._renew_locks_forever()))
 
     async def aclose(self) -> None:
         if self._closing:
@@ -229,6 +251,7 @@ class PushConsumer(ClientBase):
         if self._work is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._work.join(), self.config.close_timeout)
+        await self._wait_lanes(list(self._pqs.values()), self.config.close_timeout)
         for task in [*self._tasks, *self._background]:
             task.cancel()
         for task in [*self._tasks, *self._background]:
@@ -238,6 +261,9 @@ class PushConsumer(ClientBase):
             self._mark(pq)
         self._flush_reports()
         await self._persist_offsets()
+        if self._orderly:
+            for pq in list(self._pqs.values()):
+                await self._unlock(pq)
         await self._unregister()
         await self.close_base()
 
@@ -256,6 +282,7 @@ class PushConsumer(ClientBase):
             resent=self._resent,
             local_retries=self._local_retries,
             dropped_broadcast_failures=self._broadcast_drops,
+            dead_lettered=self._skipped_to_dlq,
             queues=len(self._pqs),
             cached=sum(len(pq.messages) for pq in self._pqs.values()),
         )
@@ -344,11 +371,13 @@ class PushConsumer(ClientBase):
                     )
             for key in [k for k in self._pqs if k not in desired]:
                 await self._drop(key)
-            for key, (address, expression) in desired.items():
-                if key not in self._pqs:
-                    pq = _ProcessQueue(key, address, expression)
-                    self._pqs[key] = pq
-                    pq.pull_task = asyncio.create_task(self._pull_loop(pq))
+            wanted = {k: v for k, v in desired.items() if k not in self._pqs}
+            if self._orderly and wanted:
+                wanted = await self._lock(wanted)
+            for key, (address, expression) in wanted.items():
+                pq = _ProcessQueue(key, address, expression)
+                self._pqs[key] = pq
+                pq.pull_task = asyncio.create_task(self._pull_loop(pq))
 
     async def _members(self, addresses: Any) -> list[str]:
         members: set[str] = {self.pool.client_id}
@@ -368,13 +397,125 @@ class PushConsumer(ClientBase):
 
     async def _drop(self, key: QueueKey) -> None:
         pq = self._pqs.pop(key)
-        pq.dropped = True
         if pq.pull_task is not None:
             pq.pull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pq.pull_task
+        if self._orderly:  # finish the message in hand, then let the next owner start
+            await self._wait_lanes([pq], self.config.close_timeout)
+        pq.dropped = True
         self._mark(pq)
         await self._persist_offsets(only={key})
+        if self._orderly:
+            await self._unlock(pq)
+
+    # -- orderly: queue locks and lanes ---------------------------------------------------
+
+    async def _group_max_retries(self) -> int:
+        reply = await self.call_any(RequestCode.LIST_GROUPS, w.Empty(), w.ListGroupsResponse)
+        for spec in reply.groups:
+            if spec.name == self.group:
+                return spec.max_retries
+        return 16
+
+    async def _lock(
+        self, wanted: dict[QueueKey, tuple[str, str]]
+    ) -> dict[QueueKey, tuple[str, str]]:
+        by_address: dict[str, list[QueueKey]] = {}
+        for key, (address, _) in wanted.items():
+            by_address.setdefault(address, []).append(key)
+        granted: dict[QueueKey, tuple[str, str]] = {}
+        for address, keys in by_address.items():
+            request = w.LockQueuesRequest(
+                self.group, self.pool.client_id, [w.QueueRef(k[1], k[2]) for k in keys]
+            )
+            try:
+                reply = await self.call(
+                    address, RequestCode.LOCK_QUEUES, request, w.LockQueuesResponse
+                )
+            except PocketMQError as exc:
+                log.warning("locking queues on %s failed: %s", address, exc)
+                continue
+            held = {(q.topic, q.queue_id) for q in reply.granted}
+            for key in keys:
+                if (key[1], key[2]) in held:
+                    granted[key] = wanted[key]
+        return granted
+
+    async def _unlock(self, pq: _ProcessQueue) -> None:
+        request = w.LockQueuesRequest(
+            self.group, self.pool.client_id, [w.QueueRef(pq.key[1], pq.key[2])]
+        )
+        with contextlib.suppress(PocketMQError):
+            await self.call(pq.address, RequestCode.UNLOCK_QUEUES, request, w.Empty)
+
+    async def _renew_locks_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.lock_renew_interval)
+            held = {k: (pq.address, pq.expression) for k, pq in self._pqs.items()}
+            if not held:
+                continue
+            kept = await self._lock(held)
+            for key in set(held) - set(kept):
+                if key in self._pqs:
+                    log.warning("lost the lock of %s; dropping it", key)
+                    await self._drop(key)
+
+    async def _wait_lanes(self, pqs: list[_ProcessQueue], timeout: float) -> None:
+        tasks = [t for pq in pqs for t in pq.lane_tasks.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+            for pq in pqs:
+                for task in pq.lane_tasks.values():
+                    task.cancel()
+
+    def _dispatch_orderly(self, pq: _ProcessQueue, messages: list[w.DeliveredMessage]) -> None:
+        for message in messages:
+            key = message.properties.get(props.MESSAGE_GROUP) or ""
+            pq.lanes.setdefault(key, collections.deque()).append(message)
+            if key not in pq.lane_tasks:
+                pq.lane_tasks[key] = asyncio.create_task(self._run_lane(pq, key))
+
+    async def _run_lane(self, pq: _ProcessQueue, key: str) -> None:
+        lane = pq.lanes[key]
+        try:
+            while lane and not pq.dropped:
+                message = lane[0]
+                async with self._lane_slots:
+                    finished = await self._consume_in_order(pq, message)
+                if finished:
+                    lane.popleft()
+                    pq.remove([message.queue_offset])
+                    self._mark(pq)
+                else:
+                    await asyncio.sleep(self.config.suspend_time)  # suspend this lane only
+        finally:
+            if pq.lane_tasks.get(key) is asyncio.current_task():
+                del pq.lane_tasks[key]
+            if not lane:
+                pq.lanes.pop(key, None)
+
+    async def _consume_in_order(self, pq: _ProcessQueue, message: w.DeliveredMessage) -> bool:
+        """One attempt at the head of a lane; True once it is done with (consumed or DLQ)."""
+        view = self._view(pq, message)
+        context = ConsumeContext(ack_index=0, queue=pq.key)
+        started = time.time()
+        status, outcome, error = await self._invoke([view], context)
+        if status is ConsumeStatus.SUCCESS:
+            self._consumed += 1
+            self._report(pq, [message], [view], started)
+            return True
+        self._failed += 1
+        offset = message.queue_offset
+        retries_used = pq.local_attempts.get(offset, 0)
+        if self._max_retries >= 0 and retries_used >= self._max_retries:
+            if await self._hand_back(pq, (message, outcome, error, started), -1):  # to the DLQ
+                self._skipped_to_dlq += 1
+                return True
+            return False  # could not move it: never skip it silently
+        pq.local_attempts[offset] = retries_used + 1
+        self._local_retries += 1
+        return False
 
     # -- pulling --------------------------------------------------------------------------
 
@@ -431,6 +572,9 @@ class PushConsumer(ClientBase):
                 for message in fresh:
                     pq.messages[message.queue_offset] = message
                 pq.next_offset = reply.next_offset
+                if self._orderly:
+                    self._dispatch_orderly(pq, fresh)
+                    continue
                 size = config.batch_size
                 for start in range(0, len(fresh), size):
                     await self._work.put((pq, fresh[start : start + size]))

@@ -28,6 +28,8 @@ class RequestCode(enum.IntEnum):
     COMMIT_OFFSET = 30
     QUERY_OFFSET = 31
     GET_CONSUMERS = 32
+    LOCK_QUEUES = 33
+    UNLOCK_QUEUES = 34
     QUERY_MESSAGE = 40
     MESSAGE_HISTORY = 41
     BROWSE = 42

@@ -44,6 +44,8 @@ __all__ = [
     "ListBrokersResponse",
     "ListGroupsResponse",
     "ListTopicsResponse",
+    "LockQueuesRequest",
+    "LockQueuesResponse",
     "MessageHistoryRequest",
     "MessageHistoryResponse",
     "NameRequest",
@@ -56,6 +58,7 @@ __all__ = [
     "QueryMessageResponse",
     "QueryOffsetRequest",
     "QueryOffsetResponse",
+    "QueueRef",
     "QueueRoute",
     "QueueStatus",
     "QueueStatusRequest",
@@ -294,6 +297,21 @@ class CommitOffsetRequest(_Body, frozen=True):
     entries: list[OffsetEntry]
 
 
+class QueueRef(_Body, frozen=True):
+    topic: str
+    queue_id: int
+
+
+class LockQueuesRequest(_Body, frozen=True):
+    group: str
+    client_id: str
+    queues: list[QueueRef]
+
+
+class LockQueuesResponse(_Body, frozen=True):
+    granted: list[QueueRef]
+
+
 class QueryOffsetRequest(_Body, frozen=True):
     group: str
     topic: str
@@ -482,6 +500,8 @@ REQUESTS: Final[dict[int, type[_Body]]] = {
     RequestCode.COMMIT_OFFSET: CommitOffsetRequest,
     RequestCode.QUERY_OFFSET: QueryOffsetRequest,
     RequestCode.GET_CONSUMERS: GetConsumersRequest,
+    RequestCode.LOCK_QUEUES: LockQueuesRequest,
+    RequestCode.UNLOCK_QUEUES: LockQueuesRequest,
     RequestCode.QUERY_MESSAGE: QueryMessageRequest,
     RequestCode.MESSAGE_HISTORY: MessageHistoryRequest,
     RequestCode.REPORT_OUTCOMES: ReportOutcomesRequest,
@@ -511,6 +531,7 @@ RESPONSES: Final[dict[int, type[_Body]]] = {
     RequestCode.CHANGE_INVISIBLE: ChangeInvisibleResponse,
     RequestCode.QUERY_OFFSET: QueryOffsetResponse,
     RequestCode.GET_CONSUMERS: GetConsumersResponse,
+    RequestCode.LOCK_QUEUES: LockQueuesResponse,
     RequestCode.QUERY_MESSAGE: QueryMessageResponse,
     RequestCode.MESSAGE_HISTORY: MessageHistoryResponse,
     RequestCode.BROWSE: QueryMessageResponse,

@@ -215,6 +215,16 @@ def broker_handlers(
     def get_consumers(conn: ServerConnection, req: w.GetConsumersRequest) -> w.GetConsumersResponse:
         return w.GetConsumersResponse(broker.consumer_ids(req.group))
 
+    def lock_queues(conn: ServerConnection, req: w.LockQueuesRequest) -> w.LockQueuesResponse:
+        granted = broker.lock_queues(
+            req.group, req.client_id, [(q.topic, q.queue_id) for q in req.queues]
+        )
+        return w.LockQueuesResponse([w.QueueRef(t, q) for t, q in granted])
+
+    def unlock_queues(conn: ServerConnection, req: w.LockQueuesRequest) -> w.Empty:
+        broker.unlock_queues(req.group, req.client_id, [(q.topic, q.queue_id) for q in req.queues])
+        return w.Empty()
+
     def query_message(conn: ServerConnection, req: w.QueryMessageRequest) -> w.QueryMessageResponse:
         found = broker.query_messages(
             message_id=req.message_id, topic=req.topic, key=req.key, max_count=req.max_count
@@ -352,6 +362,8 @@ def broker_handlers(
         RequestCode.COMMIT_OFFSET: commit_offset,
         RequestCode.QUERY_OFFSET: query_offset,
         RequestCode.GET_CONSUMERS: get_consumers,
+        RequestCode.LOCK_QUEUES: lock_queues,
+        RequestCode.UNLOCK_QUEUES: unlock_queues,
         RequestCode.QUERY_MESSAGE: query_message,
         RequestCode.CREATE_TOPIC: create_topic,
         RequestCode.DELETE_TOPIC: delete_topic,
