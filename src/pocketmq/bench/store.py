@@ -23,6 +23,7 @@ class StoreBenchResult:
     case: str
     records: int
     seconds: float
+    cpu_seconds: float = 0.0
 
     @property
     def records_per_second(self) -> float:
@@ -50,14 +51,14 @@ def _async_case(directory: str, count: int, batch: int) -> StoreBenchResult:
     config = StoreConfig(flush_mode=FlushMode.ASYNC, min_free_disk_bytes=0)
     messages = _messages(count, f"A{batch}-")
     with MessageStore.open(directory, config) as store:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for i in range(0, count, batch):
             results = store.append(messages[i : i + batch])
             if results[0].status is not PutStatus.PUT_OK:
                 raise RuntimeError(results[0])
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     label = "async, unbatched" if batch == 1 else f"async, batches of {batch}"
-    return StoreBenchResult(label, count, seconds)
+    return StoreBenchResult(label, count, seconds, cpu)
 
 
 async def _sync_writers(store: MessageStore, messages: list[StoreMessage], writers: int) -> None:
@@ -76,10 +77,10 @@ def _sync_case(directory: str, count: int, writers: int) -> StoreBenchResult:
     config = StoreConfig(flush_mode=FlushMode.SYNC, min_free_disk_bytes=0)
     messages = _messages(count, f"S{writers}-")
     with MessageStore.open(directory, config) as store:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         asyncio.run(_sync_writers(store, messages, writers))
-        seconds = time.perf_counter() - started
-    return StoreBenchResult(f"sync, {writers} concurrent writer(s)", count, seconds)
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return StoreBenchResult(f"sync, {writers} concurrent writer(s)", count, seconds, cpu)
 
 
 def run_store_bench(directory: str | None = None, *, scale: float = 1.0) -> list[StoreBenchResult]:

@@ -270,7 +270,23 @@ class Broker:
         producer_group: str = "",
         born_host: str = "",
     ) -> list[SendOutcome]:
-        """Store a batch; one outcome per message, in order."""
+        """Store a batch; one outcome per message, in order (waits for a sync flush)."""
+        outcomes, durable_end = self.send_now(
+            messages, producer_group=producer_group, born_host=born_host
+        )
+        if durable_end:
+            return await self.wait_durable(outcomes, durable_end)
+        return outcomes
+
+    def send_now(
+        self,
+        messages: Sequence[InboundMessage],
+        *,
+        producer_group: str = "",
+        born_host: str = "",
+    ) -> tuple[list[SendOutcome], int]:
+        """Store a batch without waiting. Returns the outcomes and, in sync-flush mode, the log
+        offset that must be durable before they may be acknowledged (0: nothing to wait for)."""
         if len(messages) > self.config.max_batch_messages:
             raise InvalidArgumentError(
                 f"a batch holds at most {self.config.max_batch_messages} messages"
@@ -294,20 +310,41 @@ class Broker:
                 outcomes[number] = SendOutcome(code=exc.code, remark=str(exc), topic=message.topic)
                 continue
             accepted.append(number)
+        durable_end = 0
         if to_store:
             results = self.store.append(to_store)
-            await self._await_durable(results)
             touched: set[str] = set()
             for number, stored, result in zip(accepted, to_store, results, strict=True):
                 outcomes[number] = self._outcome(stored, result)
                 if result.status.stored:
                     touched.add(stored.topic)
+                    if self._sync_flush:
+                        durable_end = max(durable_end, result.physical_offset + result.size)
             for topic in touched:
                 self.arrivals.notify(topic)
             if touched & _SCHEDULE_TOPICS:
                 self.schedule.notify()
             self.counters["messages_in"] += sum(r.status.stored for r in results)
-        return [o for o in outcomes if o is not None]
+        return [o for o in outcomes if o is not None], durable_end
+
+    async def wait_durable(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
+        """Wait for the sync flush covering ``end``; a timeout turns successes into
+        FLUSH_DISK_TIMEOUT (stored, not yet known durable)."""
+        self.flow.pending_flushes += 1
+        try:
+            durable = await self._durability.wait(end)
+        finally:
+            self.flow.pending_flushes -= 1
+        if durable:
+            return outcomes
+        return [
+            msgspec.structs.replace(
+                o, code=Code.FLUSH_DISK_TIMEOUT, remark="stored, not yet flushed"
+            )
+            if o.code is Code.SUCCESS
+            else o
+            for o in outcomes
+        ]
 
     def _prepare(self, message: InboundMessage, host: bytes) -> StoreMessage:
         topic = self._writable_topic(message.topic)
@@ -584,6 +621,33 @@ class Broker:
 
     # -- pull (push consumers) ------------------------------------------------------------
 
+    def pull_now(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int = 32,
+        expression: str = "*",
+    ) -> PullOutcome | None:
+        """A pull answered without waiting, or None when it would wait for new messages."""
+        self._group(group)
+        config = self._readable_topic(topic, group)
+        if not 0 <= queue_id < config.queues:
+            raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
+        tags = parse_tag_expression(expression)
+        got = self.store.get_messages(
+            topic, queue_id, offset, max_count=max(1, min(max_count, 1024)), tags=tags
+        )
+        if got.status is GetStatus.FOUND:
+            delivered = [self._deliver(m) for m in got.messages]
+            self.counters["messages_out"] += len(delivered)
+            return PullOutcome(
+                PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
+            )
+        return None
+
     async def pull(
         self,
         group: str,
@@ -667,6 +731,34 @@ class Broker:
         return self.store.min_offset(topic, queue_id)
 
     # -- pop (simple consumers) -----------------------------------------------------------
+
+    def pop_now(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_count: int = 32,
+        invisible: float = 30.0,
+        expression: str = "*",
+        consumer: str = "",
+        queue_hint: int = -1,
+    ) -> list[Delivered]:
+        """A pop answered without waiting (possibly empty)."""
+        group_config = self._group(group)
+        topic_config = self._readable_topic(topic, group)
+        if invisible <= 0:
+            raise InvalidArgumentError("invisible duration must be positive")
+        delivered = self._pop_once(
+            group_config,
+            topic_config,
+            max(1, min(max_count, 1024)),
+            invisible,
+            parse_tag_expression(expression),
+            consumer,
+            queue_hint,
+        )
+        self.counters["messages_out"] += len(delivered)
+        return delivered
 
     async def pop(
         self,

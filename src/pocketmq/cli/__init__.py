@@ -4,6 +4,7 @@ Each command family lives in its own module and registers itself on :data:`main`
 only assembles them.
 """
 
+from pocketmq.cli import bench as _bench  # noqa: F401  (bench)
 from pocketmq.cli import commands as _commands  # noqa: F401  (topic, group, send, consume)
 from pocketmq.cli import deadletter as _deadletter  # noqa: F401  (message, dlq)
 from pocketmq.cli import outbox as _outbox  # noqa: F401  (registers outbox)

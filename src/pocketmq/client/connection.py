@@ -56,6 +56,8 @@ class ClientConnection(asyncio.Protocol):
         self._closed: asyncio.Future[None] | None = None
         self._can_write: asyncio.Event = asyncio.Event()
         self._can_write.set()
+        self._outgoing: list[bytes] = []
+        self._last_id = 0
         self.hello: w.HelloResponse | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -97,7 +99,7 @@ class ClientConnection(asyncio.Protocol):
                         log.error("broker %s: %s", self.address, remark or frame.code)
                     continue
                 future, reply = waiting
-                if future.done():
+                if future.done():  # timed out or cancelled meanwhile
                     continue
                 if frame.code != Code.SUCCESS:
                     future.set_exception(error_from_code(frame.code, _remark(frame.body)))
@@ -116,6 +118,17 @@ class ClientConnection(asyncio.Protocol):
 
     # -- requests -------------------------------------------------------------------------
 
+    def _write(self, frame: bytes) -> None:
+        """Queue a frame; everything queued in one loop iteration leaves in one write."""
+        if not self._outgoing:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outgoing.append(frame)
+
+    def _flush(self) -> None:
+        outgoing, self._outgoing = self._outgoing, []
+        if outgoing and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(b"".join(outgoing) if len(outgoing) > 1 else outgoing[0])
+
     @property
     def is_open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
@@ -123,14 +136,14 @@ class ClientConnection(asyncio.Protocol):
     def send_request(
         self, code: RequestCode, body: msgspec.Struct, reply: type[T] | None
     ) -> asyncio.Future[T]:
-        """Write the request now and return the future of its response (no timeout)."""
+        """Queue the request and return the future of its response (no timeout)."""
         if not self.is_open:
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
         assert self._transport is not None
-        request_id = next(self._ids) & 0xFFFFFFFF
+        request_id = self._last_id = next(self._ids) & 0xFFFFFFFF
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (future, reply)
-        self._transport.write(encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body)))
+        self._write(encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body)))
         return future
 
     async def request(
@@ -139,20 +152,30 @@ class ClientConnection(asyncio.Protocol):
         if not self._can_write.is_set():
             await self._can_write.wait()
         future = self.send_request(code, body, reply)
+        timer = asyncio.get_running_loop().call_later(
+            timeout, self._expire, self._last_id, code, timeout
+        )
         try:
-            return await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"{code.name} to {self.address} got no answer in {timeout:.1f}s",
-                address=self.address,
-            ) from None
+            return await future
+        finally:
+            timer.cancel()
 
     def oneway(self, code: RequestCode, body: msgspec.Struct) -> None:
         if not self.is_open:
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
         assert self._transport is not None
         request_id = next(self._ids) & 0xFFFFFFFF
-        self._transport.write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
+        self._write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
+
+    def _expire(self, request_id: int, code: RequestCode, timeout: float) -> None:
+        waiting = self._pending.pop(request_id, None)
+        if waiting is not None and not waiting[0].done():
+            waiting[0].set_exception(
+                RequestTimeoutError(
+                    f"{code.name} to {self.address} got no answer in {timeout:.1f}s",
+                    address=self.address,
+                )
+            )
 
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}

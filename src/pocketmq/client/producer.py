@@ -281,7 +281,8 @@ class Producer(ClientBase):
         config = self.config
         loop = asyncio.get_running_loop()
         deadline = loop.time() + config.send_timeout
-        schedule = config.backoff.schedule(self._rng)
+        schedule = None  # created at the first TOO_MANY_REQUESTS (seed 004's backoff)
+        first_attempt_at = 0.0
         tried: set[str] = set()
         unknown = False
         last_error: PocketMQError | None = None
@@ -296,10 +297,15 @@ class Producer(ClientBase):
                 break
             if attempt:
                 self._retries += 1
-            next_retry_at, attempt_deadline = schedule.start_attempt(now)
-            timeout = min(deadline, attempt_deadline) - now
+            else:
+                first_attempt_at = now
+            if schedule is not None:
+                next_retry_at, attempt_deadline = schedule.start_attempt(now)
+                timeout = min(deadline, attempt_deadline) - now
+            else:
+                timeout = deadline - now
             try:
-                route = await self._routes.get(topic)
+                route = self._routes.cached(topic) or await self._routes.get(topic)
                 queue = self._pick_queue(route, group, tried)
                 results = await self._attempt(queue, wires, timeout)
             except _SendFailure as failure:
@@ -313,6 +319,11 @@ class Producer(ClientBase):
                     break
                 if isinstance(error, TooManyRequestsError):
                     self._backoffs += 1
+                    if schedule is None:  # the first attempt's deadline: its start + 1 s
+                        schedule = config.backoff.schedule(self._rng)
+                        next_retry_at, _ = schedule.start_attempt(
+                            first_attempt_at if attempt == 0 else now
+                        )
                     retry_at = next_retry_at
                 elif not group:
                     tried.add(queue.broker_name)
@@ -377,15 +388,21 @@ class Producer(ClientBase):
             raise TopicNotFoundError(f"topic {route.topic!r} has no writable queue")
         if group:
             return queues[queue_for_group(group, len(queues))]
+        turn = self._turn.get(route.topic)
+        if turn is None:
+            turn = self._rng.randrange(1 << 16)
+        self._turn[route.topic] = turn + 1
+        if not avoid and not self._isolated:
+            return queues[turn % len(queues)]
         now = time.monotonic()
         isolated = {b for b, until in self._isolated.items() if until > now}
+        if not isolated:
+            self._isolated.clear()
         candidates = [
             q for q in queues if q.broker_name not in avoid and q.broker_name not in isolated
         ]
         if not candidates:
             candidates = [q for q in queues if q.broker_name not in avoid] or list(queues)
-        turn = self._turn.get(route.topic, self._rng.randrange(1 << 16))
-        self._turn[route.topic] = turn + 1
         return candidates[turn % len(candidates)]
 
     def statistics(self) -> ProducerStatistics:

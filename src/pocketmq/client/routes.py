@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.pool import ConnectionPool
@@ -43,14 +43,12 @@ class Route:
     queues: tuple[QueueRef, ...]
     addresses: dict[str, str]
     fetched_at: float
+    writable: tuple[QueueRef, ...] = field(init=False)
+    readable: tuple[QueueRef, ...] = field(init=False)
 
-    @property
-    def writable(self) -> tuple[QueueRef, ...]:
-        return tuple(q for q in self.queues if q.perm & PERM_WRITE)
-
-    @property
-    def readable(self) -> tuple[QueueRef, ...]:
-        return tuple(q for q in self.queues if q.perm & PERM_READ)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "writable", tuple(q for q in self.queues if q.perm & PERM_WRITE))
+        object.__setattr__(self, "readable", tuple(q for q in self.queues if q.perm & PERM_READ))
 
 
 class RouteCache:
@@ -59,6 +57,9 @@ class RouteCache:
         self._config = config
         self._routes: dict[str, Route] = {}
         self._refresher: asyncio.Task[None] | None = None
+
+    def cached(self, topic: str) -> Route | None:
+        return self._routes.get(topic)
 
     async def get(self, topic: str, *, refresh: bool = False) -> Route:
         route = self._routes.get(topic)

@@ -45,6 +45,7 @@ class ServerConnection(asyncio.Protocol):
         self._decoder = FrameDecoder()
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] | None = None
+        self._later: list[bytes] = []
         self._paused = False
         self.greeted = False
         self.client_id = ""
@@ -156,8 +157,16 @@ class ServerConnection(asyncio.Protocol):
             return
         if self._out is not None:
             self._out.append(frame)
-        else:
-            self._transport.write(frame)
+            return
+        # answers finishing in the same loop iteration leave in one write
+        if not self._later:
+            asyncio.get_running_loop().call_soon(self._flush_later)
+        self._later.append(frame)
+
+    def _flush_later(self) -> None:
+        later, self._later = self._later, []
+        if later and self._transport is not None and not self.closed:
+            self._transport.write(b"".join(later) if len(later) > 1 else later[0])
 
     def _respond(self, request_id: int, code: int, body: msgspec.Struct | None) -> None:
         payload = encode_body(body) if body is not None else b""
@@ -173,12 +182,16 @@ class ServerConnection(asyncio.Protocol):
             self._respond_error(request_id, Code.MESSAGE_ILLEGAL, str(exc))
 
     def _fail(self, exc: ProtocolError, request_id: int = 0) -> None:
+        """Answer a framing error and close this connection (only this one)."""
         log.warning("closing connection from %s: %s", self.remote or "?", exc)
-        self._respond_error(request_id, Code.PROTOCOL_ERROR, str(exc))
-        out, self._out = self._out, None
-        if self._transport is not None:
-            if out:
-                self._transport.write(b"".join(out))
+        frame = encode_frame(
+            FrameKind.RESPONSE, Code.PROTOCOL_ERROR, request_id, encode_body(ErrorBody(str(exc)))
+        )
+        pending = [*(self._out or []), *self._later, frame]
+        self._out = None
+        self._later = []
+        if self._transport is not None and not self.closed:
+            self._transport.write(b"".join(pending))  # close() still sends what was written
             self._transport.close()
         self.closed = True
 

@@ -17,7 +17,9 @@ from pocketmq.broker import (
     Delivered,
     GroupConfig,
     InboundMessage,
+    PullOutcome,
     RetryPolicy,
+    SendOutcome,
 )
 from pocketmq.errors import BrokerError, Code, InvalidArgumentError, ProtocolError
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
@@ -126,14 +128,7 @@ def broker_handlers(
         broker.unregister(req.client_id, req.groups)
         return w.Empty()
 
-    async def send(conn: ServerConnection, req: w.SendRequest) -> w.SendResponse:
-        inbound = [
-            InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
-            for m in req.messages
-        ]
-        outcomes = await broker.send(
-            inbound, producer_group=req.producer_group, born_host=conn.remote
-        )
+    def send_response(outcomes: list[SendOutcome]) -> w.SendResponse:
         return w.SendResponse(
             [
                 w.SendResultItem(
@@ -150,7 +145,48 @@ def broker_handlers(
             name,
         )
 
-    async def pull(conn: ServerConnection, req: w.PullRequest) -> w.PullResponse:
+    async def send_after_flush(outcomes: list[SendOutcome], end: int) -> w.SendResponse:
+        return send_response(await broker.wait_durable(outcomes, end))
+
+    def send(
+        conn: ServerConnection, req: w.SendRequest
+    ) -> w.SendResponse | Awaitable[w.SendResponse]:
+        inbound = [
+            InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
+            for m in req.messages
+        ]
+        outcomes, durable_end = broker.send_now(
+            inbound, producer_group=req.producer_group, born_host=conn.remote
+        )
+        if durable_end:  # sync flush: answer once the disk has it
+            return send_after_flush(outcomes, durable_end)
+        return send_response(outcomes)
+
+    def pull_response(outcome: PullOutcome) -> w.PullResponse:
+        return w.PullResponse(
+            outcome.status,
+            outcome.next_offset,
+            outcome.min_offset,
+            outcome.max_offset,
+            [to_wire(m, name) for m in outcome.messages],
+        )
+
+    def pull(
+        conn: ServerConnection, req: w.PullRequest
+    ) -> w.PullResponse | Awaitable[w.PullResponse]:
+        ready = broker.pull_now(
+            req.group,
+            req.topic,
+            req.queue_id,
+            req.offset,
+            max_count=req.max_count,
+            expression=req.expression,
+        )
+        if ready is not None:
+            return pull_response(ready)
+        return pull_waiting(req)
+
+    async def pull_waiting(req: w.PullRequest) -> w.PullResponse:
         outcome = await broker.pull(
             req.group,
             req.topic,
@@ -160,15 +196,24 @@ def broker_handlers(
             expression=req.expression,
             max_wait=req.max_wait_ms / 1000,
         )
-        return w.PullResponse(
-            outcome.status,
-            outcome.next_offset,
-            outcome.min_offset,
-            outcome.max_offset,
-            [to_wire(m, name) for m in outcome.messages],
-        )
+        return pull_response(outcome)
 
-    async def pop(conn: ServerConnection, req: w.PopRequest) -> w.PopResponse:
+    def pop(conn: ServerConnection, req: w.PopRequest) -> w.PopResponse | Awaitable[w.PopResponse]:
+        consumer = req.consumer or conn.client_id
+        ready = broker.pop_now(
+            req.group,
+            req.topic,
+            max_count=req.max_count,
+            invisible=req.invisible_ms / 1000,
+            expression=req.expression,
+            consumer=consumer,
+            queue_hint=req.queue_hint,
+        )
+        if ready or req.max_wait_ms <= 0:
+            return w.PopResponse([to_wire(m, name) for m in ready])
+        return pop_waiting(req, consumer)
+
+    async def pop_waiting(req: w.PopRequest, consumer: str) -> w.PopResponse:
         delivered = await broker.pop(
             req.group,
             req.topic,
@@ -176,7 +221,7 @@ def broker_handlers(
             invisible=req.invisible_ms / 1000,
             max_wait=req.max_wait_ms / 1000,
             expression=req.expression,
-            consumer=req.consumer or conn.client_id,
+            consumer=consumer,
             queue_hint=req.queue_hint,
         )
         return w.PopResponse([to_wire(m, name) for m in delivered])

@@ -1,0 +1,110 @@
+"""``pocketmq bench store|produce|consume|latency|delay|fifo``: measured, not timed tests.
+
+Each prints a table (rate, wall time, CPU of the client and of the broker process) and can
+append the figures as JSON lines to a file for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from pocketmq.bench.broker import BENCHES, BenchResult
+from pocketmq.cli._app import main
+
+__all__: list[str] = []
+
+
+def _record(path: str | None, name: str, rows: list[dict[str, object]]) -> None:
+    if not path:
+        return
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    with open(path, "a") as handle:
+        for row in rows:
+            handle.write(
+                json.dumps({"bench": name, "at": stamp, "host": platform.node(), **row}) + "\n"
+            )
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks (a broker process is started unless --server is given)."""
+
+
+@bench.command("store")
+@click.option("--dir", "directory", default=".", show_default=True, help="Where to put the store.")
+@click.option("--scale", default=1.0, show_default=True, help="Multiply the record counts.")
+@click.option("--record", "record_path", help="Append the figures as JSON lines to this file.")
+def bench_store(directory: str, scale: float, record_path: str | None) -> None:
+    """Store throughput: async flush (1, 16, 64 per append) and sync flush (1, 16, 64 writers)."""
+    from pocketmq.bench.store import run_store_bench
+
+    results = run_store_bench(directory, scale=scale)
+    table = Table("case", "records/s", "MB/s", "records", "seconds", "CPU s")
+    rows = []
+    for r in results:
+        table.add_row(
+            r.case,
+            f"{r.records_per_second:,.0f}",
+            f"{r.megabytes_per_second:,.1f}",
+            f"{r.records:,}",
+            f"{r.seconds:.2f}",
+            f"{r.cpu_seconds:.2f}",
+        )
+        rows.append(
+            {
+                "case": r.case,
+                "rate": r.records_per_second,
+                "mb_s": r.megabytes_per_second,
+                "seconds": r.seconds,
+                "cpu": r.cpu_seconds,
+            }
+        )
+    Console().print(table)
+    _record(record_path, "store", rows)
+
+
+def _print(name: str, results: list[BenchResult], record_path: str | None) -> None:
+    table = Table("case", "msg/s", "messages", "seconds", "client CPU s", "broker CPU s", "notes")
+    rows = []
+    for r in results:
+        notes = " ".join(f"{k}={v:.2f}" for k, v in r.extra.items())
+        table.add_row(
+            r.case,
+            f"{r.rate:,.0f}",
+            f"{r.messages:,}",
+            f"{r.seconds:.2f}",
+            f"{r.client_cpu:.2f}",
+            f"{r.broker_cpu:.2f}",
+            notes,
+        )
+        rows.append(
+            {
+                "case": r.case,
+                "rate": r.rate,
+                "seconds": r.seconds,
+                "client_cpu": r.client_cpu,
+                "broker_cpu": r.broker_cpu,
+                **r.extra,
+            }
+        )
+    Console().print(table)
+    _record(record_path, name, rows)
+
+
+def _broker_bench(name: str) -> None:
+    @bench.command(name, help=f"End-to-end '{name}' benchmark.")
+    @click.option("--server", help="Benchmark an already running broker (default: start one).")
+    @click.option("--record", "record_path", help="Append the figures as JSON lines to this file.")
+    def command(server: str | None, record_path: str | None) -> None:
+        _print(name, asyncio.run(BENCHES[name](server)), record_path)
+
+
+for _name in BENCHES:
+    _broker_bench(_name)
