@@ -34,8 +34,16 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format src tests
 	$(VENV)/bin/ruff check --fix src tests
 
+## Benchmarks: figures go to the terminal and to bench-results/figures.jsonl (docs/benchmarks.md)
+BENCH_LOG := bench-results/figures.jsonl
 bench: $(STAMP)
-	$(VENV)/bin/pocketmq bench store
+	mkdir -p bench-results
+	$(VENV)/bin/pocketmq bench store --record $(BENCH_LOG)
+	$(VENV)/bin/pocketmq bench produce --record $(BENCH_LOG)
+	$(VENV)/bin/pocketmq bench consume --record $(BENCH_LOG)
+	$(VENV)/bin/pocketmq bench latency --record $(BENCH_LOG)
+	$(VENV)/bin/pocketmq bench delay --record $(BENCH_LOG)
+	$(VENV)/bin/pocketmq bench fifo --record $(BENCH_LOG)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

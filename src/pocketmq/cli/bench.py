@@ -66,7 +66,7 @@ def bench_store(directory: str, scale: float, record_path: str | None) -> None:
                 "cpu": r.cpu_seconds,
             }
         )
-    Console().print(table)
+    Console(width=160).print(table)
     _record(record_path, "store", rows)
 
 
@@ -94,7 +94,7 @@ def _print(name: str, results: list[BenchResult], record_path: str | None) -> No
                 **r.extra,
             }
         )
-    Console().print(table)
+    Console(width=160).print(table)
     _record(record_path, name, rows)
 
 
