@@ -334,17 +334,17 @@ async def _fifo_case(
     name = "bench-fifo-poison" if poison else "bench-fifo"
     await _topic(address, name, kind="fifo", group=name, fifo=True)
     async with Producer(servers=address, config=ProducerConfig(linger=0.002)) as producer:
+        if poison:  # groups that always fail, at the head of every queue
+            for q in range(64):
+                await producer.send(
+                    Message(topic=name, body=b"poison", message_group=f"poison-{q}")
+                )
 
         async def send_group(g: int) -> None:  # serial within a group keeps its order
             for _ in range(per_group):
                 await producer.send(Message(topic=name, body=BODY, message_group=f"group-{g}"))
 
         await asyncio.gather(*(send_group(g) for g in range(groups)))
-        if poison:  # a group that always fails, on every queue
-            for q in range(64):
-                await producer.send(
-                    Message(topic=name, body=b"poison", message_group=f"poison-{q}")
-                )
     total = groups * per_group
     done = asyncio.Event()
     consumed = 0
@@ -359,8 +359,8 @@ async def _fifo_case(
         return ConsumeStatus.SUCCESS
 
     config = PushConsumerConfig(orderly=True, concurrency=64, report_outcomes=False)
-    with Meter(pid) as meter:
-        async with PushConsumer(name, name, listener, servers=address, config=config):
+    async with PushConsumer(name, name, listener, servers=address, config=config):
+        with Meter(pid) as meter:  # until every healthy message is consumed
             await asyncio.wait_for(done.wait(), 600)
     label = f"{groups} groups, orderly push" + (", poison group on every queue" if poison else "")
     return meter.result(label, total)

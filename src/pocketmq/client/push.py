@@ -137,6 +137,7 @@ class _ProcessQueue:
     local_attempts: dict[int, int] = field(default_factory=dict)
     lanes: dict[str, collections.deque[w.DeliveredMessage]] = field(default_factory=dict)
     lane_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def commit_offset(self) -> int:
         return min(self.messages) if self.messages else self.next_offset
@@ -462,6 +463,9 @@ class PushConsumer(ClientBase):
                     await self._drop(key)
 
     async def _wait_lanes(self, pqs: list[_ProcessQueue], timeout: float) -> None:
+        """Let lanes finish the message in hand (lanes waiting to retry stop at once)."""
+        for pq in pqs:
+            pq.stopping.set()
         tasks = [t for pq in pqs for t in pq.lane_tasks.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
@@ -479,7 +483,7 @@ class PushConsumer(ClientBase):
     async def _run_lane(self, pq: _ProcessQueue, key: str) -> None:
         lane = pq.lanes[key]
         try:
-            while lane and not pq.dropped:
+            while lane and not pq.stopping.is_set():
                 message = lane[0]
                 async with self._lane_slots:
                     finished = await self._consume_in_order(pq, message)
@@ -487,8 +491,9 @@ class PushConsumer(ClientBase):
                     lane.popleft()
                     pq.remove([message.queue_offset])
                     self._mark(pq)
-                else:
-                    await asyncio.sleep(self.config.suspend_time)  # suspend this lane only
+                else:  # suspend this lane only; a close or rebalance cuts the wait short
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(pq.stopping.wait(), self.config.suspend_time)
         finally:
             if pq.lane_tasks.get(key) is asyncio.current_task():
                 del pq.lane_tasks[key]
