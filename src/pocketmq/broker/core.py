@@ -209,6 +209,12 @@ class Broker:
         self.pop_state.forget(topic=name)
 
     def create_group(self, group: GroupConfig) -> GroupConfig:
+        retry = group.retry
+        if group.fifo and not retry.delays and retry.initial <= 0:
+            # seed 002: FIFO groups retry on 1s 5s 10s 30s 1m ... 2h (the delay levels from 1)
+            group = msgspec.structs.replace(
+                group, retry=msgspec.structs.replace(retry, delays=self.config.delay_levels)
+            )
         created = self.groups.create(group)
         self.topics.ensure_system(
             retry_topic(group.name), max(1, group.retry_queues), PERM_READ | PERM_WRITE
@@ -583,8 +589,9 @@ class Broker:
                 if delay_level < 0
                 else (f"consumed {reconsume + 1} times without success")
             )
-            self.dead_letter(group, msgspec.structs.replace(record, properties=properties),
-                             reason=reason)  # fmt: skip
+            self.dead_letter(
+                group, msgspec.structs.replace(record, properties=properties), reason=reason
+            )
             return "dlq"
         retry = self.topics.ensure_system(
             retry_topic(group), max(1, group_config.retry_queues), PERM_READ | PERM_WRITE
@@ -874,7 +881,9 @@ class Broker:
                 self._dead_letter_offset(group.name, topic, queue_id, offset, state, message)
                 continue
             attempt = entry.attempt + 1
-            token = state.hand_out(offset, attempt, now + invisible, consumer, now)
+            token = state.hand_out(
+                offset, attempt, now + invisible, consumer, now, "", message.message_id
+            )
             out.append(
                 self._deliver(
                     message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
@@ -904,7 +913,9 @@ class Broker:
         for message in got.messages:
             offset = message.queue_offset
             attempt = message.reconsume_times + 1
-            token = state.hand_out(offset, attempt, now + invisible, consumer, now)
+            token = state.hand_out(
+                offset, attempt, now + invisible, consumer, now, "", message.message_id
+            )
             state.next_offset = offset + 1
             out.append(
                 self._deliver(
@@ -957,7 +968,9 @@ class Broker:
             else:
                 del state.parked[offset]
                 attempt = message.reconsume_times + 1
-            token = state.hand_out(offset, attempt, now + invisible, consumer, now, key)
+            token = state.hand_out(
+                offset, attempt, now + invisible, consumer, now, key, message.message_id
+            )
             out.append(
                 self._deliver(
                     message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
@@ -983,7 +996,9 @@ class Broker:
                     busy.add(key)  # keep the group's later messages behind this one
                 else:
                     attempt = message.reconsume_times + 1
-                    token = state.hand_out(offset, attempt, now + invisible, consumer, now, key)
+                    token = state.hand_out(
+                        offset, attempt, now + invisible, consumer, now, key, message.message_id
+                    )
                     out.append(
                         self._deliver(
                             message,
@@ -1013,18 +1028,7 @@ class Broker:
     def ack(self, group: str, topic: str, receipt_handle: str) -> None:
         handle = Handle.parse(receipt_handle)
         state, entry = self.pop_state.lookup(group, topic, handle)
-        if self.history.enabled:
-            message = self._message_at(topic, handle.queue_id, handle.offset)
-            if message is not None:
-                self.history.record(
-                    message_id=message.message_id,
-                    group=group,
-                    topic=topic,
-                    attempt=entry.attempt,
-                    outcome=Outcome.SUCCESS,
-                    consumer=entry.consumer,
-                    delivered_at=entry.delivered_at,
-                )
+        self._record_entry(group, topic, entry, Outcome.SUCCESS)
         state.finish(handle.offset)
         self.offsets.commit(group, topic, handle.queue_id, state.committed)
         self.pop_state.dirty = True
@@ -1044,19 +1048,7 @@ class Broker:
             raise InvalidArgumentError("invisible duration must not be negative")
         handle = Handle.parse(receipt_handle)
         state, entry = self.pop_state.lookup(group, topic, handle)
-        if self.history.enabled:
-            message = self._message_at(topic, handle.queue_id, handle.offset)
-            if message is not None:
-                self.history.record(
-                    message_id=message.message_id,
-                    group=group,
-                    topic=topic,
-                    attempt=entry.attempt,
-                    outcome=Outcome.RECONSUME_LATER,
-                    consumer=entry.consumer,
-                    error=error,
-                    delivered_at=entry.delivered_at,
-                )
+        self._record_entry(group, topic, entry, Outcome.RECONSUME_LATER, error)
         visible_at = self._clock() + invisible
         token = state.rehide(handle.offset, visible_at)
         group_config = self.groups.get(group)
@@ -1086,16 +1078,35 @@ class Broker:
     def _record_expiry(
         self, group: str, message: StoredMessage, entry: InFlight, now: float
     ) -> None:
+        self._record_entry(
+            group,
+            message.topic,
+            entry,
+            Outcome.INVISIBLE_EXPIRED,
+            "not acknowledged within the invisible time",
+            now,
+        )
+
+    def _record_entry(
+        self,
+        group: str,
+        topic: str,
+        entry: InFlight,
+        outcome: Outcome,
+        error: str = "",
+        finished_at: float | None = None,
+    ) -> None:
+        """One pop delivery attempt ended: record it in the attempt history."""
         self.history.record(
-            message_id=message.message_id,
+            message_id=entry.message_id,
             group=group,
-            topic=message.topic,
+            topic=topic,
             attempt=entry.attempt,
-            outcome=Outcome.INVISIBLE_EXPIRED,
+            outcome=outcome,
             consumer=entry.consumer,
-            error="not acknowledged within the invisible time",
+            error=error,
             delivered_at=entry.delivered_at,
-            finished_at=now,
+            finished_at=finished_at,
         )
 
     def _dead_letter_offset(
@@ -1206,9 +1217,11 @@ class Broker:
         """Read any topic (dead-letter topics included) without consuming: operator tools."""
         self.topics.require(topic)
         got = self.store.get_messages(
-            topic, queue_id, max(offset, self.store.min_offset(topic, queue_id)),
+            topic,
+            queue_id,
+            max(offset, self.store.min_offset(topic, queue_id)),
             max_count=max(1, min(max_count, 1024)),
-        )  # fmt: skip
+        )
         return [self._deliver(m) for m in got.messages]
 
     async def redrive(
@@ -1264,9 +1277,15 @@ class Broker:
             done.append(offset)
             report.append((offset, message.message_id, "resent", outcome))
             record = RedriveRecord(
-                group, offset, message.message_id, destination, outcome.queue_id,
-                outcome.queue_offset, operator, int(self._clock() * 1000),
-            )  # fmt: skip
+                group,
+                offset,
+                message.message_id,
+                destination,
+                outcome.queue_id,
+                outcome.queue_offset,
+                operator,
+                int(self._clock() * 1000),
+            )
             audit.append(
                 StoreMessage(
                     topic=REDRIVE_AUDIT_TOPIC,

@@ -50,11 +50,6 @@ class RetryPolicy(msgspec.Struct, frozen=True):
         return float(table[min(retry, len(table)) - 1])
 
 
-FIFO_DELAYS: tuple[float, ...] = (
-    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
-)  # fmt: skip
-
-
 class GroupConfig(msgspec.Struct, frozen=True):
     name: str
     fifo: bool = False

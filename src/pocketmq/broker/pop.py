@@ -33,6 +33,7 @@ class InFlight(msgspec.Struct):
     consumer: str = ""
     delivered_at: float = 0.0
     message_group: str = ""
+    message_id: str = ""
 
 
 @dataclass(slots=True)
@@ -48,10 +49,20 @@ class PopQueue:
     # (visible_at, offset, token): lazily cleaned; stale entries are skipped
     _timers: list[tuple[float, int, str]] = field(default_factory=list)
 
-    def hand_out(self, offset: int, attempt: int, visible_at: float, consumer: str, now: float,
-                 message_group: str = "") -> str:  # fmt: skip
+    def hand_out(
+        self,
+        offset: int,
+        attempt: int,
+        visible_at: float,
+        consumer: str,
+        now: float,
+        message_group: str = "",
+        message_id: str = "",
+    ) -> str:
         token = secrets.token_hex(6)
-        self.inflight[offset] = InFlight(token, visible_at, attempt, consumer, now, message_group)
+        self.inflight[offset] = InFlight(
+            token, visible_at, attempt, consumer, now, message_group, message_id
+        )
         heapq.heappush(self._timers, (visible_at, offset, token))
         return token
 

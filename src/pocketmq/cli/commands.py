@@ -150,8 +150,13 @@ def group() -> None:
 @group.command("create")
 @click.argument("name")
 @click.option("--fifo", is_flag=True, help="Consume in order, one message group at a time.")
-@click.option("--max-retries", default=16, show_default=True, type=click.IntRange(-1, 1000),
-              help="Retries before the dead-letter queue (-1: never give up).")  # fmt: skip
+@click.option(
+    "--max-retries",
+    default=16,
+    show_default=True,
+    type=click.IntRange(-1, 1000),
+    help="Retries before the dead-letter queue (-1: never give up).",
+)
 @click.option("--retry-delays", help="Comma-separated delays, e.g. 1s,5s,30s (default: levels 3+).")
 @click.option(
     "--retry-exponential", help="INITIAL,MULTIPLIER,MAX e.g. 1s,2,10m (exponential policy)."

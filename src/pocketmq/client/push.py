@@ -587,8 +587,11 @@ class PushConsumer(ClientBase):
                 if reply.status == "OFFSET_ILLEGAL":
                     log.warning(
                         "offset %d of %s/%d is out of range; moving to %d",
-                        pq.next_offset, topic, queue_id, reply.next_offset,
-                    )  # fmt: skip
+                        pq.next_offset,
+                        topic,
+                        queue_id,
+                        reply.next_offset,
+                    )
                 pq.next_offset = reply.next_offset
                 if not pq.messages:
                     self._mark(pq)

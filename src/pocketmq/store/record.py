@@ -144,11 +144,12 @@ def encode_record(
 ) -> list[bytes]:
     """The record's bytes as pieces to join; the first 4 bytes are its total size."""
     props = encoded_properties if encoded_properties is not None else _encode_props(properties)
-    topic_block = _topic_block(topic)
-    props_len = _U32.pack(len(props))
-    body_len = _U32.pack(len(body))
-    total = FIXED_HEADER_SIZE + len(topic_block) + 8 + len(props) + len(body)
-    tail = _TAIL.pack(
+    block = _topic_block(topic)
+    total = FIXED_HEADER_SIZE + len(block) + 8 + len(props) + len(body)
+    prefix, meta = encode_record_fast(
+        block,
+        props,
+        body,
         flags,
         queue_id,
         queue_offset,
@@ -160,10 +161,9 @@ def encode_record(
         reconsume_times,
         prepared_transaction_offset,
         tag_code,
+        total,
     )
-    meta = b"".join((tail, topic_block, props_len, props, body_len))
-    crc = zlib.crc32(body, zlib.crc32(meta))
-    return [_PREFIX.pack(total, MAGIC, crc), meta, body]
+    return [prefix, meta, body]
 
 
 def encode_record_fast(

@@ -51,8 +51,9 @@ def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
     return path
 
 
-def _wait_for_line(process: subprocess.Popen[str], pattern: re.Pattern[str], log: Path,
-                   timeout: float) -> re.Match[str]:  # fmt: skip
+def _wait_for_line(
+    process: subprocess.Popen[str], pattern: re.Pattern[str], log: Path, timeout: float
+) -> re.Match[str]:
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     buffered = ""
