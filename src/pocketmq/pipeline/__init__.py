@@ -1,0 +1,1 @@
+"""Data pipelines on Apache Spark (PySpark)."""
