@@ -4,6 +4,7 @@ Each command family lives in its own module and registers itself on :data:`main`
 only assembles them.
 """
 
+from pocketmq.cli import pipeline as _pipeline  # noqa: F401  (registers ``pocketmq pipeline``)
 from pocketmq.cli._app import main
 
 __all__ = ["main"]

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import pyarrow as pa
+
 from pocketmq.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -52,6 +54,11 @@ _SCHEME_DIALECT: Final = {
     "sqlite": "sqlite",
 }
 _DEFAULT_PORTS: Final = {"postgresql": 5432, "mariadb": 3306}
+# Database URL schemes we recognise but cannot read (so the error says so, instead of Spark
+# trying to open them as a file system).
+_OTHER_DATABASES: Final = frozenset(
+    {"oracle", "mssql", "sqlserver", "db2", "snowflake", "redshift", "clickhouse", "duckdb"}
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,7 +91,8 @@ def is_database_url(source: str) -> bool:
     if source.startswith("jdbc:"):
         return True
     scheme = source.split("://", 1)[0] if "://" in source else ""
-    return scheme.split("+", 1)[0].lower() in _SCHEME_DIALECT
+    scheme = scheme.split("+", 1)[0].lower()
+    return scheme in _SCHEME_DIALECT or scheme in _OTHER_DATABASES
 
 
 def jdbc_source(url: str) -> JdbcSource:
@@ -133,7 +141,10 @@ def jdbc_source(url: str) -> JdbcSource:
     port = parts.port or _DEFAULT_PORTS[dialect]
     database = parts.path.lstrip("/")
     query = [(k, v) for k, v in parse_qsl(parts.query) if k not in {"charset"}]
-    jdbc = f"jdbc:{dialect}://{host}:{port}/{database}"
+    # MariaDB's driver accepts jdbc:mysql: URLs, and only that prefix selects Spark's MySQL dialect
+    # (backtick quoting); under jdbc:mariadb: Spark would quote names with double quotes.
+    vendor = "mysql" if dialect == "mariadb" else dialect
+    jdbc = f"jdbc:{vendor}://{host}:{port}/{database}"
     if query:
         jdbc += "?" + "&".join(f"{k}={v}" for k, v in query)
     return JdbcSource(
@@ -154,21 +165,34 @@ def read_table(
     source: str,
     *,
     table: str,
+    schema: pa.Schema | None = None,
     columns: Sequence[str] | None = None,
-    timestamp_columns: Iterable[str] = (),
     partition_column: str | None = None,
     num_partitions: int | None = None,
     fetch_size: int = DEFAULT_FETCH_SIZE,
 ) -> DataFrame:
     """Read ``table`` from a database URL, or the Parquet data at ``source``.
 
-    ``columns`` selects (and orders) columns; ``timestamp_columns`` are normalised to
-    ``TIMESTAMP_NTZ`` holding UTC wall-clock time (see :func:`normalise_timestamps`). For a
-    database, ``partition_column`` (an integer column) and ``num_partitions`` split the read into
-    ranges read in parallel; the bounds are looked up first with one ``MIN``/``MAX`` query.
-    ``table`` is ignored for Parquet.
+    With ``schema`` (one of :mod:`pocketmq.pipeline.schemas`) the result is conformed to it:
+    ``columns`` (default: all of the schema's) are selected in order, integer and text columns
+    are cast where the source's types differ (SQLite reports BIGINT as DECIMAL), and zone-less
+    timestamps become ``TIMESTAMP_NTZ`` holding UTC wall-clock time. For a database,
+    ``partition_column`` (an integer column) and ``num_partitions`` split the read into ranges
+    read in parallel; the bounds are looked up first with one ``MIN``/``MAX`` query. ``table``
+    is ignored for Parquet.
     """
-    ts_cols = list(timestamp_columns)
+    wanted = (
+        list(columns) if columns is not None else (schema.names if schema is not None else None)
+    )
+    ts_cols: list[str] = []
+    if schema is not None:
+        ts_cols = [
+            f.name
+            for f in schema
+            if pa.types.is_timestamp(f.type)
+            and f.type.tz is None
+            and (wanted is None or f.name in wanted)
+        ]
     if is_database_url(source):
         db = jdbc_source(source)
         df = _read_jdbc(
@@ -182,12 +206,34 @@ def read_table(
         )
     else:
         df = spark.read.parquet(source)
-    if columns is not None:
-        missing = [c for c in columns if c not in df.columns]
+    if wanted is not None:
+        missing = [c for c in wanted if c not in df.columns]
         if missing:
             raise InvalidArgumentError(f"{source}: missing columns {missing} (has {df.columns})")
-        df = df.select(*columns)
-    return normalise_timestamps(df, [c for c in ts_cols if c in df.columns])
+        df = df.select(*wanted)
+    if schema is not None:
+        df = _conform(df, schema)
+    return normalise_timestamps(df, ts_cols)
+
+
+_SPARK_TYPES: Final = {
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.string(): "string",
+    pa.binary(): "binary",
+}
+
+
+def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    current = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    casts = {}
+    for f in schema:
+        target = _SPARK_TYPES.get(f.type)
+        if target is not None and f.name in current and current[f.name] != target:
+            casts[f.name] = F.col(f.name).cast(target)
+    return df.withColumns(casts) if casts else df
 
 
 def _read_jdbc(

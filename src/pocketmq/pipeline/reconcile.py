@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.pipeline.io import read_table, write_parquet
-from pocketmq.pipeline.schemas import MESSAGE_STUB_SCHEMA
+from pocketmq.pipeline.schemas import MESSAGE_LOG_SCHEMA, MESSAGE_STUB_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -54,9 +54,7 @@ RESEND_STATUSES: Final = ("UNCONFIRMED", "UNKNOWN")
 #: The columns that identify a queue.
 QUEUE_KEY: Final = ("topic", "broker_name", "queue_id")
 
-_STUB_COLUMNS: Final = tuple(MESSAGE_STUB_SCHEMA.names)
 _LOG_COLUMNS: Final = ("consumer_group", "message_id", *QUEUE_KEY, "queue_offset")
-_STUB_TIMESTAMPS: Final = ("next_resend_at", "created_at", "updated_at")
 
 
 def utc_naive(moment: datetime) -> datetime:
@@ -203,16 +201,15 @@ def run_reconcile(
         spark,
         stubs,
         table=stubs_table,
-        columns=_STUB_COLUMNS,
-        timestamp_columns=_STUB_TIMESTAMPS,
+        schema=MESSAGE_STUB_SCHEMA,
         partition_column="queue_offset",
     )
     log_df = read_table(
         spark,
         log,
         table=log_table,
+        schema=MESSAGE_LOG_SCHEMA,
         columns=_LOG_COLUMNS,
-        timestamp_columns=(),
         partition_column="queue_offset",
     )
     both = reconcile(stub_df, log_df, moment, max_sends, group=group).persist(

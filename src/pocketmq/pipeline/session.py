@@ -83,6 +83,7 @@ def spark_session(
     app_name: str = "pocketmq-pipeline",
     *,
     for_tests: bool = False,
+    quiet: bool = False,
     driver_memory: str | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
@@ -94,7 +95,8 @@ def spark_session(
     ``master`` is any Spark master URL (``local[*]``, ``spark://host:7077``, ``yarn``,
     ``k8s://...``). On a local master the session uses this interpreter for Python workers and
     ``2 x cores`` shuffle partitions (instead of 200). ``conf`` entries are applied last and win.
-    With ``for_tests=True`` the JVM starts faster and logs only errors; use it for tests only.
+    ``quiet`` logs only errors (the command line uses it: its output is a summary table). With
+    ``for_tests=True`` the JVM also starts faster; use that for tests only.
     """
     from pyspark.sql import SparkSession
 
@@ -124,18 +126,21 @@ def spark_session(
         cores = _local_cores(master)
         settings["spark.sql.shuffle.partitions"] = str(2 * cores)
         settings["spark.default.parallelism"] = str(cores)
+        # Everything runs in this process: no need to look up (or expose) a network address.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
         if "PYSPARK_PYTHON" not in os.environ:
             settings["spark.pyspark.python"] = sys.executable
         settings["spark.pyspark.driver.python"] = sys.executable
     if driver_memory:
         settings["spark.driver.memory"] = driver_memory
 
+    if quiet or for_tests:
+        java_options.append(
+            f"-Dlog4j2.configurationFile={QUIET_LOG4J2_PROPERTIES.resolve().as_uri()}"
+        )
     if for_tests:
-        java_options += [
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            f"-Dlog4j2.configurationFile={QUIET_LOG4J2_PROPERTIES.resolve().as_uri()}",
-        ]
+        java_options += ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
         warehouse = tempfile.mkdtemp(prefix="pocketmq-spark-warehouse-")
         settings.update(
             {
@@ -156,6 +161,6 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    if for_tests:
+    if quiet or for_tests:
         session.sparkContext.setLogLevel("ERROR")
     return session

@@ -1,0 +1,258 @@
+"""``pocketmq pipeline ...``: the Spark jobs from the command line.
+
+``reconcile``'s options are part of the stable CLI contract (DESIGN §4). Spark (and so Java) is
+only imported when a job runs, so ``pocketmq --help`` stays fast and works without Java.
+Summaries go to stdout as tables; errors go to stderr with exit status 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from pocketmq.cli._app import main
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["pipeline"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Timestamp(click.ParamType[datetime, Any]):
+    name = "ISO8601"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            moment = datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-22T12:00:00Z)", param, ctx
+            )
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC).replace(tzinfo=None)
+        return moment
+
+
+TIMESTAMP = _Timestamp()
+
+
+def master_option(func: F) -> F:
+    return click.option(
+        "--master",
+        default="local[*]",
+        show_default=True,
+        help="Spark master URL: local[N], spark://host:7077, yarn, k8s://...",
+    )(func)
+
+
+def now_option(func: F) -> F:
+    return click.option(
+        "--now",
+        type=TIMESTAMP,
+        default=None,
+        help="Evaluate as of this instant (naive = UTC). Default: the current time.",
+    )(func)
+
+
+@contextmanager
+def _job_errors() -> Iterator[None]:
+    """Turn failures into one readable line on stderr and exit status 1."""
+    from pocketmq.errors import PocketMQError
+
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except PocketMQError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except Exception as exc:
+        java = getattr(exc, "java_exception", None)  # py4j: the JVM-side exception
+        text = (str(java) if java is not None else str(exc)).strip().splitlines()
+        first = next((line for line in text if line.strip()), type(exc).__name__)
+        raise click.ClickException(f"{type(exc).__name__}: {first}") from exc
+
+
+def _session(master: str, app: str) -> SparkSession:
+    from pocketmq.pipeline.session import spark_session
+
+    return spark_session(master, app, quiet=True)
+
+
+def _check_inputs(*sources: str) -> None:
+    """Fail before starting Spark when a local input path does not exist."""
+    from pocketmq.pipeline.io import is_database_url
+
+    for source in sources:
+        if is_database_url(source) or "://" in source:
+            continue
+        if not Path(source).exists():
+            raise click.ClickException(f"input not found: {source}")
+
+
+def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*[str(v) for v in row])
+    Console(soft_wrap=True).print(table)
+
+
+@main.group("pipeline")
+def pipeline() -> None:
+    """Spark jobs over the outbox, the consumer logs and broker exports."""
+
+
+@pipeline.command("reconcile")
+@click.option(
+    "--stubs",
+    required=True,
+    metavar="URL_OR_PATH",
+    help="message_stub: database URL or Parquet path.",
+)
+@click.option(
+    "--log",
+    "log_source",
+    required=True,
+    metavar="URL_OR_PATH",
+    help="message_log: database URL or Parquet path.",
+)
+@click.option(
+    "--out", required=True, metavar="DIR", help="Output directory (gets resend/ and manual/)."
+)
+@click.option(
+    "--max-sends",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Sends allowed before manual handling.",
+)
+@now_option
+@master_option
+@click.option("--group", default=None, help="Only count this consumer group's log rows.")
+@click.option(
+    "--stubs-table",
+    default="message_stub",
+    show_default=True,
+    help="Stub table name (database input).",
+)
+@click.option(
+    "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
+)
+def reconcile_cmd(
+    stubs: str,
+    log_source: str,
+    out: str,
+    max_sends: int,
+    now: datetime | None,
+    master: str,
+    group: str | None,
+    stubs_table: str,
+    log_table: str,
+) -> None:
+    """List the messages to send again, and those needing manual handling.
+
+    A stub is selected when it is UNCONFIRMED or UNKNOWN, due (next_resend_at <= now), its
+    offset is NULL or below the highest offset logged for its queue, and no consumer logged
+    it. Below --max-sends sends it goes to OUT/resend, otherwise to OUT/manual (Parquet).
+    """
+    with _job_errors():
+        from pocketmq.pipeline.reconcile import run_reconcile
+
+        _check_inputs(stubs, log_source)
+        spark = _session(master, "pocketmq-reconcile")
+        summary = run_reconcile(
+            spark,
+            stubs=stubs,
+            log=log_source,
+            out=out,
+            now=now,
+            max_sends=max_sends,
+            group=group,
+            stubs_table=stubs_table,
+            log_table=log_table,
+        )
+    rows: list[list[Any]] = [[t, r, m] for t, r, m in summary.by_topic]
+    rows.append(["total", summary.resend, summary.manual])
+    title = f"reconcile as of {summary.now.isoformat(sep=' ')} UTC (max sends {summary.max_sends}"
+    title += f", group {summary.group})" if summary.group else ")"
+    _print_table(title, ["topic", "resend", "manual"], rows)
+    click.echo(f"resend list: {summary.resend_path}")
+    click.echo(f"manual-handling list: {summary.manual_path}")
+    click.echo(f"took {summary.seconds:.1f} s")
+
+
+@pipeline.command("demo-data")
+@click.option("--out", required=True, metavar="DIR", help="Directory to write the Parquet data to.")
+@click.option(
+    "--stubs",
+    "n_stubs",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Number of stub rows.",
+)
+@click.option(
+    "--log-ratio",
+    default=0.9,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of stubs with a log row.",
+)
+@click.option(
+    "--seed", default=7, show_default=True, type=int, help="Random seed (same seed, same data)."
+)
+@click.option(
+    "--now",
+    type=TIMESTAMP,
+    default=None,
+    help="The clock the data is built around. Default: 2026-11-22T12:00:00.",
+)
+@click.option(
+    "--exports/--no-exports",
+    default=True,
+    show_default=True,
+    help="Also write topic/DLQ exports and attempt history.",
+)
+def demo_data_cmd(
+    out: str, n_stubs: int, log_ratio: float, seed: int, now: datetime | None, exports: bool
+) -> None:
+    """Generate a realistic outbox (stubs), consumer log and broker exports as Parquet."""
+    with _job_errors():
+        from pocketmq.pipeline.demo import DEMO_NOW, generate_demo_data
+
+        data = generate_demo_data(
+            out, stubs=n_stubs, log_ratio=log_ratio, seed=seed, now=now or DEMO_NOW, exports=exports
+        )
+    rows: list[list[Any]] = [
+        ["stubs", data.stubs, str(data.stubs_path)],
+        ["log", data.log, str(data.log_path)],
+    ]
+    for name, path in (
+        ("topic export", data.topic_export_path),
+        ("DLQ export", data.dlq_export_path),
+        ("attempt history", data.attempts_path),
+    ):
+        if path is not None:
+            rows.append([name, "", str(path)])
+    _print_table(f"demo data (seed {seed})", ["dataset", "rows", "path"], rows)
+    out_dir = Path(out)
+    click.echo(
+        "next: pocketmq pipeline reconcile "
+        f"--stubs {out_dir / 'stubs'} --log {out_dir / 'log'} --out {out_dir / 'reconcile'} "
+        f"--now {data.now.isoformat()}"
+    )

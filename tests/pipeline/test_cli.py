@@ -1,0 +1,124 @@
+"""``pocketmq pipeline ...`` through click's CliRunner (in-process: it reuses the test session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from pocketmq.cli import main
+from pocketmq.pipeline.demo import DEMO_NOW
+
+from .helpers import read_rows, reference_lists
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_pipeline_help_lists_the_jobs() -> None:
+    code, out, _ = run("pipeline", "--help")
+    assert code == 0
+    for command in ("reconcile", "demo-data", "audit", "dlq-report"):
+        assert command in out
+
+
+def test_demo_data_is_deterministic(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        code, out, _ = run(
+            "pipeline", "demo-data", "--out", str(tmp_path / name), "--stubs", "500", "--seed", "3"
+        )
+        assert code == 0, out
+        assert "pocketmq pipeline reconcile" in out
+    for part in ("stubs", "log", "attempts"):
+        assert pq.read_table(tmp_path / "a" / part).equals(pq.read_table(tmp_path / "b" / part))
+    run(
+        "pipeline",
+        "demo-data",
+        "--out",
+        str(tmp_path / "c"),
+        "--stubs",
+        "500",
+        "--seed",
+        "4",
+        "--no-exports",
+    )
+    assert not pq.read_table(tmp_path / "a" / "stubs").equals(
+        pq.read_table(tmp_path / "c" / "stubs")
+    )
+    assert not (tmp_path / "c" / "topic-export").exists()
+
+
+@pytest.mark.spark
+def test_reconcile_command_on_demo_data(spark: SparkSession, tmp_path: Path) -> None:
+    run("pipeline", "demo-data", "--out", str(tmp_path), "--stubs", "1500", "--no-exports")
+    code, out, err = run(
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        str(tmp_path / "stubs"),
+        "--log",
+        str(tmp_path / "log"),
+        "--out",
+        str(tmp_path / "result"),
+        "--max-sends",
+        "4",
+        "--now",
+        "2026-11-22T13:00:00+01:00",
+        "--master",
+        "local[2]",
+    )
+    assert code == 0, err
+    resend, manual = reference_lists(
+        read_rows(tmp_path / "stubs"), read_rows(tmp_path / "log"), DEMO_NOW, 4
+    )
+    assert {r["message_id"] for r in read_rows(tmp_path / "result" / "resend")} == resend
+    assert {r["message_id"] for r in read_rows(tmp_path / "result" / "manual")} == manual
+    total = next(line for line in out.splitlines() if "total" in line)
+    assert str(len(resend)) in total
+    assert str(len(manual)) in total
+
+
+def test_reconcile_missing_input_fails_on_stderr(tmp_path: Path) -> None:
+    code, out, err = run(
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        str(tmp_path / "nope"),
+        "--log",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert code == 1
+    assert "input not found" in err
+    assert out == ""
+
+
+def test_reconcile_rejects_a_bad_clock(tmp_path: Path) -> None:
+    code, _, err = run(
+        "pipeline", "reconcile", "--stubs", "a", "--log", "b", "--out", "c", "--now", "yesterday"
+    )
+    assert code == 2
+    assert "ISO 8601" in err
+
+
+def test_reconcile_rejects_an_unknown_database(tmp_path: Path) -> None:
+    code, _, err = run(
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        "oracle://h/db",
+        "--log",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert code == 1
+    assert "oracle" in err
