@@ -35,6 +35,7 @@ __all__ = [
     "is_database_url",
     "jdbc_source",
     "normalise_timestamps",
+    "read_export",
     "read_table",
     "write_parquet",
 ]
@@ -306,3 +307,14 @@ def normalise_timestamps(df: DataFrame, columns: Iterable[str]) -> DataFrame:
 def write_parquet(df: DataFrame, path: str, *, mode: str = "overwrite") -> None:
     """Write ``df`` as Parquet under ``path`` (replacing what is there by default)."""
     df.write.mode(mode).parquet(path)
+
+
+def read_export(spark: SparkSession, path: str, schema: pa.Schema) -> DataFrame:
+    """Read a broker export (Parquet, partitioned by topic/date) with its declared schema.
+
+    Point ``path`` at the export's root: the ``topic`` and ``date`` columns come from the
+    directory names (``topic=%25DLQ%25billing`` is decoded to ``%DLQ%billing``).
+    """
+    from pocketmq.pipeline.schemas import spark_ddl
+
+    return spark.read.schema(spark_ddl(schema)).parquet(path)

@@ -22,9 +22,9 @@ laptop and on a cluster, and tests compare them with a plain-Python reference.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from pocketmq.errors import InvalidArgumentError
@@ -108,7 +108,9 @@ def unsettled_stubs(
     behind = due.join(offsets, on=list(QUEUE_KEY), how="left").where(
         F.col("queue_offset").isNull() | (F.col("queue_offset") < F.col("max_logged_offset"))
     )
-    received = log.select("message_id")
+    # The log's ids are the big side. Hashing them per partition (instead of sorting both sides
+    # for a merge join) was the cheaper plan on the benchmark data.
+    received = log.select("message_id").hint("shuffle_hash")
     unreceived = behind.join(received, on="message_id", how="left_anti")
     return unreceived.select(*[c for c in stubs.columns], "max_logged_offset")
 
@@ -187,10 +189,11 @@ def run_reconcile(
 ) -> ReconcileSummary:
     """Read the stub and log tables, compute both lists, write ``out/resend`` and ``out/manual``.
 
-    The lists are computed once and cached (they are small next to the inputs), then written as
-    Parquet; the counts in the summary come from the cached rows.
+    Both lists come out of one pass over the inputs: the job writes them partitioned by list
+    into a scratch directory under ``out`` and then moves each partition into place (a rename
+    on any Hadoop file system). Caching the lists and writing them twice cost about twice as
+    much on the benchmark data. The counts are read back from the written lists.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     if max_sends < 1:
@@ -198,11 +201,7 @@ def run_reconcile(
     started = time.perf_counter()
     moment = utc_naive(now) if now is not None else datetime.now(UTC).replace(tzinfo=None)
     stub_df = read_table(
-        spark,
-        stubs,
-        table=stubs_table,
-        schema=MESSAGE_STUB_SCHEMA,
-        partition_column="queue_offset",
+        spark, stubs, table=stubs_table, schema=MESSAGE_STUB_SCHEMA, partition_column="queue_offset"
     )
     log_df = read_table(
         spark,
@@ -212,25 +211,35 @@ def run_reconcile(
         columns=_LOG_COLUMNS,
         partition_column="queue_offset",
     )
-    both = reconcile(stub_df, log_df, moment, max_sends, group=group).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    both = reconcile(stub_df, log_df, moment, max_sends, group=group)
+    base = out.rstrip("/")
+    paths = {name: f"{base}/{name}" for name in ("resend", "manual")}
+    scratch = f"{base}/_reconcile_{uuid.uuid4().hex[:12]}"
+    both.write.mode("overwrite").partitionBy("list").parquet(scratch)
+    fs = _FileSystem(spark, scratch)
     try:
-        resend_path = str(Path(out) / "resend") if "://" not in out else f"{out}/resend"
-        manual_path = str(Path(out) / "manual") if "://" not in out else f"{out}/manual"
-        write_parquet(both.where(F.col("list") == "resend").drop("list"), resend_path)
-        write_parquet(both.where(F.col("list") == "manual").drop("list"), manual_path)
-        rows = (
-            both.groupBy("topic")
-            .agg(
-                F.sum(F.when(F.col("list") == "resend", 1).otherwise(0)).alias("resend"),
-                F.sum(F.when(F.col("list") == "manual", 1).otherwise(0)).alias("manual"),
-            )
-            .orderBy("topic")
-            .collect()
-        )
+        for name, path in paths.items():
+            fs.delete(path)
+            if not fs.rename(f"{scratch}/list={name}", path):
+                # No rows in this list: write an empty file set with the right schema.
+                empty = spark.createDataFrame([], both.drop("list").schema)
+                write_parquet(empty.coalesce(1), path)
     finally:
-        both.unpersist()
+        fs.delete(scratch)
+    written = (
+        spark.read.parquet(paths["resend"])
+        .withColumn("list", F.lit("resend"))
+        .unionByName(spark.read.parquet(paths["manual"]).withColumn("list", F.lit("manual")))
+    )
+    rows = (
+        written.groupBy("topic")
+        .agg(
+            F.sum(F.when(F.col("list") == "resend", 1).otherwise(0)).alias("resend"),
+            F.sum(F.when(F.col("list") == "manual", 1).otherwise(0)).alias("manual"),
+        )
+        .orderBy("topic")
+        .collect()
+    )
     by_topic = tuple((str(r["topic"]), int(r["resend"]), int(r["manual"])) for r in rows)
     return ReconcileSummary(
         now=moment,
@@ -239,7 +248,27 @@ def run_reconcile(
         resend=sum(r[1] for r in by_topic),
         manual=sum(r[2] for r in by_topic),
         by_topic=by_topic,
-        resend_path=resend_path,
-        manual_path=manual_path,
+        resend_path=paths["resend"],
+        manual_path=paths["manual"],
         seconds=time.perf_counter() - started,
     )
+
+
+class _FileSystem:
+    """The few Hadoop FileSystem calls the job needs, so ``out`` may be local, HDFS, S3, ..."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        self._path = jvm.org.apache.hadoop.fs.Path
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._fs = self._path(path).getFileSystem(conf)
+
+    def delete(self, path: str) -> None:
+        self._fs.delete(self._path(path), True)
+
+    def rename(self, src: str, dst: str) -> bool:
+        source = self._path(src)
+        if not self._fs.exists(source):
+            return False
+        return bool(self._fs.rename(source, self._path(dst)))

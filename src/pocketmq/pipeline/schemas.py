@@ -36,6 +36,7 @@ __all__ = [
     "STUB_STATUSES",
     "TOPIC_EXPORT_PARTITIONING",
     "TOPIC_EXPORT_SCHEMA",
+    "spark_ddl",
 ]
 
 #: ``message_stub.status`` values.
@@ -134,3 +135,28 @@ ATTEMPT_HISTORY_SCHEMA: Final = pa.schema(
         pa.field("finished_at", pa.timestamp("ms", tz="UTC")),
     ]
 )
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """The Spark DDL string for one of these schemas (zone-less timestamps become TIMESTAMP_NTZ).
+
+    Reading an export with this explicit schema keeps the partition columns as text (Spark would
+    otherwise infer ``date`` as a DATE) and skips schema inference over many files.
+    """
+    return ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in schema)
+
+
+def _spark_type(t: pa.DataType) -> str:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "STRING"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "BINARY"
+    if pa.types.is_int32(t):
+        return "INT"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz is not None else "TIMESTAMP_NTZ"
+    if pa.types.is_map(t):
+        return f"MAP<{_spark_type(t.key_type)}, {_spark_type(t.item_type)}>"
+    raise TypeError(f"no Spark type for {t}")
