@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
@@ -17,6 +18,7 @@ from pocketmq.pipeline.reconcile import (
     run_reconcile,
     unsettled_stubs,
 )
+from pocketmq.pipeline.schemas import MESSAGE_LOG_SCHEMA, MESSAGE_STUB_SCHEMA
 
 from .helpers import (
     T0,
@@ -182,3 +184,29 @@ def test_run_reconcile_writes_both_lists(spark: SparkSession, tmp_path: Path) ->
     assert sum(r[1] for r in summary.by_topic) == summary.resend
     assert "content" in resend.column_names
     assert "max_logged_offset" in resend.column_names
+
+
+def test_run_reconcile_writes_empty_lists_with_a_schema(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    stubs = [stub("done", status="CONFIRMED", queue_offset=1)]
+    pq.write_table(
+        pa.Table.from_pylist(stubs, schema=MESSAGE_STUB_SCHEMA), tmp_path / "stubs.parquet"
+    )
+    pq.write_table(
+        pa.Table.from_pylist([log_row("done", 1)], schema=MESSAGE_LOG_SCHEMA),
+        tmp_path / "log.parquet",
+    )
+    summary = run_reconcile(
+        spark,
+        stubs=str(tmp_path / "stubs.parquet"),
+        log=str(tmp_path / "log.parquet"),
+        out=str(tmp_path / "out"),
+        now=T0,
+    )
+    assert (summary.resend, summary.manual, summary.by_topic) == (0, 0, ())
+    for name in ("resend", "manual"):
+        table = pq.read_table(tmp_path / "out" / name)
+        assert table.num_rows == 0
+        assert table.column_names == [*MESSAGE_STUB_SCHEMA.names, "max_logged_offset"]
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"manual", "resend"}

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
@@ -45,6 +45,32 @@ class _Timestamp(click.ParamType[datetime, Any]):
 
 
 TIMESTAMP = _Timestamp()
+
+
+class _Duration(click.ParamType[float, Any]):
+    """Seconds, written as ``90``, ``90s``, ``10m``, ``2h`` or ``1d``."""
+
+    name = "DURATION"
+    _UNITS: ClassVar[dict[str, float]] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip().lower()
+        unit = self._UNITS.get(text[-1:], None)
+        number = text[:-1] if unit is not None else text
+        try:
+            seconds = float(number) * (unit or 1.0)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration (e.g. 90, 90s, 10m, 2h, 1d)", param, ctx)
+        if seconds < 0:
+            self.fail(f"{value!r} is negative", param, ctx)
+        return seconds
+
+
+DURATION = _Duration()
 
 
 def master_option(func: F) -> F:
@@ -256,3 +282,204 @@ def demo_data_cmd(
         f"--stubs {out_dir / 'stubs'} --log {out_dir / 'log'} --out {out_dir / 'reconcile'} "
         f"--now {data.now.isoformat()}"
     )
+
+
+def _subscription(value: str) -> tuple[str, str]:
+    topic, sep, group = value.partition("=")
+    if not sep or not topic or not group:
+        raise click.BadParameter(f"{value!r} is not TOPIC=GROUP", param_hint="--subscription")
+    return topic, group
+
+
+@pipeline.command("audit")
+@click.option(
+    "--export",
+    "export_path",
+    required=True,
+    metavar="PATH",
+    help="Topic export (Parquet, topic/date partitions).",
+)
+@click.option(
+    "--log",
+    "log_source",
+    required=True,
+    metavar="URL_OR_PATH",
+    help="message_log: database URL or Parquet path.",
+)
+@click.option(
+    "--out",
+    required=True,
+    metavar="DIR",
+    help="Output directory (summary/, lost/, duplicated/, late/).",
+)
+@click.option(
+    "--late-after",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="Consumed later than this after storing = late.",
+)
+@click.option(
+    "--grace",
+    type=DURATION,
+    default="5m",
+    show_default=True,
+    help="Younger unconsumed messages are not counted as lost.",
+)
+@click.option(
+    "--group", "groups", multiple=True, help="Only audit this consumer group (repeatable)."
+)
+@click.option(
+    "--subscription",
+    "subscriptions",
+    multiple=True,
+    metavar="TOPIC=GROUP",
+    help="A group expected to consume a topic even if its log is empty (repeatable).",
+)
+@now_option
+@master_option
+@click.option(
+    "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
+)
+def audit_cmd(
+    export_path: str,
+    log_source: str,
+    out: str,
+    late_after: float,
+    grace: float,
+    groups: tuple[str, ...],
+    subscriptions: tuple[str, ...],
+    now: datetime | None,
+    master: str,
+    log_table: str,
+) -> None:
+    """Audit deliveries: stored messages never consumed (lost), received more than once
+    (duplicated) or consumed late, per topic, consumer group and hour."""
+    pairs = [_subscription(s) for s in subscriptions]
+    with _job_errors():
+        from pocketmq.pipeline.audit import run_audit
+
+        _check_inputs(export_path, log_source)
+        spark = _session(master, "pocketmq-audit")
+        summary = run_audit(
+            spark,
+            export=export_path,
+            log=log_source,
+            out=out,
+            now=now,
+            late_after=late_after,
+            grace=grace,
+            groups=list(groups) or None,
+            subscriptions=pairs,
+            log_table=log_table,
+        )
+    headers = [
+        "topic",
+        "group",
+        "stored",
+        "consumed",
+        "lost",
+        "duplicated",
+        "late",
+        "max latency s",
+    ]
+    rows = [
+        [
+            r["topic"],
+            r["consumer_group"],
+            r["stored"],
+            r["consumed"],
+            r["lost"],
+            r["duplicated"],
+            r["late"],
+            "" if r["max_latency_s"] is None else f"{float(r['max_latency_s']):.1f}",  # type: ignore[arg-type]
+        ]
+        for r in summary.rows
+    ]
+    _print_table("delivery audit", headers, rows)
+    click.echo(f"written to {summary.out}/{{summary,lost,duplicated,late}}")
+    click.echo(f"took {summary.seconds:.1f} s")
+
+
+@pipeline.command("dlq-report")
+@click.option(
+    "--dlq",
+    "dlq_path",
+    required=True,
+    metavar="PATH",
+    help="DLQ topic export (Parquet, topic/date partitions).",
+)
+@click.option("--attempts", required=True, metavar="PATH", help="Attempt history export (Parquet).")
+@click.option(
+    "--out",
+    required=True,
+    metavar="DIR",
+    help="Output directory (ageing/, errors/, stuck/, summary/).",
+)
+@click.option(
+    "--stuck-after",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+    help="A failing FIFO message group unsettled this long is stuck.",
+)
+@click.option(
+    "--top-errors",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Error texts to keep per group.",
+)
+@click.option("--group", default=None, help="Only this consumer group.")
+@now_option
+@master_option
+def dlq_report_cmd(
+    dlq_path: str,
+    attempts: str,
+    out: str,
+    stuck_after: float,
+    top_errors: int,
+    group: str | None,
+    now: datetime | None,
+    master: str,
+) -> None:
+    """Report on dead letters and retries: DLQ ageing, top error texts, stuck FIFO groups."""
+    with _job_errors():
+        from pocketmq.pipeline.dlq import run_dlq_report
+
+        _check_inputs(dlq_path, attempts)
+        spark = _session(master, "pocketmq-dlq-report")
+        summary = run_dlq_report(
+            spark,
+            dlq=dlq_path,
+            attempts=attempts,
+            out=out,
+            now=now,
+            stuck_after=stuck_after,
+            top_errors=top_errors,
+            group=group,
+        )
+    headers = [
+        "group",
+        "DLQ messages",
+        "oldest DLQ (UTC)",
+        "attempts",
+        "failed",
+        "retried msgs",
+        "stuck FIFO groups",
+    ]
+    rows = [
+        [
+            r["consumer_group"],
+            r["dlq_messages"],
+            r["oldest_dlq_at"] or "",
+            r["attempts"],
+            r["failed_attempts"],
+            r["retried_messages"],
+            r["stuck_message_groups"],
+        ]
+        for r in summary.rows
+    ]
+    _print_table("DLQ and retry report", headers, rows)
+    click.echo(f"written to {summary.out}/{{ageing,errors,stuck,summary}}")
+    click.echo(f"took {summary.seconds:.1f} s")
