@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from dataclasses import dataclass
@@ -22,15 +23,20 @@ class FileRecordingSender:
         if message.message_id in self.unknown_ids:
             raise SendOutcomeUnknownError("timed out", message_id=message.message_id)
         line = json.dumps({"id": message.message_id, "topic": message.topic, "pid": os.getpid()})
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        lines = await asyncio.to_thread(self._append, line)
         return SendResult(
             message_id=message.message_id,
             topic=message.topic,
             queue_id=7,
-            queue_offset=1000 + sum(1 for _ in open(self.path, encoding="utf-8")),
+            queue_offset=1000 + lines,
             broker_name="broker-z",
         )
+
+    def _append(self, line: str) -> int:
+        with open(self.path, "a+", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.seek(0)
+            return sum(1 for _ in f)
 
     async def aclose(self) -> None:
         return None
