@@ -35,7 +35,7 @@ EXPECTED_TOP_LEVEL = {
     "__version__",
 }
 
-PUBLIC_PACKAGES = ["pocketmq", "pocketmq.errors", "pocketmq.client"]
+PUBLIC_PACKAGES = ["pocketmq", "pocketmq.errors", "pocketmq.client", "pocketmq.pipeline"]
 
 
 def test_top_level_all_is_the_curated_set() -> None:

@@ -47,3 +47,11 @@ def recorded(path: str) -> list[str]:
         return []
     with open(path, encoding="utf-8") as f:
         return [json.loads(line)["id"] for line in f]
+
+
+#: Set by a test before the CLI pickles :func:`make_sender` (globals travel by value).
+RECORD_PATH = ""
+
+
+def make_sender() -> FileRecordingSender:
+    return FileRecordingSender(RECORD_PATH)

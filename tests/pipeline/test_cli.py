@@ -212,3 +212,70 @@ def test_subscription_must_be_topic_equals_group(tmp_path: Path) -> None:
     )
     assert code == 2
     assert "TOPIC=GROUP" in err
+
+
+@pytest.mark.spark
+def test_reconcile_can_send_the_resend_list(spark: SparkSession, tmp_path: Path) -> None:
+    import uuid
+
+    import sqlalchemy as sa
+    from pyspark import cloudpickle
+
+    from . import senders
+    from .helpers import T0, log_row, stub
+    from .test_jdbc import tables
+
+    cloudpickle.register_pickle_by_value(senders)
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    engine = sa.create_engine(url)
+    md, stub_t, log_t = tables(uuid.uuid4().hex[:8])
+    md.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(stub_t.insert(), [stub("lost", queue_offset=1), stub("held", queue_offset=5)])
+        conn.execute(log_t.insert(), [log_row("other", 3)])
+    engine.dispose()
+    senders.RECORD_PATH = str(tmp_path / "sent.jsonl")
+    args = [
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        url,
+        "--log",
+        url,
+        "--out",
+        str(tmp_path / "out"),
+        "--stubs-table",
+        stub_t.name,
+        "--log-table",
+        log_t.name,
+        "--now",
+        T0.isoformat(),
+        "--send-with",
+        f"{senders.__name__}:make_sender",
+    ]
+    code, out, err = run(*args)
+    assert code == 0, err
+    assert "resent: sent 1, skipped 0" in out
+    assert senders.recorded(senders.RECORD_PATH) == ["lost"]
+    # Same clock again: the stub is no longer due, so nothing is selected or sent.
+    code, out, err = run(*args)
+    assert code == 0, err
+    assert "resent: sent 0, skipped 0" in out
+    assert senders.recorded(senders.RECORD_PATH) == ["lost"]
+
+
+def test_send_with_needs_a_database(tmp_path: Path) -> None:
+    code, _, err = run(
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        str(tmp_path),
+        "--log",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--send-with",
+        "os:getcwd",
+    )
+    assert code == 2
+    assert "database URL" in err

@@ -126,6 +126,26 @@ def _check_inputs(*sources: str) -> None:
             raise click.ClickException(f"input not found: {source}")
 
 
+def _load_factory(spec: str, stubs: str) -> Callable[[], Any]:
+    """Resolve ``module:attribute`` to the sender factory for ``--send-with``."""
+    import importlib
+
+    from pocketmq.pipeline.io import is_database_url
+
+    if not is_database_url(stubs):
+        raise click.UsageError("--send-with needs --stubs to be a database URL (stubs get updated)")
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(f"{spec!r} is not MODULE:FACTORY", param_hint="--send-with")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--send-with") from exc
+    if not callable(factory):
+        raise click.BadParameter(f"{spec!r} is not callable", param_hint="--send-with")
+    return factory  # type: ignore[no-any-return]
+
+
 def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -179,6 +199,21 @@ def pipeline() -> None:
 @click.option(
     "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
 )
+@click.option(
+    "--send-with",
+    default=None,
+    metavar="MODULE:FACTORY",
+    help="Also resend the resend list through this sender factory (a zero-argument callable "
+    "returning a MessageSender). Needs --stubs to be a database URL.",
+)
+@click.option(
+    "--resend-delay",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="With --send-with: base delay before a resent stub is due again (doubles per send, "
+    "at most 1h).",
+)
 def reconcile_cmd(
     stubs: str,
     log_source: str,
@@ -189,13 +224,18 @@ def reconcile_cmd(
     group: str | None,
     stubs_table: str,
     log_table: str,
+    send_with: str | None,
+    resend_delay: float,
 ) -> None:
     """List the messages to send again, and those needing manual handling.
 
     A stub is selected when it is UNCONFIRMED or UNKNOWN, due (next_resend_at <= now), its
     offset is NULL or below the highest offset logged for its queue, and no consumer logged
     it. Below --max-sends sends it goes to OUT/resend, otherwise to OUT/manual (Parquet).
+    With --send-with the resend list is also sent, each stub claimed first so that a re-run
+    never sends it twice.
     """
+    factory = _load_factory(send_with, stubs) if send_with else None
     with _job_errors():
         from pocketmq.pipeline.reconcile import run_reconcile
 
@@ -220,6 +260,24 @@ def reconcile_cmd(
     click.echo(f"resend list: {summary.resend_path}")
     click.echo(f"manual-handling list: {summary.manual_path}")
     click.echo(f"took {summary.seconds:.1f} s")
+    if factory is not None:
+        with _job_errors():
+            from pocketmq.pipeline.resend import ResendPolicy, run_resend
+
+            outcome = run_resend(
+                spark.read.parquet(summary.resend_path),
+                sender_factory=factory,
+                stub_db=stubs,
+                table=stubs_table,
+                now=summary.now,
+                policy=ResendPolicy(base_delay=resend_delay),
+            )
+        click.echo(
+            f"resent: sent {outcome.sent}, skipped {outcome.skipped} (already claimed), "
+            f"failed {outcome.failed}, outcome unknown {outcome.unknown}"
+        )
+        for line in outcome.errors[:5]:
+            click.echo(f"send error: {line}", err=True)
 
 
 @pipeline.command("demo-data")
