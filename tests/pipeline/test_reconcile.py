@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pocketmq.pipeline.demo import DEMO_NOW, generate_demo_data
 from pocketmq.pipeline.reconcile import (
     manual_handling,
-    reconcile,
+    reconcile_lists,
     resend_candidates,
     run_reconcile,
     unsettled_stubs,
@@ -156,7 +156,7 @@ def test_generated_data_matches_reference(
     stubs, log = read_rows(data.stubs_path), read_rows(data.log_path)
     s = spark.read.parquet(str(data.stubs_path))
     lg = spark.read.parquet(str(data.log_path))
-    both = reconcile(s, lg, DEMO_NOW, max_sends, group=group)
+    both = reconcile_lists(s, lg, DEMO_NOW, max_sends, group=group)
     got = {(r["message_id"], r["list"]) for r in both.select("message_id", "list").collect()}
     want_resend, want_manual = reference_lists(stubs, log, DEMO_NOW, max_sends, group)
     assert want_resend

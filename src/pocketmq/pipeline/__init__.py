@@ -16,7 +16,7 @@ from pocketmq.pipeline.io import jdbc_source, read_table
 from pocketmq.pipeline.reconcile import (
     ReconcileSummary,
     manual_handling,
-    reconcile,
+    reconcile_lists,
     resend_candidates,
     run_reconcile,
     unsettled_stubs,
@@ -58,7 +58,7 @@ __all__ = [
     "jdbc_source",
     "manual_handling",
     "read_table",
-    "reconcile",
+    "reconcile_lists",
     "resend_candidates",
     "run_audit",
     "run_dlq_report",
