@@ -10,11 +10,15 @@ What each figure includes:
 * ``session start``: creating the SparkSession (JVM start, up to a usable session).
 * ``first run``: the first reconcile in the fresh JVM (cold JIT, cold page cache for Spark's
   reads unless DuckDB ran first).
-* ``warm median``: the median of the following runs in the same JVM / DuckDB connection.
+* ``warm median``: the median of the following runs in the same JVM (DuckDB: in the same
+  process, a new in-memory connection per run, which costs milliseconds).
 * rows/s: (stub rows + log rows) / warm median.
 
-The ratio compares warm medians; the end-to-end figure (session start + first run) is reported
-too, since that is what a cron-driven ``pocketmq pipeline reconcile`` pays.
+The runs alternate between the engines (DuckDB, Spark, DuckDB, ...) so both see the same
+background load; the 1-minute load average before and after is recorded, because on a shared
+2-core machine it moves the figures more than most tuning does. The ratio compares warm medians;
+the end-to-end figure (session start + first run) is reported too, since that is what a
+cron-driven ``pocketmq pipeline reconcile`` pays. Results go to ``bench-results/reconcile.json``.
 """
 
 from __future__ import annotations
@@ -153,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     from pocketmq.pipeline.reconcile import run_reconcile
     from pocketmq.pipeline.session import spark_session
 
+    load_before = os.getloadavg()
     # Spark session start, then the runs interleaved (DuckDB, Spark, DuckDB, Spark, ...) so both
     # engines see the same background load on a shared machine.
     started = time.perf_counter()
@@ -223,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         if duck
         else None,
         "same_results": same,
+        "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
     if duck is not None:
         report["ratio_warm"] = med(spark.warm_runs_s) / med(duck.warm_runs_s)
@@ -248,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  same resend/manual lists: {same} (resend {spark.resend:,}, manual {spark.manual:,})"
         )
+    print(f"  load average (1 min) before/after: {report['load_average_1m_before_after']}")
     return 0 if same in (None, True) else 1
 
 
