@@ -68,6 +68,9 @@ class DeliveryAudit:
     lost: DataFrame
     duplicated: DataFrame
     late: DataFrame
+    #: Every (stored message, expected group) with its flags: is_consumed, is_lost,
+    #: is_duplicated, is_late, latency_s, hour, copies. The other frames derive from it.
+    rows: DataFrame
 
 
 def delivery_audit(
@@ -193,6 +196,7 @@ def delivery_audit(
         lost=flagged.where("is_lost").select(*detail_columns),
         duplicated=flagged.where("is_duplicated").select(*detail_columns),
         late=flagged.where("is_late").select(*detail_columns),
+        rows=flagged,
     )
 
 
@@ -219,6 +223,7 @@ def run_audit(
     log_table: str = "message_log",
 ) -> AuditSummary:
     """Read the export and the log, write ``out/{summary,lost,duplicated,late}`` as Parquet."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
@@ -235,9 +240,14 @@ def run_audit(
         subscriptions=subscriptions,
     )
     base = out.rstrip("/")
-    write_parquet(audit.summary.coalesce(1), f"{base}/summary")
-    for name in ("lost", "duplicated", "late"):
-        write_parquet(getattr(audit, name), f"{base}/{name}")
+    # Four outputs from one join: keep the joined rows instead of recomputing them per output.
+    audit.rows.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        write_parquet(audit.summary.coalesce(1), f"{base}/summary")
+        for name in ("lost", "duplicated", "late"):
+            write_parquet(getattr(audit, name), f"{base}/{name}")
+    finally:
+        audit.rows.unpersist()
     counters = [
         "stored",
         "consumed",
