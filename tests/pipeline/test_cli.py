@@ -222,8 +222,7 @@ def test_reconcile_can_send_the_resend_list(spark: SparkSession, tmp_path: Path)
     from pyspark import cloudpickle
 
     from . import senders
-    from .helpers import T0, log_row, stub
-    from .test_jdbc import tables
+    from .helpers import T0, log_row, stub, tables
 
     cloudpickle.register_pickle_by_value(senders)
     url = f"sqlite:///{tmp_path / 'outbox.db'}"

@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
-from sqlalchemy.dialects import mysql
 
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.pipeline.io import is_database_url, jdbc_source, read_table
@@ -19,50 +18,7 @@ from pocketmq.pipeline.reconcile import run_reconcile
 from pocketmq.pipeline.schemas import MESSAGE_LOG_SCHEMA, MESSAGE_STUB_SCHEMA
 from pocketmq.testing.services import require_service
 
-from .helpers import T0, log_row, reference_lists, stub
-
-Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-
-
-def tables(suffix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
-    """The table contract of the reliability toolkit, under test-only names."""
-    md = sa.MetaData()
-    stubs = sa.Table(
-        f"pl_stub_{suffix}",
-        md,
-        sa.Column("message_id", sa.String(64), primary_key=True),
-        sa.Column("topic", sa.String(255), nullable=False),
-        sa.Column("tag", sa.String(255)),
-        sa.Column("keys", sa.Text),
-        sa.Column("content", sa.LargeBinary, nullable=False),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("send_count", sa.Integer, nullable=False),
-        sa.Column("broker_name", sa.String(255)),
-        sa.Column("queue_id", sa.Integer),
-        sa.Column("queue_offset", sa.BigInteger),
-        sa.Column("next_resend_at", Timestamp, nullable=False),
-        sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("updated_at", Timestamp, nullable=False),
-        sa.Column("last_error", sa.Text),
-    )
-    log = sa.Table(
-        f"pl_log_{suffix}",
-        md,
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("consumer_group", sa.String(255), nullable=False),
-        sa.Column("message_id", sa.String(64), nullable=False),
-        sa.Column("topic", sa.String(255), nullable=False),
-        sa.Column("broker_name", sa.String(255), nullable=False),
-        sa.Column("queue_id", sa.Integer, nullable=False),
-        sa.Column("queue_offset", sa.BigInteger, nullable=False),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("receive_count", sa.Integer, nullable=False),
-        sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("consumed_at", Timestamp),
-        sa.UniqueConstraint("consumer_group", "message_id"),
-    )
-    return md, stubs, log
-
+from .helpers import T0, log_row, reference_lists, stub, tables
 
 STUBS = [
     stub("lost", queue_offset=3),

@@ -29,8 +29,7 @@ from pocketmq.pipeline.resend import (
 )
 
 from . import senders
-from .helpers import T0, log_row, read_rows, stub
-from .test_jdbc import tables
+from .helpers import T0, log_row, read_rows, stub, tables
 
 cloudpickle.register_pickle_by_value(senders)
 
