@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from pocketmq.pipeline.demo import DEMO_NOW, generate_demo_data
@@ -210,3 +212,61 @@ def test_run_reconcile_writes_empty_lists_with_a_schema(
         assert table.num_rows == 0
         assert table.column_names == [*MESSAGE_STUB_SCHEMA.names, "max_logged_offset"]
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"manual", "resend"}
+
+
+_queue = st.tuples(
+    st.sampled_from(["orders", "payments"]),
+    st.sampled_from(["broker-a", "broker-b"]),
+    st.integers(0, 1),
+)
+
+
+@st.composite
+def _dataset(draw: st.DrawFn) -> tuple[list[dict], list[dict]]:
+    """Small stub/log tables crowded around the rule's boundaries."""
+    n = draw(st.integers(0, 12))
+    stubs = []
+    for i in range(n):
+        topic, broker, queue = draw(_queue)
+        stored = draw(st.booleans())
+        stubs.append(
+            stub(
+                f"m{i}",
+                topic=topic,
+                status=draw(st.sampled_from(["UNCONFIRMED", "UNKNOWN", "CONFIRMED", "VOID"])),
+                send_count=draw(st.integers(0, 4)),
+                broker_name=broker if stored else None,
+                queue_id=queue if stored else None,
+                queue_offset=draw(st.integers(0, 4)) if stored else None,
+                next_resend_at=T0 + timedelta(microseconds=draw(st.integers(-2, 2))),
+            )
+        )
+    log = []
+    for j, group in enumerate(draw(st.lists(st.sampled_from(["billing", "audit"]), max_size=8))):
+        topic, broker, queue = draw(_queue)
+        mid = draw(st.sampled_from([f"m{i}" for i in range(n)] + [f"x{j}"]))
+        log.append(
+            log_row(
+                mid,
+                draw(st.integers(0, 4)),
+                consumer_group=group,
+                topic=topic,
+                broker_name=broker,
+                queue_id=queue,
+            )
+        )
+    unique = {(r["consumer_group"], r["message_id"]): r for r in log}  # UNIQUE(group, message_id)
+    return stubs, list(unique.values())
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=_dataset(), max_sends=st.integers(1, 4), group=st.sampled_from([None, "billing"]))
+def test_rule_matches_reference_on_random_tables(
+    spark: SparkSession, data, max_sends: int, group: str | None
+) -> None:
+    stubs, log = data
+    s, lg = stubs_df(spark, stubs), log_df(spark, log)
+    both = reconcile_lists(s, lg, T0, max_sends, group=group)
+    got = {(r["message_id"], r["list"]) for r in both.select("message_id", "list").collect()}
+    resend, manual = reference_lists(stubs, log, T0, max_sends, group)
+    assert got == {(m, "resend") for m in resend} | {(m, "manual") for m in manual}
