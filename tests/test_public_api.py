@@ -35,7 +35,13 @@ EXPECTED_TOP_LEVEL = {
     "__version__",
 }
 
-PUBLIC_PACKAGES = ["pocketmq", "pocketmq.errors", "pocketmq.client", "pocketmq.reliability"]
+PUBLIC_PACKAGES = [
+    "pocketmq",
+    "pocketmq.errors",
+    "pocketmq.client",
+    "pocketmq.reliability",
+    "pocketmq.pipeline",
+]
 
 
 def test_top_level_all_is_the_curated_set() -> None:

@@ -1,0 +1,543 @@
+"""``pocketmq pipeline ...``: the Spark jobs from the command line.
+
+``reconcile``'s options are part of the stable CLI contract (DESIGN §4). Spark (and so Java) is
+only imported when a job runs, so ``pocketmq --help`` stays fast and works without Java.
+Summaries go to stdout as tables; errors go to stderr with exit status 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import click
+
+from pocketmq.cli._app import main
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["pipeline"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Timestamp(click.ParamType[datetime, Any]):
+    name = "ISO8601"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            moment = datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-22T12:00:00Z)", param, ctx
+            )
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC).replace(tzinfo=None)
+        return moment
+
+
+TIMESTAMP = _Timestamp()
+
+
+class _Duration(click.ParamType[float, Any]):
+    """Seconds, written as ``90``, ``90s``, ``10m``, ``2h`` or ``1d``."""
+
+    name = "DURATION"
+    _UNITS: ClassVar[dict[str, float]] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip().lower()
+        unit = self._UNITS.get(text[-1:], None)
+        number = text[:-1] if unit is not None else text
+        try:
+            seconds = float(number) * (unit or 1.0)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration (e.g. 90, 90s, 10m, 2h, 1d)", param, ctx)
+        if seconds < 0:
+            self.fail(f"{value!r} is negative", param, ctx)
+        return seconds
+
+
+DURATION = _Duration()
+
+
+def master_option(func: F) -> F:
+    return click.option(
+        "--master",
+        default="local[*]",
+        show_default=True,
+        help="Spark master URL: local[N], spark://host:7077, yarn, k8s://...",
+    )(func)
+
+
+def now_option(func: F) -> F:
+    return click.option(
+        "--now",
+        type=TIMESTAMP,
+        default=None,
+        help="Evaluate as of this instant (naive = UTC). Default: the current time.",
+    )(func)
+
+
+@contextmanager
+def _job_errors() -> Iterator[None]:
+    """Turn failures into one readable line on stderr and exit status 1."""
+    from pocketmq.errors import PocketMQError
+
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except PocketMQError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except Exception as exc:
+        java = getattr(exc, "java_exception", None)  # py4j: the JVM-side exception
+        text = (str(java) if java is not None else str(exc)).strip().splitlines()
+        first = next((line for line in text if line.strip()), type(exc).__name__)
+        raise click.ClickException(f"{type(exc).__name__}: {first}") from exc
+
+
+def _session(master: str, app: str) -> SparkSession:
+    from pocketmq.pipeline.session import spark_session
+
+    return spark_session(master, app, quiet=True)
+
+
+def _check_inputs(*sources: str) -> None:
+    """Fail before starting Spark when a local input path does not exist."""
+    from pocketmq.pipeline.io import is_database_url
+
+    for source in sources:
+        if is_database_url(source) or "://" in source:
+            continue
+        if not Path(source).exists():
+            raise click.ClickException(f"input not found: {source}")
+
+
+def _load_factory(spec: str, stubs: str) -> Callable[[], Any]:
+    """Resolve ``module:attribute`` to the sender factory for ``--send-with``."""
+    import importlib
+
+    from pocketmq.pipeline.io import is_database_url
+
+    if not is_database_url(stubs):
+        raise click.UsageError("--send-with needs --stubs to be a database URL (stubs get updated)")
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(f"{spec!r} is not MODULE:FACTORY", param_hint="--send-with")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--send-with") from exc
+    if not callable(factory):
+        raise click.BadParameter(f"{spec!r} is not callable", param_hint="--send-with")
+    return factory  # type: ignore[no-any-return]
+
+
+def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*[str(v) for v in row])
+    Console(soft_wrap=True).print(table)
+
+
+@main.group("pipeline")
+def pipeline() -> None:
+    """Spark jobs over the outbox, the consumer logs and broker exports."""
+
+
+@pipeline.command("reconcile")
+@click.option(
+    "--stubs",
+    required=True,
+    metavar="URL_OR_PATH",
+    help="message_stub: database URL or Parquet path.",
+)
+@click.option(
+    "--log",
+    "log_source",
+    required=True,
+    metavar="URL_OR_PATH",
+    help="message_log: database URL or Parquet path.",
+)
+@click.option(
+    "--out", required=True, metavar="DIR", help="Output directory (gets resend/ and manual/)."
+)
+@click.option(
+    "--max-sends",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Sends allowed before manual handling.",
+)
+@now_option
+@master_option
+@click.option("--group", default=None, help="Only count this consumer group's log rows.")
+@click.option(
+    "--stubs-table",
+    default="message_stub",
+    show_default=True,
+    help="Stub table name (database input).",
+)
+@click.option(
+    "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
+)
+@click.option(
+    "--send-with",
+    default=None,
+    metavar="MODULE:FACTORY",
+    help="Also resend the resend list through this sender factory (a zero-argument callable "
+    "returning a MessageSender). Needs --stubs to be a database URL.",
+)
+@click.option(
+    "--resend-delay",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="With --send-with: base delay before a resent stub is due again (doubles per send, "
+    "at most 1h).",
+)
+def reconcile_cmd(
+    stubs: str,
+    log_source: str,
+    out: str,
+    max_sends: int,
+    now: datetime | None,
+    master: str,
+    group: str | None,
+    stubs_table: str,
+    log_table: str,
+    send_with: str | None,
+    resend_delay: float,
+) -> None:
+    """List the messages to send again, and those needing manual handling.
+
+    A stub is selected when it is UNCONFIRMED or UNKNOWN, due (next_resend_at <= now), its
+    offset is NULL or below the highest offset logged for its queue, and no consumer logged
+    it. Below --max-sends sends it goes to OUT/resend, otherwise to OUT/manual (Parquet).
+    With --send-with the resend list is also sent, each stub claimed first so that a re-run
+    never sends it twice.
+    """
+    factory = _load_factory(send_with, stubs) if send_with else None
+    with _job_errors():
+        from pocketmq.pipeline.reconcile import run_reconcile
+
+        _check_inputs(stubs, log_source)
+        spark = _session(master, "pocketmq-reconcile")
+        summary = run_reconcile(
+            spark,
+            stubs=stubs,
+            log=log_source,
+            out=out,
+            now=now,
+            max_sends=max_sends,
+            group=group,
+            stubs_table=stubs_table,
+            log_table=log_table,
+        )
+    rows: list[list[Any]] = [[t, r, m] for t, r, m in summary.by_topic]
+    rows.append(["total", summary.resend, summary.manual])
+    title = f"reconcile as of {summary.now.isoformat(sep=' ')} UTC (max sends {summary.max_sends}"
+    title += f", group {summary.group})" if summary.group else ")"
+    _print_table(title, ["topic", "resend", "manual"], rows)
+    click.echo(f"resend list: {summary.resend_path}")
+    click.echo(f"manual-handling list: {summary.manual_path}")
+    click.echo(f"took {summary.seconds:.1f} s")
+    if factory is not None:
+        with _job_errors():
+            from pocketmq.pipeline.resend import ResendPolicy, run_resend
+
+            outcome = run_resend(
+                spark.read.parquet(summary.resend_path),
+                sender_factory=factory,
+                stub_db=stubs,
+                table=stubs_table,
+                now=summary.now,
+                policy=ResendPolicy(base_delay=resend_delay),
+            )
+        click.echo(
+            f"resent: sent {outcome.sent}, skipped {outcome.skipped} (already claimed), "
+            f"failed {outcome.failed}, outcome unknown {outcome.unknown}"
+        )
+        for line in outcome.errors[:5]:
+            click.echo(f"send error: {line}", err=True)
+
+
+@pipeline.command("demo-data")
+@click.option("--out", required=True, metavar="DIR", help="Directory to write the Parquet data to.")
+@click.option(
+    "--stubs",
+    "n_stubs",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Number of stub rows.",
+)
+@click.option(
+    "--log-ratio",
+    default=0.9,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of stubs with a log row.",
+)
+@click.option(
+    "--seed", default=7, show_default=True, type=int, help="Random seed (same seed, same data)."
+)
+@click.option(
+    "--now",
+    type=TIMESTAMP,
+    default=None,
+    help="The clock the data is built around. Default: 2026-11-22T12:00:00.",
+)
+@click.option(
+    "--exports/--no-exports",
+    default=True,
+    show_default=True,
+    help="Also write topic/DLQ exports and attempt history.",
+)
+def demo_data_cmd(
+    out: str, n_stubs: int, log_ratio: float, seed: int, now: datetime | None, exports: bool
+) -> None:
+    """Generate a realistic outbox (stubs), consumer log and broker exports as Parquet."""
+    with _job_errors():
+        from pocketmq.pipeline.demo import DEMO_NOW, generate_demo_data
+
+        data = generate_demo_data(
+            out, stubs=n_stubs, log_ratio=log_ratio, seed=seed, now=now or DEMO_NOW, exports=exports
+        )
+    rows: list[list[Any]] = [
+        ["stubs", data.stubs, str(data.stubs_path)],
+        ["log", data.log, str(data.log_path)],
+    ]
+    for name, path in (
+        ("topic export", data.topic_export_path),
+        ("DLQ export", data.dlq_export_path),
+        ("attempt history", data.attempts_path),
+    ):
+        if path is not None:
+            rows.append([name, "", str(path)])
+    _print_table(f"demo data (seed {seed})", ["dataset", "rows", "path"], rows)
+    out_dir = Path(out)
+    click.echo(
+        "next: pocketmq pipeline reconcile "
+        f"--stubs {out_dir / 'stubs'} --log {out_dir / 'log'} --out {out_dir / 'reconcile'} "
+        f"--now {data.now.isoformat()}"
+    )
+
+
+def _subscription(value: str) -> tuple[str, str]:
+    topic, sep, group = value.partition("=")
+    if not sep or not topic or not group:
+        raise click.BadParameter(f"{value!r} is not TOPIC=GROUP", param_hint="--subscription")
+    return topic, group
+
+
+@pipeline.command("audit")
+@click.option(
+    "--export",
+    "export_path",
+    required=True,
+    metavar="PATH",
+    help="Topic export (Parquet, topic/date partitions).",
+)
+@click.option(
+    "--log",
+    "log_source",
+    required=True,
+    metavar="URL_OR_PATH",
+    help="message_log: database URL or Parquet path.",
+)
+@click.option(
+    "--out",
+    required=True,
+    metavar="DIR",
+    help="Output directory (summary/, lost/, duplicated/, late/).",
+)
+@click.option(
+    "--late-after",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="Consumed later than this after storing = late.",
+)
+@click.option(
+    "--grace",
+    type=DURATION,
+    default="5m",
+    show_default=True,
+    help="Younger unconsumed messages are not counted as lost.",
+)
+@click.option(
+    "--group", "groups", multiple=True, help="Only audit this consumer group (repeatable)."
+)
+@click.option(
+    "--subscription",
+    "subscriptions",
+    multiple=True,
+    metavar="TOPIC=GROUP",
+    help="A group expected to consume a topic even if its log is empty (repeatable).",
+)
+@now_option
+@master_option
+@click.option(
+    "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
+)
+def audit_cmd(
+    export_path: str,
+    log_source: str,
+    out: str,
+    late_after: float,
+    grace: float,
+    groups: tuple[str, ...],
+    subscriptions: tuple[str, ...],
+    now: datetime | None,
+    master: str,
+    log_table: str,
+) -> None:
+    """Audit deliveries: stored messages never consumed (lost), received more than once
+    (duplicated) or consumed late, per topic, consumer group and hour."""
+    pairs = [_subscription(s) for s in subscriptions]
+    with _job_errors():
+        from pocketmq.pipeline.audit import run_audit
+
+        _check_inputs(export_path, log_source)
+        spark = _session(master, "pocketmq-audit")
+        summary = run_audit(
+            spark,
+            export=export_path,
+            log=log_source,
+            out=out,
+            now=now,
+            late_after=late_after,
+            grace=grace,
+            groups=list(groups) or None,
+            subscriptions=pairs,
+            log_table=log_table,
+        )
+    headers = [
+        "topic",
+        "group",
+        "stored",
+        "consumed",
+        "lost",
+        "duplicated",
+        "late",
+        "max latency s",
+    ]
+    rows = [
+        [
+            r["topic"],
+            r["consumer_group"],
+            r["stored"],
+            r["consumed"],
+            r["lost"],
+            r["duplicated"],
+            r["late"],
+            "" if r["max_latency_s"] is None else f"{float(r['max_latency_s']):.1f}",  # type: ignore[arg-type]
+        ]
+        for r in summary.rows
+    ]
+    _print_table("delivery audit", headers, rows)
+    click.echo(f"written to {summary.out}/{{summary,lost,duplicated,late}}")
+    click.echo(f"took {summary.seconds:.1f} s")
+
+
+@pipeline.command("dlq-report")
+@click.option(
+    "--dlq",
+    "dlq_path",
+    required=True,
+    metavar="PATH",
+    help="DLQ topic export (Parquet, topic/date partitions).",
+)
+@click.option("--attempts", required=True, metavar="PATH", help="Attempt history export (Parquet).")
+@click.option(
+    "--out",
+    required=True,
+    metavar="DIR",
+    help="Output directory (ageing/, errors/, stuck/, summary/).",
+)
+@click.option(
+    "--stuck-after",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+    help="A failing FIFO message group unsettled this long is stuck.",
+)
+@click.option(
+    "--top-errors",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Error texts to keep per group.",
+)
+@click.option("--group", default=None, help="Only this consumer group.")
+@now_option
+@master_option
+def dlq_report_cmd(
+    dlq_path: str,
+    attempts: str,
+    out: str,
+    stuck_after: float,
+    top_errors: int,
+    group: str | None,
+    now: datetime | None,
+    master: str,
+) -> None:
+    """Report on dead letters and retries: DLQ ageing, top error texts, stuck FIFO groups."""
+    with _job_errors():
+        from pocketmq.pipeline.dlq import run_dlq_report
+
+        _check_inputs(dlq_path, attempts)
+        spark = _session(master, "pocketmq-dlq-report")
+        summary = run_dlq_report(
+            spark,
+            dlq=dlq_path,
+            attempts=attempts,
+            out=out,
+            now=now,
+            stuck_after=stuck_after,
+            top_errors=top_errors,
+            group=group,
+        )
+    headers = [
+        "group",
+        "DLQ messages",
+        "oldest DLQ (UTC)",
+        "attempts",
+        "failed",
+        "retried msgs",
+        "stuck FIFO groups",
+    ]
+    rows = [
+        [
+            r["consumer_group"],
+            r["dlq_messages"],
+            r["oldest_dlq_at"] or "",
+            r["attempts"],
+            r["failed_attempts"],
+            r["retried_messages"],
+            r["stuck_message_groups"],
+        ]
+        for r in summary.rows
+    ]
+    _print_table("DLQ and retry report", headers, rows)
+    click.echo(f"written to {summary.out}/{{ageing,errors,stuck,summary}}")
+    click.echo(f"took {summary.seconds:.1f} s")

@@ -1,0 +1,69 @@
+"""Data pipelines on Apache Spark (PySpark): reconcile/resend, delivery audit, DLQ analytics.
+
+The jobs are plain ``DataFrame -> DataFrame`` functions (:func:`resend_candidates`,
+:func:`manual_handling`, :func:`delivery_audit`, :func:`dlq_report`) plus ``run_*`` drivers that
+read the inputs (Parquet paths or database URLs), write Parquet and return a summary; the
+``pocketmq pipeline`` command wraps the drivers. :func:`spark_session` builds the session they
+expect (UTC, JDBC drivers on the class path, sensible local defaults). See ``docs/pipeline.md``.
+
+Importing this package needs pyarrow (``pocketmq[spark]``) but does not start Spark or Java.
+"""
+
+from pocketmq.pipeline.audit import DeliveryAudit, delivery_audit, run_audit
+from pocketmq.pipeline.demo import DEMO_NOW, DemoData, generate_demo_data
+from pocketmq.pipeline.dlq import DlqReport, dlq_report, run_dlq_report
+from pocketmq.pipeline.io import jdbc_source, read_table
+from pocketmq.pipeline.reconcile import (
+    ReconcileSummary,
+    manual_handling,
+    reconcile_lists,
+    resend_candidates,
+    run_reconcile,
+    unsettled_stubs,
+)
+from pocketmq.pipeline.resend import (
+    InMemorySender,
+    MessageSender,
+    ResendOutcome,
+    ResendPolicy,
+    SenderFactory,
+    run_resend,
+)
+from pocketmq.pipeline.schemas import (
+    ATTEMPT_HISTORY_SCHEMA,
+    MESSAGE_LOG_SCHEMA,
+    MESSAGE_STUB_SCHEMA,
+    TOPIC_EXPORT_SCHEMA,
+)
+from pocketmq.pipeline.session import spark_session
+
+__all__ = [
+    "ATTEMPT_HISTORY_SCHEMA",
+    "DEMO_NOW",
+    "MESSAGE_LOG_SCHEMA",
+    "MESSAGE_STUB_SCHEMA",
+    "TOPIC_EXPORT_SCHEMA",
+    "DeliveryAudit",
+    "DemoData",
+    "DlqReport",
+    "InMemorySender",
+    "MessageSender",
+    "ReconcileSummary",
+    "ResendOutcome",
+    "ResendPolicy",
+    "SenderFactory",
+    "delivery_audit",
+    "dlq_report",
+    "generate_demo_data",
+    "jdbc_source",
+    "manual_handling",
+    "read_table",
+    "reconcile_lists",
+    "resend_candidates",
+    "run_audit",
+    "run_dlq_report",
+    "run_reconcile",
+    "run_resend",
+    "spark_session",
+    "unsettled_stubs",
+]

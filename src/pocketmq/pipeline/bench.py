@@ -1,0 +1,262 @@
+"""Benchmark: the reconcile job on Spark against the same query in DuckDB, in one run.
+
+``python -m pocketmq.pipeline.bench`` generates (once, cached under ``bench-results/``) a stub
+table of 10M rows and a log of ~9M rows as Parquet, then runs the reconcile — read both inputs,
+compute the resend and manual-handling lists, write both as Parquet — on Spark ``local[2]`` and
+in DuckDB with 2 threads, and checks both engines produce the same lists.
+
+What each figure includes:
+
+* ``session start``: creating the SparkSession (JVM start, up to a usable session).
+* ``first run``: the first reconcile in the fresh JVM (cold JIT, cold page cache for Spark's
+  reads unless DuckDB ran first).
+* ``warm median``: the median of the following runs in the same JVM (DuckDB: in the same
+  process, a new in-memory connection per run, which costs milliseconds).
+* rows/s: (stub rows + log rows) / warm median.
+
+The runs alternate between the engines (DuckDB, Spark, DuckDB, ...) so both see the same
+background load; the 1-minute load average before and after is recorded, because on a shared
+2-core machine it moves the figures more than most tuning does. The ratio compares warm medians;
+the end-to-end figure (session start + first run) is reported too, since that is what a
+cron-driven ``pocketmq pipeline reconcile`` pays. Results go to ``bench-results/reconcile.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pocketmq.pipeline.demo import DEMO_NOW, generate_demo_data
+
+__all__ = ["DuckDBResult", "SparkResult", "duckdb_reconcile", "main"]
+
+_RESEND_STATUSES = "('UNCONFIRMED', 'UNKNOWN')"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SparkResult:
+    session_start_s: float
+    first_run_s: float
+    warm_runs_s: list[float]
+    resend: int
+    manual: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DuckDBResult:
+    first_run_s: float
+    warm_runs_s: list[float]
+    resend: int
+    manual: int
+
+
+def duckdb_reconcile(
+    stubs: Path, log: Path, out: Path, now: datetime, max_sends: int, threads: int
+) -> tuple[float, int, int]:
+    """The reconcile rule as one DuckDB query; returns (seconds, resend rows, manual rows)."""
+    import duckdb
+
+    started = time.perf_counter()
+    con = duckdb.connect()
+    try:
+        con.execute(f"SET threads = {int(threads)}")
+        con.execute("SET preserve_insertion_order = false")
+        stubs_glob = str(stubs / "*.parquet")
+        log_glob = str(log / "*.parquet")
+        con.execute(
+            f"""
+            CREATE TEMP TABLE unsettled AS
+            WITH log AS (
+                SELECT message_id, topic, broker_name, queue_id, queue_offset
+                FROM read_parquet('{log_glob}')
+            ),
+            max_offsets AS (
+                SELECT topic, broker_name, queue_id, max(queue_offset) AS max_logged_offset
+                FROM log GROUP BY topic, broker_name, queue_id
+            )
+            SELECT s.*, m.max_logged_offset
+            FROM read_parquet('{stubs_glob}') s
+            LEFT JOIN max_offsets m
+              ON s.topic = m.topic AND s.broker_name = m.broker_name AND s.queue_id = m.queue_id
+            WHERE s.status IN {_RESEND_STATUSES}
+              AND s.next_resend_at <= TIMESTAMP '{now.isoformat(sep=" ")}'
+              AND (s.queue_offset IS NULL OR s.queue_offset < m.max_logged_offset)
+              AND NOT EXISTS (SELECT 1 FROM log l WHERE l.message_id = s.message_id)
+            """
+        )
+        for name, cond in (("resend", "<"), ("manual", ">=")):
+            target = out / name
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            con.execute(
+                f"COPY (SELECT * FROM unsettled WHERE send_count {cond} {int(max_sends)}) "
+                f"TO '{target / 'part-0.parquet'}' (FORMAT parquet)"
+            )
+        counts = con.execute(
+            f"SELECT count(*) FILTER (WHERE send_count < {int(max_sends)}), "
+            f"count(*) FILTER (WHERE send_count >= {int(max_sends)}) FROM unsettled"
+        ).fetchone()
+    finally:
+        con.close()
+    assert counts is not None
+    return time.perf_counter() - started, int(counts[0]), int(counts[1])
+
+
+def _ids(path: Path) -> set[str]:
+    import pyarrow.parquet as pq
+
+    return set(pq.read_table(path, columns=["message_id"]).column("message_id").to_pylist())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pocketmq.pipeline.bench", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--stubs", type=int, default=10_000_000)
+    parser.add_argument("--log-ratio", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=6, help="runs per engine (first + warm)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--threads", type=int, default=2, help="DuckDB threads")
+    parser.add_argument("--driver-memory", default=None, help="default: the session builder's")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf"
+    )
+    parser.add_argument("--dir", type=Path, default=Path("bench-results"))
+    parser.add_argument("--skip-duckdb", action="store_true")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    data_dir = args.dir / f"reconcile-data-{args.stubs}-{args.log_ratio}-{args.seed}"
+    marker = data_dir / "demo.json"
+    if not marker.exists():
+        print(f"generating {args.stubs:,} stubs into {data_dir} ...", file=sys.stderr)
+        t = time.perf_counter()
+        generate_demo_data(
+            data_dir, stubs=args.stubs, log_ratio=args.log_ratio, seed=args.seed, exports=False
+        )
+        print(f"  generated in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    meta = json.loads(marker.read_text())
+    stubs, log = data_dir / "stubs", data_dir / "log"
+    n_rows = int(meta["stubs"]) + int(meta["log"])
+    now = DEMO_NOW
+    max_sends = 5
+    conf = dict(item.split("=", 1) for item in args.conf)
+
+    from pocketmq.pipeline.reconcile import run_reconcile
+    from pocketmq.pipeline.session import spark_session
+
+    load_before = os.getloadavg()
+    # Spark session start, then the runs interleaved (DuckDB, Spark, DuckDB, Spark, ...) so both
+    # engines see the same background load on a shared machine.
+    started = time.perf_counter()
+    session = spark_session(
+        args.master, "pocketmq-bench", quiet=True, driver_memory=args.driver_memory, conf=conf
+    )
+    session.range(1).count()
+    session_s = time.perf_counter() - started
+    s_times: list[float] = []
+    d_times: list[float] = []
+    s_counts = d_counts = (0, 0)
+    try:
+        for _ in range(args.runs):
+            if not args.skip_duckdb:
+                secs, r, m = duckdb_reconcile(
+                    stubs, log, args.dir / "out-duckdb", now, max_sends, args.threads
+                )
+                d_times.append(secs)
+                d_counts = (r, m)
+                print(f"  duckdb run: {secs:.2f} s", file=sys.stderr)
+            t = time.perf_counter()
+            summary = run_reconcile(
+                session,
+                stubs=str(stubs),
+                log=str(log),
+                out=str(args.dir / "out-spark"),
+                now=now,
+                max_sends=max_sends,
+            )
+            s_times.append(time.perf_counter() - t)
+            s_counts = (summary.resend, summary.manual)
+            print(f"  spark run: {s_times[-1]:.2f} s", file=sys.stderr)
+    finally:
+        session.stop()
+    spark = SparkResult(
+        session_start_s=session_s,
+        first_run_s=s_times[0],
+        warm_runs_s=s_times[1:],
+        resend=s_counts[0],
+        manual=s_counts[1],
+    )
+    duck = (
+        DuckDBResult(
+            first_run_s=d_times[0], warm_runs_s=d_times[1:], resend=d_counts[0], manual=d_counts[1]
+        )
+        if d_times
+        else None
+    )
+
+    same = None
+    if duck is not None:
+        same = all(
+            _ids(args.dir / "out-spark" / name) == _ids(args.dir / "out-duckdb" / name)
+            for name in ("resend", "manual")
+        )
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else float("nan")
+
+    report: dict[str, Any] = {
+        "date": datetime.now().strftime("%Y-%m-%d"),
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}, "
+        f"Python {platform.python_version()}",
+        "rows": {"stubs": meta["stubs"], "log": meta["log"]},
+        "spark": asdict(spark)
+        | {"warm_median_s": med(spark.warm_runs_s), "master": args.master, "conf": conf},
+        "duckdb": (asdict(duck) | {"warm_median_s": med(duck.warm_runs_s), "threads": args.threads})
+        if duck
+        else None,
+        "same_results": same,
+        "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+    }
+    if duck is not None:
+        report["ratio_warm"] = med(spark.warm_runs_s) / med(duck.warm_runs_s)
+        report["ratio_end_to_end"] = (spark.session_start_s + spark.first_run_s) / duck.first_run_s
+    args.dir.mkdir(parents=True, exist_ok=True)
+    (args.dir / "reconcile.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"reconcile benchmark: {meta['stubs']:,} stubs + {meta['log']:,} log rows (Parquet)")
+    print(
+        f"  spark {args.master}: session start {spark.session_start_s:.1f} s, "
+        f"first run {spark.first_run_s:.1f} s, warm median {med(spark.warm_runs_s):.2f} s "
+        f"({n_rows / med(spark.warm_runs_s):,.0f} rows/s)"
+    )
+    if duck is not None:
+        print(
+            f"  duckdb {args.threads} threads: first run {duck.first_run_s:.2f} s, warm median "
+            f"{med(duck.warm_runs_s):.2f} s ({n_rows / med(duck.warm_runs_s):,.0f} rows/s)"
+        )
+        print(
+            f"  ratio spark/duckdb (warm medians): {report['ratio_warm']:.2f}x; end to end "
+            f"(session start + first run vs first run): {report['ratio_end_to_end']:.2f}x"
+        )
+        print(
+            f"  same resend/manual lists: {same} (resend {spark.resend:,}, manual {spark.manual:,})"
+        )
+    print(f"  load average (1 min) before/after: {report['load_average_1m_before_after']}")
+    return 0 if same in (None, True) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
