@@ -1,6 +1,13 @@
 """The asyncio SDK: producers, consumers and administration over the native protocol."""
 
-from pocketmq.client.admin import Admin, DeadLetter, GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.admin import (
+    Admin,
+    DeadLetter,
+    GroupInfo,
+    QueueInfo,
+    TopicInfo,
+    TransactionInfo,
+)
 from pocketmq.client.backoff import Backoff
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult, SendStatus
@@ -13,6 +20,13 @@ from pocketmq.client.push import (
     PushConsumerConfig,
 )
 from pocketmq.client.simple import SimpleConsumer
+from pocketmq.client.transaction import (
+    LocalTransaction,
+    TransactionChecker,
+    TransactionProducer,
+    TransactionResolution,
+    TransactionResult,
+)
 
 __all__ = [
     "Admin",
@@ -23,6 +37,7 @@ __all__ = [
     "ConsumerStatistics",
     "DeadLetter",
     "GroupInfo",
+    "LocalTransaction",
     "Message",
     "MessageModel",
     "MessageView",
@@ -36,4 +51,9 @@ __all__ = [
     "SendStatus",
     "SimpleConsumer",
     "TopicInfo",
+    "TransactionChecker",
+    "TransactionInfo",
+    "TransactionProducer",
+    "TransactionResolution",
+    "TransactionResult",
 ]
