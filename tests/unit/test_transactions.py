@@ -7,6 +7,7 @@ rollback, duplicates, conflicts, checks, discards, and the rebuild after a resta
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from pocketmq.broker import (
     TransactionCheck,
     TransactionState,
 )
+from pocketmq.broker.producers import ProducerRegistry
 from pocketmq.broker.transactions import HALF_TOPIC, OP_TOPIC, TX_COMMIT
 from pocketmq.errors import (
     MessageIllegalError,
@@ -300,3 +302,39 @@ async def test_a_commit_torn_before_its_op_record_is_recovered_not_repeated(
         assert await _visible(broker) == ["T"]
     finally:
         await broker.close()
+
+
+async def test_the_half_floor_moves_past_ended_transactions_once_flushed(
+    tmp_path: Path, clock: Clock
+) -> None:
+    broker = await _open(tmp_path, clock)
+    first = await _prepare(broker, "F1")
+    await _prepare(broker, "F2")
+    await broker.end_transaction(GROUP, "F1", first, commit=True)
+    written = broker.store.statistics().write_position
+    for _ in range(100):  # the periodic flush (every 0.5 s) makes the outcome durable
+        if broker.store.statistics().flushed_position >= written:
+            break
+        await asyncio.sleep(0.05)
+    broker.transactions.persist(force=True)
+    saved = (tmp_path / "config" / "transactions.json").read_text()
+    assert '"half_floor": 1' in saved  # F2 (offset 1) is still pending
+    await broker.close()
+    broker = await _open(tmp_path, clock)
+    try:
+        assert broker.transactions.pending_count == 1
+        assert broker.transaction_state("F2") is not None
+    finally:
+        await broker.close()
+
+
+def test_producer_registry_owner_and_expiry() -> None:
+    registry = ProducerRegistry(expiry=30)
+    old, new = object(), object()
+    registry.heartbeat("c1", ["g"], lambda check: True, 0.0, owner=old)
+    registry.heartbeat("c1", ["g"], lambda check: True, 1.0, owner=new)  # reconnected
+    registry.unregister("c1", ["g"], owner=old)  # the old connection's close comes late
+    assert registry.client_ids("g") == ["c1"]
+    registry.heartbeat("c2", ["g", "h"], lambda check: True, 1.0)
+    assert registry.expire(31.5) == [("g", "c1"), ("g", "c2"), ("h", "c2")]
+    assert registry.groups() == []

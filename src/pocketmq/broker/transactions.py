@@ -236,6 +236,8 @@ class TransactionService:
         )
         self._unflushed: list[tuple[int, int]] = []  # (half queue offset, end of its op record)
         self._wake: asyncio.Event | None = None
+        self._wake_at = 0.0  # when the checker loop will look next
+        self._persisted_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -251,7 +253,7 @@ class TransactionService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self.persist()
+        self.persist(force=True)
 
     @property
     def pending_count(self) -> int:
@@ -336,8 +338,8 @@ class TransactionService:
             self._pending[message_id] = entry
             self._counters["transactions_prepared"] += 1
             self._record(entry, "TX_PREPARED", attempt=0)
-        if self._wake is not None:
-            self._wake.set()
+            if entry.next_check_at < self._wake_at and self._wake is not None:
+                self._wake.set()  # due before the checker's next look (short timeouts)
 
     # -- end ------------------------------------------------------------------------------
 
@@ -572,6 +574,7 @@ class TransactionService:
                     delay = min(delay, max(0.0, earliest - self._clock()))
             except Exception:
                 log.exception("transaction check-back failed; retrying in 1 s")
+            self._wake_at = self._clock() + delay
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
 
@@ -707,8 +710,13 @@ class TransactionService:
             for copy in self._store.query_by_id(half.message_id, 16)
         )
 
-    def persist(self) -> None:
-        """Save the half-topic floor: below it every half message has a durable outcome."""
+    def persist(self, *, force: bool = False) -> None:
+        """Save the half-topic floor (at most once a second unless forced): below it every
+        half message has an outcome that is flushed to disk."""
+        now = self._clock()
+        if not force and now - self._persisted_at < 1.0:
+            return
+        self._persisted_at = now
         flushed = self._store.statistics().flushed_position
         self._unflushed = [(q, end) for q, end in self._unflushed if end > flushed]
         candidates = [e.half_queue_offset for e in self._pending.values()]

@@ -237,7 +237,7 @@ class Admin(ClientBase):
             try:
                 reply = await self.call(
                     address,
-                    RequestCode.TRANSACTION_STATE,
+                    RequestCode.QUERY_TRANSACTION,
                     w.TransactionStateRequest(message_id),
                     w.TransactionStateResponse,
                 )

@@ -407,7 +407,7 @@ def broker_handlers(
         RequestCode.UNREGISTER_CLIENT: unregister,
         RequestCode.SEND: send,
         RequestCode.END_TRANSACTION: end_transaction,
-        RequestCode.TRANSACTION_STATE: transaction_state,
+        RequestCode.QUERY_TRANSACTION: transaction_state,
         RequestCode.PULL: pull,
         RequestCode.POP: pop,
         RequestCode.ACK: ack,
