@@ -149,6 +149,8 @@ async def test_commit_delivers_once_rollback_never_and_nothing_is_checked(
         assert committed.transaction_id
         assert committed.send_result.queue_offset == -1  # not in the real queue before commit
         await asyncio.sleep(1.5)  # three check intervals: nothing may be checked
+        stats = producer.statistics()
+        assert (stats.committed, stats.rolled_back, stats.checks_received) == (1, 1, 0)
     assert seen_inside == []
     assert checker.seen == []
     assert await _drain(tx_broker.address, topic, group) == [committed.message_id]
@@ -174,7 +176,7 @@ async def test_unknown_is_checked_back_then_committed_or_rolled_back_once(
         await eventually(lambda: checker.checked(yes.message_id) >= 1, timeout=5)
         checker.answers[yes.message_id] = COMMIT
         checker.answers[no.message_id] = ROLLBACK
-        await eventually(lambda: producer.checks_answered >= 2, timeout=5)
+        await eventually(lambda: producer.statistics().checks_answered >= 2, timeout=5)
         answered = {m: checker.checked(m) for m in (yes.message_id, no.message_id)}
         await asyncio.sleep(1.5)  # three more intervals: checks stop at the outcome
         assert {m: checker.checked(m) for m in answered} == answered
@@ -204,7 +206,7 @@ async def test_a_failing_local_transaction_is_left_to_the_checker(
             await producer.send_in_transaction(_message(topic, b"maybe"), local_transaction)
         [result] = sent
         checker.answers[result.message_id] = COMMIT  # the row is there: it did commit
-        await eventually(lambda: producer.checks_answered >= 1, timeout=5)
+        await eventually(lambda: producer.statistics().checks_answered >= 1, timeout=5)
     assert await _drain(tx_broker.address, topic, group) == [result.message_id]
 
 
@@ -268,19 +270,17 @@ async def test_a_late_check_answer_after_the_final_state_changes_nothing(
         result = await producer.send_in_transaction(_message(topic, b"late"), lambda r: UNKNOWN)
         await asyncio.wait_for(checking.wait(), 5)
         assert await producer.end_transaction(result, ROLLBACK)
-        before = (await _counters(tx_broker.address))["transaction_conflicting_ends"]
+        before = (await _counters(tx_broker.address)).get("transaction_conflicting_ends", 0)
         answer_now.set()
-        await eventually(
-            lambda: _late_answers(tx_broker.address, before), timeout=5
-        )  # the late COMMIT reached the broker and was refused
-        assert producer.checks_answered == 0
+        # the late COMMIT reaches the broker and is refused
+        await eventually(lambda: producer.statistics().late_answers == 1, timeout=5)
+        stats = producer.statistics()
+        assert (stats.checks_answered, stats.rolled_back) == (0, 1)
+        after = (await _counters(tx_broker.address))["transaction_conflicting_ends"]
+        assert after == before + 1
     info = await _state(tx_broker.address, result.message_id)
     assert (info.state, info.source) == ("ROLLED_BACK", "client")
     assert await _drain(tx_broker.address, topic, group) == []
-
-
-async def _late_answers(address: str, before: int) -> bool:
-    return (await _counters(address)).get("transaction_conflicting_ends", 0) > before
 
 
 async def test_check_max_reached_discards_and_records_it(
@@ -361,7 +361,7 @@ async def test_producer_killed_after_the_half_send_a_sibling_answers_the_check(
             await child.wait()
         assert (await _state(tx_broker.address, message_id)).state == "PREPARED"
         sibling.answers[message_id] = COMMIT  # the sibling finds the crashed one's row
-        await eventually(lambda: producer.checks_answered >= 1, timeout=10)
+        await eventually(lambda: producer.statistics().checks_answered >= 1, timeout=10)
     view = next(m for m in sibling.seen if m.message_id == message_id)
     assert (view.topic, view.body) == (topic, b"orphan")
     assert await _drain(tx_broker.address, topic, group) == [message_id]
@@ -401,7 +401,7 @@ async def test_broker_restarted_mid_transaction(
                 await producer.end_transaction(gone, COMMIT)
             assert await producer.end_transaction(ended_later, COMMIT)
             checker.answers[checked_later.message_id] = COMMIT
-            await eventually(lambda: producer.checks_answered >= 1, timeout=10)
+            await eventually(lambda: producer.statistics().checks_answered >= 1, timeout=10)
         got = await _drain(broker.address, topic, group)
         assert sorted(got) == sorted(
             [ended_later.message_id, checked_later.message_id, done.message_id]
@@ -451,7 +451,7 @@ async def test_half_messages_are_retried_only_when_certainly_not_stored(
             message_id = caught.value.message_id
             # it was stored after all: the broker checks it back; no local record ⇒ ROLLBACK
             checker.answers[message_id] = ROLLBACK
-            await eventually(lambda: producer.checks_answered >= 1, timeout=10)
+            await eventually(lambda: producer.statistics().checks_answered >= 1, timeout=10)
         assert (await _state(broker.address, message_id)).state == "ROLLED_BACK"
         assert await _drain(broker.address, topic, group) == []
     finally:
@@ -485,7 +485,7 @@ def test_sync_facade_runs_the_local_transaction_in_the_calling_thread(
         result = producer.send_in_transaction(_message(topic, b"sync"), local_transaction)
         assert result.resolution is UNKNOWN
         deadline = time.monotonic() + 10
-        while producer.producer.checks_answered < 1 and time.monotonic() < deadline:
+        while producer.producer.statistics().checks_answered < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         committed = producer.send_in_transaction(_message(topic, b"sync 2"), lambda r: COMMIT)
         assert committed.confirmed

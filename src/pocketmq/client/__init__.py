@@ -26,6 +26,7 @@ from pocketmq.client.transaction import (
     TransactionProducer,
     TransactionResolution,
     TransactionResult,
+    TransactionStatistics,
 )
 
 __all__ = [
@@ -56,4 +57,5 @@ __all__ = [
     "TransactionProducer",
     "TransactionResolution",
     "TransactionResult",
+    "TransactionStatistics",
 ]

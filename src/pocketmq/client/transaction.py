@@ -48,7 +48,7 @@ from pocketmq.client.config import ClientConfig
 from pocketmq.client.connection import ClientConnection
 from pocketmq.client.convert import to_view, to_wire, validate_message
 from pocketmq.client.message import Message, MessageView, SendResult, SendStatus
-from pocketmq.client.producer import Producer, ProducerConfig
+from pocketmq.client.producer import Producer, ProducerConfig, ProducerStatistics
 from pocketmq.errors import (
     BrokerConnectionError,
     BrokerError,
@@ -70,6 +70,7 @@ __all__ = [
     "TransactionProducer",
     "TransactionResolution",
     "TransactionResult",
+    "TransactionStatistics",
 ]
 
 log = logging.getLogger("pocketmq.client")
@@ -121,6 +122,21 @@ class TransactionResult:
         return self.send_result.transaction_id or ""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TransactionStatistics(ProducerStatistics):
+    """:class:`ProducerStatistics` plus the transactions: local outcomes reported (``unknown``
+    counts UNKNOWN and raising local transactions), checks received from brokers, answered with
+    COMMIT or ROLLBACK, refused as late answers, and dropped because too many were pending."""
+
+    committed: int
+    rolled_back: int
+    unknown: int
+    checks_received: int
+    checks_answered: int
+    late_answers: int
+    checks_dropped: int
+
+
 async def _call(function: Callable[[A], Any], argument: A) -> Any:
     """Await an async callable on the loop; run a sync one in a worker thread."""
     if inspect.iscoroutinefunction(function):
@@ -168,8 +184,9 @@ class TransactionProducer(Producer):
         self._checking: set[str] = set()
         self._check_tasks: set[asyncio.Task[None]] = set()
         self._tx_closing = False
-        self.checks_answered = 0
-        self.checks_dropped = 0
+        self._committed = self._rolled_back = self._unknown_local = 0
+        self._checks_received = self._checks_answered = self._late_answers = 0
+        self._checks_dropped = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -255,7 +272,11 @@ class TransactionProducer(Producer):
         transaction was still running): the local effects and the message disagree.
         """
         result = await self.send_half_message(message)
-        resolution = await _call(local_transaction, result)
+        try:
+            resolution = await _call(local_transaction, result)
+        except BaseException:
+            self._unknown_local += 1
+            raise
         if resolution is None:
             resolution = TransactionResolution.UNKNOWN
         confirmed = await self.end_transaction(result, resolution)
@@ -370,9 +391,11 @@ class TransactionProducer(Producer):
                 "the broker will check the transaction back"
             )
         if resolution is TransactionResolution.UNKNOWN:
+            self._unknown_local += 1
             return False
+        commit = resolution is TransactionResolution.COMMIT
         try:
-            await self._end_transaction(result, commit=resolution is TransactionResolution.COMMIT)
+            await self._end_transaction(result, commit=commit)
         except TransactionStateError:
             raise
         except PocketMQError as exc:
@@ -385,7 +408,29 @@ class TransactionProducer(Producer):
                 exc,
             )
             return False
+        if commit:
+            self._committed += 1
+        else:
+            self._rolled_back += 1
         return True
+
+    def statistics(self) -> TransactionStatistics:
+        base = super().statistics()
+        return TransactionStatistics(
+            sent=base.sent,
+            failed=base.failed,
+            retries=base.retries,
+            backoffs=base.backoffs,
+            unknown_outcomes=base.unknown_outcomes,
+            batches=base.batches,
+            committed=self._committed,
+            rolled_back=self._rolled_back,
+            unknown=self._unknown_local,
+            checks_received=self._checks_received,
+            checks_answered=self._checks_answered,
+            late_answers=self._late_answers,
+            checks_dropped=self._checks_dropped,
+        )
 
     async def _end_transaction(self, result: SendResult, *, commit: bool) -> None:
         route = await self.routes.get(result.topic)
@@ -449,7 +494,7 @@ class TransactionProducer(Producer):
         if key in self._checking:
             return  # the same transaction is being checked already
         if len(self._checking) >= self._max_pending_checks:
-            self.checks_dropped += 1
+            self._checks_dropped += 1
             log.warning(
                 "%d transaction checks pending; dropping the check of %s (the broker asks again)",
                 len(self._checking),
@@ -457,6 +502,7 @@ class TransactionProducer(Producer):
             )
             return
         self._checking.add(key)
+        self._checks_received += 1
         task = asyncio.ensure_future(self._answer(connection.address, request))
         self._check_tasks.add(task)
         task.add_done_callback(self._check_tasks.discard)
@@ -495,8 +541,9 @@ class TransactionProducer(Producer):
             )
             try:
                 await self._request_with_retries(address, end)
-                self.checks_answered += 1
+                self._checks_answered += 1
             except TransactionStateError as exc:
+                self._late_answers += 1
                 log.info("late check answer ignored by the broker: %s", exc)
             except PocketMQError as exc:
                 log.warning("answering the check of %s failed: %s", view.message_id, exc)
