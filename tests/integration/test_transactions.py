@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from pocketmq import Message, MessageView, SendOutcomeUnknownError
+from pocketmq import (
+    InvalidArgumentError,
+    Message,
+    MessageView,
+    SendOutcomeUnknownError,
+    TopicNotFoundError,
+)
 from pocketmq.client import (
     Admin,
     ClientConfig,
@@ -493,3 +499,28 @@ def test_sync_facade_runs_the_local_transaction_in_the_calling_thread(
     assert threads["checker"] != caller
     got = asyncio.run(_drain(tx_broker.address, topic, group))
     assert sorted(got) == sorted([result.message_id, committed.message_id])
+
+
+async def test_misuse_is_refused_before_anything_is_sent(
+    tx_broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    topic = names("t")
+    await create(tx_broker.address, topic=topic)
+    with pytest.raises(InvalidArgumentError, match="producer group"):
+        TransactionProducer(Checker(), servers=tx_broker.address)
+    with pytest.raises(TopicNotFoundError):
+        async with _producer(tx_broker.address, names("pg"), Checker(), names("missing")):
+            pass
+    async with _producer(tx_broker.address, names("pg"), Checker(), topic) as producer:
+        with pytest.raises(InvalidArgumentError, match="delayed"):
+            await producer.send_half_message(
+                Message(topic=topic, body=b"x", delivery_time=time.time() + 60)
+            )
+        with pytest.raises(InvalidArgumentError, match="reserved"):
+            await producer.send_half_message(
+                Message(topic=topic, body=b"x", properties={"TRAN_MSG": "true"})
+            )
+        result = await producer.send_half_message(_message(topic, b"y"))
+        with pytest.raises(InvalidArgumentError, match="TransactionResolution"):
+            await producer.end_transaction(result, "COMMIT")  # type: ignore[arg-type]
+        assert await producer.end_transaction(result, ROLLBACK)

@@ -195,9 +195,13 @@ class TransactionProducer(Producer):
         await super().start()
         if already:
             return
-        for topic in sorted(self._topics):
-            await self.routes.get(topic)
-        await self._heartbeat_all(force=True)
+        try:
+            for topic in sorted(self._topics):
+                await self.routes.get(topic)
+            await self._heartbeat_all(force=True)
+        except BaseException:
+            await self.aclose()
+            raise
         self._heartbeater = asyncio.create_task(self._heartbeat_forever())
 
     async def aclose(self) -> None:
