@@ -364,6 +364,8 @@ async def test_producer_killed_after_the_half_send_a_sibling_answers_the_check(
         finally:
             with contextlib.suppress(ProcessLookupError):
                 child.kill()
+            if child.stdout is not None:
+                await child.stdout.read()  # to EOF, so the transport closes with the test
             await child.wait()
         assert (await _state(tx_broker.address, message_id)).state == "PREPARED"
         sibling.answers[message_id] = COMMIT  # the sibling finds the crashed one's row
@@ -491,7 +493,8 @@ def test_sync_facade_runs_the_local_transaction_in_the_calling_thread(
         result = producer.send_in_transaction(_message(topic, b"sync"), local_transaction)
         assert result.resolution is UNKNOWN
         deadline = time.monotonic() + 10
-        while producer.producer.statistics().checks_answered < 1 and time.monotonic() < deadline:
+        while producer.producer.statistics().checks_answered < 1:
+            assert time.monotonic() < deadline, producer.producer.statistics()
             time.sleep(0.05)
         committed = producer.send_in_transaction(_message(topic, b"sync 2"), lambda r: COMMIT)
         assert committed.confirmed
