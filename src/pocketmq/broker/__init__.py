@@ -10,6 +10,12 @@ from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
 from pocketmq.broker.history import Attempt, Outcome
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
+from pocketmq.broker.transactions import (
+    EndOutcome,
+    TransactionCheck,
+    TransactionState,
+    TransactionStatus,
+)
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
@@ -19,6 +25,7 @@ __all__ = [
     "BrokerConfig",
     "ConsumeFrom",
     "Delivered",
+    "EndOutcome",
     "GroupConfig",
     "InboundMessage",
     "Outcome",
@@ -28,6 +35,9 @@ __all__ = [
     "SendOutcome",
     "TopicConfig",
     "TopicType",
+    "TransactionCheck",
+    "TransactionState",
+    "TransactionStatus",
     "dlq_topic",
     "retry_topic",
 ]

@@ -37,5 +37,10 @@ class BrokerConfig:
     max_queue_wait: float = 0.2
     max_pending_flushes: int = 20_000
     max_queue_backlog: int | None = None
+    # transactions (RocketMQ BrokerConfig transactionTimeOut / CheckInterval / CheckMax; see
+    # docs/transactions.md): first check after the timeout, then every interval, at most max
+    transaction_timeout: float = 6.0
+    transaction_check_interval: float = 30.0
+    transaction_check_max: int = 15
     # testing only: fail the next N operations of a kind ("send_back", "retry_send")
     fault_injection: dict[str, int] = field(default_factory=dict)

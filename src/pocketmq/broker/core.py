@@ -32,6 +32,7 @@ from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.pop import Handle, InFlight, PopManager, PopQueue
+from pocketmq.broker.producers import CheckChannel
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveLedger, RedriveRecord
 from pocketmq.broker.schedule import SCHEDULE_TOPIC, TIMER_TOPIC, ScheduleService
 from pocketmq.broker.topics import (
@@ -44,6 +45,12 @@ from pocketmq.broker.topics import (
     TopicType,
     dlq_topic,
     retry_topic,
+)
+from pocketmq.broker.transactions import (
+    HALF_TOPIC,
+    EndOutcome,
+    TransactionService,
+    TransactionStatus,
 )
 from pocketmq.errors import (
     BrokerError,
@@ -90,6 +97,7 @@ _PUT_CODES = {
 
 
 _SCHEDULE_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
+_HELD_TOPICS = _SCHEDULE_TOPICS | {HALF_TOPIC}  # stored aside; the real topic is a property
 _SKIPPABLE = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
 
 
@@ -130,6 +138,19 @@ class Broker:
             self.store, config_dir, config.delay_levels, self.append_internal, clock
         )
         self.history = AttemptHistory(self.store, clock, enabled=config.record_history)
+        self.transactions = TransactionService(
+            self.store,
+            config_dir,
+            timeout=config.transaction_timeout,
+            check_interval=config.transaction_check_interval,
+            check_max=config.transaction_check_max,
+            producer_expiry=config.consumer_expiry,
+            append=self._append_now,
+            durable=self._await_durable,
+            history=self.history,
+            counters=self.counters,
+            clock=clock,
+        )
         self.redrives = RedriveLedger(config_dir)
         self.flow = FlowControl(
             max_queue_wait=config.max_queue_wait,
@@ -144,6 +165,7 @@ class Broker:
 
     async def start(self) -> None:
         await self.schedule.start()
+        await self.transactions.start()
         self.flow.start()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="broker-housekeeping"))
 
@@ -159,6 +181,7 @@ class Broker:
         self.arrivals.notify_all()
         await self.flow.stop()
         await self.schedule.close()
+        await self.transactions.close()
         self.history.flush()
         self.offsets.persist(force=True)
         self.pop_state.persist(force=True)
@@ -311,7 +334,7 @@ class Broker:
             host = self._hosts[born_host] = pack_host(born_host)
         for number, message in enumerate(messages):
             try:
-                to_store.append(self._prepare(message, host))
+                to_store.append(self._prepare(message, host, producer_group))
             except BrokerError as exc:
                 outcomes[number] = SendOutcome(code=exc.code, remark=str(exc), topic=message.topic)
                 continue
@@ -319,6 +342,7 @@ class Broker:
         durable_end = 0
         if to_store:
             results = self.store.append(to_store)
+            self.transactions.stored(to_store, results)
             touched: set[str] = set()
             for number, stored, result in zip(accepted, to_store, results, strict=True):
                 outcomes[number] = self._outcome(stored, result)
@@ -352,7 +376,9 @@ class Broker:
             for o in outcomes
         ]
 
-    def _prepare(self, message: InboundMessage, host: bytes) -> StoreMessage:
+    def _prepare(
+        self, message: InboundMessage, host: bytes, producer_group: str = ""
+    ) -> StoreMessage:
         topic = self._writable_topic(message.topic)
         body = message.body
         if not body:
@@ -384,6 +410,8 @@ class Broker:
         )
         if topic.name.startswith(RETRY_PREFIX):
             stored = self._resent_retry(stored)
+        elif self.transactions.is_transactional(stored):
+            return self.transactions.hold(stored, producer_group)  # a half message
         return self._delay(stored, now_ms)
 
     def _resent_retry(self, message: StoreMessage) -> StoreMessage:
@@ -508,7 +536,7 @@ class Broker:
 
     def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
         code = _PUT_CODES[result.status]
-        if stored.topic in _SCHEDULE_TOPICS:  # delayed: the real offset comes on delivery
+        if stored.topic in _HELD_TOPICS:  # delayed or half: the real offset comes later
             return SendOutcome(
                 code=code,
                 remark=result.reason,
@@ -516,6 +544,7 @@ class Broker:
                 queue_id=int(stored.properties.get(props.REAL_QUEUE_ID, "-1")),
                 queue_offset=-1,
                 physical_offset=result.physical_offset,
+                transaction_id=stored.properties.get(props.TRANSACTION_ID, ""),
                 topic=stored.properties.get(props.REAL_TOPIC, stored.topic),
             )
         return SendOutcome(
@@ -530,8 +559,13 @@ class Broker:
 
     async def append_internal(self, messages: list[StoreMessage]) -> list[PutResult]:
         """Store messages the broker itself produces (retries, dead letters, timers)."""
-        results = self.store.append(messages)
+        results = self._append_now(messages)
         await self._await_durable(results)
+        return results
+
+    def _append_now(self, messages: list[StoreMessage]) -> list[PutResult]:
+        """Append without waiting for a sync flush, and wake readers of the touched topics."""
+        results = self.store.append(messages)
         topics = {m.topic for m, r in zip(messages, results, strict=True) if r.status.stored}
         for topic in topics:
             self.arrivals.notify(topic)
@@ -1191,6 +1225,45 @@ class Broker:
         self._group(group)
         return self.consumers.client_ids(group)
 
+    # -- transactions (broker/transactions.py) --------------------------------------------
+
+    async def end_transaction(
+        self,
+        producer_group: str,
+        message_id: str,
+        transaction_id: str,
+        *,
+        commit: bool,
+        from_check: bool = False,
+        topic: str = "",
+    ) -> EndOutcome:
+        """Commit or roll back a half message. The first outcome is final: the same outcome
+        again is answered as a duplicate, a different one raises TransactionStateError."""
+        if self._closed:
+            raise ServiceUnavailableError("the broker is shutting down")
+        return await self.transactions.end(
+            producer_group,
+            message_id,
+            transaction_id,
+            commit=commit,
+            from_check=from_check,
+            topic=topic,
+        )
+
+    def transaction_state(self, message_id: str) -> TransactionStatus | None:
+        return self.transactions.state(message_id)
+
+    def heartbeat_producer(
+        self, client_id: str, groups: Sequence[str], check: CheckChannel, owner: object = None
+    ) -> None:
+        """A producer of ``groups`` is live; ``check`` delivers transaction checks to it."""
+        self.transactions.heartbeat(client_id, groups, check, owner)
+
+    def unregister_producer(
+        self, client_id: str, groups: Sequence[str] | None = None, *, owner: object = None
+    ) -> None:
+        self.transactions.producers.unregister(client_id, groups, owner=owner)
+
     # -- attempt history, dead-letter tools -----------------------------------------------
 
     def report_outcomes(self, group: str, consumer: str, attempts: Sequence[Attempt]) -> None:
@@ -1343,7 +1416,7 @@ class Broker:
     def status(self) -> dict[str, object]:
         stats = self.store.statistics()
         return {
-            "counters": dict(self.counters),
+            "counters": {**self.counters, "transactions_pending": self.transactions.pending_count},
             "store": {
                 "messages_put": stats.messages_put,
                 "bytes_put": stats.bytes_put,

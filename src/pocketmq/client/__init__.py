@@ -1,6 +1,13 @@
 """The asyncio SDK: producers, consumers and administration over the native protocol."""
 
-from pocketmq.client.admin import Admin, DeadLetter, GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.admin import (
+    Admin,
+    DeadLetter,
+    GroupInfo,
+    QueueInfo,
+    TopicInfo,
+    TransactionInfo,
+)
 from pocketmq.client.backoff import Backoff
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult, SendStatus
@@ -13,6 +20,14 @@ from pocketmq.client.push import (
     PushConsumerConfig,
 )
 from pocketmq.client.simple import SimpleConsumer
+from pocketmq.client.transaction import (
+    LocalTransaction,
+    TransactionChecker,
+    TransactionProducer,
+    TransactionResolution,
+    TransactionResult,
+    TransactionStatistics,
+)
 
 __all__ = [
     "Admin",
@@ -23,6 +38,7 @@ __all__ = [
     "ConsumerStatistics",
     "DeadLetter",
     "GroupInfo",
+    "LocalTransaction",
     "Message",
     "MessageModel",
     "MessageView",
@@ -36,4 +52,10 @@ __all__ = [
     "SendStatus",
     "SimpleConsumer",
     "TopicInfo",
+    "TransactionChecker",
+    "TransactionInfo",
+    "TransactionProducer",
+    "TransactionResolution",
+    "TransactionResult",
+    "TransactionStatistics",
 ]

@@ -12,11 +12,11 @@ from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
-from pocketmq.errors import InvalidArgumentError, TopicNotFoundError
+from pocketmq.errors import InvalidArgumentError, MessageNotFoundError, TopicNotFoundError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
-__all__ = ["Admin", "DeadLetter", "GroupInfo", "QueueInfo", "TopicInfo"]
+__all__ = ["Admin", "DeadLetter", "GroupInfo", "QueueInfo", "TopicInfo", "TransactionInfo"]
 
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
 
@@ -48,6 +48,28 @@ class DeadLetter:
     origin_topic: str
     reason: str
     message: MessageView
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionInfo:
+    """A broker's record of one transaction (times are epoch seconds).
+
+    ``state``: PREPARED, COMMITTED, ROLLED_BACK or DISCARDED (no outcome after the maximum
+    number of checks). ``source`` says who decided: client, check, broker or recovery.
+    """
+
+    address: str
+    message_id: str
+    transaction_id: str
+    producer_group: str
+    topic: str
+    queue_id: int
+    state: str
+    checks: int
+    prepared_at: float
+    updated_at: float
+    source: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +230,34 @@ class Admin(ClientBase):
             )
             found.extend(reply.attempts)
         return sorted(found, key=lambda a: (a.delivered_at, a.attempt, a.finished_at))
+
+    async def transaction_state(self, message_id: str) -> TransactionInfo | None:
+        """The transaction of a transactional message, from the broker that holds it."""
+        for address in await self._brokers():
+            try:
+                reply = await self.call(
+                    address,
+                    RequestCode.QUERY_TRANSACTION,
+                    w.TransactionStateRequest(message_id),
+                    w.TransactionStateResponse,
+                )
+            except MessageNotFoundError:
+                continue
+            return TransactionInfo(
+                address=address,
+                message_id=reply.message_id,
+                transaction_id=reply.transaction_id,
+                producer_group=reply.producer_group,
+                topic=reply.topic,
+                queue_id=reply.queue_id,
+                state=reply.state,
+                checks=reply.checks,
+                prepared_at=reply.prepared_at_ms / 1000,
+                updated_at=reply.updated_at_ms / 1000,
+                source=reply.source,
+                detail=reply.detail,
+            )
+        return None
 
     async def dead_letters(self, group: str, max_count: int = 10_000) -> list[DeadLetter]:
         """Every message in ``%DLQ%<group>`` on every broker, oldest first per broker."""

@@ -18,8 +18,21 @@ from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendRes
 from pocketmq.client.producer import Producer, ProducerConfig
 from pocketmq.client.push import PushConsumer, PushConsumerConfig
 from pocketmq.client.simple import SimpleConsumer
+from pocketmq.client.transaction import (
+    TransactionChecker,
+    TransactionProducer,
+    TransactionResolution,
+    TransactionResult,
+)
 
-__all__ = ["LoopThread", "SyncAdmin", "SyncProducer", "SyncPushConsumer", "SyncSimpleConsumer"]
+__all__ = [
+    "LoopThread",
+    "SyncAdmin",
+    "SyncProducer",
+    "SyncPushConsumer",
+    "SyncSimpleConsumer",
+    "SyncTransactionProducer",
+]
 
 T = TypeVar("T")
 
@@ -99,6 +112,66 @@ class SyncProducer(_SyncResource):
 
     def send_async(self, message: Message) -> concurrent.futures.Future[SendResult]:
         return self._loop.submit(self._producer.send(message))
+
+    def close(self) -> None:
+        self._loop.run(self._producer.aclose())
+        self._close_loop()
+
+
+class SyncTransactionProducer(_SyncResource):
+    """A :class:`TransactionProducer` for blocking code.
+
+    ``send_in_transaction`` runs the local transaction in the *calling* thread, so it can use the
+    caller's database connection and transaction (thread-bound in most drivers). The checker runs
+    in a worker thread of the producer's loop (it answers broker checks at any time).
+    """
+
+    def __init__(
+        self,
+        checker: TransactionChecker,
+        *,
+        topics: Sequence[str] = (),
+        servers: Sequence[str] | str | None = None,
+        config: ProducerConfig | None = None,
+        client: ClientConfig | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        super().__init__(loop)
+        self._producer = self._loop.run(
+            _build(
+                lambda: TransactionProducer(
+                    checker, topics=topics, servers=servers, config=config, client=client
+                )
+            )
+        )
+        self._loop.run(self._producer.start())
+
+    @property
+    def producer(self) -> TransactionProducer:
+        return self._producer
+
+    def send_in_transaction(
+        self, message: Message, local_transaction: Callable[[SendResult], TransactionResolution]
+    ) -> TransactionResult:
+        """Send the half message, run ``local_transaction`` here, then end the transaction
+        (see :meth:`TransactionProducer.send_in_transaction`)."""
+        result = self._loop.run(self._producer.send_half_message(message))
+        resolution = local_transaction(result)
+        if resolution is None:
+            resolution = TransactionResolution.UNKNOWN
+        confirmed = self._loop.run(self._producer.end_transaction(result, resolution))
+        return TransactionResult(send_result=result, resolution=resolution, confirmed=confirmed)
+
+    def send_half_message(self, message: Message) -> SendResult:
+        return self._loop.run(self._producer.send_half_message(message))
+
+    def end_transaction(
+        self, result: SendResult | TransactionResult, resolution: TransactionResolution
+    ) -> bool:
+        return self._loop.run(self._producer.end_transaction(result, resolution))
+
+    def send(self, message: Message) -> SendResult:
+        return self._loop.run(self._producer.send(message))
 
     def close(self) -> None:
         self._loop.run(self._producer.aclose())

@@ -34,6 +34,7 @@ class RequestCode(enum.IntEnum):
     MESSAGE_HISTORY = 41
     BROWSE = 42
     REDRIVE = 43
+    QUERY_TRANSACTION = 44
     CREATE_TOPIC = 50
     DELETE_TOPIC = 51
     LIST_TOPICS = 52

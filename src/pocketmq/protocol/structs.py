@@ -33,6 +33,7 @@ __all__ = [
     "DeliveredMessage",
     "Empty",
     "EndTransactionRequest",
+    "EndTransactionResponse",
     "ErrorBody",
     "GetConsumersRequest",
     "GetConsumersResponse",
@@ -74,6 +75,8 @@ __all__ = [
     "SendResponse",
     "SendResultItem",
     "TopicSpec",
+    "TransactionStateRequest",
+    "TransactionStateResponse",
     "UnregisterRequest",
     "WireMessage",
     "decode_body",
@@ -206,18 +209,48 @@ class SendBackRequest(_Body, frozen=True):
 
 
 class EndTransactionRequest(_Body, frozen=True):
+    """Commit (``commit=True``) or roll back a half message; ``from_check`` marks the answer to
+    a CHECK_TRANSACTION. ``topic``, when set, must be the half message's real topic."""
+
     producer_group: str
     message_id: str
     transaction_id: str
     commit: bool
     from_check: bool = False
-    physical_offset: int = -1
+    physical_offset: int = -1  # informational: the half message's offset from the send result
+    topic: str = ""
+
+
+class EndTransactionResponse(_Body, frozen=True):
+    state: str  # COMMITTED | ROLLED_BACK | DISCARDED
+    duplicate: bool = False  # it had already ended this way: nothing changed
 
 
 class CheckTransactionRequest(_Body, frozen=True):
+    """Broker → producer (one-way): what became of this transaction? The message carries its
+    real topic and queue; its property ``TRANSACTION_CHECK_TIMES`` is this check's number."""
+
     producer_group: str
     transaction_id: str
     message: DeliveredMessage
+
+
+class TransactionStateRequest(_Body, frozen=True):
+    message_id: str
+
+
+class TransactionStateResponse(_Body, frozen=True):
+    message_id: str
+    transaction_id: str
+    producer_group: str
+    topic: str
+    queue_id: int
+    state: str  # PREPARED | COMMITTED | ROLLED_BACK | DISCARDED
+    checks: int
+    prepared_at_ms: int
+    updated_at_ms: int
+    source: str = ""  # who decided: client | check | broker | recovery
+    detail: str = ""
 
 
 # -- consumption ----------------------------------------------------------------------------
@@ -507,6 +540,7 @@ REQUESTS: Final[dict[int, type[_Body]]] = {
     RequestCode.REPORT_OUTCOMES: ReportOutcomesRequest,
     RequestCode.BROWSE: BrowseRequest,
     RequestCode.REDRIVE: RedriveRequest,
+    RequestCode.QUERY_TRANSACTION: TransactionStateRequest,
     RequestCode.CREATE_TOPIC: TopicSpec,
     RequestCode.DELETE_TOPIC: NameRequest,
     RequestCode.LIST_TOPICS: Empty,
@@ -536,6 +570,8 @@ RESPONSES: Final[dict[int, type[_Body]]] = {
     RequestCode.MESSAGE_HISTORY: MessageHistoryResponse,
     RequestCode.BROWSE: QueryMessageResponse,
     RequestCode.REDRIVE: RedriveResponse,
+    RequestCode.END_TRANSACTION: EndTransactionResponse,
+    RequestCode.QUERY_TRANSACTION: TransactionStateResponse,
     RequestCode.LIST_TOPICS: ListTopicsResponse,
     RequestCode.LIST_GROUPS: ListGroupsResponse,
     RequestCode.BROKER_STATUS: BrokerStatusResponse,

@@ -178,6 +178,10 @@ class BrokerApp:
     def _connection_closed(self, connection: ServerConnection) -> None:
         if self.broker is not None and connection.client_id and connection.state.get("groups"):
             self.broker.unregister(connection.client_id, sorted(connection.state["groups"]))
+        if self.broker is not None and connection.state.get("producer_groups"):
+            self.broker.unregister_producer(
+                connection.client_id, sorted(connection.state["producer_groups"]), owner=connection
+            )
 
     # -- shutdown -------------------------------------------------------------------------
 

@@ -20,8 +20,16 @@ from pocketmq.broker import (
     PullOutcome,
     RetryPolicy,
     SendOutcome,
+    TransactionCheck,
+    TransactionStatus,
 )
-from pocketmq.errors import BrokerError, Code, InvalidArgumentError, ProtocolError
+from pocketmq.errors import (
+    BrokerError,
+    Code,
+    InvalidArgumentError,
+    MessageNotFoundError,
+    ProtocolError,
+)
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.connection import HandlerTable, ServerConnection
@@ -46,6 +54,22 @@ def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
         message.receipt_handle,
         message.born_host,
         broker_name,
+    )
+
+
+def transaction_to_wire(status: TransactionStatus) -> w.TransactionStateResponse:
+    return w.TransactionStateResponse(
+        status.message_id,
+        status.transaction_id,
+        status.producer_group,
+        status.topic,
+        status.queue_id,
+        status.state.value,
+        status.checks,
+        int(status.prepared_at * 1000),
+        int(status.updated_at * 1000),
+        status.source,
+        status.detail,
     )
 
 
@@ -122,11 +146,48 @@ def broker_handlers(
             notify,
         )
         conn.state["groups"] = {c.group for c in req.consumers}
+        if req.producer_groups:
+
+            def check(item: TransactionCheck) -> bool:
+                if conn.closed:
+                    return False
+                conn.push(
+                    RequestCode.CHECK_TRANSACTION,
+                    w.CheckTransactionRequest(
+                        item.producer_group, item.transaction_id, to_wire(item.message, name)
+                    ),
+                )
+                return True
+
+            broker.heartbeat_producer(req.client_id, req.producer_groups, check, owner=conn)
+            conn.state["producer_groups"] = set(req.producer_groups)
         return w.Empty()
 
     def unregister(conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
         broker.unregister(req.client_id, req.groups)
+        broker.unregister_producer(req.client_id, req.groups or None)
         return w.Empty()
+
+    async def end_transaction(
+        conn: ServerConnection, req: w.EndTransactionRequest
+    ) -> w.EndTransactionResponse:
+        outcome = await broker.end_transaction(
+            req.producer_group,
+            req.message_id,
+            req.transaction_id,
+            commit=req.commit,
+            from_check=req.from_check,
+            topic=req.topic,
+        )
+        return w.EndTransactionResponse(outcome.status.state.value, outcome.duplicate)
+
+    def transaction_state(
+        conn: ServerConnection, req: w.TransactionStateRequest
+    ) -> w.TransactionStateResponse:
+        status = broker.transaction_state(req.message_id)
+        if status is None:
+            raise MessageNotFoundError(f"no transaction for message {req.message_id} here")
+        return transaction_to_wire(status)
 
     def send_response(outcomes: list[SendOutcome]) -> w.SendResponse:
         return w.SendResponse(
@@ -400,6 +461,8 @@ def broker_handlers(
         RequestCode.HEARTBEAT: heartbeat,
         RequestCode.UNREGISTER_CLIENT: unregister,
         RequestCode.SEND: send,
+        RequestCode.END_TRANSACTION: end_transaction,
+        RequestCode.QUERY_TRANSACTION: transaction_state,
         RequestCode.PULL: pull,
         RequestCode.POP: pop,
         RequestCode.ACK: ack,
