@@ -29,7 +29,13 @@ from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.pop import Handle, PopManager, PopQueue
-from pocketmq.broker.schedule import SCHEDULE_TOPIC, TIMER_TOPIC, ScheduleService
+from pocketmq.broker.schedule import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    ScheduleService,
+    make_recall_handle,
+    parse_recall_handle,
+)
 from pocketmq.broker.topics import (
     DLQ_PREFIX,
     PERM_READ,
@@ -51,6 +57,8 @@ from pocketmq.errors import (
     MessageTooLargeError,
     NoPermissionError,
     TopicNotFoundError,
+    UnsupportedError,
+    error_from_code,
 )
 from pocketmq.routing import queue_for_group
 from pocketmq.store import (
@@ -402,14 +410,20 @@ class Broker:
     def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
         code = _PUT_CODES[result.status]
         if stored.topic in _SCHEDULE_TOPICS:  # delayed: the real offset comes on delivery
+            message_id = stored.properties.get(props.MESSAGE_ID, "")
             return SendOutcome(
                 code=code,
                 remark=result.reason,
-                message_id=stored.properties.get(props.MESSAGE_ID, ""),
+                message_id=message_id,
                 queue_id=int(stored.properties.get(props.REAL_QUEUE_ID, "-1")),
                 queue_offset=-1,
                 physical_offset=result.physical_offset,
                 topic=stored.properties.get(props.REAL_TOPIC, stored.topic),
+                recall_handle=(
+                    make_recall_handle(result.physical_offset, message_id)
+                    if result.status.stored
+                    else ""
+                ),
             )
         return SendOutcome(
             code=code,
@@ -878,3 +892,76 @@ class Broker:
                 "flush_mode": stats.flush_mode,
             },
         }
+
+    # -- used by the gRPC adapter ---------------------------------------------------------
+
+    #: Transactional half messages arrive with issue 6. Until this is True the gRPC adapter
+    #: answers TRANSACTION sends with UNSUPPORTED instead of storing them as visible messages.
+    supports_transactions: bool = False
+
+    def require_group(self, name: str) -> GroupConfig:
+        """A consumer group's configuration (created on first use when auto-create is on)."""
+        return self._group(name)
+
+    def forward_to_dead_letter(
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        *,
+        reason: str = "forwarded to the DLQ by the consumer",
+    ) -> None:
+        """Move a popped message to ``%DLQ%<group>`` now (a FIFO consumer gave up on it
+        after its local retries); its receipt handle must still be valid."""
+        self._group(group)
+        handle = Handle.parse(receipt_handle)
+        state, _ = self.pop_state.lookup(group, topic, handle)
+        message = self._message_at(topic, handle.queue_id, handle.offset)
+        if message is not None:  # None: removed by retention, nothing left to keep
+            result = self.dead_letter(group, message, reason=reason)
+            if not result.status.stored:
+                raise error_from_code(
+                    _PUT_CODES[result.status],
+                    f"storing the dead letter failed: {result.reason or result.status.value}",
+                )
+        state.finish(handle.offset)
+        self.offsets.commit(group, topic, handle.queue_id, state.committed)
+        self.pop_state.dirty = True
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message before it is due (the ``recall_handle`` of its send
+        outcome); returns its message id."""
+        parsed = parse_recall_handle(recall_handle)
+        if parsed is None:
+            raise InvalidArgumentError(f"malformed recall handle {recall_handle!r}")
+        physical, message_id = parsed
+        record = self.store.read_message(physical)
+        if (
+            record is None
+            or record.message_id != message_id
+            or record.topic not in _SCHEDULE_TOPICS
+            or record.properties.get(props.REAL_TOPIC) != topic
+        ):
+            raise MessageNotFoundError(
+                f"no delayed message of topic {topic!r} matches recall handle {recall_handle!r}"
+            )
+        if not self.schedule.cancel(record):
+            raise MessageNotFoundError(
+                f"message {message_id} was already delivered or recalled; it cannot be recalled"
+            )
+        self.counters["recalled"] += 1
+        return message_id
+
+    async def end_transaction(
+        self,
+        topic: str,
+        message_id: str,
+        transaction_id: str,
+        *,
+        commit: bool,
+        from_check: bool = False,
+    ) -> None:
+        """Commit or roll back a half message (issue 6 replaces this stub)."""
+        raise UnsupportedError(
+            "transactional messages are not supported by this broker yet (issue 6)"
+        )
