@@ -1,0 +1,244 @@
+"""Between v2 protobuf structures and the broker core's values.
+
+Outbound: a message goes into the store with pocketmq's property names (``UNIQ_KEY``, ``TAGS``,
+``KEYS``, ``MSG_GROUP``, ``DELIVER_TIME_MS``), exactly as the native SDK writes them, so a message
+sent through either protocol is consumed through the other. The client's message id is kept.
+
+Inbound (delivery): every message carries what the official clients need to decode and settle it
+(contract §1.3): ``body_encoding=IDENTITY``, a CRC32 ``body_digest``, ``receipt_handle``,
+``delivery_attempt`` (≥ 1), queue id and offset, store time and host.
+"""
+
+from __future__ import annotations
+
+import gzip
+import ipaddress
+import zlib
+from functools import lru_cache
+from typing import Any, Final
+
+from pocketmq import properties as props
+from pocketmq.broker import Delivered, InboundMessage
+from pocketmq.server.grpc.pb import d
+from pocketmq.server.grpc.status import V2Error
+
+__all__ = [
+    "ACCEPTED_TYPES",
+    "SYSTEM_PROPERTIES",
+    "delivered_message",
+    "duration",
+    "endpoints",
+    "inbound_message",
+    "message_type_of",
+    "seconds",
+    "timestamp",
+]
+
+C = d.Code
+MT = d.MessageType
+
+# Stored properties that are not the application's own (the native SDK hides the same set).
+SYSTEM_PROPERTIES: Final = frozenset(
+    {
+        props.MESSAGE_ID,
+        props.TAGS,
+        props.KEYS,
+        props.MESSAGE_GROUP,
+        props.DELIVER_TIME_MS,
+        props.DELAY_LEVEL,
+        props.TRANSACTION_PREPARED,
+        props.TRANSACTION_ID,
+        props.PRODUCER_GROUP,
+        props.CHECK_TIMES,
+        props.RETRY_TOPIC,
+        props.ORIGIN_MESSAGE_ID,
+        props.REAL_TOPIC,
+        props.REAL_QUEUE_ID,
+        props.RECONSUME_TIMES,
+        props.MAX_RECONSUME_TIMES,
+        "DLQ_REASON",
+    }
+)
+
+# What a topic of each type accepts. Normal topics also take DELAY: the broker schedules a
+# delivery time on any topic (4.x semantics, and what the native SDK allows).
+ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
+    "normal": (MT.NORMAL, MT.DELAY),
+    "fifo": (MT.FIFO,),
+    "delay": (MT.DELAY,),
+    "transaction": (MT.TRANSACTION,),
+}
+
+# The Python client 5.1.2 writes Message.delivery_timestamp into Timestamp.seconds as given, and
+# its docstring says milliseconds: a "seconds" value this large is such a millisecond value.
+_MS_IN_SECONDS_FIELD: Final = 100_000_000_000  # year 5138 in seconds, 1973 in ms
+
+
+def seconds(value: Any) -> float:
+    """A ``google.protobuf.Duration`` in seconds."""
+    return float(value.seconds) + float(value.nanos) / 1e9
+
+
+def duration(value: float) -> Any:
+    whole = int(value)
+    return {"seconds": whole, "nanos": round((value - whole) * 1e9)}
+
+
+def timestamp(ms: int) -> Any:
+    return {"seconds": ms // 1000, "nanos": (ms % 1000) * 1_000_000}
+
+
+def _timestamp_ms(value: Any) -> int:
+    return int(value.seconds) * 1000 + int(value.nanos) // 1_000_000
+
+
+@lru_cache(maxsize=256)
+def endpoints(address: str) -> Any:
+    """``host:port`` (or ``[v6]:port``) as v2 ``Endpoints`` with its address scheme."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+        scheme = d.AddressScheme.IPv4 if ip.version == 4 else d.AddressScheme.IPv6
+    except ValueError:
+        scheme = d.AddressScheme.DOMAIN_NAME
+    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])
+
+
+def message_type_of(message: Any) -> int:
+    """The message type a v2 message declares, or the one its properties imply."""
+    system = message.system_properties
+    declared = int(system.message_type)
+    if declared != MT.MESSAGE_TYPE_UNSPECIFIED:
+        return declared
+    if system.HasField("message_group") and system.message_group:
+        return int(MT.FIFO)
+    if system.HasField("delivery_timestamp"):
+        return int(MT.DELAY)
+    return int(MT.NORMAL)
+
+
+def _conflict(message: str) -> V2Error:
+    return V2Error(C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, message)
+
+
+def _check_type(kind: int, system: Any, topic: str, topic_type: str | None) -> None:
+    if kind in (MT.LITE, MT.PRIORITY):
+        raise V2Error(C.UNSUPPORTED, f"{MT.Name(kind)} messages are not supported")
+    if kind not in (MT.NORMAL, MT.FIFO, MT.DELAY, MT.TRANSACTION):
+        raise V2Error(C.BAD_REQUEST, f"unknown message type {kind}")
+    has_group = system.HasField("message_group") and bool(system.message_group)
+    if has_group != (kind == MT.FIFO):
+        raise _conflict("a FIFO message, and only a FIFO message, carries a message group")
+    if system.HasField("delivery_timestamp") != (kind == MT.DELAY):
+        raise _conflict("a DELAY message, and only a DELAY message, carries a delivery timestamp")
+    accepted = ACCEPTED_TYPES.get(topic_type or "normal", ())
+    if topic_type is not None and kind not in accepted:
+        raise _conflict(
+            f"topic {topic!r} is a {topic_type} topic: it accepts "
+            f"{', '.join(MT.Name(t) for t in accepted)} messages, not {MT.Name(kind)}"
+        )
+
+
+def inbound_message(
+    message: Any, topic_type: str | None, now_ms: int, max_delay_ms: int
+) -> tuple[InboundMessage, int]:
+    """A v2 message as the broker's ``InboundMessage``, and its message type.
+
+    ``topic_type`` is the topic's type when it exists (None: the broker decides).
+    """
+    topic = message.topic.name
+    if not topic:
+        raise V2Error(C.ILLEGAL_TOPIC, "the message names no topic")
+    system = message.system_properties
+    body = message.body
+    if system.body_encoding == d.Encoding.GZIP:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise V2Error(C.MESSAGE_CORRUPTED, f"GZIP body does not decompress: {exc}") from None
+    if not body:
+        raise V2Error(C.MESSAGE_BODY_EMPTY, "message body is empty")
+    kind = message_type_of(message)
+    _check_type(kind, system, topic, topic_type)
+    properties: dict[str, str] = {}
+    for key, value in message.user_properties.items():
+        if key in SYSTEM_PROPERTIES:
+            raise V2Error(C.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {key!r} is reserved")
+        properties[key] = value
+    if system.message_id:
+        properties[props.MESSAGE_ID] = system.message_id
+    if system.HasField("tag") and system.tag:
+        if "||" in system.tag:
+            raise V2Error(C.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} must not contain '||'")
+        properties[props.TAGS] = system.tag
+    if system.keys:
+        if any(not key or any(c.isspace() for c in key) for key in system.keys):
+            raise V2Error(C.ILLEGAL_MESSAGE_KEY, "keys must be non-empty and without spaces")
+        properties[props.KEYS] = " ".join(system.keys)
+    if kind == MT.FIFO:
+        properties[props.MESSAGE_GROUP] = system.message_group
+    if kind == MT.DELAY:
+        due = system.delivery_timestamp
+        due_ms = (
+            int(due.seconds)
+            if due.seconds >= _MS_IN_SECONDS_FIELD
+            else _timestamp_ms(due)  # proper seconds + nanos (every other client)
+        )
+        if due_ms - now_ms > max_delay_ms:
+            raise V2Error(
+                C.ILLEGAL_DELIVERY_TIME,
+                f"delivery time {due_ms} (epoch ms) is more than {max_delay_ms // 1000} s ahead",
+            )
+        if due_ms > now_ms:
+            properties[props.DELIVER_TIME_MS] = str(due_ms)
+    if kind == MT.TRANSACTION:
+        properties[props.TRANSACTION_PREPARED] = "true"
+    born = _timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
+    return InboundMessage(topic, body, properties, -1, 0, born), kind
+
+
+def _delivered_type(properties: dict[str, str]) -> int:
+    if props.MESSAGE_GROUP in properties:
+        return int(MT.FIFO)
+    if props.TRANSACTION_PREPARED in properties:
+        return int(MT.TRANSACTION)
+    return int(MT.NORMAL)
+
+
+def delivered_message(message: Delivered, namespace: str, store_host: str) -> Any:
+    """A delivered message as the v2 ``Message`` the official clients decode."""
+    properties = message.properties
+    system: dict[str, Any] = {
+        "message_id": properties.get(props.MESSAGE_ID, ""),
+        "body_digest": {
+            "type": d.DigestType.CRC32,
+            "checksum": format(zlib.crc32(message.body) & 0xFFFFFFFF, "08X"),
+        },
+        "body_encoding": d.Encoding.IDENTITY,
+        "message_type": _delivered_type(properties),
+        "born_timestamp": timestamp(message.born_timestamp),
+        "born_host": message.born_host.rpartition(":")[0].strip("[]") or message.born_host,
+        "store_timestamp": timestamp(message.store_timestamp),
+        "store_host": store_host,
+        "queue_id": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "delivery_attempt": max(1, message.delivery_attempt),
+    }
+    if message.receipt_handle:
+        system["receipt_handle"] = message.receipt_handle
+    tag = properties.get(props.TAGS)
+    if tag:
+        system["tag"] = tag
+    keys = properties.get(props.KEYS)
+    if keys:
+        system["keys"] = keys.split()
+    group = properties.get(props.MESSAGE_GROUP)
+    if group:
+        system["message_group"] = group
+    return d.Message(
+        topic={"name": message.topic, "resource_namespace": namespace},
+        user_properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES},
+        system_properties=system,
+        body=message.body,
+    )
