@@ -134,3 +134,18 @@ async def test_require_group_and_the_transaction_stub(broker: Broker) -> None:
     assert broker.supports_transactions is False
     with pytest.raises(UnsupportedError, match="issue 6"):
         await broker.end_transaction("T", "id", "tx", commit=True)
+
+
+async def test_a_shorter_invisible_time_wakes_a_sleeping_long_poll(broker: Broker) -> None:
+    """A consumer nacks (change-invisible to 0.3 s) while another long-polls: the poll must
+    see the message at its new visible time, not when the old invisible time ends."""
+    await broker.send([_message(b"retry me")])
+    [first] = await broker.pop("G", "T", invisible=60)
+    poll = asyncio.create_task(broker.pop("G", "T", invisible=60, max_wait=5))
+    await asyncio.sleep(0.1)  # the poll is asleep, until the old invisible time at the latest
+    started = time.monotonic()
+    broker.change_invisible("G", "T", first.receipt_handle, 0.3)
+    [again] = await asyncio.wait_for(poll, 3)
+    assert again.body == b"retry me"
+    assert again.delivery_attempt == 2
+    assert time.monotonic() - started < 1.5

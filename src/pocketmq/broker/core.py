@@ -772,10 +772,12 @@ class Broker:
         if invisible < 0:
             raise InvalidArgumentError("invisible duration must not be negative")
         handle = Handle.parse(receipt_handle)
-        state, _ = self.pop_state.lookup(group, topic, handle)
+        state, entry = self.pop_state.lookup(group, topic, handle)
+        was_visible_at = entry.visible_at
         token = state.rehide(handle.offset, self._clock() + invisible)
         self.pop_state.dirty = True
-        if invisible == 0:
+        if entry.visible_at < was_visible_at:
+            # sooner than before: long polls sleeping until the old time must look again
             self.arrivals.notify(topic)
         return Handle(handle.queue_id, handle.offset, token).encode()
 

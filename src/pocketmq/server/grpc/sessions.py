@@ -65,9 +65,9 @@ class Sessions:
         return session
 
     def remove(self, client_id: str) -> None:
-        session = self._sessions.pop(client_id, None)
-        if session is not None:
-            session.push(None)
+        """Forget a client that said goodbye. Its Telemetry stream stays open until the
+        client closes it: ending it from here makes the Python client log a read error."""
+        self._sessions.pop(client_id, None)
 
     def expire(self, max_idle: float) -> None:
         """Forget clients silent for ``max_idle`` seconds (crashed without terminating)."""
