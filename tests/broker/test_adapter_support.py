@@ -149,3 +149,19 @@ async def test_a_shorter_invisible_time_wakes_a_sleeping_long_poll(broker: Broke
     assert again.body == b"retry me"
     assert again.delivery_attempt == 2
     assert time.monotonic() - started < 1.5
+
+
+async def test_one_pop_visits_every_queue_from_the_hint(tmp_path: Path) -> None:
+    """The gRPC adapter passes the client's (random) queue as a hint: a pop starting there
+    must still visit every queue, also the first time a queue is popped."""
+    broker = Broker(_config(tmp_path))
+    await broker.start()
+    try:
+        broker.create_topic("Q", queues=4)
+        broker.create_group(GroupConfig(name="G"))
+        await broker.send([InboundMessage("Q", b"m", {}, q) for q in range(4) for _ in range(3)])
+        got = await broker.pop("G", "Q", max_count=32, invisible=30, queue_hint=2)
+        assert sorted(m.queue_id for m in got) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+        assert got[0].queue_id == 2
+    finally:
+        await broker.close()

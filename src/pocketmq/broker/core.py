@@ -656,12 +656,12 @@ class Broker:
             state = self.pop_state.get(group.name, topic.name, queue_id)
             if state is None:
                 committed = self.offsets.query(group.name, topic.name, queue_id)
-                start = (
+                first = (
                     committed
                     if committed >= 0
                     else self._initial_offset(group, topic.name, queue_id)
                 )
-                state = self.pop_state.ensure(group.name, topic.name, queue_id, start)
+                state = self.pop_state.ensure(group.name, topic.name, queue_id, first)
             self._redeliver(group, topic.name, queue_id, state, now, invisible, consumer, out,
                             max_count)  # fmt: skip
             if len(out) < max_count and len(state.inflight) < self.config.max_inflight_per_queue:
