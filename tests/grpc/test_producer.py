@@ -9,6 +9,7 @@ from rocketmq.v5.exception import IllegalArgumentException
 
 from pocketmq.client.sync import SyncAdmin, SyncSimpleConsumer
 from pocketmq.testing import BrokerProcess
+
 from .conftest import OfficialClients, message, unique, wait_until
 
 
