@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from pocketmq import properties as props
 from pocketmq.broker import Delivered, InboundMessage
-from pocketmq.server.grpc.pb import d
+from pocketmq.server.grpc.pb import AddressScheme, Code, DigestType, Encoding, MessageType, d
 from pocketmq.server.grpc.status import V2Error
 
 __all__ = [
@@ -34,8 +34,8 @@ __all__ = [
     "timestamp",
 ]
 
-C = d.Code
-MT = d.MessageType
+C = Code
+MT = MessageType
 
 # Stored properties that are not the application's own (the native SDK hides the same set).
 SYSTEM_PROPERTIES: Final = frozenset(
@@ -69,6 +69,13 @@ ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
     "transaction": (MT.TRANSACTION,),
 }
 
+_NORMAL: Final[int] = MT.NORMAL
+_GZIP: Final[int] = Encoding.GZIP
+_TAKES_NORMAL: Final = frozenset({None, "normal"})
+_MESSAGE_ID: Final = props.MESSAGE_ID
+_TAGS: Final = props.TAGS
+_KEYS: Final = props.KEYS
+
 # The Python client 5.1.2 writes Message.delivery_timestamp into Timestamp.seconds as given, and
 # its docstring says milliseconds: a "seconds" value this large is such a millisecond value.
 _MS_IN_SECONDS_FIELD: Final = 100_000_000_000  # year 5138 in seconds, 1973 in ms
@@ -99,23 +106,23 @@ def endpoints(address: str) -> Any:
     host = host.strip("[]")
     try:
         ip = ipaddress.ip_address(host)
-        scheme = d.AddressScheme.IPv4 if ip.version == 4 else d.AddressScheme.IPv6
+        scheme = AddressScheme.IPv4 if ip.version == 4 else AddressScheme.IPv6
     except ValueError:
-        scheme = d.AddressScheme.DOMAIN_NAME
+        scheme = AddressScheme.DOMAIN_NAME
     return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])
 
 
 def message_type_of(message: Any) -> int:
     """The message type a v2 message declares, or the one its properties imply."""
     system = message.system_properties
-    declared = int(system.message_type)
-    if declared != MT.MESSAGE_TYPE_UNSPECIFIED:
+    declared: int = system.message_type
+    if declared:
         return declared
-    if system.HasField("message_group") and system.message_group:
-        return int(MT.FIFO)
+    if system.message_group:
+        return MT.FIFO  # type: ignore[no-any-return]
     if system.HasField("delivery_timestamp"):
-        return int(MT.DELAY)
-    return int(MT.NORMAL)
+        return MT.DELAY  # type: ignore[no-any-return]
+    return MT.NORMAL  # type: ignore[no-any-return]
 
 
 def _conflict(message: str) -> V2Error:
@@ -123,12 +130,12 @@ def _conflict(message: str) -> V2Error:
 
 
 def _check_type(kind: int, system: Any, topic: str, topic_type: str | None) -> None:
+    name = d.MessageType.Name
     if kind in (MT.LITE, MT.PRIORITY):
-        raise V2Error(C.UNSUPPORTED, f"{MT.Name(kind)} messages are not supported")
+        raise V2Error(C.UNSUPPORTED, f"{name(kind)} messages are not supported")
     if kind not in (MT.NORMAL, MT.FIFO, MT.DELAY, MT.TRANSACTION):
         raise V2Error(C.BAD_REQUEST, f"unknown message type {kind}")
-    has_group = system.HasField("message_group") and bool(system.message_group)
-    if has_group != (kind == MT.FIFO):
+    if bool(system.message_group) != (kind == MT.FIFO):
         raise _conflict("a FIFO message, and only a FIFO message, carries a message group")
     if system.HasField("delivery_timestamp") != (kind == MT.DELAY):
         raise _conflict("a DELAY message, and only a DELAY message, carries a delivery timestamp")
@@ -136,7 +143,7 @@ def _check_type(kind: int, system: Any, topic: str, topic_type: str | None) -> N
     if topic_type is not None and kind not in accepted:
         raise _conflict(
             f"topic {topic!r} is a {topic_type} topic: it accepts "
-            f"{', '.join(MT.Name(t) for t in accepted)} messages, not {MT.Name(kind)}"
+            f"{', '.join(name(t) for t in accepted)} messages, not {name(kind)}"
         )
 
 
@@ -145,14 +152,15 @@ def inbound_message(
 ) -> tuple[InboundMessage, int]:
     """A v2 message as the broker's ``InboundMessage``, and its message type.
 
-    ``topic_type`` is the topic's type when it exists (None: the broker decides).
+    ``topic_type`` is the topic's type when it exists (None: the broker decides). This runs
+    once per official-client send: it reads each protobuf field once.
     """
-    topic = message.topic.name
+    topic: str = message.topic.name
     if not topic:
         raise V2Error(C.ILLEGAL_TOPIC, "the message names no topic")
     system = message.system_properties
-    body = message.body
-    if system.body_encoding == d.Encoding.GZIP:
+    body: bytes = message.body
+    if system.body_encoding == _GZIP:
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error) as exc:
@@ -160,25 +168,47 @@ def inbound_message(
     if not body:
         raise V2Error(C.MESSAGE_BODY_EMPTY, "message body is empty")
     kind = message_type_of(message)
-    _check_type(kind, system, topic, topic_type)
-    properties: dict[str, str] = {}
-    for key, value in message.user_properties.items():
-        if key in SYSTEM_PROPERTIES:
-            raise V2Error(C.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {key!r} is reserved")
-        properties[key] = value
-    if system.message_id:
-        properties[props.MESSAGE_ID] = system.message_id
-    if system.HasField("tag") and system.tag:
-        if "||" in system.tag:
-            raise V2Error(C.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} must not contain '||'")
-        properties[props.TAGS] = system.tag
-    if system.keys:
-        if any(not key or any(c.isspace() for c in key) for key in system.keys):
+    group: str = system.message_group
+    if kind != _NORMAL or group or topic_type not in _TAKES_NORMAL:
+        _check_type(kind, system, topic, topic_type)
+    elif system.HasField("delivery_timestamp"):
+        raise _conflict("a DELAY message, and only a DELAY message, carries a delivery timestamp")
+    user = message.user_properties
+    properties: dict[str, str] = dict(user) if user else {}
+    if properties and not SYSTEM_PROPERTIES.isdisjoint(properties):
+        reserved = sorted(SYSTEM_PROPERTIES.intersection(properties))
+        raise V2Error(C.ILLEGAL_MESSAGE_PROPERTY_KEY, f"properties {reserved} are reserved")
+    message_id: str = system.message_id
+    if message_id:
+        properties[_MESSAGE_ID] = message_id
+    tag: str = system.tag
+    if tag:
+        if "||" in tag:
+            raise V2Error(C.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} must not contain '||'")
+        properties[_TAGS] = tag
+    keys = system.keys
+    if keys:
+        if any(not key or any(c.isspace() for c in key) for key in keys):
             raise V2Error(C.ILLEGAL_MESSAGE_KEY, "keys must be non-empty and without spaces")
-        properties[props.KEYS] = " ".join(system.keys)
+        properties[_KEYS] = " ".join(keys)
+    if kind != _NORMAL:
+        _special(kind, system, group, properties, now_ms, max_delay_ms)
+    born = system.born_timestamp
+    born_ms = born.seconds * 1000 + born.nanos // 1_000_000
+    return InboundMessage(topic, body, properties, -1, 0, born_ms), kind
+
+
+def _special(
+    kind: int,
+    system: Any,
+    group: str,
+    properties: dict[str, str],
+    now_ms: int,
+    max_delay_ms: int,
+) -> None:
     if kind == MT.FIFO:
-        properties[props.MESSAGE_GROUP] = system.message_group
-    if kind == MT.DELAY:
+        properties[props.MESSAGE_GROUP] = group
+    elif kind == MT.DELAY:
         due = system.delivery_timestamp
         due_ms = (
             int(due.seconds)
@@ -192,10 +222,8 @@ def inbound_message(
             )
         if due_ms > now_ms:
             properties[props.DELIVER_TIME_MS] = str(due_ms)
-    if kind == MT.TRANSACTION:
+    elif kind == MT.TRANSACTION:
         properties[props.TRANSACTION_PREPARED] = "true"
-    born = _timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
-    return InboundMessage(topic, body, properties, -1, 0, born), kind
 
 
 def _delivered_type(properties: dict[str, str]) -> int:
@@ -212,10 +240,10 @@ def delivered_message(message: Delivered, namespace: str, store_host: str) -> An
     system: dict[str, Any] = {
         "message_id": properties.get(props.MESSAGE_ID, ""),
         "body_digest": {
-            "type": d.DigestType.CRC32,
+            "type": DigestType.CRC32,
             "checksum": format(zlib.crc32(message.body) & 0xFFFFFFFF, "08X"),
         },
-        "body_encoding": d.Encoding.IDENTITY,
+        "body_encoding": Encoding.IDENTITY,
         "message_type": _delivered_type(properties),
         "born_timestamp": timestamp(message.born_timestamp),
         "born_host": message.born_host.rpartition(":")[0].strip("[]") or message.born_host,

@@ -33,7 +33,19 @@ from pocketmq.server.grpc.convert import (
     seconds,
     timestamp,
 )
-from pocketmq.server.grpc.pb import d, rpc, s
+from pocketmq.server.grpc.pb import (
+    ClientType,
+    FilterType,
+    MessageType,
+    Permission,
+    QueryOffsetPolicy,
+    TransactionResolution,
+    TransactionSource,
+    d,
+    rpc,
+    s,
+)
+from pocketmq.server.grpc.pb import Code as V2Code
 from pocketmq.server.grpc.sessions import Sessions
 from pocketmq.server.grpc.settings import (
     CONSUMER_TYPES,
@@ -48,15 +60,15 @@ __all__ = ["MessagingService"]
 
 log = logging.getLogger("pocketmq.server.grpc")
 
-C = d.Code
-MT = d.MessageType
+C = V2Code
+MT = MessageType
 RouteSource = Callable[[str], Awaitable[w.RouteResponse]]
 
 _PERMISSION: Final = {
-    6: d.Permission.READ_WRITE,
-    4: d.Permission.READ,
-    2: d.Permission.WRITE,
-    0: d.Permission.NONE,
+    6: Permission.READ_WRITE,
+    4: Permission.READ,
+    2: Permission.WRITE,
+    0: Permission.NONE,
 }
 _NO_MESSAGE: Final = status(C.MESSAGE_NOT_FOUND, "no new message")
 _DEADLINE_MARGIN: Final = 0.5  # answer a long poll this long before the client's deadline
@@ -226,7 +238,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         try:
             session.update(settings)
             config = self._broker.config
-            if settings.client_type == d.ClientType.PRODUCER:
+            if settings.client_type == ClientType.PRODUCER:
                 reply = producer_settings(settings, config.store.max_message_size)
             elif settings.client_type in CONSUMER_TYPES:
                 group = self._broker.require_group(settings.subscription.group.name)
@@ -319,14 +331,14 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         try:
             resolution = request.resolution
-            if resolution not in (d.TransactionResolution.COMMIT, d.TransactionResolution.ROLLBACK):
+            if resolution not in (TransactionResolution.COMMIT, TransactionResolution.ROLLBACK):
                 raise V2Error(C.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
             await self._broker.end_transaction(
                 request.topic.name,
                 request.message_id,
                 request.transaction_id,
-                commit=resolution == d.TransactionResolution.COMMIT,
-                from_check=request.source == d.TransactionSource.SOURCE_SERVER_CHECK,
+                commit=resolution == TransactionResolution.COMMIT,
+                from_check=request.source == TransactionSource.SOURCE_SERVER_CHECK,
             )
             return s.EndTransactionResponse(status=OK)
         except Exception as exc:
@@ -336,7 +348,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     @staticmethod
     def _expression(expression: Any) -> str:
-        if expression.type == d.FilterType.SQL:
+        if expression.type == FilterType.SQL:
             raise V2Error(C.UNSUPPORTED, "SQL92 filters are not supported; filter by tag")
         return str(expression.expression) or "*"
 
@@ -499,13 +511,13 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         try:
             queue = request.message_queue
             policy = request.query_offset_policy
-            if policy == d.QueryOffsetPolicy.TIMESTAMP:
+            if policy == QueryOffsetPolicy.TIMESTAMP:
                 raise V2Error(C.UNSUPPORTED, "looking up an offset by time is not supported")
             rows = {row[0]: row for row in self._broker.queue_status(queue.topic.name)}
             row = rows.get(queue.id)
             if row is None:
                 raise V2Error(C.BAD_REQUEST, f"topic {queue.topic.name!r} has no queue {queue.id}")
-            offset = row[1] if policy == d.QueryOffsetPolicy.BEGINNING else row[2]
+            offset = row[1] if policy == QueryOffsetPolicy.BEGINNING else row[2]
             return s.QueryOffsetResponse(status=OK, offset=offset)
         except Exception as exc:
             return s.QueryOffsetResponse(status=error_status(exc, "QueryOffset"))

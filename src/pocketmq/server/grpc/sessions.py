@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pocketmq.server.grpc.pb import d, s
+from pocketmq.server.grpc.pb import ClientType, Code, s
 
 __all__ = ["ClientSession", "Sessions"]
 
@@ -86,7 +86,7 @@ class Sessions:
         no producer of the topic has an open stream; the broker checks again later.
         """
         for session in self._sessions.values():
-            is_producer = session.client_type == d.ClientType.PRODUCER and topic in session.topics
+            is_producer = session.client_type == ClientType.PRODUCER and topic in session.topics
             if is_producer and session.push(_transaction_check(message, transaction_id)):
                 return True
         return False
@@ -94,7 +94,7 @@ class Sessions:
 
 def _transaction_check(message: Any, transaction_id: str) -> Any:
     return s.TelemetryCommand(
-        status={"code": d.Code.OK, "message": "OK"},
+        status={"code": Code.OK, "message": "OK"},
         recover_orphaned_transaction_command={
             "message": message,
             "transaction_id": transaction_id,

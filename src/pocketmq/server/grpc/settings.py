@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from pocketmq.broker import GroupConfig
 from pocketmq.server.grpc.convert import duration
-from pocketmq.server.grpc.pb import d
+from pocketmq.server.grpc.pb import ClientType, d
 
 __all__ = [
     "CONSUMER_TYPES",
@@ -29,7 +29,7 @@ __all__ = [
     "producer_settings",
 ]
 
-CT = d.ClientType
+CT = ClientType
 CONSUMER_TYPES: Final = frozenset({CT.PUSH_CONSUMER, CT.SIMPLE_CONSUMER, CT.PULL_CONSUMER})
 LONG_POLLING_TIMEOUT: Final = 20.0  # seconds; RocketMQ's default long poll
 RECEIVE_BATCH_SIZE: Final = 32

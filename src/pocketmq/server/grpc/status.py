@@ -13,13 +13,14 @@ import logging
 from typing import Any, Final
 
 from pocketmq.errors import BrokerError, Code, InvalidArgumentError
+from pocketmq.server.grpc.pb import Code as V2Code
 from pocketmq.server.grpc.pb import d
 
 __all__ = ["OK", "V2Error", "error_status", "status", "v2_code"]
 
 log = logging.getLogger("pocketmq.server.grpc")
 
-C = d.Code
+C = V2Code
 
 _BY_CODE: Final[dict[int, int]] = {  # values are ints at run time (protobuf enums)
     Code.SUCCESS: C.OK,
