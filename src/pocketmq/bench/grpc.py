@@ -13,8 +13,8 @@ Cases (1 KiB bodies by default):
 - official ``SimpleConsumer``: ``receive(32)`` then one ``ack()`` per message (the client has no
   batch ack), acks spread over ``--ack-threads`` threads;
 - official ``PushConsumer``: its own 20 consume threads, each acking what it consumed;
-- native ``SyncProducer.send()`` in a loop, and ``send_async()`` with the same number in flight
-  (the native producer batches what is outstanding);
+- native ``Producer.send()`` (asyncio) awaited one by one, with the same number in flight, and
+  the same again with a 1 ms linger (the native producer then batches what is outstanding);
 - native ``SimpleConsumer``: ``receive(32)`` then one ``ack_many()`` per batch.
 
 Run ``python -m pocketmq.bench.grpc --help``; ``run_grpc_bench()`` returns the figures.
@@ -23,6 +23,7 @@ Run ``python -m pocketmq.bench.grpc --help``; ``run_grpc_bench()`` returns the f
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
 import os
 import resource
@@ -30,7 +31,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pocketmq.client import Message as NativeMessage
-from pocketmq.client.sync import SyncAdmin, SyncProducer, SyncSimpleConsumer
+from pocketmq.client import Producer, ProducerConfig, SimpleConsumer
+from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
 
 __all__ = ["GrpcBenchResult", "main", "run_grpc_bench"]
@@ -188,36 +190,87 @@ def _shutdown_decode_pool(consumer: Any) -> None:
         pool.shutdown(wait=True)
 
 
-# -- the native SDK ------------------------------------------------------------------------
+# -- the native SDK (its asyncio API, as an application would use it) -----------------------
 
 
-def _native_sync_send(producer: SyncProducer, topic: str, body: bytes, count: int) -> None:
+async def _native_sync_send(producer: Producer, topic: str, body: bytes, count: int) -> None:
     for _ in range(count):
-        producer.send(NativeMessage(topic=topic, body=body))
+        await producer.send(NativeMessage(topic=topic, body=body))
 
 
-def _native_async_send(
-    producer: SyncProducer, topic: str, body: bytes, count: int, in_flight: int
+async def _native_async_send(
+    producer: Producer, topic: str, body: bytes, count: int, in_flight: int
 ) -> None:
-    pending: set[concurrent.futures.Future[Any]] = set()
+    slots = asyncio.Semaphore(in_flight)
+
+    async def one() -> None:
+        try:
+            await producer.send(NativeMessage(topic=topic, body=body))
+        finally:
+            slots.release()
+
+    tasks = []
     for _ in range(count):
-        if len(pending) >= in_flight:
-            finished, pending = concurrent.futures.wait(
-                pending, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            for future in finished:
-                future.result()
-        pending.add(producer.send_async(NativeMessage(topic=topic, body=body)))
-    for future in concurrent.futures.as_completed(pending):
-        future.result()
+        await slots.acquire()
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
 
 
-def _native_receive_ack(consumer: SyncSimpleConsumer, count: int) -> None:
+async def _native_receive_ack(consumer: SimpleConsumer, count: int) -> None:
     received = 0
     while received < count:
-        batch = consumer.receive(32, 60)
-        consumer.ack_many(batch)
+        batch = await consumer.receive(32, 60)
+        await consumer.ack_many(batch)
         received += len(batch)
+
+
+async def _native_cases(
+    address: str, pid: int, body: bytes, sync_count: int, count: int, in_flight: int
+) -> list[GrpcBenchResult]:
+    topic = "bench-native"
+    results: list[GrpcBenchResult] = []
+
+    async def measure(case: str, number: int, work: Awaitable[None]) -> None:
+        broker_before, client_before = _process_cpu(pid), _own_cpu()
+        started = time.perf_counter()
+        await work
+        seconds = time.perf_counter() - started
+        results.append(
+            GrpcBenchResult(
+                case,
+                number,
+                seconds,
+                _process_cpu(pid) - broker_before,
+                _own_cpu() - client_before,
+            )
+        )
+
+    async with Producer(servers=address) as producer:
+        await _native_sync_send(producer, topic, body, 200)  # warm up
+        await measure(
+            "native send()", sync_count, _native_sync_send(producer, topic, body, sync_count)
+        )
+        await measure(
+            f"native send(), {in_flight} in flight",
+            count,
+            _native_async_send(producer, topic, body, count, in_flight),
+        )
+    async with Producer(servers=address, config=ProducerConfig(linger=0.001)) as producer:
+        await measure(
+            f"native send(), {in_flight} in flight, 1 ms linger (batches)",
+            count,
+            _native_async_send(producer, topic, body, count, in_flight),
+        )
+    backlog = 200 + sync_count + 2 * count
+    async with SimpleConsumer(
+        "bench-native-simple", topic, servers=address, await_duration=5
+    ) as consumer:
+        await measure(
+            "native SimpleConsumer receive(32) + ack_many",
+            backlog,
+            _native_receive_ack(consumer, backlog),
+        )
+    return results
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -316,36 +369,11 @@ def run_grpc_bench(
             )
 
             # native SDK, same broker
-            native_topic = "bench-native"
-            with SyncProducer(servers=broker.native) as native:
-                _native_sync_send(native, native_topic, body, 200)
-                results.append(
-                    _measure(
-                        "native send()",
-                        pid,
-                        sync_messages,
-                        lambda: _native_sync_send(native, native_topic, body, sync_messages),
-                    )
+            results.extend(
+                asyncio.run(
+                    _native_cases(broker.native, pid, body, sync_messages, messages, in_flight)
                 )
-                results.append(
-                    _measure(
-                        f"native send_async(), {in_flight} in flight",
-                        pid,
-                        messages,
-                        lambda: _native_async_send(native, native_topic, body, messages, in_flight),
-                    )
-                )
-            with SyncSimpleConsumer(
-                "bench-native-simple", native_topic, servers=broker.native, await_duration=5
-            ) as native_consumer:
-                results.append(
-                    _measure(
-                        "native SimpleConsumer receive(32) + ack_many",
-                        pid,
-                        backlog,
-                        lambda: _native_receive_ack(native_consumer, backlog),
-                    )
-                )
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return results
