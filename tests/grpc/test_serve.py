@@ -1,13 +1,19 @@
-"""``pocketmq serve --grpc-port``: the ready line, and a port that is taken."""
+"""``pocketmq serve``: the gRPC port in the ready line, a taken port, the gRPC settings."""
 
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
+import grpc
 import pytest
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
+from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
+
+from .test_errors import _send
 
 
 def _free_port() -> int:
@@ -22,3 +28,42 @@ def test_grpc_port_in_the_ready_line_and_a_taken_port_fails(tmp_path: Path) -> N
         assert first.grpc == f"127.0.0.1:{port}"
         with pytest.raises(RuntimeError, match="cannot start the broker"):
             BrokerProcess(tmp_path / "b", grpc_port=port)  # no silent port sharing
+
+
+def test_the_auto_renew_invisible_time_is_configurable(tmp_path: Path) -> None:
+    """Push consumers receive with auto_renew and no invisible duration: the broker's
+    ``[server] grpc_auto_renew_invisible`` decides how long their messages stay hidden."""
+    config = {"server": {"grpc_auto_renew_invisible": 1.0}}
+    with BrokerProcess(tmp_path, config=config) as broker:
+        admin = SyncAdmin(servers=broker.native)
+        try:
+            admin.create_topic("T", queues=1)
+            admin.create_group("G")
+        finally:
+            admin.close()
+        channel = grpc.insecure_channel(broker.grpc)
+        try:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            _send(stub, "T", b"renew me")
+
+            def receive() -> list:
+                request = service_pb2.ReceiveMessageRequest(
+                    group=definition_pb2.Resource(name="G"),
+                    message_queue=definition_pb2.MessageQueue(
+                        topic=definition_pb2.Resource(name="T")
+                    ),
+                    batch_size=8,
+                    auto_renew=True,
+                    long_polling_timeout={"seconds": 3},
+                )
+                replies = stub.ReceiveMessage(request, timeout=10)
+                return [r.message for r in replies if r.HasField("message")]
+
+            [first] = receive()
+            started = time.monotonic()
+            [again] = receive()  # back after 1 s, not 120 s
+            assert 0.5 < time.monotonic() - started < 3
+            assert again.system_properties.delivery_attempt == 2
+            assert again.system_properties.message_id == first.system_properties.message_id
+        finally:
+            channel.close()
