@@ -70,6 +70,9 @@ ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
 }
 
 _NORMAL: Final[int] = MT.NORMAL
+_FIFO: Final[int] = MT.FIFO
+_IDENTITY: Final[int] = Encoding.IDENTITY
+_CRC32: Final[int] = DigestType.CRC32
 _GZIP: Final[int] = Encoding.GZIP
 _TAKES_NORMAL: Final = frozenset({None, "normal"})
 _MESSAGE_ID: Final = props.MESSAGE_ID
@@ -226,47 +229,52 @@ def _special(
         properties[props.TRANSACTION_PREPARED] = "true"
 
 
-def _delivered_type(properties: dict[str, str]) -> int:
-    if props.MESSAGE_GROUP in properties:
-        return int(MT.FIFO)
-    if props.TRANSACTION_PREPARED in properties:
-        return int(MT.TRANSACTION)
-    return int(MT.NORMAL)
+def delivered_message(message: Delivered, namespace: str, store_host: str, into: Any = None) -> Any:
+    """A delivered message as the v2 ``Message`` the official clients decode.
 
-
-def delivered_message(message: Delivered, namespace: str, store_host: str) -> Any:
-    """A delivered message as the v2 ``Message`` the official clients decode."""
+    ``into`` is a ``Message`` field of a response to fill in place (filling fields one by one
+    is about three times faster than building nested messages from dicts).
+    """
+    out = d.Message() if into is None else into
     properties = message.properties
-    system: dict[str, Any] = {
-        "message_id": properties.get(props.MESSAGE_ID, ""),
-        "body_digest": {
-            "type": DigestType.CRC32,
-            "checksum": format(zlib.crc32(message.body) & 0xFFFFFFFF, "08X"),
-        },
-        "body_encoding": Encoding.IDENTITY,
-        "message_type": _delivered_type(properties),
-        "born_timestamp": timestamp(message.born_timestamp),
-        "born_host": message.born_host.rpartition(":")[0].strip("[]") or message.born_host,
-        "store_timestamp": timestamp(message.store_timestamp),
-        "store_host": store_host,
-        "queue_id": message.queue_id,
-        "queue_offset": message.queue_offset,
-        "delivery_attempt": max(1, message.delivery_attempt),
-    }
+    out.topic.name = message.topic
+    if namespace:
+        out.topic.resource_namespace = namespace
+    out.body = message.body
+    user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
+    if user:
+        out.user_properties.update(user)
+    system = out.system_properties
+    system.message_id = properties.get(_MESSAGE_ID, "")
+    digest = system.body_digest
+    digest.type = _CRC32
+    digest.checksum = format(zlib.crc32(message.body) & 0xFFFFFFFF, "08X")
+    system.body_encoding = _IDENTITY
+    born = message.born_timestamp
+    system.born_timestamp.seconds = born // 1000
+    system.born_timestamp.nanos = born % 1000 * 1_000_000
+    system.born_host = message.born_host.rpartition(":")[0].strip("[]") or message.born_host
+    stored = message.store_timestamp
+    system.store_timestamp.seconds = stored // 1000
+    system.store_timestamp.nanos = stored % 1000 * 1_000_000
+    system.store_host = store_host
+    system.queue_id = message.queue_id
+    system.queue_offset = message.queue_offset
+    system.delivery_attempt = max(1, message.delivery_attempt)
     if message.receipt_handle:
-        system["receipt_handle"] = message.receipt_handle
-    tag = properties.get(props.TAGS)
+        system.receipt_handle = message.receipt_handle
+    tag = properties.get(_TAGS)
     if tag:
-        system["tag"] = tag
-    keys = properties.get(props.KEYS)
+        system.tag = tag
+    keys = properties.get(_KEYS)
     if keys:
-        system["keys"] = keys.split()
+        system.keys.extend(keys.split())
     group = properties.get(props.MESSAGE_GROUP)
     if group:
-        system["message_group"] = group
-    return d.Message(
-        topic={"name": message.topic, "resource_namespace": namespace},
-        user_properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES},
-        system_properties=system,
-        body=message.body,
-    )
+        system.message_group = group
+        system.message_type = _FIFO
+    elif props.TRANSACTION_PREPARED in properties:
+        system.message_type = MT.TRANSACTION
+    else:
+        system.message_type = _NORMAL
+    return out

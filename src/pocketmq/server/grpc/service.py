@@ -393,9 +393,9 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         namespace = queue.topic.resource_namespace
         store_host = self._store_host()
         for message in delivered:
-            yield s.ReceiveMessageResponse(
-                message=delivered_message(message, namespace, store_host)
-            )
+            response = s.ReceiveMessageResponse()
+            delivered_message(message, namespace, store_host, response.message)
+            yield response
         yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
@@ -486,7 +486,9 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         namespace = queue.topic.resource_namespace
         store_host = self._store_host()
         for message in outcome.messages:
-            yield s.PullMessageResponse(message=delivered_message(message, namespace, store_host))
+            response = s.PullMessageResponse()
+            delivered_message(message, namespace, store_host, response.message)
+            yield response
         yield s.PullMessageResponse(next_offset=outcome.next_offset)
 
     async def UpdateOffset(self, request: Any, context: Any) -> Any:
