@@ -278,7 +278,7 @@ async def _native_cases(
 
 def run_grpc_bench(
     *,
-    messages: int = 5_000,
+    messages: int = 10_000,
     sync_messages: int = 2_000,
     body_size: int = 1024,
     in_flight: int = 256,
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m pocketmq.bench.grpc", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--messages", type=int, default=5_000, help="async sends (default 5000)")
+    parser.add_argument("--messages", type=int, default=10_000, help="async sends (default 10000)")
     parser.add_argument("--sync-messages", type=int, default=2_000, help="sync sends")
     parser.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
     parser.add_argument("--in-flight", type=int, default=256, help="async sends outstanding")
