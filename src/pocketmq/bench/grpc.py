@@ -381,7 +381,9 @@ def run_grpc_bench(
 
 def print_results(results: list[GrpcBenchResult], console: Console | None = None) -> None:
     table = Table(title="gRPC (official client) vs native, 1 broker process + 1 client process")
-    for column in ("case", "messages", "seconds", "msg/s", "broker CPU", "client CPU"):
+    columns = ("case", "messages", "seconds", "msg/s", "broker CPU", "client CPU",
+               "broker µs/msg", "client µs/msg")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="left" if column == "case" else "right")
     for r in results:
         table.add_row(
@@ -391,8 +393,10 @@ def print_results(results: list[GrpcBenchResult], console: Console | None = None
             f"{r.per_second:,.0f}",
             f"{r.broker_core_share:.0%}",
             f"{r.client_core_share:.0%}",
+            f"{r.broker_cpu / r.messages * 1e6:.0f}",
+            f"{r.client_cpu / r.messages * 1e6:.0f}",
         )
-    (console or Console()).print(table)
+    (console or Console(width=160)).print(table)
 
 
 def main(argv: list[str] | None = None) -> None:
