@@ -248,3 +248,24 @@ def test_transactions_are_refused_until_the_broker_has_them(stub: Any, admin: Sy
     )
     assert end.status.code == Code.UNSUPPORTED
     assert sum(q.max_offset for q in admin.queues(topic)) == 0
+
+
+def test_a_retried_receive_gets_the_same_messages(stub: Any, topic: str, group: str) -> None:
+    """Push consumers retry a failed receive with the same attempt_id: the retry must not
+    leave the first batch hidden until its invisible time ends."""
+    for i in range(3):
+        _send(stub, topic, f"r{i}".encode())
+    first = _receive(stub, topic, group, auto_renew=True, attempt_id="attempt-1")
+    again = _receive(stub, topic, group, auto_renew=True, attempt_id="attempt-1")
+
+    def handles(replies: list[Any]) -> list[str]:
+        return [
+            r.message.system_properties.receipt_handle for r in replies if r.HasField("message")
+        ]
+
+    assert len(handles(first)) == 3
+    assert handles(again) == handles(first)
+    [empty] = _receive(stub, topic, group, auto_renew=True, attempt_id="attempt-2")
+    assert empty.status.code == Code.MESSAGE_NOT_FOUND  # a new attempt pops anew
+    [also_empty] = _receive(stub, topic, group, auto_renew=True, attempt_id="attempt-1")
+    assert also_empty.status.code == Code.MESSAGE_NOT_FOUND  # only the latest attempt is kept

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from pocketmq.broker import Broker, PullStatus, SendOutcome
+from pocketmq.broker import Broker, Delivered, PullStatus, SendOutcome
 from pocketmq.errors import Code, UnsupportedError
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc.convert import (
@@ -56,7 +56,7 @@ from pocketmq.server.grpc.settings import (
 )
 from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
 
-__all__ = ["MessagingService"]
+__all__ = ["MessagingService", "ReceiveAttempts"]
 
 log = logging.getLogger("pocketmq.server.grpc")
 
@@ -99,6 +99,42 @@ def _host_port(host: str) -> str:
     return host if ":" in host else f"{host}:0"
 
 
+class ReceiveAttempts:
+    """The last receive of each (client, group, topic), by the client's ``attempt_id``.
+
+    A push consumer whose receive failed (a lost response, a decoding error) retries it with the
+    same attempt id. Popping again would leave the first batch invisible until its invisible
+    time ends (and, for a FIFO group, hold the group back that long); instead the retry gets the
+    same messages and receipt handles again. Only the latest attempt per consumer and topic is
+    kept, until its invisible time ends: memory stays bounded by consumers × topics × a batch.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str, str], tuple[str, float, list[Delivered]]] = {}
+
+    def retry(self, key: tuple[str, str, str], attempt: str) -> list[Delivered] | None:
+        if not attempt:
+            return None
+        last = self._last.get(key)
+        if last is None or last[0] != attempt or last[1] <= time.monotonic():
+            return None
+        return last[2]
+
+    def record(
+        self, key: tuple[str, str, str], attempt: str, delivered: list[Delivered], invisible: float
+    ) -> None:
+        if not attempt or not delivered:
+            self._last.pop(key, None)
+            return
+        self._last[key] = (attempt, time.monotonic() + invisible, delivered)
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        for key, (_, expires, _) in list(self._last.items()):
+            if expires <= now:
+                del self._last[key]
+
+
 class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     def __init__(
         self,
@@ -115,7 +151,12 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         self._auto_renew = auto_renew_invisible
         self._max_sending = max_inflight_sends
         self._sending = 0
+        self._attempts = ReceiveAttempts()
         self.sessions = Sessions()
+
+    def sweep(self) -> None:
+        """Forget state that has run out (called every 30 s)."""
+        self._attempts.sweep()
 
     # -- routing and membership -----------------------------------------------------------
 
@@ -373,16 +414,22 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             remaining = context.time_remaining()
             if remaining is not None:
                 polling = min(polling, remaining - _DEADLINE_MARGIN)
-            delivered = await self._broker.pop(
-                request.group.name,
-                queue.topic.name,
-                max_count=request.batch_size or RECEIVE_BATCH_SIZE,
-                invisible=invisible,
-                max_wait=max(0.0, polling),
-                expression=self._expression(request.filter_expression),
-                consumer=_client_id(context),
-                queue_hint=queue.id,
-            )
+            client_id = _client_id(context)
+            attempt = request.attempt_id if request.HasField("attempt_id") else ""
+            key = (client_id, request.group.name, queue.topic.name)
+            delivered = self._attempts.retry(key, attempt)
+            if delivered is None:
+                delivered = await self._broker.pop(
+                    request.group.name,
+                    queue.topic.name,
+                    max_count=request.batch_size or RECEIVE_BATCH_SIZE,
+                    invisible=invisible,
+                    max_wait=max(0.0, polling),
+                    expression=self._expression(request.filter_expression),
+                    consumer=client_id,
+                    queue_hint=queue.id,
+                )
+                self._attempts.record(key, attempt, delivered, invisible)
         except Exception as exc:
             yield s.ReceiveMessageResponse(status=error_status(exc, "ReceiveMessage"))
             return
