@@ -9,6 +9,7 @@ avoided (wrong encodings, missing fields, ...). The client logs to ``~/logs/rock
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import re
@@ -32,6 +33,7 @@ from rocketmq import (
     SimpleConsumer,
 )
 from rocketmq.grpc_protocol import service_pb2_grpc
+from rocketmq.v5.client.connection import RpcClient
 
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
@@ -147,6 +149,12 @@ class OfficialClients:
 
     def _start(self, client: Any) -> Any:
         self._started.append(client)
+        # When a reply arrives before the client attached its callback (easy against a local
+        # broker), the client opens its Telemetry stream from *this* thread, and grpc.aio then
+        # needs this thread's current event loop: the client's own I/O loop, which its channel
+        # creation sets as a side effect elsewhere. pytest-asyncio (and asyncio.run) leave the
+        # main thread's loop explicitly unset, so set it as the client expects.
+        asyncio.set_event_loop(RpcClient.get_channel_io_loop())
         client.startup()
         return client
 
@@ -164,6 +172,8 @@ class OfficialClients:
         )
 
     def shutdown_all(self) -> None:
+        if self._started:
+            asyncio.set_event_loop(None)  # as pytest-asyncio leaves it after every test
         while self._started:
             client = self._started.pop()
             if client.is_running:

@@ -12,6 +12,8 @@ official clients force or allow (see docs/grpc.md):
   long enough for the client's local cache to drain; a push consumer never extends it.
 - **ChangeInvisibleDuration answers with a receipt handle even when it fails** (the original
   one): the clients overwrite their handle with the reply's before they look at the status.
+- **A receive retried with the same attempt_id** gets the same messages again
+  (:class:`ReceiveAttempts`).
 """
 
 from __future__ import annotations
