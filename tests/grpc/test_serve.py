@@ -13,6 +13,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
 
+from .conftest import ClientLog, OfficialClients, message, wait_until
 from .test_errors import _send
 
 
@@ -67,3 +68,39 @@ def test_the_auto_renew_invisible_time_is_configurable(tmp_path: Path) -> None:
             assert again.system_properties.message_id == first.system_properties.message_id
         finally:
             channel.close()
+
+
+def test_clients_carry_on_across_a_broker_restart(tmp_path: Path, client_log: ClientLog) -> None:
+    client_log.expect("send message exception", "failed to send message", "Connection refused")
+    with BrokerProcess(tmp_path) as broker:
+        admin = SyncAdmin(servers=broker.native)
+        try:
+            admin.create_topic("T", queues=2)
+            admin.create_group("G")
+        finally:
+            admin.close()
+        clients = OfficialClients(broker.grpc)
+        try:
+            producer = clients.producer("T")
+            consumer = clients.simple("G", "T")
+            before = producer.send(message("T", b"before")).message_id
+            broker.restart()  # same ports, same data
+            sent: list[str] = []
+
+            def send_again() -> bool:
+                try:
+                    sent.append(producer.send(message("T", b"after")).message_id)
+                except Exception:  # the channel reconnects with gRPC's backoff (~1 s)
+                    return False
+                return True
+
+            wait_until(send_again, timeout=15, step=0.2)
+            got: list = []
+            wait_until(lambda: got.extend(consumer.receive(8, 30)) or len(got) >= 2, timeout=15)
+            ids = {m.message_id for m in got}
+            assert before in ids  # nothing lost across the restart
+            assert sent[-1] in ids
+            for m in got:
+                consumer.ack(m)
+        finally:
+            clients.shutdown_all()
