@@ -1,5 +1,5 @@
 """Server → client commands on the Telemetry stream: the orphaned-transaction check-back hook
-(``Sessions.push_transaction_check``) reaches the official producer's checker, and its answer
+(``GrpcServer.check_transaction``) reaches the official producer's checker, and its answer
 comes back as EndTransaction. Issue 6 will call the hook from the broker; until then the broker
 answers that EndTransaction with UNSUPPORTED, which the client only logs.
 
@@ -21,7 +21,6 @@ from rocketmq import TransactionChecker, TransactionResolution
 from pocketmq.broker import Broker, BrokerConfig, Delivered
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc import GrpcServer
-from pocketmq.server.grpc.convert import delivered_message
 
 from .conftest import ClientLog, OfficialClients, wait_until
 
@@ -101,16 +100,12 @@ def test_a_transaction_check_reaches_the_producer_and_comes_back(
     checker = _Checker()
     try:
         clients.producer("TX", checker=checker)
-        sessions = in_process.server.service.sessions
-        message = delivered_message(
-            Delivered("TX", 0, 0, b"half", {"UNIQ_KEY": "ORPHAN1"}, 1, 1, 0),
-            "",
-            in_process.grpc_address,
-        )
+        server = in_process.server
+        half = Delivered("TX", 0, 0, b"half", {"UNIQ_KEY": "ORPHAN1"}, 1, 1, 0)
 
         def push() -> bool:
             async def call() -> bool:
-                return sessions.push_transaction_check("TX", message, "tx-1")
+                return server.check_transaction(half, "tx-1")
 
             return bool(in_process.run(call()))
 
@@ -122,7 +117,8 @@ def test_a_transaction_check_reaches_the_producer_and_comes_back(
         assert ended == [("TX", "ORPHAN1", "tx-1", {"commit": True, "from_check": True})]
 
         async def no_producer() -> bool:
-            return sessions.push_transaction_check("OTHER", message, "tx-2")
+            other = Delivered("OTHER", 0, 0, b"half", {"UNIQ_KEY": "ORPHAN2"}, 1, 1, 0)
+            return server.check_transaction(other, "tx-2")
 
         assert in_process.run(no_producer()) is False
     finally:

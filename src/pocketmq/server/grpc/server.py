@@ -14,8 +14,9 @@ from typing import Final, Protocol
 
 import grpc
 
-from pocketmq.broker import Broker
+from pocketmq.broker import Broker, Delivered
 from pocketmq.protocol import structs as w
+from pocketmq.server.grpc.convert import delivered_message
 from pocketmq.server.grpc.pb import rpc
 from pocketmq.server.grpc.service import MessagingService
 
@@ -82,6 +83,16 @@ class GrpcServer:
         self.host, self.port = host, bound
         self._sweeper = asyncio.create_task(self._sweep_sessions(), name="grpc-sessions")
         log.info("gRPC (apache.rocketmq.v2) listening on %s:%d", host, bound)
+
+    def check_transaction(self, message: Delivered, transaction_id: str) -> bool:
+        """Ask a connected official producer of ``message.topic`` to resolve an orphaned half
+        message: its TransactionChecker answers with EndTransaction (source SERVER_CHECK).
+
+        For the broker's check-back (issue 6), e.g. registered by ``BrokerApp`` as a checker.
+        Returns False when no producer of the topic is connected over gRPC.
+        """
+        v2 = delivered_message(message, "", self._app.grpc_address)
+        return self.service.sessions.push_transaction_check(message.topic, v2, transaction_id)
 
     async def _sweep_sessions(self) -> None:
         while True:
