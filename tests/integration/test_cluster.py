@@ -22,25 +22,22 @@ def cluster(
 ) -> Iterator[tuple[NameServerProcess, BrokerProcess, BrokerProcess]]:
     root = tmp_path_factory.mktemp("cluster")
     with NameServerProcess(root) as namesrv:
-        a = BrokerProcess(
-            root / "a",
-            namesrv=namesrv.address,
-            broker_name="broker-a",
-            config=FAST_BROKER,
-            grpc_port=None,
-        )
-        b = BrokerProcess(
-            root / "b",
-            namesrv=namesrv.address,
-            broker_name="broker-b",
-            config=FAST_BROKER,
-            grpc_port=None,
-        )
+        brokers: list[BrokerProcess] = []
         try:
-            yield namesrv, a, b
+            for name in ("a", "b"):
+                brokers.append(
+                    BrokerProcess(
+                        root / name,
+                        namesrv=namesrv.address,
+                        broker_name=f"broker-{name}",
+                        config=FAST_BROKER,
+                        grpc_port=None,
+                    )
+                )
+            yield namesrv, brokers[0], brokers[1]
         finally:
-            a.stop()
-            b.stop()
+            for broker in brokers:  # also when the second one failed to start
+                broker.stop()
 
 
 async def _create_everywhere(brokers: list[BrokerProcess], topic: str, group: str) -> None:

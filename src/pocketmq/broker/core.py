@@ -34,7 +34,13 @@ from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.pop import Handle, InFlight, PopManager, PopQueue
 from pocketmq.broker.producers import CheckChannel
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveLedger, RedriveRecord
-from pocketmq.broker.schedule import SCHEDULE_TOPIC, TIMER_TOPIC, ScheduleService
+from pocketmq.broker.schedule import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    ScheduleService,
+    make_recall_handle,
+    parse_recall_handle,
+)
 from pocketmq.broker.topics import (
     DLQ_PREFIX,
     PERM_READ,
@@ -64,6 +70,7 @@ from pocketmq.errors import (
     ServiceUnavailableError,
     TooManyRequestsError,
     TopicNotFoundError,
+    error_from_code,
 )
 from pocketmq.routing import queue_for_group
 from pocketmq.store import (
@@ -537,15 +544,20 @@ class Broker:
     def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
         code = _PUT_CODES[result.status]
         if stored.topic in _HELD_TOPICS:  # delayed or half: the real offset comes later
+            message_id = stored.properties.get(props.MESSAGE_ID, "")
+            recallable = stored.topic in _SCHEDULE_TOPICS and result.status.stored
             return SendOutcome(
                 code=code,
                 remark=result.reason,
-                message_id=stored.properties.get(props.MESSAGE_ID, ""),
+                message_id=message_id,
                 queue_id=int(stored.properties.get(props.REAL_QUEUE_ID, "-1")),
                 queue_offset=-1,
                 physical_offset=result.physical_offset,
                 transaction_id=stored.properties.get(props.TRANSACTION_ID, ""),
                 topic=stored.properties.get(props.REAL_TOPIC, stored.topic),
+                recall_handle=(
+                    make_recall_handle(result.physical_offset, message_id) if recallable else ""
+                ),
             )
         return SendOutcome(
             code=code,
@@ -855,12 +867,12 @@ class Broker:
             state = self.pop_state.get(group.name, topic.name, queue_id)
             if state is None:
                 committed = self.offsets.query(group.name, topic.name, queue_id)
-                start = (
+                first = (
                     committed
                     if committed >= 0
                     else self._initial_offset(group, topic.name, queue_id)
                 )
-                state = self.pop_state.ensure(group.name, topic.name, queue_id, start)
+                state = self.pop_state.ensure(group.name, topic.name, queue_id, first)
             if group.fifo:
                 self._pop_fifo(
                     group,
@@ -1083,6 +1095,7 @@ class Broker:
         handle = Handle.parse(receipt_handle)
         state, entry = self.pop_state.lookup(group, topic, handle)
         self._record_entry(group, topic, entry, Outcome.RECONSUME_LATER, error)
+        was_visible_at = entry.visible_at
         visible_at = self._clock() + invisible
         token = state.rehide(handle.offset, visible_at)
         group_config = self.groups.get(group)
@@ -1090,7 +1103,8 @@ class Broker:
             state.rehide_group(entry.message_group, visible_at)  # the run comes back together
             token = state.inflight[handle.offset].token
         self.pop_state.dirty = True
-        if invisible == 0:
+        if entry.visible_at < was_visible_at:
+            # sooner than before: long polls sleeping until the old time must look again
             self.arrivals.notify(topic)
         return Handle(handle.queue_id, handle.offset, token).encode()
 
@@ -1428,3 +1442,58 @@ class Broker:
                 "flush_mode": stats.flush_mode,
             },
         }
+
+    # -- used by the gRPC adapter ---------------------------------------------------------
+
+    def require_group(self, name: str) -> GroupConfig:
+        """A consumer group's configuration (created on first use when auto-create is on)."""
+        return self._group(name)
+
+    def forward_to_dead_letter(
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        *,
+        reason: str = "forwarded to the DLQ by the consumer",
+    ) -> None:
+        """Move a popped message to ``%DLQ%<group>`` now (a FIFO consumer gave up on it
+        after its local retries); its receipt handle must still be valid."""
+        self._group(group)
+        handle = Handle.parse(receipt_handle)
+        state, _ = self.pop_state.lookup(group, topic, handle)
+        message = self._message_at(topic, handle.queue_id, handle.offset)
+        if message is not None:  # None: removed by retention, nothing left to keep
+            result = self.dead_letter(group, message, reason=reason)
+            if not result.status.stored:
+                raise error_from_code(
+                    _PUT_CODES[result.status],
+                    f"storing the dead letter failed: {result.reason or result.status.value}",
+                )
+        state.finish(handle.offset)
+        self.offsets.commit(group, topic, handle.queue_id, state.committed)
+        self.pop_state.dirty = True
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message before it is due (the ``recall_handle`` of its send
+        outcome); returns its message id."""
+        parsed = parse_recall_handle(recall_handle)
+        if parsed is None:
+            raise InvalidArgumentError(f"malformed recall handle {recall_handle!r}")
+        physical, message_id = parsed
+        record = self.store.read_message(physical)
+        if (
+            record is None
+            or record.message_id != message_id
+            or record.topic not in _SCHEDULE_TOPICS
+            or record.properties.get(props.REAL_TOPIC) != topic
+        ):
+            raise MessageNotFoundError(
+                f"no delayed message of topic {topic!r} matches recall handle {recall_handle!r}"
+            )
+        if not self.schedule.cancel(record):
+            raise MessageNotFoundError(
+                f"message {message_id} was already delivered or recalled; it cannot be recalled"
+            )
+        self.counters["recalled"] += 1
+        return message_id

@@ -30,6 +30,7 @@ class SendOutcome(msgspec.Struct, frozen=True, gc=False):
     physical_offset: int = -1
     transaction_id: str = ""
     topic: str = ""
+    recall_handle: str = ""  # delayed messages: cancels the delivery (Broker.recall)
 
 
 class Delivered(msgspec.Struct, frozen=True, gc=False):

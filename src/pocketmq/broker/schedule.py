@@ -34,7 +34,13 @@ from pocketmq import properties as props
 from pocketmq.broker.persist import load_json, save_json
 from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage
 
-__all__ = ["SCHEDULE_TOPIC", "TIMER_TOPIC", "ScheduleService"]
+__all__ = [
+    "SCHEDULE_TOPIC",
+    "TIMER_TOPIC",
+    "ScheduleService",
+    "make_recall_handle",
+    "parse_recall_handle",
+]
 
 log = logging.getLogger("pocketmq.broker")
 
@@ -49,6 +55,19 @@ class _Progress(msgspec.Struct):
     levels: dict[int, int] = {}
     timer_floor: int = 0
     timer_done: list[int] = []
+    recalled: list[int] = []  # physical offsets of held messages cancelled before they were due
+
+
+def make_recall_handle(physical_offset: int, message_id: str) -> str:
+    """An opaque-looking token naming one held (scheduled) message: where it is and its id."""
+    return f"R1:{physical_offset}:{message_id}"
+
+
+def parse_recall_handle(handle: str) -> tuple[int, str] | None:
+    parts = handle.split(":")
+    if len(parts) != 3 or parts[0] != "R1" or not parts[1].isdigit() or not parts[2]:
+        return None
+    return int(parts[1]), parts[2]
 
 
 @dataclass(slots=True)
@@ -77,6 +96,8 @@ class ScheduleService:
         self._level_offsets: dict[int, int] = dict(progress.levels)
         self._timer = _Timer(progress.timer_floor, set(progress.timer_done))
         self._timer.scanned = progress.timer_floor
+        self._recalled: set[int] = set(progress.recalled)
+        self._releasing: set[int] = set()
         self._wake: asyncio.Event | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -120,6 +141,25 @@ class ScheduleService:
         """Something was scheduled: re-evaluate the next wake-up."""
         if self._wake is not None:
             self._wake.set()
+
+    def cancel(self, record: StoredMessage) -> bool:
+        """Recall a held message so it is never delivered; False when it was already
+        delivered (or is being delivered right now), or was recalled before."""
+        physical = record.physical_offset
+        if physical in self._recalled or physical in self._releasing:
+            return False
+        if record.topic == TIMER_TOPIC:
+            timer = self._timer
+            if record.queue_offset < timer.floor or record.queue_offset in timer.done:
+                return False
+        elif record.topic == SCHEDULE_TOPIC:
+            if record.queue_offset < self._level_offsets.get(record.queue_id + 1, 0):
+                return False
+        else:
+            return False
+        self._recalled.add(physical)
+        self._dirty = True
+        return True
 
     # -- the scheduler loop ---------------------------------------------------------------
 
@@ -220,14 +260,24 @@ class ScheduleService:
 
     async def _release(self, physical_offsets: list[int]) -> None:
         copies: list[StoreMessage] = []
+        releasing: list[int] = []
         for physical in physical_offsets:
+            if physical in self._recalled:  # cancelled by its producer: never delivered
+                self._recalled.discard(physical)
+                self._dirty = True
+                continue
             record = self._store.read_message(physical)
             if record is None:
                 log.error("scheduled message at %d is unreadable; skipped", physical)
                 continue
             copies.append(self._restore(record))
+            releasing.append(physical)
         if copies:
-            await self._append(copies)
+            self._releasing.update(releasing)  # too late to recall from here on
+            try:
+                await self._append(copies)
+            finally:
+                self._releasing.difference_update(releasing)
             self.delivered += len(copies)
 
     @staticmethod
@@ -259,6 +309,7 @@ class ScheduleService:
                 levels=dict(self._level_offsets),
                 timer_floor=self._timer.floor,
                 timer_done=sorted(self._timer.done),
+                recalled=sorted(self._recalled),
             ),
         )
 

@@ -127,6 +127,7 @@ def _logging(level: str) -> None:
     "--port", type=int, help="Native protocol port (0 = any free port).  [default: 10911]"
 )
 @click.option("--grpc-port", type=int, help="gRPC (RocketMQ 5) port.  [default: 8081]")
+@click.option("--no-grpc", is_flag=True, help="Do not serve the gRPC (official client) protocol.")
 @click.option("--namesrv-port", type=int, help="Embedded name server port.  [default: 9876]")
 @click.option(
     "--namesrv", help="Use an external name server host:port instead of the embedded one."
@@ -146,6 +147,7 @@ def serve(
     host: str | None,
     port: int | None,
     grpc_port: int | None,
+    no_grpc: bool,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -166,6 +168,8 @@ def serve(
         broker_name=broker_name,
         flush=flush,
     )
+    if no_grpc:
+        config = replace(config, grpc_port=None)
     app = BrokerApp(config)
     try:
         asyncio.run(_run_until_signalled(app.start, app.ready_line, app.close))

@@ -18,6 +18,7 @@ from pocketmq.errors import BrokerConnectionError, TopicNotFoundError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.connection import ServerConnection
+from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE, GrpcServer
 from pocketmq.server.handlers import broker_handlers
 from pocketmq.server.namesrv import NameServer
 from pocketmq.server.tcp import FrameServer
@@ -40,6 +41,8 @@ class AppConfig:
     namesrv: str | None = None  # external name server host:port
     advertise_host: str | None = None
     register_interval: float = REGISTER_INTERVAL
+    # gRPC push consumers receive with auto_renew and never extend: this is their invisible time
+    grpc_auto_renew_invisible: float = AUTO_RENEW_INVISIBLE
 
 
 class BrokerApp:
@@ -48,7 +51,7 @@ class BrokerApp:
         self.broker: Broker | None = None
         self.namesrv: NameServer | None = None
         self._native: FrameServer | None = None
-        self._grpc: object | None = None
+        self._grpc: GrpcServer | None = None
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
@@ -97,8 +100,14 @@ class BrokerApp:
             raise
 
     async def _start_grpc(self, port: int) -> None:
-        """The gRPC adapter (apache.rocketmq.v2) arrives with issue 7."""
-        log.info("gRPC port %d requested; the gRPC adapter is not built yet", port)
+        """The RocketMQ 5 gRPC adapter (apache.rocketmq.v2) for the official clients."""
+        assert self.broker is not None
+        server = GrpcServer(
+            self.broker, self, auto_renew_invisible=self.config.grpc_auto_renew_invisible
+        )
+        await server.start(self.config.host, port)
+        self._grpc = server
+        self.grpc_address = f"{self._advertised_host()}:{server.port}"
 
     def ready_line(self) -> str:
         grpc = self.grpc_address or "disabled"
@@ -195,7 +204,7 @@ class BrokerApp:
         if self._native is not None:
             await self._native.close()
         if self._grpc is not None:
-            await self._grpc.close()  # type: ignore[attr-defined]
+            await self._grpc.close()
         if self._link is not None:
             await self._link.close()
         if self.namesrv is not None:

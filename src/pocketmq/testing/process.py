@@ -120,6 +120,8 @@ class BrokerProcess:
         ]
         if self._grpc_port is not None:
             command += ["--grpc-port", str(self._grpc_port)]
+        else:
+            command.append("--no-grpc")
         if self._namesrv is not None:
             command += ["--namesrv", self._namesrv]
         else:
@@ -144,7 +146,11 @@ class BrokerProcess:
             )
         finally:
             log.close()
-        match = _wait_for_line(self.process, _READY, self.log_path, self._timeout)
+        try:
+            match = _wait_for_line(self.process, _READY, self.log_path, self._timeout)
+        except BaseException:
+            self._close_pipes()  # the process exited (or was killed): do not leak its pipe
+            raise
         self.native, self.grpc, self.namesrv = match.groups()
         # restarts keep the same ports so clients can reconnect
         self._port = int(self.native.rsplit(":", 1)[1])

@@ -1,0 +1,100 @@
+"""The gRPC listener: a ``grpc.aio`` server on the broker's event loop.
+
+It shares the loop (and so the single core) with the native server: both call the same
+:class:`~pocketmq.broker.Broker`. gRPC costs far more CPU per request than the native protocol
+(DESIGN §1), which is why our own SDK does not use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final, Protocol
+
+import grpc
+
+from pocketmq.broker import Broker
+from pocketmq.protocol import structs as w
+from pocketmq.server.grpc.pb import rpc
+from pocketmq.server.grpc.service import MessagingService
+
+__all__ = ["AUTO_RENEW_INVISIBLE", "GrpcServer"]
+
+log = logging.getLogger("pocketmq.server.grpc")
+
+AUTO_RENEW_INVISIBLE: Final = 120.0  # seconds a push consumer's message stays invisible
+MAX_INFLIGHT_SENDS: Final = 8192
+_SESSION_SWEEP: Final = 30.0
+_SESSION_IDLE: Final = 90.0  # three missed heartbeats
+_STOP_GRACE: Final = 1.0
+
+
+class RouteApp(Protocol):
+    """What the adapter needs from the process it runs in (a ``BrokerApp``)."""
+
+    grpc_address: str
+
+    async def _route(self, topic: str) -> w.RouteResponse: ...
+
+
+class GrpcServer:
+    def __init__(
+        self,
+        broker: Broker,
+        app: RouteApp,
+        *,
+        auto_renew_invisible: float = AUTO_RENEW_INVISIBLE,
+        max_inflight_sends: int = MAX_INFLIGHT_SENDS,
+    ) -> None:
+        self._broker = broker
+        self._app = app
+        self.service = MessagingService(
+            broker,
+            app._route,
+            lambda: app.grpc_address,
+            auto_renew_invisible=auto_renew_invisible,
+            max_inflight_sends=max_inflight_sends,
+        )
+        self._server: grpc.aio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.host = ""
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        limit = self._broker.config.store.max_message_size + 1024 * 1024  # room for headers
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.so_reuseport", 0),  # a second broker on this port must fail, not share
+            ]
+        )
+        rpc.add_MessagingServiceServicer_to_server(self.service, server)
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = server.add_insecure_port(target)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen for gRPC on {target}: {exc}") from None
+        if not bound:
+            raise OSError(f"cannot listen for gRPC on {target}")
+        await server.start()
+        self._server = server
+        self.host, self.port = host, bound
+        self._sweeper = asyncio.create_task(self._sweep_sessions(), name="grpc-sessions")
+        log.info("gRPC (apache.rocketmq.v2) listening on %s:%d", host, bound)
+
+    async def _sweep_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(_SESSION_SWEEP)
+            self.service.sessions.expire(_SESSION_IDLE)
+            self.service.sweep()
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if self._server is not None:
+            await self._server.stop(_STOP_GRACE)
+            self._server = None

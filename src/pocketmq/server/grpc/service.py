@@ -1,0 +1,602 @@
+"""``apache.rocketmq.v2.MessagingService`` over the broker core.
+
+Every RPC answers with a v2 status instead of failing the gRPC call: the official clients read
+``status.code`` (contract §1.1) and treat a gRPC-level error as a transport failure. Choices the
+official clients force or allow (see docs/grpc.md):
+
+- **The queue in a ReceiveMessage is a hint.** The clients name a random queue on every receive;
+  serving only that queue would long-poll empty queues while others hold a backlog, so the broker
+  pops from any queue of the topic, starting at the named one. QueryAssignment therefore hands a
+  consumer one assignment per broker (queue id -1) rather than individual queues.
+- **auto_renew without an invisible duration** (push consumers) gets a fixed invisible time,
+  long enough for the client's local cache to drain; a push consumer never extends it.
+- **ChangeInvisibleDuration answers with a receipt handle even when it fails** (the original
+  one): the clients overwrite their handle with the reply's before they look at the status.
+- **A receive retried with the same attempt_id** gets the same messages again
+  (:class:`ReceiveAttempts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Final
+
+from pocketmq.broker import Broker, Delivered, PullStatus, SendOutcome, TransactionCheck
+from pocketmq.errors import Code
+from pocketmq.protocol import structs as w
+from pocketmq.server.grpc.convert import (
+    ACCEPTED_TYPES,
+    delivered_message,
+    endpoints,
+    inbound_message,
+    seconds,
+    timestamp,
+)
+from pocketmq.server.grpc.pb import (
+    ClientType,
+    FilterType,
+    MessageType,
+    Permission,
+    QueryOffsetPolicy,
+    TransactionResolution,
+    TransactionSource,
+    d,
+    rpc,
+    s,
+)
+from pocketmq.server.grpc.pb import Code as V2Code
+from pocketmq.server.grpc.sessions import Sessions, transaction_check_command
+from pocketmq.server.grpc.settings import (
+    CONSUMER_TYPES,
+    LONG_POLLING_TIMEOUT,
+    RECEIVE_BATCH_SIZE,
+    consumer_settings,
+    producer_settings,
+)
+from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
+
+__all__ = ["MessagingService", "ReceiveAttempts"]
+
+log = logging.getLogger("pocketmq.server.grpc")
+
+C = V2Code
+MT = MessageType
+RouteSource = Callable[[str], Awaitable[w.RouteResponse]]
+
+_PERMISSION: Final = {
+    6: Permission.READ_WRITE,
+    4: Permission.READ,
+    2: Permission.WRITE,
+    0: Permission.NONE,
+}
+_NO_MESSAGE: Final = status(C.MESSAGE_NOT_FOUND, "no new message")
+_DEADLINE_MARGIN: Final = 0.5  # answer a long poll this long before the client's deadline
+_CLIENT_ID: Final = "x-mq-client-id"
+
+
+def _client_id(context: Any) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == _CLIENT_ID:
+            return str(value)
+    return str(context.peer())
+
+
+def _overall(statuses: Sequence[Any]) -> Any:
+    """The top-level status of a batch: its one status, or MULTIPLE_RESULTS when they differ."""
+    codes = {st.code for st in statuses}
+    if len(codes) == 1:
+        return statuses[0]
+    return status(C.MULTIPLE_RESULTS, "entries ended differently; see each entry")
+
+
+def _host_port(host: str) -> str:
+    """A v2 born host (an address without a port) in the store's ``host:port`` form."""
+    if not host:
+        return ""
+    if host.count(":") > 1 and not host.startswith("["):  # bare IPv6
+        return f"[{host}]:0"
+    return host if ":" in host else f"{host}:0"
+
+
+class ReceiveAttempts:
+    """The last receive of each (client, group, topic), by the client's ``attempt_id``.
+
+    A push consumer whose receive failed (a lost response, a decoding error) retries it with the
+    same attempt id. Popping again would leave the first batch invisible until its invisible
+    time ends (and, for a FIFO group, hold the group back that long); instead the retry gets the
+    same messages and receipt handles again. Only the latest attempt per consumer and topic is
+    kept, until its invisible time ends: memory stays bounded by consumers × topics × a batch.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str, str], tuple[str, float, list[Delivered]]] = {}
+
+    def retry(self, key: tuple[str, str, str], attempt: str) -> list[Delivered] | None:
+        if not attempt:
+            return None
+        last = self._last.get(key)
+        if last is None or last[0] != attempt or last[1] <= time.monotonic():
+            return None
+        return last[2]
+
+    def record(
+        self, key: tuple[str, str, str], attempt: str, delivered: list[Delivered], invisible: float
+    ) -> None:
+        if not attempt or not delivered:
+            self._last.pop(key, None)
+            return
+        self._last[key] = (attempt, time.monotonic() + invisible, delivered)
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        for key, (_, expires, _) in list(self._last.items()):
+            if expires <= now:
+                del self._last[key]
+
+
+class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        broker: Broker,
+        routes: RouteSource,
+        store_host: Callable[[], str],
+        *,
+        auto_renew_invisible: float,
+        max_inflight_sends: int,
+    ) -> None:
+        self._broker = broker
+        self._routes = routes
+        self._store_host = store_host
+        self._auto_renew = auto_renew_invisible
+        self._max_sending = max_inflight_sends
+        self._sending = 0
+        self._attempts = ReceiveAttempts()
+        self.sessions = Sessions()
+
+    def sweep(self) -> None:
+        """Forget state that has run out (called every 30 s)."""
+        self._attempts.sweep()
+
+    # -- routing and membership -----------------------------------------------------------
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        try:
+            topic = request.topic.name
+            route = await self._routes(topic)
+            queues = self._queues(route, request.topic.resource_namespace)
+            if not queues:
+                raise V2Error(C.TOPIC_NOT_FOUND, f"no broker serves topic {topic!r} over gRPC")
+            return s.QueryRouteResponse(status=OK, message_queues=queues)
+        except Exception as exc:
+            return s.QueryRouteResponse(status=error_status(exc, "QueryRoute"))
+
+    @staticmethod
+    def _queues(route: w.RouteResponse, namespace: str) -> list[Any]:
+        addresses = {b.name: b.grpc_address for b in route.brokers if b.grpc_address}
+        accepted = ACCEPTED_TYPES.get(route.topic_type, (MT.NORMAL,))
+        resource = {"name": route.topic, "resource_namespace": namespace}
+        return [
+            d.MessageQueue(
+                topic=resource,
+                id=queue.queue_id,
+                permission=_PERMISSION[queue.perm & 6],
+                broker={"name": queue.broker_name, "id": 0, "endpoints": endpoints(address)},
+                accept_message_types=accepted,
+            )
+            for queue in route.queues
+            if (address := addresses.get(queue.broker_name))
+        ]
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        """One assignment per broker holding readable queues of the topic (queue id -1): the
+        broker pops from all of its queues, so one long poll per broker is enough."""
+        try:
+            topic = request.topic.name
+            self._broker.require_group(request.group.name)
+            route = await self._routes(topic)
+            readable: dict[str, int] = {}
+            for queue in route.queues:
+                if queue.perm & 4:
+                    readable[queue.broker_name] = readable.get(queue.broker_name, 0) | queue.perm
+            addresses = {b.name: b.grpc_address for b in route.brokers if b.grpc_address}
+            accepted = ACCEPTED_TYPES.get(route.topic_type, (MT.NORMAL,))
+            resource = {"name": topic, "resource_namespace": request.topic.resource_namespace}
+            assignments = [
+                {
+                    "message_queue": {
+                        "topic": resource,
+                        "id": -1,
+                        "permission": _PERMISSION[perm & 6],
+                        "broker": {"name": name, "id": 0, "endpoints": endpoints(address)},
+                        "accept_message_types": accepted,
+                    }
+                }
+                for name, perm in sorted(readable.items())
+                if (address := addresses.get(name))
+            ]
+            return s.QueryAssignmentResponse(status=OK, assignments=assignments)
+        except Exception as exc:
+            return s.QueryAssignmentResponse(status=error_status(exc, "QueryAssignment"))
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        try:
+            client_id = _client_id(context)
+            session = self.sessions.touch(client_id)
+            if session.client_type == ClientType.PRODUCER:
+                self._register_producer(session)
+            if request.HasField("group") and request.group.name:
+                self._broker.heartbeat(
+                    client_id, [(request.group.name, "clustering", dict(session.subscriptions))]
+                )
+            return s.HeartbeatResponse(status=OK)
+        except Exception as exc:
+            return s.HeartbeatResponse(status=error_status(exc, "Heartbeat"))
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        try:
+            client_id = _client_id(context)
+            group = request.group.name if request.HasField("group") else ""
+            self._broker.unregister(client_id, [group] if group else None)
+            session = self.sessions.get(client_id)
+            if session is not None:
+                self._broker.unregister_producer(client_id, owner=session)
+            self.sessions.remove(client_id)
+            return s.NotifyClientTerminationResponse(status=OK)
+        except Exception as exc:
+            return s.NotifyClientTerminationResponse(
+                status=error_status(exc, "NotifyClientTermination")
+            )
+
+    async def Telemetry(self, request_iterator: Any, context: Any) -> None:
+        """Answer every Settings command with the broker's settings; write pushed commands."""
+        session = self.sessions.touch(_client_id(context))
+        outbox: asyncio.Queue[Any] = asyncio.Queue()
+        if session.outbox is not None:  # the client rebuilt its stream: the newest one wins
+            session.outbox.put_nowait(None)
+        session.outbox = outbox
+        reader = asyncio.create_task(self._read_telemetry(request_iterator, session, outbox))
+        try:
+            while (command := await outbox.get()) is not None:
+                await context.write(command)
+        finally:
+            reader.cancel()
+            if session.outbox is outbox:
+                session.outbox = None
+
+    async def _read_telemetry(
+        self, requests: AsyncIterator[Any], session: Any, outbox: asyncio.Queue[Any]
+    ) -> None:
+        try:
+            async for command in requests:
+                session.last_seen = time.monotonic()
+                if command.HasField("settings"):
+                    outbox.put_nowait(self._settings_reply(session, command.settings))
+                # thread stack traces and verify results are not asked for; nothing to do
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the client went away mid-read
+            log.debug("telemetry stream of %s ended: %s", session.client_id, exc)
+        finally:
+            outbox.put_nowait(None)
+
+    def _settings_reply(self, session: Any, settings: Any) -> Any:
+        try:
+            session.update(settings)
+            config = self._broker.config
+            if settings.client_type == ClientType.PRODUCER:
+                reply = producer_settings(settings, config.store.max_message_size)
+                self._register_producer(session)
+            elif settings.client_type in CONSUMER_TYPES:
+                group = self._broker.require_group(settings.subscription.group.name)
+                reply = consumer_settings(
+                    settings, group, config.delay_levels, config.max_long_poll
+                )
+            else:
+                raise V2Error(
+                    C.UNRECOGNIZED_CLIENT_TYPE,
+                    f"client type {d.ClientType.Name(settings.client_type)} is not supported",
+                )
+            return s.TelemetryCommand(status=OK, settings=reply)
+        except Exception as exc:
+            return s.TelemetryCommand(status=error_status(exc, "Telemetry"))
+
+    # -- producing ------------------------------------------------------------------------
+
+    def _register_producer(self, session: Any) -> None:
+        """Official producers have no producer group: as RocketMQ's proxy does, each topic they
+        publish is their group, so the broker's transaction checks for a topic reach them."""
+        if not session.topics:
+            return
+        store_host = self._store_host
+
+        def check(request: TransactionCheck) -> bool:
+            v2 = delivered_message(request.message, "", store_host())
+            return bool(session.push(transaction_check_command(v2, request.transaction_id)))
+
+        self._broker.heartbeat_producer(
+            session.client_id, sorted(session.topics), check, owner=session
+        )
+
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        messages = request.messages
+        if not messages:
+            return s.SendMessageResponse(status=status(C.BAD_REQUEST, "no messages to send"))
+        if self._sending >= self._max_sending:
+            return s.SendMessageResponse(
+                status=status(
+                    C.TOO_MANY_REQUESTS,
+                    f"{self._sending} sends are waiting to be stored; back off and retry",
+                )
+            )
+        self._sending += 1
+        try:
+            return await self._send(messages)
+        except Exception as exc:
+            return s.SendMessageResponse(status=error_status(exc, "SendMessage"))
+        finally:
+            self._sending -= 1
+
+    async def _send(self, messages: Sequence[Any]) -> Any:
+        broker = self._broker
+        now_ms = int(time.time() * 1000)
+        max_delay_ms = int(broker.config.max_delay * 1000)
+        entries: list[Any] = [None] * len(messages)
+        inbound = []
+        positions = []
+        producer_group = ""
+        for number, message in enumerate(messages):
+            try:
+                topic = broker.topics.get(message.topic.name)
+                item, kind = inbound_message(
+                    message, topic.topic_type.value if topic else None, now_ms, max_delay_ms
+                )
+                if kind == MT.TRANSACTION:
+                    producer_group = item.topic  # official producers have none (see below)
+            except Exception as exc:
+                entries[number] = s.SendResultEntry(
+                    status=error_status(exc, "SendMessage"),
+                    message_id=message.system_properties.message_id,
+                )
+                continue
+            inbound.append(item)
+            positions.append(number)
+        if inbound:
+            born_host = _host_port(messages[positions[0]].system_properties.born_host)
+            outcomes = await broker.send(
+                inbound, producer_group=producer_group, born_host=born_host
+            )
+            for number, outcome in zip(positions, outcomes, strict=True):
+                entries[number] = self._entry(outcome)
+        return s.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
+
+    @staticmethod
+    def _entry(outcome: SendOutcome) -> Any:
+        if outcome.code is Code.SUCCESS:
+            result_status = OK
+        else:
+            result_status = status(v2_code(outcome.code), outcome.remark)
+        return s.SendResultEntry(
+            status=result_status,
+            message_id=outcome.message_id,
+            transaction_id=outcome.transaction_id,
+            offset=outcome.queue_offset,
+            recall_handle=outcome.recall_handle,
+        )
+
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        try:
+            message_id = self._broker.recall(request.topic.name, request.recall_handle)
+            return s.RecallMessageResponse(status=OK, message_id=message_id)
+        except Exception as exc:
+            return s.RecallMessageResponse(status=error_status(exc, "RecallMessage"))
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        try:
+            resolution = request.resolution
+            if resolution not in (TransactionResolution.COMMIT, TransactionResolution.ROLLBACK):
+                raise V2Error(C.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+            await self._broker.end_transaction(
+                request.topic.name,  # the producer group of official producers (see _send)
+                request.message_id,
+                request.transaction_id,
+                commit=resolution == TransactionResolution.COMMIT,
+                from_check=request.source == TransactionSource.SOURCE_SERVER_CHECK,
+                topic=request.topic.name,
+            )
+            return s.EndTransactionResponse(status=OK)
+        except Exception as exc:
+            return s.EndTransactionResponse(status=error_status(exc, "EndTransaction"))
+
+    # -- consuming: pop mode --------------------------------------------------------------
+
+    @staticmethod
+    def _expression(expression: Any) -> str:
+        if expression.type == FilterType.SQL:
+            raise V2Error(C.UNSUPPORTED, "SQL92 filters are not supported; filter by tag")
+        return str(expression.expression) or "*"
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            queue = request.message_queue
+            if request.HasField("invisible_duration"):
+                invisible = seconds(request.invisible_duration)
+            elif request.auto_renew:
+                invisible = self._auto_renew
+            else:
+                raise V2Error(
+                    C.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew"
+                )
+            if invisible <= 0:
+                raise V2Error(C.ILLEGAL_INVISIBLE_TIME, "invisible_duration must be positive")
+            polling = (
+                seconds(request.long_polling_timeout)
+                if request.HasField("long_polling_timeout")
+                else LONG_POLLING_TIMEOUT
+            )
+            remaining = context.time_remaining()
+            if remaining is not None:
+                polling = min(polling, remaining - _DEADLINE_MARGIN)
+            client_id = _client_id(context)
+            attempt = request.attempt_id if request.HasField("attempt_id") else ""
+            key = (client_id, request.group.name, queue.topic.name)
+            delivered = self._attempts.retry(key, attempt)
+            if delivered is None:
+                delivered = await self._broker.pop(
+                    request.group.name,
+                    queue.topic.name,
+                    max_count=request.batch_size or RECEIVE_BATCH_SIZE,
+                    invisible=invisible,
+                    max_wait=max(0.0, polling),
+                    expression=self._expression(request.filter_expression),
+                    consumer=client_id,
+                    queue_hint=queue.id,
+                )
+                self._attempts.record(key, attempt, delivered, invisible)
+        except Exception as exc:
+            yield s.ReceiveMessageResponse(status=error_status(exc, "ReceiveMessage"))
+            return
+        if not delivered:
+            yield s.ReceiveMessageResponse(status=_NO_MESSAGE)
+            return
+        yield s.ReceiveMessageResponse(status=OK)
+        namespace = queue.topic.resource_namespace
+        store_host = self._store_host()
+        for message in delivered:
+            response = s.ReceiveMessageResponse()
+            delivered_message(message, namespace, store_host, response.message)
+            yield response
+        yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        group, topic = request.group.name, request.topic.name
+        results = []
+        for entry in request.entries:
+            try:
+                self._broker.ack(group, topic, entry.receipt_handle)
+                entry_status = OK
+            except Exception as exc:
+                entry_status = error_status(exc, "AckMessage")
+            results.append(
+                s.AckMessageResultEntry(
+                    message_id=entry.message_id,
+                    receipt_handle=entry.receipt_handle,
+                    status=entry_status,
+                )
+            )
+        if not results:
+            return s.AckMessageResponse(status=status(C.BAD_REQUEST, "no entries to ack"))
+        return s.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        try:
+            handle = self._broker.change_invisible(
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                seconds(request.invisible_duration),
+            )
+            return s.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+        except Exception as exc:
+            return s.ChangeInvisibleDurationResponse(
+                status=error_status(exc, "ChangeInvisibleDuration"),
+                receipt_handle=request.receipt_handle,
+            )
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        try:
+            self._broker.forward_to_dead_letter(
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                reason=(
+                    f"forwarded by the consumer after {request.delivery_attempt} of "
+                    f"{request.max_delivery_attempts} attempts"
+                ),
+            )
+            return s.ForwardMessageToDeadLetterQueueResponse(status=OK)
+        except Exception as exc:
+            return s.ForwardMessageToDeadLetterQueueResponse(
+                status=error_status(exc, "ForwardMessageToDeadLetterQueue")
+            )
+
+    # -- consuming: pull mode and offsets -------------------------------------------------
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            queue = request.message_queue
+            polling = seconds(request.long_polling_timeout)
+            remaining = context.time_remaining()
+            if remaining is not None:
+                polling = min(polling, remaining - _DEADLINE_MARGIN)
+            outcome = await self._broker.pull(
+                request.group.name,
+                queue.topic.name,
+                queue.id,
+                request.offset,
+                max_count=request.batch_size or RECEIVE_BATCH_SIZE,
+                expression=self._expression(request.filter_expression),
+                max_wait=max(0.0, polling),
+            )
+        except Exception as exc:
+            yield s.PullMessageResponse(status=error_status(exc, "PullMessage"))
+            return
+        if outcome.status == PullStatus.FOUND:
+            yield s.PullMessageResponse(status=OK)
+        elif outcome.status == PullStatus.OFFSET_ILLEGAL:
+            yield s.PullMessageResponse(
+                status=status(
+                    C.ILLEGAL_OFFSET,
+                    f"offset {request.offset} is outside "
+                    f"[{outcome.min_offset}, {outcome.max_offset}]",
+                )
+            )
+        else:
+            yield s.PullMessageResponse(status=_NO_MESSAGE)
+        namespace = queue.topic.resource_namespace
+        store_host = self._store_host()
+        for message in outcome.messages:
+            response = s.PullMessageResponse()
+            delivered_message(message, namespace, store_host, response.message)
+            yield response
+        yield s.PullMessageResponse(next_offset=outcome.next_offset)
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        try:
+            queue = request.message_queue
+            self._broker.commit_offsets(
+                request.group.name, [(queue.topic.name, queue.id, request.offset)]
+            )
+            return s.UpdateOffsetResponse(status=OK)
+        except Exception as exc:
+            return s.UpdateOffsetResponse(status=error_status(exc, "UpdateOffset"))
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        try:
+            queue = request.message_queue
+            offset = self._broker.query_offset(request.group.name, queue.topic.name, queue.id)
+            return s.GetOffsetResponse(status=OK, offset=offset)
+        except Exception as exc:
+            return s.GetOffsetResponse(status=error_status(exc, "GetOffset"))
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        try:
+            queue = request.message_queue
+            policy = request.query_offset_policy
+            if policy == QueryOffsetPolicy.TIMESTAMP:
+                raise V2Error(C.UNSUPPORTED, "looking up an offset by time is not supported")
+            rows = {row[0]: row for row in self._broker.queue_status(queue.topic.name)}
+            row = rows.get(queue.id)
+            if row is None:
+                raise V2Error(C.BAD_REQUEST, f"topic {queue.topic.name!r} has no queue {queue.id}")
+            offset = row[1] if policy == QueryOffsetPolicy.BEGINNING else row[2]
+            return s.QueryOffsetResponse(status=OK, offset=offset)
+        except Exception as exc:
+            return s.QueryOffsetResponse(status=error_status(exc, "QueryOffset"))
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
+        return s.SyncLiteSubscriptionResponse(
+            status=status(C.UNSUPPORTED, "lite topics are not supported")
+        )

@@ -1,0 +1,91 @@
+"""The clients connected over gRPC, as their Telemetry streams and heartbeats describe them.
+
+A client announces itself on its Telemetry stream (a ``Settings`` command: type, group,
+subscriptions or published topics) and then heartbeats every 10 s. The session keeps what the
+broker may need later: the subscriptions for heartbeats (v2 heartbeats carry only the group),
+and the stream to push commands on — the orphaned-transaction check-back of issue 6 goes to a
+producer that publishes the message's topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pocketmq.server.grpc.pb import Code, s
+
+__all__ = ["ClientSession", "Sessions", "transaction_check_command"]
+
+
+@dataclass(slots=True)
+class ClientSession:
+    client_id: str
+    client_type: int = 0
+    group: str = ""
+    topics: frozenset[str] = frozenset()  # producers: the topics they publish
+    subscriptions: dict[str, str] = field(default_factory=dict)  # consumers: topic → filter
+    last_seen: float = 0.0
+    # commands to write on the client's Telemetry stream; None ends the stream
+    outbox: asyncio.Queue[Any] | None = None
+
+    def update(self, settings: Any) -> None:
+        self.client_type = int(settings.client_type)
+        if settings.HasField("publishing"):
+            self.topics = frozenset(t.name for t in settings.publishing.topics)
+        if settings.HasField("subscription"):
+            subscription = settings.subscription
+            self.group = subscription.group.name
+            self.subscriptions = {
+                entry.topic.name: entry.expression.expression or "*"
+                for entry in subscription.subscriptions
+            }
+
+    def push(self, command: Any) -> bool:
+        """Queue a server command for the client's stream; False without an open stream."""
+        if self.outbox is None:
+            return False
+        self.outbox.put_nowait(command)
+        return True
+
+
+class Sessions:
+    def __init__(self) -> None:
+        self._sessions: dict[str, ClientSession] = {}
+
+    def get(self, client_id: str) -> ClientSession | None:
+        return self._sessions.get(client_id)
+
+    def touch(self, client_id: str) -> ClientSession:
+        session = self._sessions.get(client_id)
+        if session is None:
+            session = self._sessions[client_id] = ClientSession(client_id)
+        session.last_seen = time.monotonic()
+        return session
+
+    def remove(self, client_id: str) -> None:
+        """Forget a client that said goodbye. Its Telemetry stream stays open until the
+        client closes it: ending it from here makes the Python client log a read error."""
+        self._sessions.pop(client_id, None)
+
+    def expire(self, max_idle: float) -> None:
+        """Forget clients silent for ``max_idle`` seconds (crashed without terminating)."""
+        cutoff = time.monotonic() - max_idle
+        for client_id, session in list(self._sessions.items()):
+            if session.last_seen < cutoff and session.outbox is None:
+                del self._sessions[client_id]
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+def transaction_check_command(message: Any, transaction_id: str) -> Any:
+    """The Telemetry command that asks a producer to resolve an orphaned half message."""
+    return s.TelemetryCommand(
+        status={"code": Code.OK, "message": "OK"},
+        recover_orphaned_transaction_command={
+            "message": message,
+            "transaction_id": transaction_id,
+        },
+    )

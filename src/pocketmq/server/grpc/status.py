@@ -1,0 +1,77 @@
+"""pocketmq errors → ``apache.rocketmq.v2.Code`` statuses.
+
+The official clients act on the status code, not the gRPC status: 400xx are bad requests (never
+retried), 404xx "not found", ``TOO_MANY_REQUESTS`` is flow control (the Python client 5.1.2 hands
+it straight to the caller), 500xx are retried at once on another queue. ``MESSAGE_NOT_FOUND`` is
+treated as *success* by the clients (an empty receive), so a missing message anywhere else is
+reported as ``NOT_FOUND``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from pocketmq.errors import BrokerError, Code, InvalidArgumentError
+from pocketmq.server.grpc.pb import Code as V2Code
+from pocketmq.server.grpc.pb import d
+
+__all__ = ["OK", "V2Error", "error_status", "status", "v2_code"]
+
+log = logging.getLogger("pocketmq.server.grpc")
+
+C = V2Code
+
+_BY_CODE: Final[dict[int, int]] = {  # values are ints at run time (protobuf enums)
+    Code.SUCCESS: C.OK,
+    Code.SYSTEM_ERROR: C.INTERNAL_SERVER_ERROR,
+    Code.SYSTEM_BUSY: C.TOO_MANY_REQUESTS,
+    Code.REQUEST_CODE_NOT_SUPPORTED: C.UNSUPPORTED,
+    Code.FLUSH_DISK_TIMEOUT: C.MASTER_PERSISTENCE_TIMEOUT,
+    Code.MESSAGE_ILLEGAL: C.BAD_REQUEST,
+    Code.SERVICE_NOT_AVAILABLE: C.INTERNAL_SERVER_ERROR,
+    Code.NO_PERMISSION: C.FORBIDDEN,
+    Code.TOPIC_NOT_EXIST: C.TOPIC_NOT_FOUND,
+    Code.MESSAGE_TOO_LARGE: C.MESSAGE_BODY_TOO_LARGE,
+    Code.NO_MESSAGE: C.MESSAGE_NOT_FOUND,
+    Code.SUBSCRIPTION_GROUP_NOT_EXIST: C.CONSUMER_GROUP_NOT_FOUND,
+    Code.STORAGE_FULL: C.INTERNAL_SERVER_ERROR,
+    Code.PROTOCOL_ERROR: C.BAD_REQUEST,
+    Code.INVALID_RECEIPT_HANDLE: C.INVALID_RECEIPT_HANDLE,
+    Code.MESSAGE_NOT_FOUND: C.NOT_FOUND,
+    Code.TRANSACTION_STATE: C.INVALID_TRANSACTION_ID,
+    Code.TOO_MANY_REQUESTS: C.TOO_MANY_REQUESTS,
+}
+
+
+class V2Error(Exception):
+    """A request the adapter itself rejects, with the exact v2 code to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def v2_code(code: int) -> int:
+    """The v2 code for a pocketmq wire code."""
+    return _BY_CODE.get(code, int(C.INTERNAL_SERVER_ERROR))
+
+
+def status(code: int, message: str = "") -> Any:
+    return d.Status(code=code, message=message or d.Code.Name(code))
+
+
+OK: Final = status(C.OK, "OK")
+
+
+def error_status(exc: BaseException, what: str) -> Any:
+    """The status for an exception raised while serving ``what`` (an RPC name)."""
+    if isinstance(exc, V2Error):
+        return status(exc.code, exc.message)
+    if isinstance(exc, BrokerError):
+        return status(v2_code(exc.wire_code), exc.remark or str(exc))
+    if isinstance(exc, InvalidArgumentError):
+        return status(C.BAD_REQUEST, str(exc))
+    log.exception("gRPC %s failed", what, exc_info=exc)
+    return status(C.INTERNAL_SERVER_ERROR, f"{what} failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,21 @@
+"""The gRPC benchmark runs end to end (tiny counts: a smoke test, not a measurement)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pocketmq.bench.grpc import print_results, run_grpc_bench
+
+
+@pytest.mark.slow
+def test_grpc_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = run_grpc_bench(
+        messages=60, sync_messages=20, in_flight=8, ack_threads=2, directory=str(tmp_path)
+    )
+    assert [r.case.split()[0] for r in results] == ["official"] * 4 + ["native"] * 4
+    assert all(r.messages > 0 and r.per_second > 0 for r in results)
+    assert all(r.broker_cpu >= 0 and r.client_cpu > 0 for r in results)
+    print_results(results)
+    assert "official send()" in capsys.readouterr().out

@@ -1,0 +1,233 @@
+"""The adapter's pure parts: message conversion, endpoints, status mapping, settings."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+from rocketmq.grpc_protocol import Code, definition_pb2
+
+from pocketmq import properties as props
+from pocketmq.broker import Delivered, GroupConfig, RetryPolicy
+from pocketmq.errors import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    InvalidReceiptHandleError,
+    MessageNotFoundError,
+    MessageTooLargeError,
+    StorageFullError,
+    TooManyRequestsError,
+    TopicNotFoundError,
+    UnsupportedError,
+)
+from pocketmq.server.grpc.convert import delivered_message, endpoints, inbound_message
+from pocketmq.server.grpc.settings import consumer_settings
+from pocketmq.server.grpc.status import V2Error, error_status
+
+d = definition_pb2
+MT = d.MessageType
+NOW_MS = 1_800_000_000_000
+MAX_DELAY_MS = 3 * 86_400_000
+
+
+def _message(body: bytes = b"body", **system: object) -> object:
+    system.setdefault("message_id", "01ABC")
+    return d.Message(
+        topic=d.Resource(name="T"),
+        body=body,
+        user_properties={"k": "v"},
+        system_properties=d.SystemProperties(**system),
+    )
+
+
+def _inbound(message: object, topic_type: str | None = "normal"):
+    return inbound_message(message, topic_type, NOW_MS, MAX_DELAY_MS)
+
+
+def test_system_properties_become_pocketmq_properties() -> None:
+    inbound, kind = _inbound(
+        _message(tag="t", keys=["a", "b"], born_timestamp={"seconds": 1_700_000_000})
+    )
+    assert kind == MT.NORMAL
+    assert inbound.topic == "T"
+    assert inbound.queue_id == -1  # the broker places it
+    assert inbound.born_timestamp == 1_700_000_000_000
+    assert inbound.properties == {
+        "k": "v",
+        props.MESSAGE_ID: "01ABC",
+        props.TAGS: "t",
+        props.KEYS: "a b",
+    }
+
+
+def test_fifo_and_delay() -> None:
+    fifo, kind = _inbound(_message(message_group="g", message_type=MT.FIFO), "fifo")
+    assert (kind, fifo.properties[props.MESSAGE_GROUP]) == (MT.FIFO, "g")
+    due = NOW_MS + 5_000
+    seconds, _ = _inbound(
+        _message(message_type=MT.DELAY, delivery_timestamp={"seconds": due // 1000})
+    )
+    assert seconds.properties[props.DELIVER_TIME_MS] == str(due)
+    # the Python client's ms-in-the-seconds-field quirk
+    millis, _ = _inbound(_message(message_type=MT.DELAY, delivery_timestamp={"seconds": due}))
+    assert millis.properties[props.DELIVER_TIME_MS] == str(due)
+    past, _ = _inbound(_message(message_type=MT.DELAY, delivery_timestamp={"seconds": 1}))
+    assert props.DELIVER_TIME_MS not in past.properties  # due already: deliver now
+
+
+def test_an_unspecified_type_is_inferred() -> None:
+    _, kind = _inbound(_message(message_group="g"), "fifo")
+    assert kind == MT.FIFO
+    _, kind = _inbound(_message(delivery_timestamp={"seconds": NOW_MS // 1000 + 1}))
+    assert kind == MT.DELAY
+
+
+def test_gzip_bodies_are_stored_plain() -> None:
+    inbound, _ = _inbound(_message(gzip.compress(b"x" * 100), body_encoding=d.Encoding.GZIP))
+    assert inbound.body == b"x" * 100
+    with pytest.raises(V2Error) as error:
+        _inbound(_message(b"not gzip", body_encoding=d.Encoding.GZIP))
+    assert error.value.code == Code.MESSAGE_CORRUPTED
+
+
+@pytest.mark.parametrize(
+    ("system", "topic_type", "code"),
+    [
+        ({"message_type": MT.FIFO}, "fifo", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        (
+            {"message_group": "g", "message_type": MT.NORMAL},
+            "normal",
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
+        ({"message_type": MT.DELAY}, "normal", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ({"message_type": MT.NORMAL}, "fifo", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ({"message_type": MT.NORMAL}, "transaction", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ({"message_type": MT.PRIORITY}, "normal", Code.UNSUPPORTED),
+        ({"message_type": MT.LITE}, "normal", Code.UNSUPPORTED),
+        ({"tag": "a||b"}, "normal", Code.ILLEGAL_MESSAGE_TAG),
+        ({"keys": ["has space"]}, "normal", Code.ILLEGAL_MESSAGE_KEY),
+        (
+            {"message_type": MT.DELAY, "delivery_timestamp": {"seconds": 4_000_000_000}},
+            "normal",
+            Code.ILLEGAL_DELIVERY_TIME,
+        ),
+    ],
+)
+def test_refused_messages(system: dict, topic_type: str, code: int) -> None:
+    with pytest.raises(V2Error) as error:
+        _inbound(_message(**system), topic_type)
+    assert error.value.code == code
+
+
+def test_reserved_user_properties_and_empty_bodies() -> None:
+    reserved = _message()
+    reserved.user_properties[props.MESSAGE_ID] = "mine"
+    with pytest.raises(V2Error) as error:
+        _inbound(reserved)
+    assert error.value.code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+    with pytest.raises(V2Error) as error:
+        _inbound(_message(b""))
+    assert error.value.code == Code.MESSAGE_BODY_EMPTY
+
+
+def test_delivered_message_carries_what_the_clients_need() -> None:
+    delivered = Delivered(
+        topic="T",
+        queue_id=2,
+        queue_offset=7,
+        body=b"payload",
+        properties={
+            props.MESSAGE_ID: "ID",
+            props.TAGS: "t",
+            props.KEYS: "a b",
+            props.MESSAGE_GROUP: "g",
+            props.RETRY_TOPIC: "T",
+            "user": "yes",
+        },
+        born_timestamp=1_700_000_000_123,
+        store_timestamp=1_700_000_000_456,
+        physical_offset=99,
+        delivery_attempt=3,
+        receipt_handle="2:7:tok",
+        born_host="10.0.0.1:0",
+    )
+    message = delivered_message(delivered, "ns", "127.0.0.1:8081")
+    system = message.system_properties
+    assert message.topic.name == "T"
+    assert message.topic.resource_namespace == "ns"
+    assert dict(message.user_properties) == {"user": "yes"}
+    assert system.body_encoding == d.Encoding.IDENTITY
+    assert system.body_digest.type == d.DigestType.CRC32
+    assert system.body_digest.checksum == format(zlib.crc32(b"payload"), "08X")
+    assert (system.message_id, system.tag, list(system.keys)) == ("ID", "t", ["a", "b"])
+    assert (system.message_group, system.message_type) == ("g", MT.FIFO)
+    assert (system.queue_id, system.queue_offset) == (2, 7)
+    assert (system.delivery_attempt, system.receipt_handle) == (3, "2:7:tok")
+    assert (system.born_timestamp.seconds, system.born_timestamp.nanos) == (
+        1_700_000_000,
+        123_000_000,
+    )
+    assert system.store_timestamp.seconds == 1_700_000_000
+    assert (system.born_host, system.store_host) == ("10.0.0.1", "127.0.0.1:8081")
+
+
+def test_endpoints_schemes() -> None:
+    assert endpoints("127.0.0.1:8081").scheme == d.AddressScheme.IPv4
+    v6 = endpoints("[::1]:8081")
+    assert (v6.scheme, v6.addresses[0].host, v6.addresses[0].port) == (
+        d.AddressScheme.IPv6,
+        "::1",
+        8081,
+    )
+    assert endpoints("broker.local:8081").scheme == d.AddressScheme.DOMAIN_NAME
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (TopicNotFoundError("t"), Code.TOPIC_NOT_FOUND),
+        (GroupNotFoundError("g"), Code.CONSUMER_GROUP_NOT_FOUND),
+        (MessageTooLargeError("big"), Code.MESSAGE_BODY_TOO_LARGE),
+        (InvalidReceiptHandleError("h"), Code.INVALID_RECEIPT_HANDLE),
+        (TooManyRequestsError("busy"), Code.TOO_MANY_REQUESTS),
+        (MessageNotFoundError("gone"), Code.NOT_FOUND),  # never MESSAGE_NOT_FOUND (= success)
+        (UnsupportedError("no"), Code.UNSUPPORTED),
+        (StorageFullError("disk"), Code.INTERNAL_SERVER_ERROR),
+        (InvalidArgumentError("bad"), Code.BAD_REQUEST),
+        (V2Error(Code.ILLEGAL_TOPIC, "x"), Code.ILLEGAL_TOPIC),
+    ],
+)
+def test_error_status(error: Exception, code: int) -> None:
+    status = error_status(error, "Test")
+    assert status.code == code
+    assert status.message
+
+
+def test_unexpected_errors_are_internal(caplog: pytest.LogCaptureFixture) -> None:
+    status = error_status(RuntimeError("boom"), "Test")
+    assert status.code == Code.INTERNAL_SERVER_ERROR
+    assert "boom" in status.message
+    assert "gRPC Test failed" in caplog.text
+
+
+def _consumer_settings(group: GroupConfig):
+    request = d.Settings(
+        client_type=d.ClientType.PUSH_CONSUMER,
+        subscription=d.Subscription(group=d.Resource(name=group.name)),
+    )
+    return consumer_settings(request, group, (1, 5, 10, 30, 60), 30.0)
+
+
+def test_backoff_from_the_group_retry_policy() -> None:
+    default = _consumer_settings(GroupConfig(name="g"))  # delay levels from level 3
+    assert default.backoff_policy.max_attempts == 17
+    assert [x.seconds for x in default.backoff_policy.customized_backoff.next][:3] == [10, 30, 60]
+    exponential = _consumer_settings(
+        GroupConfig(name="g", retry=RetryPolicy(max_retries=4, initial=1, multiplier=2, maximum=5))
+    )
+    assert [x.seconds for x in exponential.backoff_policy.customized_backoff.next] == [1, 2, 4, 5]
+    forever = _consumer_settings(GroupConfig(name="g", retry=RetryPolicy(max_retries=-1)))
+    assert forever.backoff_policy.max_attempts == 2**31 - 1
+    assert not forever.subscription.fifo
+    assert forever.subscription.long_polling_timeout.seconds == 20
