@@ -348,6 +348,7 @@ def broker_handlers(
                     a.error,
                     a.delivered_at,
                     a.finished_at,
+                    a.message_group,
                 )
                 for a in req.attempts
             ],
@@ -369,6 +370,7 @@ def broker_handlers(
                     a.error,
                     a.delivered_at,
                     a.finished_at,
+                    a.message_group,
                 )
                 for a in broker.message_history(req.message_id)
             ]
