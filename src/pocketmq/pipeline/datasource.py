@@ -81,7 +81,7 @@ from pocketmq.client.convert import SYSTEM_PROPERTIES
 from pocketmq.client.ids import new_message_id
 from pocketmq.client.message import Message
 from pocketmq.client.sync import SyncAdmin, SyncProducer
-from pocketmq.errors import InvalidArgumentError
+from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
 from pocketmq.pipeline.browse import DEFAULT_PAGE_SIZE, QueueSpan, browse_range, messages_table
 from pocketmq.pipeline.browse import queue_spans as _queue_spans
 from pocketmq.pipeline.schemas import TOPIC_EXPORT_SCHEMA, spark_ddl
@@ -258,20 +258,28 @@ def _ranges(
     end: Mapping[str, Mapping[str, int]],
     split: int | None,
 ) -> list[QueueRange]:
+    """The partitions reading ``[start, end)`` of every queue in ``end``, in broker/queue order.
+
+    A queue with offsets to read whose broker is not in ``spans`` (it went away since the end
+    offsets were taken) is an error, never a silent gap: the micro-batch fails and is retried.
+    """
+    addresses = {s.broker_name: s.address for s in spans}
+    wanted = sorted((b, int(q), hi) for b, queues in end.items() for q, hi in queues.items())
     out: list[QueueRange] = []
-    for span in spans:
-        hi = _get(end, span.broker_name, span.queue_id)
-        if hi is None:
-            continue
-        lo = _get(start, span.broker_name, span.queue_id)
+    for broker, queue_id, hi in wanted:
+        lo = _get(start, broker, queue_id)
         lo = 0 if lo is None else lo  # a queue added since: all of it is new
-        step = split or max(hi - lo, 1)
-        for at in range(lo, hi, step):
-            out.append(
-                QueueRange(
-                    topic, span.broker_name, span.address, span.queue_id, at, min(hi, at + step)
-                )
+        if hi <= lo:
+            continue
+        address = addresses.get(broker)
+        if address is None:
+            raise BrokerConnectionError(
+                f"broker {broker!r} holds offsets {lo}..{hi} of queue {queue_id} of topic "
+                f"{topic!r} but did not answer"
             )
+        step = split or (hi - lo)
+        for at in range(lo, hi, step):
+            out.append(QueueRange(topic, broker, address, queue_id, at, min(hi, at + step)))
     return out
 
 

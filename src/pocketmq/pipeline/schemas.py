@@ -115,6 +115,7 @@ PROPERTY_DLQ_REASON: Final = "DLQ_REASON"
 HISTORY_TOPIC: Final = "%SYS%HISTORY"
 
 #: ``attempt_history.outcome`` values; all but SUCCESS and DLQ leave a message due again.
+#: REDRIVEN is an operator re-sending a dead letter (``pocketmq dlq resend``), not a delivery.
 ATTEMPT_OUTCOMES: Final = (
     "SUCCESS",
     "RECONSUME_LATER",
@@ -122,6 +123,7 @@ ATTEMPT_OUTCOMES: Final = (
     "TIMEOUT",
     "INVISIBLE_EXPIRED",
     "DLQ",
+    "REDRIVEN",
 )
 FAILED_OUTCOMES: Final = ("RECONSUME_LATER", "EXCEPTION", "TIMEOUT", "INVISIBLE_EXPIRED")
 
