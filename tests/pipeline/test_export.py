@@ -4,6 +4,7 @@ attempt history; re-runs; and the audit and DLQ jobs run on what it wrote."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +33,9 @@ from pocketmq.pipeline.schemas import (
     MESSAGE_LOG_SCHEMA,
     TOPIC_EXPORT_SCHEMA,
 )
-from pocketmq.testing import BrokerProcess
+from pocketmq.testing import BrokerProcess, NameServerProcess
+
+from .conftest import FAST_BROKER
 
 pytestmark = pytest.mark.integration
 
@@ -216,6 +219,62 @@ def test_export_command(scenario: Scenario, tmp_path: Path) -> None:
     assert "no-such-topic" in missing.output
     nothing = runner.invoke(main, args)
     assert nothing.exit_code == 2
+
+    every = runner.invoke(main, [*args, "--all-topics"])
+    assert every.exit_code == 0, every.output
+    assert TOPIC in every.output
+    assert "%" not in every.output  # no %RETRY%, %DLQ% or %SYS% topics
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Two brokers behind one name server: (name server address, broker-a address)."""
+    root = tmp_path_factory.mktemp("cluster")
+    with NameServerProcess(root) as namesrv:
+        brokers = [
+            BrokerProcess(
+                root / name,
+                namesrv=namesrv.address,
+                broker_name=name,
+                config=FAST_BROKER,
+                grpc_port=None,
+            )
+            for name in ("broker-a", "broker-b")
+        ]
+        try:
+            yield namesrv.address, brokers[0].address
+        finally:
+            for broker in brokers:
+                broker.stop()
+
+
+@pytest.mark.spark
+def test_export_and_read_across_brokers(
+    spark: SparkSession, cluster: tuple[str, str], tmp_path: Path
+) -> None:
+    namesrv, broker_a = cluster
+    topic = "exp-spread"
+    with SyncAdmin(servers=broker_a) as admin:  # creates the topic on every broker
+        admin.create_topic(topic, queues=3)
+    with SyncProducer(servers=broker_a) as producer:
+        sent = [producer.send(Message(topic=topic, body=b"s%d" % i)) for i in range(24)]
+    assert {s.broker_name for s in sent} == {"broker-a", "broker-b"}
+    expected = {(s.broker_name, s.queue_id, s.queue_offset): s.message_id for s in sent}
+
+    summary = export_to_parquet(tmp_path, servers=broker_a, topics=[topic])
+    assert (summary.rows, summary.sources[0].queues) == (24, 6)
+    rows = _export_rows(tmp_path / TOPICS_DIR)
+    assert {
+        (r["broker_name"], r["queue_id"], r["queue_offset"]): r["message_id"] for r in rows
+    } == (expected)
+    ranges = exported_ranges(tmp_path / TOPICS_DIR / f"topic={topic}")
+    assert {broker for broker, _ in ranges} == {"broker-a", "broker-b"}
+
+    # The data source, pointed at the name server, reads every queue of both brokers.
+    df = spark.read.format("pocketmq").option("servers", namesrv).option("topic", topic).load()
+    assert df.rdd.getNumPartitions() == len({k[:2] for k in expected})
+    got = {(r.broker_name, r.queue_id, r.queue_offset): r.message_id for r in df.collect()}
+    assert got == expected
 
 
 @pytest.mark.spark
