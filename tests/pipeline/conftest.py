@@ -1,16 +1,29 @@
-"""One Spark session for the whole test run (a JVM start costs ~5 s; two would not fit 2 cores)."""
+"""One Spark session for the whole test run (a JVM start costs ~5 s; two would not fit 2 cores),
+and a real broker process per module for the export and data-source tests."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pocketmq.testing import BrokerProcess
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Short delay levels and persistence intervals so retries and history writes happen in test time.
+FAST_BROKER: dict[str, dict[str, Any]] = {
+    "broker": {
+        "delay_levels": [round(0.1 * n, 1) for n in range(1, 19)],
+        "state_persist_interval": 0.2,
+    },
+    "store": {"flush_interval": 0.05, "checkpoint_interval": 0.2},
+}
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +36,16 @@ def spark() -> Iterator[SparkSession]:
     session = spark_session("local[2]", "pocketmq-tests", for_tests=True)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A real ``pocketmq serve`` for the module (each test uses its own topics and groups)."""
+    process = BrokerProcess(
+        Path(tmp_path_factory.mktemp("broker")), config=FAST_BROKER, grpc_port=None
+    )
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        assert code == 0, process.log()

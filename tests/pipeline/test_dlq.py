@@ -23,6 +23,7 @@ pytestmark = pytest.mark.spark
 
 Row = dict[str, Any]
 FAILED = {"RECONSUME_LATER", "EXCEPTION", "TIMEOUT", "INVISIBLE_EXPIRED"}
+NOT_FAILED = {"SUCCESS", "REDRIVEN"}  # an operator's redrive is not a failed delivery
 
 
 def naive(ts: datetime) -> datetime:
@@ -52,7 +53,7 @@ def normalise(error: str) -> str:
 def reference_errors(attempts: Iterable[Row], top: int) -> dict[str, list[tuple[str, int]]]:
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     for a in attempts:
-        if a["outcome"] == "SUCCESS":
+        if a["outcome"] in NOT_FAILED:
             continue
         counts[a["consumer_group"]][normalise(a["error"]) if a["error"] else a["outcome"]] += 1
     return {g: sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top] for g, c in counts.items()}
@@ -138,6 +139,7 @@ def test_edge_cases(spark: SparkSession) -> None:
         # C: failed, then moved to the DLQ -> the group went on.
         attempt("C", 1, "EXCEPTION", now - 60 * m),
         attempt("C", 2, "DLQ", now - 50 * m),
+        attempt("C", 3, "REDRIVEN", now - 40 * m, error="resent from %DLQ%ledger offset 3"),
         # D: failed, then succeeded.
         attempt("D", 1, "EXCEPTION", now - 60 * m),
         attempt("D", 2, "SUCCESS", now - 1 * m),
@@ -201,7 +203,7 @@ def test_edge_cases(spark: SparkSession) -> None:
     assert summary["billing"]["dlq_messages"] == 4
     assert summary["ledger"]["stuck_message_groups"] == 2
     assert summary["ledger"]["failed_attempts"] == sum(
-        1 for a in attempts if a["consumer_group"] == "ledger" and a["outcome"] != "SUCCESS"
+        1 for a in attempts if a["consumer_group"] == "ledger" and a["outcome"] not in NOT_FAILED
     )
 
 

@@ -26,7 +26,7 @@ from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.filtering import parse_tag_expression
 from pocketmq.broker.flow import FlowControl
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, GroupManager
-from pocketmq.broker.history import Attempt, AttemptHistory, Outcome
+from pocketmq.broker.history import HISTORY_TOPIC, Attempt, AttemptHistory, Outcome
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
@@ -105,6 +105,8 @@ _PUT_CODES = {
 
 _SCHEDULE_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 _HELD_TOPICS = _SCHEDULE_TOPICS | {HALF_TOPIC}  # stored aside; the real topic is a property
+# Internal ledgers that have no topic config but may be browsed (exports): name -> queue count.
+_BROWSABLE_INTERNAL = {HISTORY_TOPIC: 1, REDRIVE_AUDIT_TOPIC: 1}
 _SKIPPABLE = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
 
 
@@ -623,6 +625,7 @@ class Broker:
             consumer=consumer,
             error=error,
             delivered_at=delivered_at,
+            message_group=record.properties.get(props.MESSAGE_GROUP, ""),
         )
         properties = dict(record.properties)
         properties.setdefault(props.RETRY_TOPIC, record.topic)
@@ -1155,6 +1158,7 @@ class Broker:
             error=error,
             delivered_at=entry.delivered_at,
             finished_at=finished_at,
+            message_group=entry.message_group,
         )
 
     def _dead_letter_offset(
@@ -1204,6 +1208,7 @@ class Broker:
             attempt=message.reconsume_times + 1,
             outcome=Outcome.DLQ,
             error=reason,
+            message_group=properties.get(props.MESSAGE_GROUP, ""),
         )
         log.info("message %s of group %s dead-lettered: %s", message.message_id, group, reason)
         return result
@@ -1293,6 +1298,7 @@ class Broker:
                 error=attempt.error,
                 delivered_at=attempt.delivered_at / 1000,
                 finished_at=attempt.finished_at / 1000,
+                message_group=attempt.message_group,
             )
 
     def message_history(self, message_id: str) -> list[Attempt]:
@@ -1301,8 +1307,12 @@ class Broker:
     def browse(
         self, topic: str, queue_id: int, offset: int, max_count: int = 32
     ) -> list[Delivered]:
-        """Read any topic (dead-letter topics included) without consuming: operator tools."""
-        self.topics.require(topic)
+        """Read any topic (dead-letter topics and the internal ledgers included) without
+        consuming: operator tools and exports."""
+        if topic == HISTORY_TOPIC:
+            self.history.flush()
+        elif topic not in _BROWSABLE_INTERNAL:
+            self.topics.require(topic)
         got = self.store.get_messages(
             topic,
             queue_id,
@@ -1389,6 +1399,7 @@ class Broker:
                 outcome=Outcome.REDRIVEN,
                 consumer=operator,
                 error=f"resent from {dlq} offset {offset}",
+                message_group=message.properties.get(props.MESSAGE_GROUP, ""),
             )
         if audit:
             await self.append_internal(audit)
@@ -1413,9 +1424,11 @@ class Broker:
 
     def queue_status(self, topic: str, group: str = "") -> list[tuple[int, int, int, int]]:
         """``(queue id, min offset, max offset, committed or -1)`` for each queue."""
-        config = self.topics.require(topic)
+        queues = _BROWSABLE_INTERNAL.get(topic) or self.topics.require(topic).queues
+        if topic == HISTORY_TOPIC:
+            self.history.flush()
         rows = []
-        for queue_id in range(config.queues):
+        for queue_id in range(queues):
             committed = self.offsets.query(group, topic, queue_id) if group else -1
             rows.append(
                 (

@@ -47,6 +47,7 @@ class Attempt(msgspec.Struct, frozen=True, array_like=True):
     error: str
     delivered_at: int  # epoch ms
     finished_at: int  # epoch ms
+    message_group: str = ""  # FIFO group ("" for normal messages); last, so old records decode
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -73,6 +74,7 @@ class AttemptHistory:
         error: str = "",
         delivered_at: float | None = None,
         finished_at: float | None = None,
+        message_group: str = "",
     ) -> None:
         if not self.enabled or not message_id:
             return
@@ -87,6 +89,7 @@ class AttemptHistory:
             error=error[:2000],
             delivered_at=int((delivered_at if delivered_at is not None else now) * 1000),
             finished_at=int((finished_at if finished_at is not None else now) * 1000),
+            message_group=message_group,
         )
         self._buffer.append(
             StoreMessage(

@@ -788,6 +788,7 @@ class PushConsumer(ClientBase):
                 "",
                 int(started * 1000),
                 finished,
+                view.message_group or "",
             )
             for view in views
         )

@@ -1,10 +1,14 @@
-"""Data pipelines on Apache Spark (PySpark): reconcile/resend, delivery audit, DLQ analytics.
+"""Data pipelines on Apache Spark (PySpark): reconcile/resend, delivery audit, DLQ analytics,
+broker exports and a Spark data source for topics.
 
 The jobs are plain ``DataFrame -> DataFrame`` functions (:func:`resend_candidates`,
 :func:`manual_handling`, :func:`delivery_audit`, :func:`dlq_report`) plus ``run_*`` drivers that
 read the inputs (Parquet paths or database URLs), write Parquet and return a summary; the
 ``pocketmq pipeline`` command wraps the drivers. :func:`spark_session` builds the session they
-expect (UTC, JDBC drivers on the class path, sensible local defaults). See ``docs/pipeline.md``.
+expect (UTC, JDBC drivers on the class path, sensible local defaults, the ``pocketmq`` data
+source of :mod:`pocketmq.pipeline.datasource` registered). :func:`export_to_parquet` (``pocketmq
+export``) writes topics, DLQs and the attempt history as the Parquet the jobs read, with pyarrow
+alone. See ``docs/pipeline.md``.
 
 Importing this package needs pyarrow (``pocketmq[spark]``) but does not start Spark or Java.
 """
@@ -12,6 +16,7 @@ Importing this package needs pyarrow (``pocketmq[spark]``) but does not start Sp
 from pocketmq.pipeline.audit import DeliveryAudit, delivery_audit, run_audit
 from pocketmq.pipeline.demo import DEMO_NOW, DemoData, generate_demo_data
 from pocketmq.pipeline.dlq import DlqReport, dlq_report, run_dlq_report
+from pocketmq.pipeline.export import ExportedSource, ExportSummary, export_to_parquet
 from pocketmq.pipeline.io import jdbc_source, read_table
 from pocketmq.pipeline.reconcile import (
     ReconcileSummary,
@@ -46,6 +51,8 @@ __all__ = [
     "DeliveryAudit",
     "DemoData",
     "DlqReport",
+    "ExportSummary",
+    "ExportedSource",
     "InMemorySender",
     "MessageSender",
     "ReconcileSummary",
@@ -54,6 +61,7 @@ __all__ = [
     "SenderFactory",
     "delivery_audit",
     "dlq_report",
+    "export_to_parquet",
     "generate_demo_data",
     "jdbc_source",
     "manual_handling",

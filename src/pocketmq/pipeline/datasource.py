@@ -1,31 +1,580 @@
-"""Seam for the Spark Python data source ``pocketmq`` and for ``pocketmq export`` (not built yet).
+"""The Spark Python data source ``pocketmq``: topics as DataFrames (batch and streaming), and
+DataFrames into topics.
 
-Both need the broker SDK (routes, pull by offset range, per-queue offsets), which lands on another
-branch. What is fixed already, so the pieces fit when they arrive:
+::
 
-* The data source registers under :data:`DATA_SOURCE_NAME` (``spark.read.format("pocketmq")``,
-  ``spark.readStream.format("pocketmq")``, ``df.write.format("pocketmq")``) and will live in this
-  module: batch reads with one partition per (broker, queue, offset range), streaming reads with
-  per-queue offsets (restartable from the checkpoint, ``availableNow`` supported), and writes that
-  carry message keys so a replayed micro-batch can be deduplicated downstream.
-* Rows it reads have the columns of :data:`~pocketmq.pipeline.schemas.TOPIC_EXPORT_SCHEMA`
-  (the ``date`` column included), so a job written against a Parquet export runs unchanged on a
-  live topic.
-* ``pocketmq export`` (a ``pocketmq.cli`` command) will write topics and DLQ topics with
-  :data:`~pocketmq.pipeline.schemas.TOPIC_EXPORT_SCHEMA` and the attempt history with
-  :data:`~pocketmq.pipeline.schemas.ATTEMPT_HISTORY_SCHEMA`, as Parquet partitioned by
-  :data:`~pocketmq.pipeline.schemas.TOPIC_EXPORT_PARTITIONING` — exactly what
-  ``pocketmq pipeline audit`` and ``dlq-report`` read today.
+    spark.read.format("pocketmq").option("servers", "127.0.0.1:10911").option("topic", "orders")
+        .load()                                   # every message stored now, one partition a queue
+    spark.readStream.format("pocketmq").option("servers", ...).option("topic", "orders").load()
+    df.write.format("pocketmq").option("servers", ...).option("topic", "orders").mode("append")
+        .save()                                   # and df.writeStream.format("pocketmq")...
+
+:func:`pocketmq.pipeline.spark_session` registers the source; elsewhere call
+:func:`register_data_source`.
+
+**Reading.** Rows have the columns of :data:`~pocketmq.pipeline.schemas.TOPIC_EXPORT_SCHEMA`
+(``date`` included), so a job written against a Parquet export (``pocketmq export``) runs
+unchanged on a live topic. Messages are read with the broker's ``BROWSE`` request, which moves
+no consumer offset: reading a topic has no effect on any consumer group. Each partition is one
+queue of one broker and an offset range ``[start, end)`` in it, read in offset order.
+
+**Offsets** are JSON per broker and queue, ``{"broker-a": {"0": 42, "1": 17}}``: the next offset
+to read in each queue (``-2`` = earliest, ``-1`` = latest, like Kafka). Queues left out start at
+the earliest offset and end at the latest. A streaming query keeps the same JSON in its
+checkpoint; queues added while it runs are read from their beginning.
+
+**Streaming** (micro-batch): ``latestOffset`` asks every broker for its queues' offsets;
+``maxOffsetsPerTrigger`` caps a micro-batch (shared fairly among the queues with new messages);
+``Trigger.AvailableNow`` reads what was there when the query started, in micro-batches of that
+size, then stops. A restarted query continues from the offsets in its checkpoint, so every message
+is read once per query — Spark's checkpoint is the source of truth and the source keeps no state
+of its own (``commit`` is a no-op: Spark calls it one batch late anyway).
+
+**Writing** sends each row as a message, one producer per Spark task. Columns: ``body``
+(binary or text, required), ``topic`` (unless the ``topic`` option is set, which wins — so a
+DataFrame read from one topic can be written to another), ``keys`` (space-separated text or an
+array), ``tag``, ``message_group`` (FIFO), ``properties`` (map; reserved names are dropped) and
+``message_id``. A Spark task that fails is run again and sends its rows again, and a streaming
+micro-batch can be replayed after a crash: both re-send the same message ids, so an idempotent
+consumer (:mod:`pocketmq.reliability`) sees each message once. The id of a row is
+
+1. its ``message_id`` column when set;
+2. otherwise, for rows with ``keys``, a hash of (topic, keys, tag, message group, body): the same
+   keyed message always gets the same id (updates to one key differ in body, so they stay
+   distinct);
+3. otherwise, in a streaming query, a hash of (query id, batch id, partition, row number), which
+   a replay of the same micro-batch reproduces;
+4. otherwise (a batch write of rows without keys or ids) a fresh id: such writes are not
+   idempotent.
+
+Spark runs the reading and writing code in separate Python worker processes: every SDK client is
+opened inside ``partitions``/``read``/``write`` through the blocking facade and closed there;
+nothing holding a connection is ever pickled. Workers must be able to import ``pocketmq``.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
-__all__ = ["DATA_SOURCE_NAME", "OPTION_ENDPOINTS", "OPTION_STARTING_OFFSETS", "OPTION_TOPIC"]
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from pocketmq.client.config import ClientConfig, default_servers
+from pocketmq.client.convert import SYSTEM_PROPERTIES
+from pocketmq.client.ids import new_message_id
+from pocketmq.client.message import Message
+from pocketmq.client.sync import SyncAdmin, SyncProducer
+from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
+from pocketmq.pipeline.browse import DEFAULT_PAGE_SIZE, QueueSpan, browse_range, messages_table
+from pocketmq.pipeline.browse import queue_spans as _queue_spans
+from pocketmq.pipeline.schemas import TOPIC_EXPORT_SCHEMA, spark_ddl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Row, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "OPTION_BATCH_SIZE",
+    "OPTION_ENDING_OFFSETS",
+    "OPTION_ENDPOINTS",
+    "OPTION_MAX_OFFSETS_PER_TRIGGER",
+    "OPTION_MAX_ROWS_PER_PARTITION",
+    "OPTION_PAGE_SIZE",
+    "OPTION_SERVERS",
+    "OPTION_STARTING_OFFSETS",
+    "OPTION_TOPIC",
+    "Offsets",
+    "PocketMQDataSource",
+    "QueueRange",
+    "derive_message_id",
+    "register_data_source",
+]
 
 DATA_SOURCE_NAME: Final = "pocketmq"
-#: Planned options of the data source.
-OPTION_ENDPOINTS: Final = "endpoints"  # name server or broker address, host:port
+#: Brokers (or a name server) to ask, ``host:port[,host:port...]``; default ``$POCKETMQ_SERVER``.
+OPTION_SERVERS: Final = "servers"
+OPTION_ENDPOINTS: Final = "endpoints"  # an alias of ``servers``
+#: The topic to read (required), or to write to (overrides the rows' ``topic`` column).
 OPTION_TOPIC: Final = "topic"
-OPTION_STARTING_OFFSETS: Final = "startingOffsets"  # "earliest" | "latest" | JSON per queue
+#: ``earliest`` | ``latest`` | offsets JSON. Default: earliest for batch, latest for streaming.
+OPTION_STARTING_OFFSETS: Final = "startingOffsets"
+#: Batch reads only: ``latest`` (default) | offsets JSON; the range is ``[start, end)``.
+OPTION_ENDING_OFFSETS: Final = "endingOffsets"
+#: Streaming reads: at most this many messages per micro-batch (all queues together).
+OPTION_MAX_OFFSETS_PER_TRIGGER: Final = "maxOffsetsPerTrigger"
+#: Split a queue's range into partitions of at most this many offsets (default: no split).
+OPTION_MAX_ROWS_PER_PARTITION: Final = "maxRowsPerPartition"
+#: Messages per BROWSE request (default 512, at most 1024).
+OPTION_PAGE_SIZE: Final = "pageSize"
+#: Writes: messages per send request (rows without a message group; default 64).
+OPTION_BATCH_SIZE: Final = "batchSize"
+
+EARLIEST: Final = -2
+LATEST: Final = -1
+DEFAULT_BATCH_SIZE: Final = 64
+#: Spark's local properties naming the streaming query and micro-batch of a task.
+_BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+_QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+
+#: Offsets as Spark checkpoints them: broker name -> queue id (text) -> next offset.
+Offsets = dict[str, dict[str, int]]
+
+
+def register_data_source(spark: SparkSession) -> None:
+    """Make ``format("pocketmq")`` available in ``spark`` (registering again is harmless)."""
+    spark.dataSource.register(PocketMQDataSource)
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """The parsed options: plain values, pickled to every task."""
+
+    servers: tuple[str, ...]
+    topic: str
+    starting: str
+    ending: str
+    max_per_trigger: int | None
+    max_rows_per_partition: int | None
+    page_size: int
+    batch_size: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> _Options:
+        raw = options.get(OPTION_SERVERS) or options.get(OPTION_ENDPOINTS) or ""
+        servers = tuple(s.strip() for s in raw.replace(";", ",").split(",") if s.strip())
+        return cls(
+            servers=servers or default_servers(),
+            topic=(options.get(OPTION_TOPIC) or "").strip(),
+            starting=(
+                options.get(OPTION_STARTING_OFFSETS) or ("latest" if streaming else "earliest")
+            ).strip(),
+            ending=(options.get(OPTION_ENDING_OFFSETS) or "latest").strip(),
+            max_per_trigger=_positive(options, OPTION_MAX_OFFSETS_PER_TRIGGER),
+            max_rows_per_partition=_positive(options, OPTION_MAX_ROWS_PER_PARTITION),
+            page_size=_positive(options, OPTION_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+            batch_size=_positive(options, OPTION_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
+        )
+
+    def require_topic(self) -> str:
+        if not self.topic:
+            raise InvalidArgumentError("the pocketmq data source needs .option('topic', ...)")
+        return self.topic
+
+    def admin(self) -> SyncAdmin:
+        return SyncAdmin(client=ClientConfig(servers=self.servers))
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    value = options.get(name)
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise InvalidArgumentError(f"option {name} must be at least 1, got {number}")
+    return number
+
+
+def _resolve(spec: str, spans: Sequence[QueueSpan], *, default: int, name: str) -> Offsets:
+    """Offsets for every queue in ``spans`` from ``earliest``/``latest`` or offsets JSON."""
+    if spec.lower() in ("earliest", "latest"):
+        given: Mapping[str, Mapping[str, Any]] = {}
+        default = EARLIEST if spec.lower() == "earliest" else LATEST
+    else:
+        try:
+            given = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgumentError(
+                f"option {name} must be earliest, latest or JSON like "
+                f'{{"broker-a": {{"0": 42}}}}: {exc}'
+            ) from None
+        if not isinstance(given, dict) or not all(
+            isinstance(q, dict) and all(isinstance(v, int) for v in q.values())
+            for q in given.values()
+        ):
+            raise InvalidArgumentError(
+                f'option {name}: expected {{"broker": {{"queue id": offset}}}}, got {spec}'
+            )
+    out: Offsets = {}
+    for span in spans:
+        value = given.get(span.broker_name, {}).get(str(span.queue_id), default)
+        if value == EARLIEST:
+            value = span.min_offset
+        elif value == LATEST:
+            value = span.max_offset
+        elif value < 0:
+            raise InvalidArgumentError(f"option {name}: offset {value} is not -2, -1 or >= 0")
+        out.setdefault(span.broker_name, {})[str(span.queue_id)] = int(value)
+    return out
+
+
+def _get(offsets: Mapping[str, Mapping[str, int]], broker: str, queue_id: int) -> int | None:
+    return offsets.get(broker, {}).get(str(queue_id))
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One Spark partition: offsets ``[start, end)`` of one queue on one broker."""
+
+    topic: str
+    broker_name: str
+    address: str
+    queue_id: int
+    start: int
+    end: int
+
+
+def _ranges(
+    topic: str,
+    spans: Sequence[QueueSpan],
+    start: Mapping[str, Mapping[str, int]],
+    end: Mapping[str, Mapping[str, int]],
+    split: int | None,
+) -> list[QueueRange]:
+    """The partitions reading ``[start, end)`` of every queue in ``end``, in broker/queue order.
+
+    A queue with offsets to read whose broker is not in ``spans`` (it went away since the end
+    offsets were taken) is an error, never a silent gap: the micro-batch fails and is retried.
+    """
+    addresses = {s.broker_name: s.address for s in spans}
+    wanted = sorted((b, int(q), hi) for b, queues in end.items() for q, hi in queues.items())
+    out: list[QueueRange] = []
+    for broker, queue_id, hi in wanted:
+        lo = _get(start, broker, queue_id)
+        lo = 0 if lo is None else lo  # a queue added since: all of it is new
+        if hi <= lo:
+            continue
+        address = addresses.get(broker)
+        if address is None:
+            raise BrokerConnectionError(
+                f"broker {broker!r} holds offsets {lo}..{hi} of queue {queue_id} of topic "
+                f"{topic!r} but did not answer"
+            )
+        step = split or (hi - lo)
+        for at in range(lo, hi, step):
+            out.append(QueueRange(topic, broker, address, queue_id, at, min(hi, at + step)))
+    return out
+
+
+def _read(options: _Options, part: QueueRange, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Read one partition as Arrow batches shaped like ``schema`` (Spark's Arrow types)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = to_arrow_schema(schema, timezone="UTC")
+    if part.end <= part.start:
+        return
+    with options.admin() as admin:
+        for page in browse_range(
+            admin,
+            part.address,
+            part.topic,
+            part.queue_id,
+            part.start,
+            part.end,
+            page_size=options.page_size,
+        ):
+            table = messages_table(page, part.broker_name).select(target.names).cast(target)
+            yield from table.to_batches()
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, options: _Options, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        topic = self.options.require_topic()
+        with self.options.admin() as admin:
+            spans = _queue_spans(admin, topic)
+        start = _resolve(
+            self.options.starting, spans, default=EARLIEST, name=OPTION_STARTING_OFFSETS
+        )
+        end = _resolve(self.options.ending, spans, default=LATEST, name=OPTION_ENDING_OFFSETS)
+        ranges = _ranges(topic, spans, start, end, self.options.max_rows_per_partition)
+        # Spark wants at least one partition; an empty range reads nothing.
+        return ranges or [QueueRange(topic, "", "", 0, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return _read(self.options, partition, self.schema)
+
+
+def _limit(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
+    """``latest`` cut so that at most ``max_rows`` offsets lie between ``start`` and it, shared
+    fairly (water-filling, in broker/queue order) among the queues that have new messages."""
+    keys = sorted((b, q) for b, queues in latest.items() for q in queues)
+    lo = {k: start.get(k[0], {}).get(k[1], 0) for k in keys}
+    room = {k: max(0, latest[k[0]][k[1]] - lo[k]) for k in keys}
+    take = dict.fromkeys(keys, 0)
+    budget = max_rows
+    active = [k for k in keys if room[k] > 0]
+    while budget > 0 and active:
+        share = max(1, budget // len(active))
+        for k in list(active):
+            n = min(share, room[k] - take[k], budget)
+            take[k] += n
+            budget -= n
+            if take[k] >= room[k]:
+                active.remove(k)
+            if budget == 0:
+                break
+    out: Offsets = {}
+    for b, q in keys:
+        out.setdefault(b, {})[q] = lo[(b, q)] + take[(b, q)]
+    return out
+
+
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: _Options, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
+
+    def _spans(self) -> list[QueueSpan]:
+        with self.options.admin() as admin:
+            return _queue_spans(admin, self.options.require_topic())
+
+    def _latest(self) -> Offsets:
+        return _resolve("latest", self._spans(), default=LATEST, name="latest")
+
+    def initialOffset(self) -> Offsets:
+        return _resolve(
+            self.options.starting, self._spans(), default=EARLIEST, name=OPTION_STARTING_OFFSETS
+        )
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_per_trigger is not None:
+            return ReadMaxRows(self.options.max_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        latest = self._latest()
+        out: Offsets = {}
+        for broker, queues in latest.items():
+            for queue, offset in queues.items():
+                begin = start.get(broker, {}).get(queue, 0)
+                if self._target is not None:
+                    # queues that appeared after the target was taken are not read in this run
+                    offset = min(offset, self._target.get(broker, {}).get(queue, begin))
+                out.setdefault(broker, {})[queue] = max(begin, offset)
+        for broker, queues in start.items():  # never forget a queue (a broker may be away)
+            for queue, offset in queues.items():
+                out.setdefault(broker, {}).setdefault(queue, offset)
+        if isinstance(limit, ReadMaxRows):
+            out = _limit(start, out, limit.max_rows)
+        return out
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        if start == end:
+            return []
+        return _ranges(
+            self.options.require_topic(),
+            self._spans(),
+            start,
+            end,
+            self.options.max_rows_per_partition,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return _read(self.options, partition, self.schema)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to do: the query's checkpoint holds the offsets, not the broker."""
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def derive_message_id(
+    topic: str, keys: Sequence[str], tag: str | None, message_group: str | None, body: bytes
+) -> str:
+    """The id of a keyed message: the same (topic, keys, tag, group, body) gives the same id.
+
+    32 upper-case hex characters, the shape of the SDK's ids.
+    """
+    digest = hashlib.blake2b(digest_size=16, person=b"pocketmq-spark")
+    for part in (topic, " ".join(keys), tag or "", message_group or ""):
+        encoded = part.encode()
+        digest.update(len(encoded).to_bytes(4, "big"))
+        digest.update(encoded)
+    digest.update(body)
+    return digest.hexdigest().upper()
+
+
+def _position_id(query_id: str, batch_id: str, partition: int, index: int, topic: str) -> str:
+    digest = hashlib.blake2b(digest_size=16, person=b"pocketmq-replay")
+    digest.update(f"{query_id}\0{batch_id}\0{partition}\0{index}\0{topic}".encode())
+    return digest.hexdigest().upper()
+
+
+@dataclass(frozen=True)
+class _Sent(WriterCommitMessage):
+    partition: int
+    messages: int
+
+
+def _keys(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(value.split())
+    return tuple(str(k) for k in value if k)
+
+
+def _message(
+    row: Row, fields: frozenset[str], options: _Options, position: tuple[str, str, int, int] | None
+) -> Message:
+    def get(name: str) -> Any:
+        return row[name] if name in fields else None
+
+    topic = options.topic or get("topic")
+    if not topic:
+        raise InvalidArgumentError("rows need a topic: a 'topic' column or .option('topic', ...)")
+    body = get("body")
+    if isinstance(body, str):
+        body = body.encode()
+    elif isinstance(body, bytearray | memoryview):
+        body = bytes(body)
+    if not isinstance(body, bytes):
+        raise InvalidArgumentError("rows need a 'body' column (binary or string)")
+    keys = _keys(get("keys"))
+    tag = get("tag") or None
+    group = get("message_group") or None
+    props = get("properties") or {}
+    properties = {str(k): str(v) for k, v in dict(props).items() if k not in SYSTEM_PROPERTIES}
+    message_id = get("message_id") or None
+    if message_id is None and keys:
+        message_id = derive_message_id(topic, keys, tag, group, body)
+    if message_id is None:
+        message_id = _position_id(*position, topic) if position else new_message_id()
+    return Message(
+        topic=topic,
+        body=body,
+        tag=tag,
+        keys=keys,
+        properties=properties,
+        message_group=group,
+        message_id=message_id,
+    )
+
+
+def _write(options: _Options, rows: Iterator[Row], *, streaming: bool) -> _Sent:
+    """Send ``rows`` with one producer; FIFO rows one by one, in order, the rest in batches."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    position: tuple[str, str, int] | None = None
+    if streaming and context is not None:
+        batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY)
+        query_id = context.getLocalProperty(_QUERY_ID_PROPERTY)
+        if batch_id is not None and query_id is not None:
+            position = (query_id, batch_id, partition)
+    sent = 0
+    pending: list[Message] = []
+    fields: frozenset[str] | None = None
+    with SyncProducer(client=ClientConfig(servers=options.servers)) as producer:
+
+        def flush() -> None:
+            nonlocal sent
+            if pending:
+                producer.send_batch(pending)
+                sent += len(pending)
+                pending.clear()
+
+        for index, row in enumerate(rows):
+            if fields is None:
+                fields = frozenset(row.__fields__)
+            where = (*position, index) if position is not None else None
+            message = _message(row, fields, options, where)
+            if message.message_group:
+                flush()
+                producer.send(message)
+                sent += 1
+                continue
+            if pending and (
+                pending[0].topic != message.topic or len(pending) >= options.batch_size
+            ):
+                flush()
+            pending.append(message)
+        flush()
+    return _Sent(partition, sent)
+
+
+class _BatchWriter(DataSourceWriter):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return _write(self.options, iterator, streaming=False)
+
+
+class _StreamWriter(DataSourceStreamWriter):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return _write(self.options, iterator, streaming=True)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Messages are stored when ``write`` returns; nothing is left to commit."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Sent messages cannot be taken back; the replayed batch re-sends the same ids."""
+
+
+# -- the data source -------------------------------------------------------------------------
+
+
+class PocketMQDataSource(DataSource):
+    """``format("pocketmq")``: see the module documentation for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> str:
+        return spark_ddl(TOPIC_EXPORT_SCHEMA)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _BatchReader(_Options.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(_Options.parse(self.options, streaming=True), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return _BatchWriter(_Options.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return _StreamWriter(_Options.parse(self.options))

@@ -7,9 +7,9 @@ history (:data:`~pocketmq.pipeline.schemas.ATTEMPT_HISTORY_SCHEMA`).
 * **ageing** — dead letters per consumer group and original topic, bucketed by time in the DLQ:
   ``<1h``, ``1h-6h``, ``6h-24h``, ``1d-7d``, ``>7d``. Nothing leaves a DLQ by itself, so old
   buckets are work an operator has not done.
-* **top errors** — failed attempts (every outcome except SUCCESS) grouped by error text per
-  consumer group, most frequent first. The text is normalised so that one cause is one row:
-  first line only, numbers replaced by ``#``, at most 200 characters.
+* **top errors** — failed attempts (every outcome except SUCCESS and an operator's REDRIVEN)
+  grouped by error text per consumer group, most frequent first. The text is normalised so that
+  one cause is one row: first line only, numbers replaced by ``#``, at most 200 characters.
 * **stuck FIFO groups** — per (consumer group, topic, message group): the latest attempt
   failed (RECONSUME_LATER, EXCEPTION, TIMEOUT or INVISIBLE_EXPIRED) and nothing settled the
   group (a SUCCESS, or a DLQ move that lets the group go on) for more than ``stuck_after``
@@ -60,6 +60,8 @@ AGE_BUCKETS: Final = (
 DEFAULT_STUCK_AFTER_SECONDS: Final = 600.0
 DEFAULT_TOP_ERRORS: Final = 10
 _SETTLING_OUTCOMES: Final = ("SUCCESS", "DLQ")
+#: Outcomes that are not failures: a success, and an operator's redrive out of the DLQ.
+_NOT_FAILED: Final = ("SUCCESS", "REDRIVEN")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +163,7 @@ def dlq_report(
     )
     if group is not None:
         att = att.where(F.col("consumer_group") == group)
-    failed = att.where(F.col("outcome") != F.lit("SUCCESS"))
+    failed = att.where(~F.col("outcome").isin(*_NOT_FAILED))
     by_error = failed.withColumn(
         "error_key", F.coalesce(normalise_error(F.col("error")), F.col("outcome"))
     ).groupBy("consumer_group", "error_key")
@@ -235,7 +237,9 @@ def dlq_report(
     )
     attempt_counts = att.groupBy("consumer_group").agg(
         F.count(F.lit(1)).alias("attempts"),
-        F.sum(F.when(F.col("outcome") != "SUCCESS", 1).otherwise(0)).alias("failed_attempts"),
+        F.sum(F.when(~F.col("outcome").isin(*_NOT_FAILED), 1).otherwise(0)).alias(
+            "failed_attempts"
+        ),
         F.count_distinct(F.when(F.col("attempt") > 1, F.col("message_id"))).alias(
             "retried_messages"
         ),

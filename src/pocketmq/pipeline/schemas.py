@@ -6,11 +6,12 @@ These constants are contracts shared with other parts of pocketmq:
   ``message_stub`` and ``message_log`` tables (the outbox and the consumer's receipt log). Their
   Parquet form is what ``pocketmq pipeline demo-data`` writes; over JDBC the same columns are read
   from the tables.
-* :data:`TOPIC_EXPORT_SCHEMA` is what ``pocketmq export`` (the broker side, to come) writes for a
-  topic or a DLQ topic, partitioned by ``topic``/``date``; the Spark data source ``pocketmq`` will
-  produce rows of the same shape.
-* :data:`ATTEMPT_HISTORY_SCHEMA` is the broker's delivery-attempt ledger export: one row per
-  delivery attempt of a message to a consumer group, with its outcome.
+* :data:`TOPIC_EXPORT_SCHEMA` is what ``pocketmq export`` writes for a topic or a DLQ topic,
+  partitioned by ``topic``/``date``; the Spark data source ``pocketmq`` produces rows of the same
+  shape.
+* :data:`ATTEMPT_HISTORY_SCHEMA` is the broker's delivery-attempt ledger export (the internal
+  topic :data:`HISTORY_TOPIC`): one row per delivery attempt of a message to a consumer group,
+  with its outcome; ``pocketmq export --history`` partitions it by ``date``.
 
 Timestamps in the reliability tables are UTC wall-clock values without a zone (the tables'
 ``TIMESTAMP`` columns); broker exports carry zone-aware UTC instants in milliseconds.
@@ -27,9 +28,11 @@ __all__ = [
     "ATTEMPT_OUTCOMES",
     "DLQ_TOPIC_PREFIX",
     "FAILED_OUTCOMES",
+    "HISTORY_TOPIC",
     "LOG_STATUSES",
     "MESSAGE_LOG_SCHEMA",
     "MESSAGE_STUB_SCHEMA",
+    "PROPERTY_DLQ_REASON",
     "PROPERTY_ORIGIN_MESSAGE_ID",
     "PROPERTY_RETRY_TOPIC",
     "RETRY_TOPIC_PREFIX",
@@ -106,8 +109,13 @@ DLQ_TOPIC_PREFIX: Final = "%DLQ%"
 #: Properties the broker sets on a message it moves to a retry or DLQ topic.
 PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+#: Why the broker dead-lettered a message (set on the copy in ``%DLQ%<group>``).
+PROPERTY_DLQ_REASON: Final = "DLQ_REASON"
+#: The broker's attempt ledger: one queue per broker, each record an ``AttemptRecord``.
+HISTORY_TOPIC: Final = "%SYS%HISTORY"
 
 #: ``attempt_history.outcome`` values; all but SUCCESS and DLQ leave a message due again.
+#: REDRIVEN is an operator re-sending a dead letter (``pocketmq dlq resend``), not a delivery.
 ATTEMPT_OUTCOMES: Final = (
     "SUCCESS",
     "RECONSUME_LATER",
@@ -115,6 +123,7 @@ ATTEMPT_OUTCOMES: Final = (
     "TIMEOUT",
     "INVISIBLE_EXPIRED",
     "DLQ",
+    "REDRIVEN",
 )
 FAILED_OUTCOMES: Final = ("RECONSUME_LATER", "EXCEPTION", "TIMEOUT", "INVISIBLE_EXPIRED")
 

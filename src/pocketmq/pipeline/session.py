@@ -99,7 +99,8 @@ def spark_session(
     """Create the SparkSession configured for the pocketmq jobs, or return the active one.
 
     When a session is already active in this process (a notebook, a test run, a job calling
-    another) it is returned unchanged: its settings were chosen by whoever started it.
+    another) it is returned with its settings unchanged: they were chosen by whoever started it.
+    Either way the data source ``pocketmq`` (:mod:`pocketmq.pipeline.datasource`) is registered.
 
     ``master`` is any Spark master URL (``local[*]``, ``spark://host:7077``, ``yarn``,
     ``k8s://...``). On a local master the session uses this interpreter for Python workers and
@@ -109,8 +110,11 @@ def spark_session(
     """
     from pyspark.sql import SparkSession
 
+    from pocketmq.pipeline.datasource import register_data_source
+
     active = SparkSession.getActiveSession()
     if active is not None:
+        register_data_source(active)
         return active
 
     settings: dict[str, str] = {
@@ -182,4 +186,5 @@ def spark_session(
     session = builder.getOrCreate()
     if quiet or for_tests:
         session.sparkContext.setLogLevel("ERROR")
+    register_data_source(session)
     return session

@@ -383,6 +383,7 @@ class AttemptRecord(_Body, frozen=True):
     error: str
     delivered_at: int
     finished_at: int
+    message_group: str = ""
 
 
 class MessageHistoryResponse(_Body, frozen=True):

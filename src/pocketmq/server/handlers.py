@@ -409,6 +409,7 @@ def broker_handlers(
                     a.error,
                     a.delivered_at,
                     a.finished_at,
+                    a.message_group,
                 )
                 for a in req.attempts
             ],
@@ -430,6 +431,7 @@ def broker_handlers(
                     a.error,
                     a.delivered_at,
                     a.finished_at,
+                    a.message_group,
                 )
                 for a in broker.message_history(req.message_id)
             ]
