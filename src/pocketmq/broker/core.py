@@ -31,6 +31,7 @@ from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
+from pocketmq.broker.persist import OffLoopWriter
 from pocketmq.broker.pop import Handle, InFlight, PopManager, PopQueue
 from pocketmq.broker.producers import CheckChannel
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveLedger, RedriveRecord
@@ -142,6 +143,7 @@ class Broker:
         self._round_robin: dict[str, int] = {}
         self._hosts: dict[str, bytes] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._state_writer = OffLoopWriter()
         self._closed = False
         self.schedule = ScheduleService(
             self.store, config_dir, config.delay_levels, self.append_internal, clock
@@ -187,6 +189,7 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._state_writer.drain()
         self.arrivals.notify_all()
         await self.flow.stop()
         await self.schedule.close()
@@ -204,12 +207,14 @@ class Broker:
             try:
                 self.consumers.expire(now)
                 self._revive(now)
-                self.pop_state.persist()
-                self.schedule.persist()
+                writes: list[tuple[str, bytes]] = []
+                self.pop_state.persist(sink=writes.append)
+                self.schedule.persist(sink=writes.append)
                 self.history.flush()
                 if now - last_offsets >= self.config.offset_persist_interval:
-                    self.offsets.persist()
+                    self.offsets.persist(sink=writes.append)
                     last_offsets = now
+                await self._state_writer.write(writes)
                 if now - last_maintenance >= 60:
                     self.store.run_maintenance(now)
                     last_maintenance = now
@@ -352,17 +357,14 @@ class Broker:
         if to_store:
             results = self.store.append(to_store)
             self.transactions.stored(to_store, results)
-            touched: set[str] = set()
+            touched: set[tuple[str, int]] = set()
             for number, stored, result in zip(accepted, to_store, results, strict=True):
                 outcomes[number] = self._outcome(stored, result)
                 if result.status.stored:
-                    touched.add(stored.topic)
+                    touched.add((stored.topic, stored.queue_id))
                     if self._sync_flush:
                         durable_end = max(durable_end, result.physical_offset + result.size)
-            for topic in touched:
-                self.arrivals.notify(topic)
-            if touched & _SCHEDULE_TOPICS:
-                self.schedule.notify()
+            self._wake(touched)
             self.counters["messages_in"] += sum(r.status.stored for r in results)
         return [o for o in outcomes if o is not None], durable_end
 
@@ -580,12 +582,26 @@ class Broker:
     def _append_now(self, messages: list[StoreMessage]) -> list[PutResult]:
         """Append without waiting for a sync flush, and wake readers of the touched topics."""
         results = self.store.append(messages)
-        topics = {m.topic for m, r in zip(messages, results, strict=True) if r.status.stored}
+        self._wake(
+            {
+                (m.topic, m.queue_id)
+                for m, r in zip(messages, results, strict=True)
+                if r.status.stored
+            }
+        )
+        return results
+
+    def _wake(self, touched: set[tuple[str, int]]) -> None:
+        """New messages on these queues: wake the pulls waiting on each queue, the pops waiting
+        on each topic, and the scheduler when something was scheduled."""
+        topics = set()
+        for key in touched:
+            self.arrivals.notify(key)
+            topics.add(key[0])
         for topic in topics:
             self.arrivals.notify(topic)
         if topics & _SCHEDULE_TOPICS:
             self.schedule.notify()
-        return results
 
     # -- consumer retry (send-back) -------------------------------------------------------
 
@@ -736,7 +752,7 @@ class Broker:
             )
             if waiting:
                 remaining = deadline - self._clock()
-                if remaining > 0 and await self.arrivals.wait(topic, remaining):
+                if remaining > 0 and await self.arrivals.wait((topic, queue_id), remaining):
                     continue
                 return PullOutcome(
                     PullStatus.NO_NEW_MESSAGE, offset, got.min_offset, got.max_offset

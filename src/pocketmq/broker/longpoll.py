@@ -1,39 +1,56 @@
-"""Long polling: consumers wait on a topic, and the first arrival wakes them all.
+"""Long polling: consumers wait, and the next arrival wakes exactly the ones it concerns.
 
-One event per topic, replaced after every wake-up: a waiter that arrives later waits for the next
-arrival, and nobody polls in a loop.
+A pull waits on its queue (``(topic, queue_id)``): a message for another queue of the topic does
+not wake it. A pop waits on its topic (any queue will do). A waiter is a bare future with one
+timer, not a task: at thousands of arrivals per second the wake-up is on the hot path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections.abc import Hashable
 
 __all__ = ["ArrivalNotifier"]
 
 
 class ArrivalNotifier:
     def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
+        self._waiters: dict[Hashable, list[asyncio.Future[bool]]] = {}
 
-    async def wait(self, topic: str, max_wait: float) -> bool:
-        """Wait until something arrives on ``topic`` (True) or ``max_wait`` passes (False)."""
+    async def wait(self, key: Hashable, max_wait: float) -> bool:
+        """Wait until something arrives for ``key`` (True) or ``max_wait`` passes (False)."""
         if max_wait <= 0:
             return False
-        event = self._events.get(topic)
-        if event is None:
-            event = self._events[topic] = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), max_wait)
-            return True
-        return False
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        waiters = self._waiters.setdefault(key, [])
+        waiters.append(future)
+        timer = loop.call_later(max_wait, _expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            current = self._waiters.get(key)
+            if current is not None and future in current:
+                current.remove(future)
+                if not current:
+                    del self._waiters[key]
 
-    def notify(self, topic: str) -> None:
-        event = self._events.pop(topic, None)
-        if event is not None:
-            event.set()
+    def notify(self, key: Hashable) -> None:
+        waiters = self._waiters.pop(key, None)
+        if waiters:
+            for future in waiters:
+                if not future.done():
+                    future.set_result(True)
 
     def notify_all(self) -> None:
-        events, self._events = self._events, {}
-        for event in events.values():
-            event.set()
+        waiters, self._waiters = self._waiters, {}
+        for futures in waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_result(True)
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)

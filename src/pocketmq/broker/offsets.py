@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from pocketmq.broker.persist import load_json, save_json
+from pocketmq.broker.persist import Sink, load_json, save_json
 
 __all__ = ["OffsetManager"]
 
@@ -53,8 +53,9 @@ class OffsetManager:
             del self._offsets[key]
             self._dirty = True
 
-    def persist(self, force: bool = False) -> None:
+    def persist(self, force: bool = False, sink: Sink | None = None) -> None:
         if not (self._dirty or force):
             return
         self._dirty = False
-        save_json(self._path, {f"{g}@{t}@{q}": o for (g, t, q), o in sorted(self._offsets.items())})
+        snapshot = {f"{g}@{t}@{q}": o for (g, t, q), o in sorted(self._offsets.items())}
+        save_json(self._path, snapshot, sink)

@@ -6,21 +6,60 @@ crash while saving must leave the previous version intact.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
 
 from pocketmq.store.files import atomic_write
 
-__all__ = ["load_json", "save_json"]
+__all__ = ["OffLoopWriter", "Sink", "load_json", "save_json", "write_files"]
 
 T = TypeVar("T")
 
 
-def save_json(path: str, value: Any) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, msgspec.json.format(msgspec.json.encode(value), indent=1))
+Sink = Callable[[tuple[str, bytes]], None]
+
+
+def save_json(path: str, value: Any, sink: Sink | None = None) -> None:
+    """Encode ``value`` now; write it now, or hand ``(path, bytes)`` to ``sink`` so the
+    broker can do the writing (and its fsyncs) off the event loop."""
+    data = msgspec.json.format(msgspec.json.encode(value), indent=1)
+    if sink is not None:
+        sink((path, data))
+        return
+    write_files([(path, data)])
+
+
+def write_files(files: list[tuple[str, bytes]]) -> None:
+    for path, data in files:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, data)
+
+
+class OffLoopWriter:
+    """Writes batches of state files in a worker thread so their fsyncs never stall the event
+    loop. ``drain`` waits for a write still running (even one whose caller was cancelled), so
+    a final synchronous save on shutdown cannot be overtaken by an older snapshot."""
+
+    def __init__(self) -> None:
+        self._pending: asyncio.Future[None] | None = None
+
+    async def write(self, files: list[tuple[str, bytes]]) -> None:
+        if not files:
+            return
+        await self.drain()
+        self._pending = asyncio.ensure_future(asyncio.to_thread(write_files, files))
+        await asyncio.shield(self._pending)
+
+    async def drain(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            with contextlib.suppress(Exception):  # the writer's caller logged it already
+                await pending
 
 
 def load_json(path: str, kind: type[T], default: T) -> T:

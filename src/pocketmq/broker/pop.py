@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from pocketmq.broker.persist import load_json, save_json
+from pocketmq.broker.persist import Sink, load_json, save_json
 from pocketmq.errors import InvalidReceiptHandleError
 
 __all__ = ["Handle", "InFlight", "PopManager", "PopQueue"]
@@ -202,7 +202,7 @@ class PopManager:
             )
         return state, entry
 
-    def persist(self, force: bool = False) -> None:
+    def persist(self, force: bool = False, sink: Sink | None = None) -> None:
         if not (self.dirty or force):
             return
         self.dirty = False
@@ -212,4 +212,4 @@ class PopManager:
             )
             for (g, t, q), s in self._queues.items()
         }
-        save_json(self._path, snapshot)
+        save_json(self._path, snapshot, sink)

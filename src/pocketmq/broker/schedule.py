@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from pocketmq import properties as props
-from pocketmq.broker.persist import load_json, save_json
+from pocketmq.broker.persist import Sink, load_json, save_json
 from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage
 
 __all__ = [
@@ -299,7 +299,7 @@ class ScheduleService:
 
     # -- persistence ----------------------------------------------------------------------
 
-    def persist(self, force: bool = False) -> None:
+    def persist(self, force: bool = False, sink: Sink | None = None) -> None:
         if not (self._dirty or force):
             return
         self._dirty = False
@@ -311,6 +311,7 @@ class ScheduleService:
                 timer_done=sorted(self._timer.done),
                 recalled=sorted(self._recalled),
             ),
+            sink,
         )
 
     def pending(self) -> dict[str, int]:

@@ -58,7 +58,7 @@ import msgspec
 from pocketmq import properties as props
 from pocketmq.broker.history import AttemptHistory
 from pocketmq.broker.model import Delivered
-from pocketmq.broker.persist import load_json, save_json
+from pocketmq.broker.persist import OffLoopWriter, Sink, load_json, save_json
 from pocketmq.broker.producers import CheckChannel, ProducerRegistry
 from pocketmq.errors import (
     BrokerInternalError,
@@ -238,6 +238,7 @@ class TransactionService:
         self._wake: asyncio.Event | None = None
         self._wake_at = 0.0  # when the checker loop will look next
         self._persisted_at = 0.0
+        self._writer = OffLoopWriter()
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -253,6 +254,7 @@ class TransactionService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await self._writer.drain()
         self.persist(force=True)
 
     @property
@@ -568,7 +570,9 @@ class TransactionService:
             try:
                 self.producers.expire(now)
                 self.check_due(now)
-                self.persist()
+                writes: list[tuple[str, bytes]] = []
+                self.persist(sink=writes.append)
+                await self._writer.write(writes)
                 earliest = min((e.next_check_at for e in self._pending.values()), default=None)
                 if earliest is not None:
                     delay = min(delay, max(0.0, earliest - self._clock()))
@@ -710,7 +714,7 @@ class TransactionService:
             for copy in self._store.query_by_id(half.message_id, 16)
         )
 
-    def persist(self, *, force: bool = False) -> None:
+    def persist(self, *, force: bool = False, sink: Sink | None = None) -> None:
         """Save the half-topic floor (at most once a second unless forced): below it every
         half message has an outcome that is flushed to disk."""
         now = self._clock()
@@ -724,7 +728,7 @@ class TransactionService:
         floor = min(candidates, default=self._store.max_offset(HALF_TOPIC, 0))
         if floor > self._floor:
             self._floor = floor
-            save_json(self._path, _Progress(half_floor=floor))
+            save_json(self._path, _Progress(half_floor=floor), sink)
 
     # -- producers ------------------------------------------------------------------------
 

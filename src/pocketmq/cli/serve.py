@@ -7,6 +7,7 @@ SIGTERM and SIGINT shut down gracefully (flush, persist offsets) and exit 0.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -106,6 +107,10 @@ async def _run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     await start()
+    # Everything allocated so far lives as long as the process: keep the cyclic collector from
+    # re-scanning it, and let it run less often (fewer pauses on the request path).
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     click.echo(ready())
     sys.stdout.flush()
     await stopping.wait()
