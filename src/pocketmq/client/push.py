@@ -620,12 +620,12 @@ class PushConsumer(ClientBase):
         try:
             if self._async_listener:
                 pending = cast(Awaitable[ConsumeStatus | None], self._listener(*args))
-                result = await asyncio.wait_for(pending, self.config.consume_timeout)
+                async with asyncio.timeout(self.config.consume_timeout):  # no extra task
+                    result = await pending
             else:
                 call = cast(Callable[..., ConsumeStatus | None], self._listener)
-                result = await asyncio.wait_for(
-                    asyncio.to_thread(call, *args), self.config.consume_timeout
-                )
+                async with asyncio.timeout(self.config.consume_timeout):
+                    result = await asyncio.to_thread(call, *args)
         except TimeoutError:
             log.warning(
                 "listener ran past the consume timeout (%.0fs)", self.config.consume_timeout
