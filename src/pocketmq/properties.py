@@ -10,6 +10,7 @@ __all__ = [
     "CHECK_TIMES",
     "DELAY_LEVEL",
     "DELIVER_TIME_MS",
+    "DLQ_REASON",
     "KEYS",
     "MAX_RECONSUME_TIMES",
     "MESSAGE_GROUP",
@@ -20,6 +21,7 @@ __all__ = [
     "REAL_TOPIC",
     "RECONSUME_TIMES",
     "RETRY_TOPIC",
+    "SYSTEM_PROPERTIES",
     "TAGS",
     "TRANSACTION_ID",
     "TRANSACTION_PREPARED",
@@ -41,3 +43,28 @@ REAL_TOPIC: Final = "REAL_TOPIC"
 REAL_QUEUE_ID: Final = "REAL_QID"
 RECONSUME_TIMES: Final = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+DLQ_REASON: Final = "DLQ_REASON"
+
+# Stored properties that are the system's, not the application's: every client hides them from
+# message views and refuses them on send.
+SYSTEM_PROPERTIES: Final = frozenset(
+    {
+        MESSAGE_ID,
+        TAGS,
+        KEYS,
+        MESSAGE_GROUP,
+        DELIVER_TIME_MS,
+        DELAY_LEVEL,
+        TRANSACTION_PREPARED,
+        TRANSACTION_ID,
+        PRODUCER_GROUP,
+        CHECK_TIMES,
+        RETRY_TOPIC,
+        ORIGIN_MESSAGE_ID,
+        REAL_TOPIC,
+        REAL_QUEUE_ID,
+        RECONSUME_TIMES,
+        MAX_RECONSUME_TIMES,
+        DLQ_REASON,
+    }
+)

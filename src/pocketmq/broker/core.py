@@ -442,7 +442,7 @@ class Broker:
         over = limit >= 0 and reconsume > limit
         if over or properties.get(props.DELAY_LEVEL) == "-1":
             properties.pop(props.DELAY_LEVEL, None)
-            properties["DLQ_REASON"] = f"consumed {reconsume} times without success"
+            properties[props.DLQ_REASON] = f"consumed {reconsume} times without success"
             dlq = self.topics.ensure_system(dlq_topic(group.name), 1, PERM_WRITE)
             return msgspec.structs.replace(
                 message,
@@ -1202,7 +1202,7 @@ class Broker:
             original = properties.get(props.RETRY_TOPIC, original)
         properties[props.RETRY_TOPIC] = original
         properties.setdefault(props.ORIGIN_MESSAGE_ID, properties.get(props.MESSAGE_ID, ""))
-        properties["DLQ_REASON"] = reason
+        properties[props.DLQ_REASON] = reason
         [result] = self.store.append(
             [
                 StoreMessage(
@@ -1366,7 +1366,8 @@ class Broker:
             properties = {
                 k: v
                 for k, v in message.properties.items()
-                if k not in (props.RETRY_TOPIC, "DLQ_REASON", props.REAL_TOPIC, props.REAL_QUEUE_ID)
+                if k
+                not in (props.RETRY_TOPIC, props.DLQ_REASON, props.REAL_TOPIC, props.REAL_QUEUE_ID)
             }
             origin = message.properties.get(props.RETRY_TOPIC, "")
             destination = retry_topic(group) if target == "retry" else origin

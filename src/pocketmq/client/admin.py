@@ -8,6 +8,7 @@ from typing import Self
 
 import msgspec
 
+from pocketmq import properties as props
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
@@ -281,7 +282,7 @@ class Admin(ClientBase):
                         address=address,
                         dlq_offset=m.queue_offset,
                         origin_topic=m.properties.get("RETRY_TOPIC", ""),
-                        reason=m.properties.get("DLQ_REASON", ""),
+                        reason=m.properties.get(props.DLQ_REASON, ""),
                         message=to_view(m),
                     )
                     for m in reply.messages

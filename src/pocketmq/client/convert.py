@@ -13,27 +13,7 @@ from pocketmq.protocol import structs as w
 
 __all__ = ["SYSTEM_PROPERTIES", "to_view", "to_wire", "validate_message"]
 
-SYSTEM_PROPERTIES: Final = frozenset(
-    {
-        props.MESSAGE_ID,
-        props.TAGS,
-        props.KEYS,
-        props.MESSAGE_GROUP,
-        props.DELIVER_TIME_MS,
-        props.DELAY_LEVEL,
-        props.TRANSACTION_PREPARED,
-        props.TRANSACTION_ID,
-        props.PRODUCER_GROUP,
-        props.CHECK_TIMES,
-        props.RETRY_TOPIC,
-        props.ORIGIN_MESSAGE_ID,
-        props.REAL_TOPIC,
-        props.REAL_QUEUE_ID,
-        props.RECONSUME_TIMES,
-        props.MAX_RECONSUME_TIMES,
-        "DLQ_REASON",
-    }
-)
+SYSTEM_PROPERTIES: Final = props.SYSTEM_PROPERTIES
 
 
 def validate_message(message: Message, max_size: int | None = None) -> None:

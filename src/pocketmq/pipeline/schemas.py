@@ -23,6 +23,8 @@ from typing import Final
 
 import pyarrow as pa
 
+from pocketmq import properties as props
+
 __all__ = [
     "ATTEMPT_HISTORY_SCHEMA",
     "ATTEMPT_OUTCOMES",
@@ -110,7 +112,7 @@ DLQ_TOPIC_PREFIX: Final = "%DLQ%"
 PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 #: Why the broker dead-lettered a message (set on the copy in ``%DLQ%<group>``).
-PROPERTY_DLQ_REASON: Final = "DLQ_REASON"
+PROPERTY_DLQ_REASON: Final = props.DLQ_REASON
 #: The broker's attempt ledger: one queue per broker, each record an ``AttemptRecord``.
 HISTORY_TOPIC: Final = "%SYS%HISTORY"
 

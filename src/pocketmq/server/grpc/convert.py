@@ -37,28 +37,7 @@ __all__ = [
 C = Code
 MT = MessageType
 
-# Stored properties that are not the application's own (the native SDK hides the same set).
-SYSTEM_PROPERTIES: Final = frozenset(
-    {
-        props.MESSAGE_ID,
-        props.TAGS,
-        props.KEYS,
-        props.MESSAGE_GROUP,
-        props.DELIVER_TIME_MS,
-        props.DELAY_LEVEL,
-        props.TRANSACTION_PREPARED,
-        props.TRANSACTION_ID,
-        props.PRODUCER_GROUP,
-        props.CHECK_TIMES,
-        props.RETRY_TOPIC,
-        props.ORIGIN_MESSAGE_ID,
-        props.REAL_TOPIC,
-        props.REAL_QUEUE_ID,
-        props.RECONSUME_TIMES,
-        props.MAX_RECONSUME_TIMES,
-        "DLQ_REASON",
-    }
-)
+SYSTEM_PROPERTIES: Final = props.SYSTEM_PROPERTIES
 
 # What a topic of each type accepts. Normal topics also take DELAY: the broker schedules a
 # delivery time on any topic (4.x semantics, and what the native SDK allows).
