@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,13 @@ import pytest
 from pocketmq.client import (
     Admin,
     Message,
-    MessageView,
     Producer,
     PushConsumer,
     PushConsumerConfig,
     SendResult,
 )
 from pocketmq.errors import BrokerConnectionError, SendOutcomeUnknownError
-from pocketmq.reliability.backend import LeaseStore, ReliabilityBackend, Transaction
+from pocketmq.reliability.backend import LeaseStore, ReliabilityBackend
 from pocketmq.reliability.backends.redis import RedisLeaseStore
 from pocketmq.reliability.clock import FakeClock
 from pocketmq.reliability.idempotent import IdempotentConsumer
@@ -45,7 +43,7 @@ from ..reliability.chaos import (
     ChaosBusiness,
     ChaosConfig,
     ChaosResult,
-    HandlerCrash,
+    CrashingHandler,
     assert_exactly_once,
 )
 from ..reliability.conftest import close_test_backend, open_test_backend
@@ -118,19 +116,7 @@ async def _run(
     rng = random.Random(config.seed)
     business = ChaosBusiness(backend)
     await business.create()
-    runs: Counter[str] = Counter()
-    committed: Counter[str] = Counter()
-    crashes = 0
-    storm = True
-
-    async def handle(message: MessageView, tx: Transaction) -> None:
-        nonlocal crashes
-        runs[message.message_id] += 1
-        await business.apply(message, tx)
-        if storm and rng.random() < config.handler_crash_rate:
-            crashes += 1
-            raise HandlerCrash(message.message_id)
-        tx.on_commit(lambda: committed.update([message.message_id]))
+    handle = CrashingHandler(business, rng, config.handler_crash_rate)
 
     listener = IdempotentConsumer(
         backend, handle, group="chaos-consumer", leases=leases, lease_ttl=config.lease_ttl
@@ -166,14 +152,14 @@ async def _run(
             rounds = 0
             for rounds in range(1, config.max_rounds + 1):
                 await asyncio.sleep(0.3)  # real deliveries and real retries happen meanwhile
-                if forget is not None and storm and rng.random() < config.forget_leases_rate:
+                if forget is not None and handle.storm and rng.random() < config.forget_leases_rate:
                     await forget()
                 await scheduler.run_once()
                 confirmed = await backend.list_stubs(status=StubStatus.CONFIRMED, limit=total + 1)
                 if len(confirmed) == total:
                     break
                 if rounds == config.storm_rounds:
-                    storm = False
+                    handle.storm = False
                     sender.faults = None
                 clock.advance(config.step_seconds)
             await asyncio.sleep(0.5)  # let stragglers (duplicates in flight) arrive and be rejected
@@ -181,9 +167,9 @@ async def _run(
         return ChaosResult(
             rounds=rounds,
             messages=total,
-            handler_runs=runs,
-            committed=committed,
-            crashes=crashes,
+            handler_runs=handle.runs,
+            committed=handle.committed,
+            crashes=handle.crashes,
             broker=sender.counts,
             resends=attempts - first_sends,
             business_counts=await business.counts(),

@@ -167,6 +167,28 @@ class HandlerCrash(Exception):
     """The consumer process "dies" after writing its effects, before the commit."""
 
 
+class CrashingHandler:
+    """The business handler under chaos: applies the order inside the consumer's transaction,
+    crashes at random while the storm lasts, and counts runs and commits per message."""
+
+    def __init__(self, business: ChaosBusiness, rng: random.Random, crash_rate: float) -> None:
+        self.business = business
+        self.rng = rng
+        self.crash_rate = crash_rate
+        self.runs: Counter[str] = Counter()
+        self.committed: Counter[str] = Counter()
+        self.crashes = 0
+        self.storm = True
+
+    async def __call__(self, message: MessageView, tx: Transaction) -> None:
+        self.runs[message.message_id] += 1
+        await self.business.apply(message, tx)
+        if self.storm and self.rng.random() < self.crash_rate:
+            self.crashes += 1
+            raise HandlerCrash(message.message_id)
+        tx.on_commit(lambda: self.committed.update([message.message_id]))
+
+
 @dataclass
 class ChaosConfig:
     seed: int = 1
@@ -319,19 +341,7 @@ async def _run(
     leases: LeaseStore | None,
     forget_leases: Callable[[], Awaitable[None]] | None,
 ) -> ChaosResult:
-    runs: Counter[str] = Counter()
-    committed: Counter[str] = Counter()
-    crashes = 0
-    storm = True
-
-    async def handle(message: MessageView, tx: Transaction) -> None:
-        nonlocal crashes
-        runs[message.message_id] += 1
-        await business.apply(message, tx)
-        if storm and rng.random() < config.handler_crash_rate:
-            crashes += 1
-            raise HandlerCrash(message.message_id)
-        tx.on_commit(lambda: committed.update([message.message_id]))
+    handle = CrashingHandler(business, rng, config.handler_crash_rate)
 
     consumer = IdempotentConsumer(
         backend, handle, group="chaos-consumer", leases=leases, lease_ttl=config.lease_ttl
@@ -363,7 +373,7 @@ async def _run(
     rounds = 0
     for rounds in range(1, config.max_rounds + 1):
         await broker.deliver(consumer)
-        if forget_leases is not None and storm and rng.random() < config.forget_leases_rate:
+        if forget_leases is not None and handle.storm and rng.random() < config.forget_leases_rate:
             await forget_leases()
         await scheduler.run_once()
         if not broker.pending:
@@ -371,16 +381,16 @@ async def _run(
             if len(confirmed) == total:
                 break
         if rounds == config.storm_rounds:
-            storm = False
+            handle.storm = False
             broker.calm()
         clock.advance(config.step_seconds)
     attempts = broker.counts.stored + broker.counts.refused + broker.counts.unknown
     return ChaosResult(
         rounds=rounds,
         messages=total,
-        handler_runs=runs,
-        committed=committed,
-        crashes=crashes,
+        handler_runs=handle.runs,
+        committed=handle.committed,
+        crashes=handle.crashes,
         broker=broker.counts,
         resends=attempts - first_sends,
         business_counts=await business.counts(),
