@@ -12,17 +12,21 @@ import contextlib
 import logging
 import socket
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker, BrokerConfig
 from pocketmq.errors import BrokerConnectionError, TopicNotFoundError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.connection import ServerConnection
-from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE, GrpcServer
+from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.handlers import broker_handlers
 from pocketmq.server.namesrv import NameServer
 from pocketmq.server.tcp import FrameServer
 from pocketmq.server.upstream import NameServerLink
+
+if TYPE_CHECKING:
+    from pocketmq.server.grpc.server import GrpcServer
 
 __all__ = ["AppConfig", "BrokerApp"]
 
@@ -102,6 +106,8 @@ class BrokerApp:
     async def _start_grpc(self, port: int) -> None:
         """The RocketMQ 5 gRPC adapter (apache.rocketmq.v2) for the official clients."""
         assert self.broker is not None
+        from pocketmq.server.grpc.server import GrpcServer  # heavy: only when enabled
+
         server = GrpcServer(
             self.broker, self, auto_renew_invisible=self.config.grpc_auto_renew_invisible
         )

@@ -16,14 +16,14 @@ import grpc
 
 from pocketmq.broker import Broker
 from pocketmq.protocol import structs as w
+from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.grpc.pb import rpc
 from pocketmq.server.grpc.service import MessagingService
 
-__all__ = ["AUTO_RENEW_INVISIBLE", "GrpcServer"]
+__all__ = ["GrpcServer"]
 
 log = logging.getLogger("pocketmq.server.grpc")
 
-AUTO_RENEW_INVISIBLE: Final = 120.0  # seconds a push consumer's message stays invisible
 MAX_INFLIGHT_SENDS: Final = 8192
 _SESSION_SWEEP: Final = 30.0
 _SESSION_IDLE: Final = 90.0  # three missed heartbeats
