@@ -844,22 +844,22 @@ class Broker:
         consumer: str = "",
         queue_hint: int = -1,
     ) -> list[Delivered]:
-        group_config = self._group(group)
-        topic_config = self._readable_topic(topic, group)
-        if invisible <= 0:
-            raise InvalidArgumentError("invisible duration must be positive")
-        tags = parse_tag_expression(expression)
-        max_count = max(1, min(max_count, 1024))
+        """A pop that long-polls up to ``max_wait`` for something to deliver."""
         deadline = self._clock() + min(max_wait, self.config.max_long_poll)
         while True:
-            delivered = self._pop_once(
-                group_config, topic_config, max_count, invisible, tags, consumer, queue_hint
+            delivered = self.pop_now(
+                group,
+                topic,
+                max_count=max_count,
+                invisible=invisible,
+                expression=expression,
+                consumer=consumer,
+                queue_hint=queue_hint,
             )
             remaining = deadline - self._clock()
             if delivered or remaining <= 0:
-                self.counters["messages_out"] += len(delivered)
                 return delivered
-            next_expiry = self._next_expiry(group, topic_config)
+            next_expiry = self._next_expiry(group, self.topics.require(topic))
             if next_expiry is not None:
                 remaining = min(remaining, max(0.001, next_expiry - self._clock()))
             await self.arrivals.wait(topic, remaining)
