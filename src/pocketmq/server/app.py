@@ -130,9 +130,7 @@ class BrokerApp:
             w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm)
             for t in self.broker.topics.all()
         ]
-        return w.RegisterBrokerRequest(
-            w.BrokerAddress(self.broker.name, self.native_address, self.grpc_address), topics
-        )
+        return w.RegisterBrokerRequest(self._self_address(), topics)
 
     async def _register(self) -> None:
         assert self._link is not None
@@ -163,7 +161,7 @@ class BrokerApp:
                     RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse
                 )
             except BrokerConnectionError:
-                pass
+                pass  # name server unreachable: this broker is all we know of the cluster
         return w.ListBrokersResponse([self._self_address()])
 
     def local_route(self, topic: str) -> w.RouteResponse:
@@ -172,7 +170,7 @@ class BrokerApp:
         return w.RouteResponse(
             topic,
             config.topic_type.value,
-            [w.BrokerAddress(self.broker.name, self.native_address, self.grpc_address)],
+            [self._self_address()],
             [w.QueueRoute(self.broker.name, q, config.perm) for q in range(config.queues)],
         )
 
