@@ -53,6 +53,24 @@ def test_empty_log_only_stubs_without_offset_qualify(spark: SparkSession) -> Non
     assert lists(spark, stubs, []) == ({"never-stored", "unknown-null"}, set())
 
 
+def test_an_id_whose_hash_collides_with_a_logged_id_is_still_resent(spark: SparkSession) -> None:
+    """The log is first narrowed by a 32-bit hash of the id; only exact ids may settle a stub."""
+    from pyspark.sql import functions as F
+
+    candidates = spark.range(200_000).select(F.format_string("id-%d", "id").alias("message_id"))
+    twins = (
+        candidates.groupBy(F.hash("message_id").alias("h"))
+        .agg(F.sort_array(F.collect_list("message_id")).alias("ids"))
+        .where(F.size("ids") >= 2)
+        .first()
+    )
+    assert twins is not None, "no 32-bit hash collision among 200k ids (expected ~4)"
+    lost, received = twins["ids"][0], twins["ids"][1]
+    stubs = [stub(lost, queue_offset=1), stub(received, queue_offset=2)]
+    log = [log_row(received, 2), log_row("later", 5)]
+    assert lists(spark, stubs, log) == ({lost}, set())
+
+
 def test_all_confirmed_gives_nothing(spark: SparkSession) -> None:
     stubs = [stub(f"m{i}", status="CONFIRMED", queue_offset=i) for i in range(5)]
     log = [log_row("m4", 4)]
@@ -174,6 +192,7 @@ def test_run_reconcile_writes_both_lists(spark: SparkSession, tmp_path: Path) ->
         log=str(data.log_path),
         out=str(tmp_path / "out"),
         now=DEMO_NOW,
+        by_topic=True,
     )
     want_resend, want_manual = reference_lists(
         read_rows(data.stubs_path), read_rows(data.log_path), DEMO_NOW, 5
@@ -183,7 +202,16 @@ def test_run_reconcile_writes_both_lists(spark: SparkSession, tmp_path: Path) ->
     assert set(resend.column("message_id").to_pylist()) == want_resend
     assert set(manual.column("message_id").to_pylist()) == want_manual
     assert (summary.resend, summary.manual) == (len(want_resend), len(want_manual))
-    assert sum(r[1] for r in summary.by_topic) == summary.resend
+    topic_of = {row["message_id"]: row["topic"] for row in read_rows(data.stubs_path)}
+    want_by_topic = {
+        topic: (
+            sum(topic_of[m] == topic for m in want_resend),
+            sum(topic_of[m] == topic for m in want_manual),
+        )
+        for topic in {topic_of[m] for m in want_resend | want_manual}
+    }
+    assert {t: (r, m) for t, r, m in summary.by_topic} == want_by_topic
+    assert [t for t, _, _ in summary.by_topic] == sorted(want_by_topic)
     assert "content" in resend.column_names
     assert "max_logged_offset" in resend.column_names
 

@@ -251,6 +251,7 @@ def reconcile_cmd(
             group=group,
             stubs_table=stubs_table,
             log_table=log_table,
+            by_topic=True,
         )
     rows: list[list[Any]] = [[t, r, m] for t, r, m in summary.by_topic]
     rows.append(["total", summary.resend, summary.manual])

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
@@ -55,6 +57,17 @@ RESEND_STATUSES: Final = ("UNCONFIRMED", "UNKNOWN")
 QUEUE_KEY: Final = ("topic", "broker_name", "queue_id")
 
 _LOG_COLUMNS: Final = ("consumer_group", "message_id", *QUEUE_KEY, "queue_offset")
+#: Columns of the lists whose values are (nearly) all distinct. Parquet's writer would try a
+#: dictionary for each, fill it and fall back to plain encoding: wasted work (~15 % of the write).
+_UNIQUE_VALUED_COLUMNS: Final = (
+    "message_id",
+    "keys",
+    "content",
+    "queue_offset",
+    "next_resend_at",
+    "created_at",
+    "updated_at",
+)
 
 
 def utc_naive(moment: datetime) -> datetime:
@@ -103,20 +116,24 @@ def unsettled_stubs(
     due = stubs.where(
         F.col("status").isin(*RESEND_STATUSES) & (F.col("next_resend_at") <= timestamp_literal(now))
     )
-    # "Not in the log" as an outer join that keeps the unmatched stubs. Written this way Spark
-    # can hash the *due stubs* (the small side, ~1M of 10M rows on the benchmark data) and stream
-    # the log's ids past them; a left-anti join can only hash the log side (9M ids here), and a
-    # sort-merge join sorts both. A log id matching several rows is harmless: matched stubs are
-    # dropped anyway.
-    received = log.select(F.col("message_id").alias("_received_id"))
-    unreceived = (
-        due.hint("shuffle_hash")
-        .join(received, F.col("message_id") == F.col("_received_id"), how="left_outer")
-        .where(F.col("_received_id").isNull())
-        .drop("_received_id")
+    # "Not in the log" without shuffling either side. Step 1: the log ids whose 32-bit hash
+    # equals the hash of some due stub's id -- a broadcast of ~1M ints that the 9M log ids
+    # (benchmark data) are streamed past. That set holds every due stub's log id plus a few
+    # thousand ids that merely collide. Step 2: the due stubs whose id is *exactly* equal to
+    # none of those (a broadcast of the ~0.3M ids found), so a collision can never hide a stub.
+    # Shuffling the due stubs with their payload to meet the log ids cost more, and so did
+    # 64-bit hashes (see docs/benchmarks.md).
+    due_hashes = due.select(F.hash("message_id").alias("_id_hash"))
+    maybe_received = (
+        log.select(F.col("message_id").alias("_received_id"))
+        .withColumn("_id_hash", F.hash("_received_id"))
+        .join(F.broadcast(due_hashes), on="_id_hash", how="left_semi")
+        .select("_received_id")
     )
-    # One row per queue: tiny, so broadcast it. Joining it after the log join (the result is
-    # the same) lets Spark scan the stubs, the log's ids and the log's offsets concurrently.
+    unreceived = due.join(
+        F.broadcast(maybe_received), F.col("message_id") == F.col("_received_id"), how="left_anti"
+    )
+    # One row per queue: tiny, so broadcast it.
     offsets = F.broadcast(max_logged_offsets(log))
     behind = unreceived.join(offsets, on=list(QUEUE_KEY), how="left").where(
         F.col("queue_offset").isNull() | (F.col("queue_offset") < F.col("max_logged_offset"))
@@ -171,7 +188,11 @@ def reconcile_lists(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ReconcileSummary:
-    """What a reconcile run found and wrote. ``by_topic`` rows are (topic, resend, manual)."""
+    """What a reconcile run found and wrote.
+
+    ``by_topic`` rows are (topic, resend, manual), sorted by topic; empty unless the run was
+    asked for them (``by_topic=True``).
+    """
 
     now: datetime
     max_sends: int
@@ -195,14 +216,18 @@ def run_reconcile(
     group: str | None = None,
     stubs_table: str = "message_stub",
     log_table: str = "message_log",
+    by_topic: bool = False,
 ) -> ReconcileSummary:
     """Read the stub and log tables, compute both lists, write ``out/resend`` and ``out/manual``.
 
     Both lists come out of one pass over the inputs: the job writes them partitioned by list
     into a scratch directory under ``out`` and then moves each partition into place (a rename
     on any Hadoop file system). Caching the lists and writing them twice cost about twice as
-    much on the benchmark data. The counts are read back from the written lists.
+    much on the benchmark data. The two totals are observed while the lists are written (no
+    extra pass); ``by_topic=True`` adds a per-topic breakdown read back from the written lists
+    (one more, small job: ~0.3 s on the benchmark data).
     """
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     if max_sends < 1:
@@ -224,7 +249,17 @@ def run_reconcile(
     base = out.rstrip("/")
     paths = {name: f"{base}/{name}" for name in ("resend", "manual")}
     scratch = f"{base}/_reconcile_{uuid.uuid4().hex[:12]}"
-    both.write.mode("overwrite").partitionBy("list").parquet(scratch)
+    totals = Observation("reconcile_totals")
+    observed = both.observe(
+        totals,
+        F.count_if(F.col("list") == "resend").alias("resend"),
+        F.count_if(F.col("list") == "manual").alias("manual"),
+    )
+    writer = observed.write.mode("overwrite")
+    for column in _UNIQUE_VALUED_COLUMNS:
+        writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+    with _adaptive_execution_off(spark):
+        writer.partitionBy("list").parquet(scratch)
     fs = _FileSystem(spark, scratch)
     try:
         for name, path in paths.items():
@@ -235,32 +270,60 @@ def run_reconcile(
                 write_parquet(empty.coalesce(1), path)
     finally:
         fs.delete(scratch)
-    written = (
-        spark.read.parquet(paths["resend"])
-        .withColumn("list", F.lit("resend"))
-        .unionByName(spark.read.parquet(paths["manual"]).withColumn("list", F.lit("manual")))
-    )
-    rows = (
-        written.groupBy("topic")
-        .agg(
-            F.sum(F.when(F.col("list") == "resend", 1).otherwise(0)).alias("resend"),
-            F.sum(F.when(F.col("list") == "manual", 1).otherwise(0)).alias("manual"),
-        )
-        .orderBy("topic")
-        .collect()
-    )
-    by_topic = tuple((str(r["topic"]), int(r["resend"]), int(r["manual"])) for r in rows)
+    counts = totals.get
+    topics = _counts_by_topic(spark, paths) if by_topic else ()
     return ReconcileSummary(
         now=moment,
         max_sends=max_sends,
         group=group,
-        resend=sum(r[1] for r in by_topic),
-        manual=sum(r[2] for r in by_topic),
-        by_topic=by_topic,
+        resend=int(counts["resend"]),
+        manual=int(counts["manual"]),
+        by_topic=topics,
         resend_path=paths["resend"],
         manual_path=paths["manual"],
         seconds=time.perf_counter() - started,
     )
+
+
+@contextmanager
+def _adaptive_execution_off(spark: SparkSession) -> Iterator[None]:
+    """Run the write with adaptive query execution off, then restore the session's setting.
+
+    The plan is broadcasts and scans with no shuffle worth adapting (only the per-queue maxima,
+    a few rows). Without AQE all broadcasts are started at once and run beside the scans; with
+    it, each waits for re-planning after the stage before (~6 % slower on the benchmark data).
+    """
+    key = "spark.sql.adaptive.enabled"
+    previous = spark.conf.get(key, "true") or "true"
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
+
+
+def _counts_by_topic(
+    spark: SparkSession, paths: dict[str, str]
+) -> tuple[tuple[str, int, int], ...]:
+    from pyspark.sql import functions as F
+
+    written = (
+        spark.read.parquet(paths["resend"])
+        .select("topic", F.lit("resend").alias("list"))
+        .unionByName(
+            spark.read.parquet(paths["manual"]).select("topic", F.lit("manual").alias("list"))
+        )
+    )
+    rows = (
+        written.groupBy("topic")
+        .agg(
+            F.count_if(F.col("list") == "resend").alias("resend"),
+            F.count_if(F.col("list") == "manual").alias("manual"),
+        )
+        .orderBy("topic")
+        .collect()
+    )
+    return tuple((str(r["topic"]), int(r["resend"]), int(r["manual"])) for r in rows)
 
 
 class _FileSystem:
