@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stubs", type=int, default=10_000_000)
     parser.add_argument("--log-ratio", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--runs", type=int, default=6, help="runs per engine (first + warm)")
+    parser.add_argument("--runs", type=int, default=8, help="runs per engine (first + warm)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--threads", type=int, default=2, help="DuckDB threads")
     parser.add_argument("--driver-memory", default=None, help="default: the session builder's")
