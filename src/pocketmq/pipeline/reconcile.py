@@ -133,8 +133,9 @@ def unsettled_stubs(
     unreceived = due.join(
         F.broadcast(maybe_received), F.col("message_id") == F.col("_received_id"), how="left_anti"
     )
-    # One row per queue: tiny, so broadcast it.
-    offsets = F.broadcast(max_logged_offsets(log))
+    # One row per queue: tiny, so broadcast it -- from one task, however many shuffle
+    # partitions the session has (the write runs without AQE to coalesce them).
+    offsets = F.broadcast(max_logged_offsets(log).coalesce(1))
     behind = unreceived.join(offsets, on=list(QUEUE_KEY), how="left").where(
         F.col("queue_offset").isNull() | (F.col("queue_offset") < F.col("max_logged_offset"))
     )
