@@ -186,6 +186,7 @@ def test_generated_data_matches_reference(
 
 def test_run_reconcile_writes_both_lists(spark: SparkSession, tmp_path: Path) -> None:
     data = generate_demo_data(tmp_path / "in", stubs=2000, seed=5, exports=False)
+    adaptive_before = spark.conf.get("spark.sql.adaptive.enabled")
     summary = run_reconcile(
         spark,
         stubs=str(data.stubs_path),
@@ -214,6 +215,8 @@ def test_run_reconcile_writes_both_lists(spark: SparkSession, tmp_path: Path) ->
     assert [t for t, _, _ in summary.by_topic] == sorted(want_by_topic)
     assert "content" in resend.column_names
     assert "max_logged_offset" in resend.column_names
+    # The job turns adaptive execution off for its write only.
+    assert spark.conf.get("spark.sql.adaptive.enabled") == adaptive_before
 
 
 def test_run_reconcile_writes_empty_lists_with_a_schema(
