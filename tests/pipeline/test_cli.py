@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -222,15 +223,25 @@ def test_reconcile_can_send_the_resend_list(spark: SparkSession, tmp_path: Path)
     from pyspark import cloudpickle
 
     from . import senders
-    from .helpers import T0, log_row, stub, tables
+    from .helpers import log_row, stub, tables
 
     cloudpickle.register_pickle_by_value(senders)
+    # --now chooses what is due; the stub updates use the real clock.
+    clock = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    now = clock - timedelta(seconds=30)
+    due = clock - timedelta(minutes=1)
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     engine = sa.create_engine(url)
     md, stub_t, log_t = tables(uuid.uuid4().hex[:8])
     md.create_all(engine)
     with engine.begin() as conn:
-        conn.execute(stub_t.insert(), [stub("lost", queue_offset=1), stub("held", queue_offset=5)])
+        conn.execute(
+            stub_t.insert(),
+            [
+                stub("lost", queue_offset=1, next_resend_at=due),
+                stub("held", queue_offset=5, next_resend_at=due),
+            ],
+        )
         conn.execute(log_t.insert(), [log_row("other", 3)])
     engine.dispose()
     senders.RECORD_PATH = str(tmp_path / "sent.jsonl")
@@ -248,7 +259,7 @@ def test_reconcile_can_send_the_resend_list(spark: SparkSession, tmp_path: Path)
         "--log-table",
         log_t.name,
         "--now",
-        T0.isoformat(),
+        now.isoformat(),
         "--send-with",
         f"{senders.__name__}:make_sender",
     ]
@@ -256,6 +267,13 @@ def test_reconcile_can_send_the_resend_list(spark: SparkSession, tmp_path: Path)
     assert code == 0, err
     assert "resent: sent 1, skipped 0" in out
     assert senders.recorded(senders.RECORD_PATH) == ["lost"]
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        lost = conn.execute(sa.select(stub_t).where(stub_t.c.message_id == "lost")).one()
+    engine.dispose()
+    assert lost.send_count == 2
+    assert lost.updated_at >= clock
+    assert lost.next_resend_at >= clock + timedelta(seconds=60)  # the real clock + the delay
     # Same clock again: the stub is no longer due, so nothing is selected or sent.
     code, out, err = run(*args)
     assert code == 0, err

@@ -301,3 +301,37 @@ def test_rule_matches_reference_on_random_tables(
     got = {(r["message_id"], r["list"]) for r in both.select("message_id", "list").collect()}
     resend, manual = reference_lists(stubs, log, T0, max_sends, group)
     assert got == {(m, "resend") for m in resend} | {(m, "manual") for m in manual}
+
+
+class _FakeConf:
+    def __init__(self) -> None:
+        self.values = {"spark.sql.adaptive.enabled": "true"}
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class _FakeSession:
+    def __init__(self) -> None:
+        self.conf = _FakeConf()
+
+
+def test_overlapping_runs_share_the_adaptive_switch() -> None:
+    from pocketmq.pipeline.reconcile import _adaptive_execution_off
+
+    session = _FakeSession()
+    key = "spark.sql.adaptive.enabled"
+    first, second = _adaptive_execution_off(session), _adaptive_execution_off(session)  # type: ignore[arg-type]
+    first.__enter__()
+    assert session.conf.values[key] == "false"
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert session.conf.values[key] == "false"  # the second run is still writing
+    second.__exit__(None, None, None)
+    assert session.conf.values[key] == "true"
+    with pytest.raises(RuntimeError), _adaptive_execution_off(session):  # type: ignore[arg-type]
+        raise RuntimeError("the write failed")
+    assert session.conf.values[key] == "true"

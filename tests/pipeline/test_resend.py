@@ -15,7 +15,7 @@ from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
 from pocketmq.client import Message
-from pocketmq.errors import SendOutcomeUnknownError, TooManyRequestsError
+from pocketmq.errors import InvalidArgumentError, SendOutcomeUnknownError, TooManyRequestsError
 from pocketmq.pipeline.reconcile import resend_candidates, run_reconcile
 from pocketmq.pipeline.resend import (
     InMemorySender,
@@ -26,6 +26,7 @@ from pocketmq.pipeline.resend import (
     message_from_stub,
     resend_rows,
     run_resend,
+    sync_url,
 )
 
 from . import senders
@@ -71,6 +72,29 @@ async def test_resend_claims_sends_and_records() -> None:
     again = await resend_rows(rows, sender, store, now=T0, policy=policy)
     assert (again.sent, again.skipped) == (0, 5)
     assert len(sender.sent) == 5
+
+
+async def test_a_stub_the_relay_is_sending_is_skipped() -> None:
+    """The toolkit's relay claims a stub by moving next_resend_at on, not its send count."""
+    store = InMemoryStubStore(pending(2))
+    rows = [dict(s) for s in store.stubs.values()]  # the resend list, selected at T0
+    store.stubs["m0"]["next_resend_at"] = T0 + timedelta(seconds=30)  # the relay's claim
+    sender = InMemorySender()
+    outcome = await resend_rows(rows, sender, store, now=T0)
+    assert (outcome.sent, outcome.skipped) == (1, 1)
+    assert [m.message_id for m in sender.sent] == ["m1"]
+    assert store.stubs["m0"]["send_count"] == rows[0]["send_count"]
+
+
+def test_sync_url_picks_the_installed_drivers() -> None:
+    assert sync_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert sync_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert sync_url("mysql://root@h/test") == "mysql+pymysql://root@h/test"
+    assert sync_url("mariadb://root@h/test") == "mysql+pymysql://root@h/test"
+    assert sync_url("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"
+    assert sync_url("sqlite:///x.db") == "sqlite:///x.db"
+    with pytest.raises(InvalidArgumentError, match="SQLAlchemy"):
+        sync_url("jdbc:postgresql://h/db")
 
 
 async def test_failures_are_recorded_and_unknown_outcomes_marked() -> None:
@@ -152,10 +176,11 @@ def test_sql_store_claims_once(stub_db: tuple[str, str, str]) -> None:
     load(url, table, [stub("a", send_count=2), stub("b", status="CONFIRMED")])
     store = SqlStubStore(url, table)
     later = T0 + timedelta(minutes=4)
-    assert store.claim("a", 2, now=T0, next_resend_at=later)
-    assert not store.claim("a", 2, now=T0, next_resend_at=later)  # count moved on
-    assert not store.claim("b", 1, now=T0, next_resend_at=later)  # settled
-    assert not store.claim("nope", 1, now=T0, next_resend_at=later)
+    assert store.claim("a", 2, T0, now=T0, next_resend_at=later)
+    assert not store.claim("a", 2, T0, now=T0, next_resend_at=later)  # count moved on
+    assert not store.claim("a", 3, T0, now=T0, next_resend_at=later)  # resend time moved on
+    assert not store.claim("b", 1, T0, now=T0, next_resend_at=later)  # settled
+    assert not store.claim("nope", 1, T0, now=T0, next_resend_at=later)
     from pocketmq.client import SendResult
 
     store.record_sent(

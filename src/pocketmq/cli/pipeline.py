@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import click
 
 from pocketmq.cli._app import main
+from pocketmq.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,9 +132,14 @@ def _load_factory(spec: str, stubs: str) -> Callable[[], Any]:
     import importlib
 
     from pocketmq.pipeline.io import is_database_url
+    from pocketmq.pipeline.resend import sync_url
 
     if not is_database_url(stubs):
         raise click.UsageError("--send-with needs --stubs to be a database URL (stubs get updated)")
+    try:
+        sync_url(stubs)
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(str(exc), param_hint="--stubs") from exc
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(f"{spec!r} is not MODULE:FACTORY", param_hint="--send-with")
@@ -270,7 +276,8 @@ def reconcile_cmd(
                 sender_factory=factory,
                 stub_db=stubs,
                 table=stubs_table,
-                now=summary.now,
+                # The stub updates use the real clock: --now only chose what is due.
+                now=None,
                 policy=ResendPolicy(base_delay=resend_delay),
             )
         click.echo(

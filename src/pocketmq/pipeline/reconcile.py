@@ -21,6 +21,7 @@ laptop and on a cluster, and tests compare them with a plain-Python reference.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -262,15 +263,13 @@ def run_reconcile(
     with _adaptive_execution_off(spark):
         writer.partitionBy("list").parquet(scratch)
     fs = _FileSystem(spark, scratch)
-    try:
-        for name, path in paths.items():
-            fs.delete(path)
-            if not fs.rename(f"{scratch}/list={name}", path):
-                # No rows in this list: write an empty file set with the right schema.
-                empty = spark.createDataFrame([], both.drop("list").schema)
-                write_parquet(empty.coalesce(1), path)
-    finally:
-        fs.delete(scratch)
+    for name, path in paths.items():
+        fs.delete(path)
+        if not fs.rename(f"{scratch}/list={name}", path):
+            # No rows in this list: write an empty file set with the right schema.
+            empty = spark.createDataFrame([], both.drop("list").schema)
+            write_parquet(empty.coalesce(1), path)
+    fs.delete(scratch)
     counts = totals.get
     topics = _counts_by_topic(spark, paths) if by_topic else ()
     return ReconcileSummary(
@@ -286,6 +285,12 @@ def run_reconcile(
     )
 
 
+_ADAPTIVE_KEY: Final = "spark.sql.adaptive.enabled"
+_adaptive_lock = threading.Lock()
+#: session id -> (runs inside _adaptive_execution_off, the setting to restore after the last)
+_adaptive_holders: dict[int, tuple[int, str]] = {}
+
+
 @contextmanager
 def _adaptive_execution_off(spark: SparkSession) -> Iterator[None]:
     """Run the write with adaptive query execution off, then restore the session's setting.
@@ -293,14 +298,25 @@ def _adaptive_execution_off(spark: SparkSession) -> Iterator[None]:
     The plan is broadcasts and scans with no shuffle worth adapting (only the per-queue maxima,
     a few rows). Without AQE all broadcasts are started at once and run beside the scans; with
     it, each waits for re-planning after the stage before (~6 % slower on the benchmark data).
+    Runs overlapping on one session (threads) share the switch: the first saves the setting,
+    the last restores it.
     """
-    key = "spark.sql.adaptive.enabled"
-    previous = spark.conf.get(key, "true") or "true"
-    spark.conf.set(key, "false")
+    session = id(spark)
+    with _adaptive_lock:
+        holders, saved = _adaptive_holders.get(session, (0, ""))
+        if holders == 0:
+            saved = spark.conf.get(_ADAPTIVE_KEY, "true") or "true"
+            spark.conf.set(_ADAPTIVE_KEY, "false")
+        _adaptive_holders[session] = (holders + 1, saved)
     try:
         yield
     finally:
-        spark.conf.set(key, previous)
+        with _adaptive_lock:
+            holders, saved = _adaptive_holders.pop(session)
+            if holders > 1:
+                _adaptive_holders[session] = (holders - 1, saved)
+            else:
+                spark.conf.set(_ADAPTIVE_KEY, saved)
 
 
 def _counts_by_topic(
@@ -341,7 +357,12 @@ class _FileSystem:
         self._fs.delete(self._path(path), True)
 
     def rename(self, src: str, dst: str) -> bool:
+        """Move ``src`` to ``dst``; False when there is no ``src``, an error when the move fails."""
         source = self._path(src)
         if not self._fs.exists(source):
             return False
-        return bool(self._fs.rename(source, self._path(dst)))
+        if not self._fs.rename(source, self._path(dst)):
+            # Hadoop reports some failures (object stores, permissions) as False, not an error.
+            # Never let that pass for "this list is empty".
+            raise OSError(f"could not move {src} to {dst}; the written list stays in {src}")
+        return True

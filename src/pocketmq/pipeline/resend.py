@@ -11,15 +11,19 @@ conditional update::
 
     UPDATE message_stub SET send_count = send_count + 1, next_resend_at = ..., updated_at = ...
      WHERE message_id = ? AND send_count = <send_count read at selection time>
+       AND next_resend_at = <next_resend_at read at selection time>
        AND status IN ('UNCONFIRMED', 'UNKNOWN')
 
 Only one claim per (message, selection) can succeed: a second run over the same list — a
 retried Spark task, a job started twice, an operator re-running yesterday's output — finds the
-count already moved and skips the row. The claim is committed before the send, so a crash
-between the two loses at most that one send; the stub stays due again at ``next_resend_at`` and
-the next selection picks it up (the message id is unchanged, so consumers deduplicate). After
-the send, the stub gets the new queue, offset and broker (seed 003 §5.2), again only if its
-count is still the one this worker set.
+count already moved and skips the row. The resend time is compared too, because the toolkit's
+own relay and resend scheduler claim a stub by moving only ``next_resend_at`` forward (its count
+changes when the send is recorded): a stub they are sending right now is skipped here, and so is
+one rescheduled by an operator since the list was made. The claim is committed before the
+send, so a crash between the two loses at most that one send; the stub stays due again at
+``next_resend_at`` and the next selection picks it up (the message id is unchanged, so
+consumers deduplicate). After the send, the stub gets the new queue, offset and broker (seed 003
+§5.2), again only if its count is still the one this worker set.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from pocketmq.client import Message, SendResult
-from pocketmq.errors import SendOutcomeUnknownError
+from pocketmq.errors import InvalidArgumentError, SendOutcomeUnknownError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,11 +55,20 @@ __all__ = [
     "resend_partition",
     "resend_rows",
     "run_resend",
+    "sync_url",
 ]
 
 _PENDING: Final = ("UNCONFIRMED", "UNKNOWN")
 #: The stub columns a worker needs to rebuild and resend a message.
-RESEND_COLUMNS: Final = ("message_id", "topic", "tag", "keys", "content", "send_count")
+RESEND_COLUMNS: Final = (
+    "message_id",
+    "topic",
+    "tag",
+    "keys",
+    "content",
+    "send_count",
+    "next_resend_at",
+)
 
 
 @runtime_checkable
@@ -74,7 +87,13 @@ class StubStore(Protocol):
     """The stub-table updates the resend makes; each call is its own transaction."""
 
     def claim(
-        self, message_id: str, seen_send_count: int, *, now: datetime, next_resend_at: datetime
+        self,
+        message_id: str,
+        seen_send_count: int,
+        seen_next_resend_at: datetime,
+        *,
+        now: datetime,
+        next_resend_at: datetime,
     ) -> bool: ...
 
     def record_sent(
@@ -146,7 +165,11 @@ async def resend_rows(
         message_id = str(row["message_id"])
         seen = int(row["send_count"])
         claimed = store.claim(
-            message_id, seen, now=now, next_resend_at=policy.next_resend_at(now, seen + 1)
+            message_id,
+            seen,
+            row["next_resend_at"],
+            now=now,
+            next_resend_at=policy.next_resend_at(now, seen + 1),
         )
         if not claimed:
             skipped += 1
@@ -229,6 +252,32 @@ def run_resend(
     return sum(outcomes, ResendOutcome())
 
 
+#: Database URL schemes without a driver -> the synchronous drivers ``pocketmq[sql]`` installs.
+_SYNC_DRIVERS: Final = {
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mysql+pymysql",
+}
+
+
+def sync_url(url: str) -> str:
+    """The SQLAlchemy URL the workers open for ``url``, with one of pocketmq's own drivers.
+
+    ``postgresql://``, ``postgres://``, ``mysql://`` and ``mariadb://`` get psycopg 3 or
+    PyMySQL (SQLAlchemy's defaults, psycopg2 and mysqlclient, are not installed); a URL that
+    names its driver is kept. ``jdbc:`` URLs are for Spark's reads only.
+    """
+    if url.startswith("jdbc:"):
+        raise InvalidArgumentError(
+            f"the resend updates the stub table through SQLAlchemy: give --stubs as "
+            f"postgresql://, mysql://, mariadb:// or sqlite:/// instead of {url!r}"
+        )
+    scheme, sep, rest = url.partition("://")
+    driver = _SYNC_DRIVERS.get(scheme.lower())
+    return f"{driver}{sep}{rest}" if sep and driver else url
+
+
 class SqlStubStore:
     """:class:`StubStore` over the reliability toolkit's ``message_stub`` table (SQLAlchemy)."""
 
@@ -244,11 +293,14 @@ class SqlStubStore:
             sa.column("broker_name"),
             sa.column("queue_id"),
             sa.column("queue_offset"),
-            sa.column("next_resend_at"),
-            sa.column("updated_at"),
+            # Typed, so that SQLite compares and stores them in SQLAlchemy's format, as the
+            # reliability toolkit wrote them.
+            sa.column("next_resend_at", sa.DateTime()),
+            sa.column("updated_at", sa.DateTime()),
             sa.column("last_error"),
             schema=schema or None,
         )
+        url = sync_url(url)
         self._engine = (
             sa.create_engine(url, pool_size=1, max_overflow=0)
             if not url.startswith("sqlite")
@@ -256,7 +308,13 @@ class SqlStubStore:
         )
 
     def claim(
-        self, message_id: str, seen_send_count: int, *, now: datetime, next_resend_at: datetime
+        self,
+        message_id: str,
+        seen_send_count: int,
+        seen_next_resend_at: datetime,
+        *,
+        now: datetime,
+        next_resend_at: datetime,
     ) -> bool:
         import sqlalchemy as sa
 
@@ -266,6 +324,7 @@ class SqlStubStore:
             .where(
                 t.c.message_id == message_id,
                 t.c.send_count == seen_send_count,
+                t.c.next_resend_at == seen_next_resend_at,
                 t.c.status.in_(_PENDING),
             )
             .values(send_count=t.c.send_count + 1, next_resend_at=next_resend_at, updated_at=now)
@@ -330,10 +389,21 @@ class InMemoryStubStore:
     stubs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def claim(
-        self, message_id: str, seen_send_count: int, *, now: datetime, next_resend_at: datetime
+        self,
+        message_id: str,
+        seen_send_count: int,
+        seen_next_resend_at: datetime,
+        *,
+        now: datetime,
+        next_resend_at: datetime,
     ) -> bool:
         stub = self.stubs.get(message_id)
-        if stub is None or stub["send_count"] != seen_send_count or stub["status"] not in _PENDING:
+        if (
+            stub is None
+            or stub["send_count"] != seen_send_count
+            or stub["next_resend_at"] != seen_next_resend_at
+            or stub["status"] not in _PENDING
+        ):
             return False
         stub.update(send_count=seen_send_count + 1, next_resend_at=next_resend_at, updated_at=now)
         return True
