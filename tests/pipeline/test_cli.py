@@ -296,3 +296,20 @@ def test_send_with_needs_a_database(tmp_path: Path) -> None:
     )
     assert code == 2
     assert "database URL" in err
+
+
+def test_send_with_refuses_a_jdbc_stub_url(tmp_path: Path) -> None:
+    code, _, err = run(
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        "jdbc:postgresql://127.0.0.1:5432/test",
+        "--log",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--send-with",
+        "os:getcwd",
+    )
+    assert code == 2
+    assert "SQLAlchemy" in err
