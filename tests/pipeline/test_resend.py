@@ -206,6 +206,26 @@ def test_sql_store_claims_once(stub_db: tuple[str, str, str]) -> None:
     assert row["next_resend_at"] == later
 
 
+def test_sqlite_claim_compares_instants_not_text(tmp_path: Path) -> None:
+    """A stub row written by another SQLite client, without fractional seconds, is claimable."""
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    engine = sa.create_engine(url)
+    md, stub_t, _ = tables("raw")
+    md.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(stub_t.insert(), [stub("a")])
+        conn.execute(sa.text(f"UPDATE {stub_t.name} SET next_resend_at = '2026-11-22 12:00:00'"))
+        assert conn.execute(sa.text(f"SELECT next_resend_at FROM {stub_t.name}")).scalar() == (
+            "2026-11-22 12:00:00"
+        )
+    engine.dispose()
+    store = SqlStubStore(url, stub_t.name)
+    later = T0 + timedelta(minutes=4)
+    assert not store.claim("a", 1, T0 + timedelta(seconds=1), now=T0, next_resend_at=later)
+    assert store.claim("a", 1, T0, now=T0, next_resend_at=later)
+    store.close()
+
+
 @pytest.mark.spark
 def test_spark_resend_from_the_resend_list_is_idempotent(
     spark: SparkSession, stub_db: tuple[str, str, str], tmp_path: Path

@@ -307,6 +307,16 @@ class SqlStubStore:
             else sa.create_engine(url)
         )
 
+    def _same_instant(self, column: Any, moment: datetime) -> Any:
+        import sqlalchemy as sa
+
+        if self._engine.dialect.name == "sqlite":
+            # SQLite keeps timestamps as text, written as '... 12:00:00' by some writers and
+            # '... 12:00:00.000000' by SQLAlchemy: compare the instants, not the strings.
+            literal = sa.literal(moment, sa.DateTime())
+            return sa.func.julianday(column) == sa.func.julianday(literal)
+        return column == moment
+
     def claim(
         self,
         message_id: str,
@@ -324,7 +334,7 @@ class SqlStubStore:
             .where(
                 t.c.message_id == message_id,
                 t.c.send_count == seen_send_count,
-                t.c.next_resend_at == seen_next_resend_at,
+                self._same_instant(t.c.next_resend_at, seen_next_resend_at),
                 t.c.status.in_(_PENDING),
             )
             .values(send_count=t.c.send_count + 1, next_resend_at=next_resend_at, updated_at=now)
