@@ -14,7 +14,7 @@ from pocketmq.errors import InvalidArgumentError
 from pocketmq.reliability.backend import ReliabilityBackend, StubConfirmation
 from pocketmq.reliability.clock import FakeClock
 from pocketmq.reliability.errors import DuplicateMessageIdError, StubNotFoundError, StubStateError
-from pocketmq.reliability.stub import LogStatus, MessageStub, StubStatus
+from pocketmq.reliability.stub import PENDING_STATUSES, LogStatus, MessageStub, StubStatus
 
 Backend = ReliabilityBackend[Any]
 
@@ -478,6 +478,26 @@ async def test_prune_keeps_the_highest_offset_per_queue(backend: Backend, clock:
     left = {(e.consumer_group, e.message_id) for e in await backend.list_log()}
     assert left == {("g", "M2"), ("g", "M4"), ("g", "Q1"), ("h", "H0")}
     assert await backend.prune_log(older_than=clock.now()) == 0
+
+
+async def test_prune_keeps_the_rows_of_pending_stubs(backend: Backend, clock: FakeClock) -> None:
+    """A log-only consumer never confirms stubs: the log row alone stops a resend."""
+    (m,) = await add(backend, msg())
+    mid = m.message_id
+    assert mid is not None
+    t0 = clock.now()
+    await backend.log_receipt("g", view(mid, offset=0), t0)
+    await backend.log_receipt("g", view("LATER", offset=1), t0)
+    for consumed in (mid, "LATER"):
+        async with backend.transaction() as tx:
+            assert await tx.claim_log("g", consumed, t0)
+    clock.advance(3600)
+    assert (await stub(backend, mid)).status in PENDING_STATUSES
+    assert await backend.prune_log(older_than=clock.now()) == 0
+    async with backend.transaction() as tx:
+        assert await tx.confirm_stub(mid, clock.now()) is StubConfirmation.CONFIRMED
+    assert await backend.prune_log(older_than=clock.now()) == 1
+    assert {e.message_id for e in await backend.list_log()} == {"LATER"}
 
 
 async def test_large_binary_body_round_trips(backend: Backend) -> None:

@@ -363,6 +363,11 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         found.sort(key=lambda e: (e.created_at, e.consumer_group, e.message_id))
         return found[:limit]
 
+    def _stub_pending(self, message_id: str) -> bool:
+        # While a stub is pending, its log row is what keeps the resend rule from sending it again.
+        stub = self._state.stubs.get(message_id)
+        return stub is not None and stub.status in PENDING_STATUSES
+
     async def prune_log(self, *, older_than: datetime, group: str | None = None) -> int:
         keep: dict[tuple[str, str, str, int], LogEntry] = {}
         for entry in self._state.log.values():
@@ -379,6 +384,7 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
             and e.consumed_at is not None
             and e.consumed_at < older_than
             and key not in kept
+            and not self._stub_pending(e.message_id)
         ]
         for key in doomed:
             del self._state.log[key]

@@ -736,9 +736,13 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
             higher.c.queue_id == top.c.queue_id,
             higher.c.queue_offset > top.c.queue_offset,
         )
+        stub = self.tables.stub
         conditions: list[ColumnElement[bool]] = [
             log.c.status == LogStatus.CONSUMED.value,
             log.c.consumed_at < older_than,
+            # While the message's stub is pending, its log row is what keeps the resend rule
+            # from sending it again (log-only consumers never confirm stubs).
+            ~exists().where(stub.c.message_id == log.c.message_id, stub.c.status.in_(_PENDING)),
         ]
         if group is not None:
             conditions.append(log.c.consumer_group == group)
