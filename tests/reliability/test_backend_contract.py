@@ -500,6 +500,24 @@ async def test_prune_keeps_the_rows_of_pending_stubs(backend: Backend, clock: Fa
     assert {e.message_id for e in await backend.list_log()} == {"LATER"}
 
 
+async def test_message_ids_and_groups_are_case_sensitive(
+    backend: Backend, clock: FakeClock
+) -> None:
+    t0 = clock.now()
+    await add(backend, msg(message_id="order-1"), msg(message_id="ORDER-1"))
+    assert (await stub(backend, "order-1")).message_id == "order-1"
+    assert (await stub(backend, "ORDER-1")).message_id == "ORDER-1"
+    await backend.log_receipt("billing", view("order-1", offset=0), t0)
+    await backend.log_receipt("billing", view("ORDER-1", offset=1), t0)
+    await backend.log_receipt("Billing", view("order-1", offset=0), t0)
+    async with backend.transaction() as tx:
+        assert await tx.claim_log("billing", "ORDER-1", t0)
+    entries = {(e.consumer_group, e.message_id): e for e in await backend.list_log()}
+    assert set(entries) == {("billing", "order-1"), ("billing", "ORDER-1"), ("Billing", "order-1")}
+    assert entries[("billing", "order-1")].status is LogStatus.RECEIVED
+    assert entries[("billing", "ORDER-1")].status is LogStatus.CONSUMED
+
+
 async def test_large_binary_body_round_trips(backend: Backend) -> None:
     body = bytes(range(256)) * 4096  # 1 MiB: above MySQL's plain BLOB limit
     (m,) = await add(backend, msg(body))

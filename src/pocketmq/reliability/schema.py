@@ -9,7 +9,9 @@ that the same definitions work on SQLite, PostgreSQL and MariaDB/MySQL:
 * timestamps are ``TIMESTAMP WITHOUT TIME ZONE`` holding UTC; on MySQL/MariaDB that is
   ``DATETIME(6)`` (``TIMESTAMP`` there converts time zones and ends in 2038, and plain
   ``DATETIME`` drops the microseconds the claim compare-and-set relies on);
-* ``message_log``'s ``UNIQUE (consumer_group, message_id)`` is its primary key.
+* ``message_log``'s ``UNIQUE (consumer_group, message_id)`` is its primary key;
+* message ids and group names compare exactly: on MySQL/MariaDB they use the ``utf8mb4_bin``
+  collation (the default collations ignore case, so ``order-1`` and ``ORDER-1`` would collide).
 
 ``table_prefix`` lets several independent sets of tables share one database (tests use a unique
 prefix per test; applications normally leave it empty). Schema creation is
@@ -80,6 +82,14 @@ def _timestamp() -> TypeEngine[Any]:
     return DateTime(timezone=False).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
+def _identifier(length: int) -> TypeEngine[Any]:
+    # MySQL/MariaDB compare strings case-insensitively under their default collations; message
+    # ids and group names are case-sensitive everywhere else (the broker, SQLite, PostgreSQL).
+    return String(length).with_variant(
+        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+    )
+
+
 def _blob() -> TypeEngine[Any]:
     return LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
@@ -105,7 +115,7 @@ def reliability_tables(
     stub = Table(
         stub_name,
         metadata,
-        Column("message_id", String(64), primary_key=True),
+        Column("message_id", _identifier(64), primary_key=True),
         Column("topic", String(255), nullable=False),
         Column("tag", String(255), nullable=True),
         Column("keys", String(1024), nullable=True),
@@ -125,8 +135,8 @@ def reliability_tables(
     log = Table(
         log_name,
         metadata,
-        Column("consumer_group", String(255), nullable=False),
-        Column("message_id", String(64), nullable=False),
+        Column("consumer_group", _identifier(255), nullable=False),
+        Column("message_id", _identifier(64), nullable=False),
         Column("topic", String(255), nullable=False),
         Column("broker_name", String(255), nullable=False),
         Column("queue_id", Integer, nullable=False),
