@@ -252,6 +252,26 @@ async def test_exhausted_stubs_alert_once(backend: Backend, clock: FakeClock) ->
     assert sender.attempts == 3
 
 
+async def test_one_broken_alert_hook_neither_silences_nor_repeats_the_others(
+    backend: Backend, clock: FakeClock
+) -> None:
+    (mid,) = await add(backend)
+    sender = FlakySender(*(BrokerConnectionError("down") for _ in range(10)))
+    working, broken = RecordingAlert(), RecordingAlert(fail=1000)
+    policy = ResendPolicy(max_sends=1, base_interval=10, multiplier=1)
+    await OutboxRelay(backend, sender, policy=policy).run_once()
+    scheduler = ResendScheduler(backend, sender, group="g", policy=policy, alerts=[broken, working])
+    clock.advance(10)
+    report = await scheduler.run_once()
+    assert (report.alerted, report.alert_failures) == (1, 0)
+    assert (await get(backend, mid)).alerted
+    for _ in range(3):
+        clock.advance(10)
+        assert (await scheduler.run_once()).alerted == 0
+    assert [e.stub.message_id for e in working.events] == [mid]
+    assert broken.events == []
+
+
 async def test_outbox_wakes_the_relay_after_commit(backend: Backend) -> None:
     sender = InMemorySender()
     async with Outbox(backend, sender, poll_interval=30.0, run_scheduler=False) as outbox:

@@ -133,13 +133,20 @@ class ResendScheduler(PeriodicWorker):
             if not await self.backend.mark_manual(stub.message_id, note, now):
                 continue  # another scheduler took it
             event = ManualHandlingEvent(stub=stub, max_sends=self.policy.max_sends, detected_at=now)
-            try:
-                for alert in self.alerts:
+            delivered = 0
+            for alert in self.alerts:
+                # Each hook on its own: a broken mail server must not keep the others from
+                # telling a human, nor make them repeat the alert at every run.
+                try:
                     await alert.notify(event)
-            except Exception:
-                failures += 1
-                _log.exception("alert for %s failed; will try again", stub.message_id)
-                await self.backend.clear_manual(stub.message_id, stub.last_error, self.clock.now())
-            else:
+                except Exception:
+                    _log.exception("alert %r for %s failed", alert, stub.message_id)
+                else:
+                    delivered += 1
+            if delivered or not self.alerts:
                 alerted += 1
+            else:
+                failures += 1
+                _log.error("no alert hook reached anyone for %s; will try again", stub.message_id)
+                await self.backend.clear_manual(stub.message_id, stub.last_error, self.clock.now())
         return alerted, failures
