@@ -181,3 +181,21 @@ def test_consume_queue_entries_past_a_truncated_log_are_dropped(tmp_path: Path) 
     with MessageStore.open(str(base), SMALL) as s:
         assert s.max_offset("orders", 0) == 4
         assert s.get_messages("orders", 0, 4).status is GetStatus.OFFSET_OVERFLOW_ONE
+
+
+def test_an_emptied_last_queue_file_does_not_delete_the_one_before(tmp_path: Path) -> None:
+    """Recovery trims entries past the log's end; a queue file left empty reads as zeros."""
+    from pocketmq.store.consumequeue import ConsumeQueue
+
+    queue = ConsumeQueue(str(tmp_path / "q"), "T", 0, entries_per_file=4)
+    for offset in range(5):  # entry 4 opens the second file
+        queue.put_one(offset, physical_offset=100 * offset, size=100, tag_code=0)
+    queue.close()
+
+    reopened = ConsumeQueue(str(tmp_path / "q"), "T", 0, entries_per_file=4)
+    assert reopened.recover(log_end=400, trusted_count=None)  # record 4 was lost from the log
+    assert reopened.max_offset == 4
+    reopened.set_min_physical(0)
+    assert reopened.min_offset == 0
+    assert [e.physical_offset for e in reopened.read(0, 4)] == [0, 100, 200, 300]
+    reopened.close()

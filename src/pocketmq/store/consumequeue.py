@@ -202,6 +202,10 @@ class ConsumeQueue:
         that still points into the log."""
         while len(self._files) > 1:
             nxt = self._files[1]
+            if nxt.base >= self.max_offset:
+                # The next file holds no written entry yet (recovery may have emptied it): its
+                # zeros read as physical offset 0 and must not condemn this file.
+                break
             first = self._entry_at(nxt.base)
             if first is None or first[0] > min_physical:
                 break
