@@ -32,6 +32,7 @@ import msgspec
 
 from pocketmq import properties as props
 from pocketmq.broker.persist import Sink, load_json, save_json
+from pocketmq.errors import StoreError
 from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage
 
 __all__ = [
@@ -245,11 +246,16 @@ class ScheduleService:
             due.append(heapq.heappop(timer.heap))
         if due:
             physical: list[int] = []
-            for _, offset in due:
-                entries = self._store.read_queue(TIMER_TOPIC, 0, offset, 1)
-                if entries and entries[0].queue_offset == offset:
-                    physical.append(entries[0].physical_offset)
-            await self._release(physical)
+            try:
+                for _, offset in due:
+                    entries = self._store.read_queue(TIMER_TOPIC, 0, offset, 1)
+                    if entries and entries[0].queue_offset == offset:
+                        physical.append(entries[0].physical_offset)
+                await self._release(physical)
+            except BaseException:
+                for item in due:  # not delivered: due again at the next run
+                    heapq.heappush(timer.heap, item)
+                raise
             for _, offset in due:
                 timer.done.add(offset)
             while timer.floor in timer.done:
@@ -275,9 +281,17 @@ class ScheduleService:
         if copies:
             self._releasing.update(releasing)  # too late to recall from here on
             try:
-                await self._append(copies)
+                results = await self._append(copies)
             finally:
                 self._releasing.difference_update(releasing)
+            refused = [r.status for r in results if not r.status.stored]
+            if refused:
+                # Keep the progress where it is: the run is retried and the held records are
+                # released again (the copies that were stored come out twice: at least once).
+                raise StoreError(
+                    f"{len(refused)} of {len(copies)} due messages were not stored "
+                    f"({refused[0].value}); they stay scheduled"
+                )
             self.delivered += len(copies)
 
     @staticmethod
