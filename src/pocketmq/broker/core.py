@@ -654,9 +654,14 @@ class Broker:
                 if delay_level < 0
                 else (f"consumed {reconsume + 1} times without success")
             )
-            self.dead_letter(
+            result = self.dead_letter(
                 group, msgspec.structs.replace(record, properties=properties), reason=reason
             )
+            if not result.status.stored:  # the consumer must not count it as handled
+                raise error_from_code(
+                    _PUT_CODES[result.status],
+                    f"storing the dead letter failed: {result.reason or result.status.value}",
+                )
             return "dlq"
         retry = self.topics.ensure_system(
             retry_topic(group), max(1, group_config.retry_queues), PERM_READ | PERM_WRITE
@@ -943,7 +948,7 @@ class Broker:
                 continue
             self._record_expiry(group.name, message, entry, now)
             if group.retry.max_retries >= 0 and entry.attempt >= group.retry.max_attempts:
-                self._dead_letter_offset(group.name, topic, queue_id, offset, state, message)
+                self._dead_letter_offset(group.name, topic, queue_id, offset, state, message, entry)
                 continue
             attempt = entry.attempt + 1
             token = state.hand_out(
@@ -1027,7 +1032,9 @@ class Broker:
             if entry is not None:  # its invisible time passed: deliver again, attempt + 1
                 self._record_expiry(group.name, message, entry, now)
                 if limit is not None and entry.attempt >= limit:
-                    self._dead_letter_offset(group.name, topic, queue_id, offset, state, message)
+                    self._dead_letter_offset(
+                        group.name, topic, queue_id, offset, state, message, entry
+                    )
                     continue
                 attempt = entry.attempt + 1
             else:
@@ -1138,7 +1145,9 @@ class Broker:
                     message = self._message_at(topic, queue_id, offset)
                     if message is not None:
                         self._record_expiry(group_name, message, entry, now)
-                    self._dead_letter_offset(group_name, topic, queue_id, offset, state, message)
+                    self._dead_letter_offset(
+                        group_name, topic, queue_id, offset, state, message, entry
+                    )
                 else:
                     state.requeue(offset, entry)
 
@@ -1185,10 +1194,16 @@ class Broker:
         offset: int,
         state: PopQueue,
         message: StoredMessage | None = None,
+        entry: InFlight | None = None,
     ) -> None:
         message = message or self._message_at(topic, queue_id, offset)
         if message is not None:
-            self.dead_letter(group, message, reason="max delivery attempts reached")
+            result = self.dead_letter(group, message, reason="max delivery attempts reached")
+            if not result.status.stored:
+                # Not finished, not committed: it expires again and the move is retried.
+                if entry is not None:
+                    state.requeue(offset, entry)
+                return
         state.finish(offset)
         self.offsets.commit(group, topic, queue_id, state.committed)
         self.pop_state.dirty = True
@@ -1216,6 +1231,14 @@ class Broker:
                 )
             ]
         )
+        if not result.status.stored:
+            log.error(
+                "message %s of group %s could not be dead-lettered (%s); it stays pending",
+                message.message_id,
+                group,
+                result.reason or result.status.value,
+            )
+            return result
         self.counters["dead_lettered"] += 1
         self.history.record(
             message_id=message.message_id,
