@@ -115,6 +115,15 @@ def new_message_id() -> str:
     return uuid.uuid4().hex.upper()
 
 
+def _require_dead_letter_stored(result: PutResult) -> None:
+    """Raise the client-facing error when the store refused a dead letter."""
+    if not result.status.stored:
+        raise error_from_code(
+            _PUT_CODES[result.status],
+            f"storing the dead letter failed: {result.reason or result.status.value}",
+        )
+
+
 class Broker:
     """One broker: a store plus topics, groups, offsets and consumption state."""
 
@@ -657,11 +666,7 @@ class Broker:
             result = self.dead_letter(
                 group, msgspec.structs.replace(record, properties=properties), reason=reason
             )
-            if not result.status.stored:  # the consumer must not count it as handled
-                raise error_from_code(
-                    _PUT_CODES[result.status],
-                    f"storing the dead letter failed: {result.reason or result.status.value}",
-                )
+            _require_dead_letter_stored(result)  # the consumer must not count it as handled
             return "dlq"
         retry = self.topics.ensure_system(
             retry_topic(group), max(1, group_config.retry_queues), PERM_READ | PERM_WRITE
@@ -1517,12 +1522,7 @@ class Broker:
         state, _ = self.pop_state.lookup(group, topic, handle)
         message = self._message_at(topic, handle.queue_id, handle.offset)
         if message is not None:  # None: removed by retention, nothing left to keep
-            result = self.dead_letter(group, message, reason=reason)
-            if not result.status.stored:
-                raise error_from_code(
-                    _PUT_CODES[result.status],
-                    f"storing the dead letter failed: {result.reason or result.status.value}",
-                )
+            _require_dead_letter_stored(self.dead_letter(group, message, reason=reason))
         state.finish(handle.offset)
         self.offsets.commit(group, topic, handle.queue_id, state.committed)
         self.pop_state.dirty = True
