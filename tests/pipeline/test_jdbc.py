@@ -115,6 +115,42 @@ def test_reconcile_over_jdbc_matches_reference(
     ],
     indirect=True,
 )
+def test_reconcile_over_jdbc_with_an_empty_log(
+    spark: SparkSession, database: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """A new deployment has no receipts yet. SQLite answered MIN()/MAX() of the empty table
+    with a NULL Spark could not read ("column -1 out of bounds"): the job failed."""
+    url, stub_table, log_table = database
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DELETE FROM {log_table}"))
+    engine.dispose()
+    summary = run_reconcile(
+        spark,
+        stubs=url,
+        log=url,
+        out=str(tmp_path / "out"),
+        now=T0,
+        stubs_table=stub_table,
+        log_table=log_table,
+    )
+    want_resend, want_manual = reference_lists(STUBS, [], T0, 5)
+    assert want_resend == {"never-stored"}  # with no log, only stubs without an offset qualify
+    got = {r["message_id"] for r in pq.read_table(tmp_path / "out" / "resend").to_pylist()}
+    assert got == want_resend
+    assert (summary.resend, summary.manual) == (len(want_resend), len(want_manual))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "database",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ],
+    indirect=True,
+)
 def test_read_table_conforms_types(spark: SparkSession, database: tuple[str, str, str]) -> None:
     url, stub_table, log_table = database
     stubs = read_table(

@@ -264,7 +264,11 @@ def _read_jdbc(
     parts = num_partitions or spark.sparkContext.defaultParallelism
     if partition_column and parts > 1:
         col = _quote(db.dialect, partition_column)
-        bounds_query = f"SELECT MIN({col}) AS lo, MAX({col}) AS hi FROM {table}"
+        # Never NULL: Spark cannot read back a NULL MIN()/MAX() from SQLite (an empty table, or
+        # a column with only NULLs: "column -1 out of bounds"). 0..0 reads the table unsplit.
+        bounds_query = (
+            f"SELECT COALESCE(MIN({col}), 0) AS lo, COALESCE(MAX({col}), 0) AS hi FROM {table}"
+        )
         bounds_opts = {k: v for k, v in options.items() if k not in {"dbtable", "customSchema"}}
         bounds = spark.read.format("jdbc").options(**bounds_opts).option("query", bounds_query)
         row = bounds.load().first()
