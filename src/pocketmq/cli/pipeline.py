@@ -127,19 +127,40 @@ def _check_inputs(*sources: str) -> None:
             raise click.ClickException(f"input not found: {source}")
 
 
-def _load_factory(spec: str, stubs: str) -> Callable[[], Any]:
-    """Resolve ``module:attribute`` to the sender factory for ``--send-with``."""
-    import importlib
-
+def _check_resend_stubs(stubs: str, option: str) -> None:
+    """A resend updates the stubs, so they must be a database this process can write to."""
     from pocketmq.pipeline.io import is_database_url
     from pocketmq.pipeline.resend import sync_url
 
     if not is_database_url(stubs):
-        raise click.UsageError("--send-with needs --stubs to be a database URL (stubs get updated)")
+        raise click.UsageError(f"{option} needs --stubs to be a database URL (stubs get updated)")
     try:
         sync_url(stubs)
     except InvalidArgumentError as exc:
         raise click.BadParameter(str(exc), param_hint="--stubs") from exc
+
+
+def _sender_factory(
+    send_with: str | None, resend_to: str | None, stubs: str
+) -> Callable[[], Any] | None:
+    """The sender factory chosen by ``--resend-to`` or ``--send-with`` (at most one), or None."""
+    if send_with and resend_to:
+        raise click.UsageError("--resend-to and --send-with are exclusive: choose one sender")
+    if resend_to:
+        from pocketmq.pipeline.resend import BrokerSender
+
+        _check_resend_stubs(stubs, "--resend-to")
+        return BrokerSender(resend_to)
+    if send_with:
+        return _load_factory(send_with, stubs)
+    return None
+
+
+def _load_factory(spec: str, stubs: str) -> Callable[[], Any]:
+    """Resolve ``module:attribute`` to the sender factory for ``--send-with``."""
+    import importlib
+
+    _check_resend_stubs(stubs, "--send-with")
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(f"{spec!r} is not MODULE:FACTORY", param_hint="--send-with")
@@ -206,19 +227,26 @@ def pipeline() -> None:
     "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
 )
 @click.option(
+    "--resend-to",
+    default=None,
+    metavar="H:P[,H:P]",
+    help="Also resend the resend list to these pocketmq brokers (same message ids). Needs "
+    "--stubs to be a database URL: each stub is claimed there before it is sent.",
+)
+@click.option(
     "--send-with",
     default=None,
     metavar="MODULE:FACTORY",
-    help="Also resend the resend list through this sender factory (a zero-argument callable "
-    "returning a MessageSender). Needs --stubs to be a database URL.",
+    help="Like --resend-to, through a sender factory of your own (a picklable zero-argument "
+    "callable returning a MessageSender).",
 )
 @click.option(
     "--resend-delay",
     type=DURATION,
     default="60s",
     show_default=True,
-    help="With --send-with: base delay before a resent stub is due again (doubles per send, "
-    "at most 1h).",
+    help="With --resend-to/--send-with: base delay before a resent stub is due again (doubles "
+    "per send, at most 1h).",
 )
 def reconcile_cmd(
     stubs: str,
@@ -230,6 +258,7 @@ def reconcile_cmd(
     group: str | None,
     stubs_table: str,
     log_table: str,
+    resend_to: str | None,
     send_with: str | None,
     resend_delay: float,
 ) -> None:
@@ -238,10 +267,10 @@ def reconcile_cmd(
     A stub is selected when it is UNCONFIRMED or UNKNOWN, due (next_resend_at <= now), its
     offset is NULL or below the highest offset logged for its queue, and no consumer logged
     it. Below --max-sends sends it goes to OUT/resend, otherwise to OUT/manual (Parquet).
-    With --send-with the resend list is also sent, each stub claimed first so that a re-run
-    never sends it twice.
+    With --resend-to (or --send-with) the resend list is also sent, each stub claimed first so
+    that a re-run never sends it twice.
     """
-    factory = _load_factory(send_with, stubs) if send_with else None
+    factory = _sender_factory(send_with, resend_to, stubs)
     with _job_errors():
         from pocketmq.pipeline.reconcile import run_reconcile
 

@@ -27,6 +27,7 @@ from pocketmq.pipeline.reconcile import (
     unsettled_stubs,
 )
 from pocketmq.pipeline.resend import (
+    BrokerSender,
     InMemorySender,
     MessageSender,
     ResendOutcome,
@@ -48,6 +49,7 @@ __all__ = [
     "MESSAGE_LOG_SCHEMA",
     "MESSAGE_STUB_SCHEMA",
     "TOPIC_EXPORT_SCHEMA",
+    "BrokerSender",
     "DeliveryAudit",
     "DemoData",
     "DlqReport",

@@ -2,9 +2,10 @@
 
 The seam: workers create their producer through a :data:`SenderFactory` — any picklable
 zero-argument callable returning a :class:`MessageSender` (``async send(Message) -> SendResult``).
-pocketmq's own producer will satisfy it once the SDK lands; until then tests use
-:class:`InMemorySender`. Each Spark partition creates one sender and one stub store, runs its
-rows through :func:`resend_rows` in an event loop, and reports counts back to the driver.
+:class:`BrokerSender` is the one for pocketmq brokers (``BrokerSender(servers="host:port")``, or
+``--resend-to`` on the command line); tests without a broker use :class:`InMemorySender`. Each
+Spark partition creates one sender and one stub store, runs its rows through
+:func:`resend_rows` in an event loop, and reports counts back to the driver.
 
 Why a re-run cannot double-send: before sending, a worker *claims* the stub with one
 conditional update::
@@ -36,16 +37,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from pocketmq.client import Message, SendResult
+from pocketmq.client import Message, Producer, SendResult
 from pocketmq.errors import InvalidArgumentError, SendOutcomeUnknownError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
+    "BrokerSender",
     "InMemorySender",
     "InMemoryStubStore",
     "MessageSender",
+    "ProducerSender",
     "ResendOutcome",
     "ResendPolicy",
     "SenderFactory",
@@ -81,6 +84,48 @@ class MessageSender(Protocol):
 #: Called once per Spark partition, on the worker. Must be picklable (module-level function,
 #: class, or ``functools.partial`` of one).
 SenderFactory = Callable[[], MessageSender]
+
+
+class ProducerSender:
+    """A :class:`MessageSender` over pocketmq's :class:`~pocketmq.client.Producer`.
+
+    The producer is created and started on the first send, so it belongs to the event loop the
+    partition runs in (a producer cannot move between loops); :func:`resend_partition` closes it
+    with ``aclose()`` when the partition is done. Sends keep the stub's message id and use the
+    producer's own retries and flow-control backoff; an answer lost in transit surfaces as
+    :class:`~pocketmq.errors.SendOutcomeUnknownError`, which the resend records as unknown.
+    """
+
+    def __init__(self, servers: str) -> None:
+        self._servers = servers
+        self._producer: Producer | None = None
+
+    async def send(self, message: Message) -> SendResult:
+        if self._producer is None:
+            producer = Producer(servers=self._servers)
+            await producer.start()
+            self._producer = producer
+        return await self._producer.send(message)
+
+    async def aclose(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSender:
+    """The :data:`SenderFactory` that resends through pocketmq brokers at ``servers``.
+
+    ``servers`` is what :class:`~pocketmq.client.Producer` takes (``host:port``, comma-separated
+    for several). The factory holds only that string, so Spark can ship it to every worker;
+    each partition calls it once and gets its own :class:`ProducerSender`.
+    """
+
+    servers: str
+
+    def __call__(self) -> ProducerSender:
+        return ProducerSender(self.servers)
 
 
 class StubStore(Protocol):
