@@ -215,6 +215,19 @@ def test_run_reconcile_writes_both_lists(spark: SparkSession, tmp_path: Path) ->
     assert [t for t, _, _ in summary.by_topic] == sorted(want_by_topic)
     assert "content" in resend.column_names
     assert "max_logged_offset" in resend.column_names
+    # Unique ids, keys and payloads are written without min/max statistics (they prune
+    # nothing); the columns a reader filters on keep theirs.
+    part = next((tmp_path / "out" / "resend").glob("*.parquet"))
+    chunks = pq.ParquetFile(part).metadata.row_group(0)
+    stats = {
+        chunks.column(i).path_in_schema: chunks.column(i).statistics
+        for i in range(chunks.num_columns)
+    }
+    for column in ("message_id", "keys", "content"):
+        assert stats[column] is None or not stats[column].has_min_max, column
+    for column in ("topic", "queue_offset", "next_resend_at", "send_count"):
+        assert stats[column] is not None, column
+        assert stats[column].has_min_max, column
     # The job turns adaptive execution off for its write only.
     assert spark.conf.get("spark.sql.adaptive.enabled") == adaptive_before
 
