@@ -19,6 +19,41 @@ if TYPE_CHECKING:
 Row = dict[str, Any]
 
 
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """``pocketmq ARGS`` in-process (it reuses the test run's Spark session): code, out, err."""
+    from click.testing import CliRunner
+
+    from pocketmq.cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def reconcile_from_database(
+    url: str, stub_table: str, log_table: str, out: Any, now: datetime, *extra: str
+) -> list[str]:
+    """The arguments of ``pocketmq pipeline reconcile`` over one database's two tables."""
+    return [
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        url,
+        "--log",
+        url,
+        "--out",
+        str(out),
+        "--stubs-table",
+        stub_table,
+        "--log-table",
+        log_table,
+        "--now",
+        now.isoformat(),
+        *extra,
+    ]
+
+
 def arrow_df(spark: SparkSession, rows: list[Row], schema: pa.Schema) -> DataFrame:
     """A DataFrame with exactly ``schema`` (nullability included) from plain dicts."""
     return spark.createDataFrame(pa.Table.from_pylist(rows, schema=schema))

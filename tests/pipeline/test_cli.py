@@ -7,20 +7,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from pocketmq.cli import main
 from pocketmq.pipeline.demo import DEMO_NOW
 
-from .helpers import read_rows, reference_lists
+from .helpers import read_rows, reconcile_from_database, reference_lists, run_cli
 
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+run = run_cli
 
 
 def test_pipeline_help_lists_the_jobs() -> None:
@@ -245,24 +238,15 @@ def test_reconcile_can_send_the_resend_list(spark: SparkSession, tmp_path: Path)
         conn.execute(log_t.insert(), [log_row("other", 3)])
     engine.dispose()
     senders.RECORD_PATH = str(tmp_path / "sent.jsonl")
-    args = [
-        "pipeline",
-        "reconcile",
-        "--stubs",
+    args = reconcile_from_database(
         url,
-        "--log",
-        url,
-        "--out",
-        str(tmp_path / "out"),
-        "--stubs-table",
         stub_t.name,
-        "--log-table",
         log_t.name,
-        "--now",
-        now.isoformat(),
+        tmp_path / "out",
+        now,
         "--send-with",
         f"{senders.__name__}:make_sender",
-    ]
+    )
     code, out, err = run(*args)
     assert code == 0, err
     assert "resent: sent 1, skipped 0" in out
@@ -281,7 +265,17 @@ def test_reconcile_can_send_the_resend_list(spark: SparkSession, tmp_path: Path)
     assert senders.recorded(senders.RECORD_PATH) == ["lost"]
 
 
-def test_send_with_needs_a_database(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sender", "message"),
+    [
+        (["--send-with", "os:getcwd"], "database URL"),
+        (["--resend-to", "127.0.0.1:10911"], "database URL"),
+        (["--resend-to", "127.0.0.1:10911", "--send-with", "os:getcwd"], "exclusive"),
+    ],
+)
+def test_sender_options_are_checked_before_spark_starts(
+    tmp_path: Path, sender: list[str], message: str
+) -> None:
     code, _, err = run(
         "pipeline",
         "reconcile",
@@ -291,11 +285,10 @@ def test_send_with_needs_a_database(tmp_path: Path) -> None:
         str(tmp_path),
         "--out",
         str(tmp_path / "o"),
-        "--send-with",
-        "os:getcwd",
+        *sender,
     )
     assert code == 2
-    assert "database URL" in err
+    assert message in err
 
 
 def test_send_with_refuses_a_jdbc_stub_url(tmp_path: Path) -> None:

@@ -39,6 +39,13 @@ LOG = [
 ]
 
 
+EVERY_DATABASE = [
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mariadb", marks=pytest.mark.mariadb),
+]
+
+
 @pytest.fixture
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     kind = request.param
@@ -64,15 +71,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[s
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(
-    "database",
-    [
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ],
-    indirect=True,
-)
+@pytest.mark.parametrize("database", EVERY_DATABASE, indirect=True)
 def test_reconcile_over_jdbc_matches_reference(
     spark: SparkSession, database: tuple[str, str, str], tmp_path: Path
 ) -> None:
@@ -106,15 +105,7 @@ def test_reconcile_over_jdbc_matches_reference(
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(
-    "database",
-    [
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ],
-    indirect=True,
-)
+@pytest.mark.parametrize("database", EVERY_DATABASE, indirect=True)
 def test_reconcile_over_jdbc_with_an_empty_log(
     spark: SparkSession, database: tuple[str, str, str], tmp_path: Path
 ) -> None:
@@ -142,15 +133,7 @@ def test_reconcile_over_jdbc_with_an_empty_log(
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(
-    "database",
-    [
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ],
-    indirect=True,
-)
+@pytest.mark.parametrize("database", EVERY_DATABASE, indirect=True)
 def test_read_table_conforms_types(spark: SparkSession, database: tuple[str, str, str]) -> None:
     url, stub_table, log_table = database
     stubs = read_table(

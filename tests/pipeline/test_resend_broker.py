@@ -10,24 +10,17 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from pocketmq.cli import main
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.pipeline.resend import BrokerSender, MessageSender, ProducerSender
 from pocketmq.testing import BrokerProcess
 
-from .helpers import log_row, stub, tables
+from .helpers import log_row, reconcile_from_database, run_cli, stub, tables
+
+run = run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 def topic_rows(spark: SparkSession, address: str, topic: str) -> dict[str, dict[str, Any]]:
@@ -80,24 +73,9 @@ def test_reconcile_resends_to_a_real_broker(
     with engine.begin() as conn:
         conn.execute(stub_t.insert(), [*lost, settled, worn_out])
         conn.execute(log_t.insert(), [log_row("settled", 9, topic=topic)])
-    args = [
-        "pipeline",
-        "reconcile",
-        "--stubs",
-        url,
-        "--log",
-        url,
-        "--out",
-        str(tmp_path / "out"),
-        "--stubs-table",
-        stub_t.name,
-        "--log-table",
-        log_t.name,
-        "--now",
-        clock.isoformat(),
-        "--resend-to",
-        broker.native,
-    ]
+    args = reconcile_from_database(
+        url, stub_t.name, log_t.name, tmp_path / "out", clock, "--resend-to", broker.native
+    )
     code, out, err = run(*args)
     assert code == 0, err
     assert "resent: sent 5, skipped 0 (already claimed), failed 0, outcome unknown 0" in out
@@ -143,23 +121,11 @@ def test_an_unreachable_broker_is_recorded_per_stub_not_lost(
         conn.execute(
             stub_t.insert(), [stub("lost", queue_offset=None, next_resend_at=clock - timedelta(1))]
         )
+    nowhere = "127.0.0.1:1"  # nothing listens there
     code, out, err = run(
-        "pipeline",
-        "reconcile",
-        "--stubs",
-        url,
-        "--log",
-        url,
-        "--out",
-        str(tmp_path / "out"),
-        "--stubs-table",
-        stub_t.name,
-        "--log-table",
-        log_t.name,
-        "--now",
-        clock.isoformat(),
-        "--resend-to",
-        "127.0.0.1:1",  # nothing listens there
+        *reconcile_from_database(
+            url, stub_t.name, log_t.name, tmp_path / "out", clock, "--resend-to", nowhere
+        )
     )
     assert code == 0, err
     assert "sent 0" in out
@@ -172,28 +138,3 @@ def test_an_unreachable_broker_is_recorded_per_stub_not_lost(
     assert row.send_count == 2
     assert row.last_error
     assert row.status in {"UNCONFIRMED", "UNKNOWN"}
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--resend-to", "127.0.0.1:10911", "--send-with", "os:getcwd"], "exclusive"),
-        (["--resend-to", "127.0.0.1:10911"], "database URL"),
-    ],
-)
-def test_resend_to_is_checked_before_spark_starts(
-    tmp_path: Path, extra: list[str], message: str
-) -> None:
-    code, _, err = run(
-        "pipeline",
-        "reconcile",
-        "--stubs",
-        str(tmp_path),
-        "--log",
-        str(tmp_path),
-        "--out",
-        str(tmp_path / "o"),
-        *extra,
-    )
-    assert code == 2
-    assert message in err
