@@ -39,8 +39,19 @@ def test_async_put_does_not_wait_and_the_interval_flush_catches_up(store_dir: Pa
         assert s.statistics().flushed_position >= end
 
 
-def test_concurrent_sync_writers_share_fsyncs(store_dir: Path) -> None:
+def test_concurrent_sync_writers_share_fsyncs(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     writers, per_writer = 32, 20
+    real = os.fdatasync
+
+    def disk_like(fd: int) -> None:
+        # A flush that takes as long as a real disk's (this VM's page cache answers in
+        # microseconds, so whether writers met in one fsync depended on thread scheduling).
+        time.sleep(0.002)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", disk_like)
     with MessageStore.open(str(store_dir), SYNC) as s:
         before = s.statistics().fsyncs
         barrier = threading.Barrier(writers)
@@ -58,8 +69,8 @@ def test_concurrent_sync_writers_share_fsyncs(store_dir: Path) -> None:
             t.join()
         fsyncs = s.statistics().fsyncs - before
         assert s.max_offset("orders", 0) == writers * per_writer
-        # one fsync per message would be 640; group commit needs far fewer
-        assert fsyncs < writers * per_writer / 2, fsyncs
+        # one fsync per message would be 640; writers arriving during a flush share the next
+        assert fsyncs < writers * per_writer / 4, fsyncs
 
 
 def test_a_slow_fsync_answers_flush_disk_timeout_but_keeps_the_message(
