@@ -11,9 +11,8 @@ from pyspark.sql import SparkSession
 
 from pocketmq.pipeline.demo import DEMO_NOW
 
-from .helpers import read_rows, reconcile_from_database, reference_lists, run_cli
-
-run = run_cli
+from .helpers import read_rows, reconcile_from_database, reference_lists
+from .helpers import run_cli as run
 
 
 def test_pipeline_help_lists_the_jobs() -> None:

@@ -16,9 +16,8 @@ from pocketmq.client.sync import SyncAdmin
 from pocketmq.pipeline.resend import BrokerSender, MessageSender, ProducerSender
 from pocketmq.testing import BrokerProcess
 
-from .helpers import log_row, reconcile_from_database, run_cli, stub, tables
-
-run = run_cli
+from .helpers import log_row, reconcile_from_database, stub, tables
+from .helpers import run_cli as run
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

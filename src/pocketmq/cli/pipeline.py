@@ -152,15 +152,15 @@ def _sender_factory(
         _check_resend_stubs(stubs, "--resend-to")
         return BrokerSender(resend_to)
     if send_with:
-        return _load_factory(send_with, stubs)
+        _check_resend_stubs(stubs, "--send-with")
+        return _load_factory(send_with)
     return None
 
 
-def _load_factory(spec: str, stubs: str) -> Callable[[], Any]:
+def _load_factory(spec: str) -> Callable[[], Any]:
     """Resolve ``module:attribute`` to the sender factory for ``--send-with``."""
     import importlib
 
-    _check_resend_stubs(stubs, "--send-with")
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(f"{spec!r} is not MODULE:FACTORY", param_hint="--send-with")

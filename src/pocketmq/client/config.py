@@ -6,12 +6,16 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-__all__ = ["ClientConfig", "default_client_id", "default_servers"]
+__all__ = ["ClientConfig", "default_client_id", "default_servers", "parse_servers"]
+
+
+def parse_servers(raw: str) -> tuple[str, ...]:
+    """``"h1:p1, h2:p2"`` (commas or semicolons) as addresses; blanks are dropped."""
+    return tuple(part.strip() for part in raw.replace(";", ",").split(",") if part.strip())
 
 
 def default_servers() -> tuple[str, ...]:
-    raw = os.environ.get("POCKETMQ_SERVER", "127.0.0.1:10911")
-    return tuple(part.strip() for part in raw.replace(";", ",").split(",") if part.strip())
+    return parse_servers(os.environ.get("POCKETMQ_SERVER", "127.0.0.1:10911"))
 
 
 def default_client_id() -> str:

@@ -76,7 +76,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pocketmq.client.config import ClientConfig, default_servers
+from pocketmq.client.config import ClientConfig, default_servers, parse_servers
 from pocketmq.client.convert import SYSTEM_PROPERTIES
 from pocketmq.client.ids import new_message_id
 from pocketmq.client.message import Message
@@ -163,9 +163,8 @@ class _Options:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> _Options:
         raw = options.get(OPTION_SERVERS) or options.get(OPTION_ENDPOINTS) or ""
-        servers = tuple(s.strip() for s in raw.replace(";", ",").split(",") if s.strip())
         return cls(
-            servers=servers or default_servers(),
+            servers=parse_servers(raw) or default_servers(),
             topic=(options.get(OPTION_TOPIC) or "").strip(),
             starting=(
                 options.get(OPTION_STARTING_OFFSETS) or ("latest" if streaming else "earliest")
