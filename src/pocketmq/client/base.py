@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import msgspec
 
-from pocketmq.client.config import ClientConfig
+from pocketmq.client.config import ClientConfig, parse_servers
 from pocketmq.client.connection import ClientConnection, PushHandler
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.routes import RouteCache
@@ -26,7 +26,8 @@ def resolve_config(
     client = client or ClientConfig()
     if servers is None:
         return client
-    servers = (servers,) if isinstance(servers, str) else tuple(servers)
+    # A string may list several servers ("h1:p1,h2:p2"), as POCKETMQ_SERVER and --server do.
+    servers = parse_servers(servers) if isinstance(servers, str) else tuple(servers)
     return replace(client, servers=servers)
 
 
