@@ -22,6 +22,7 @@ module; it imports nothing from pocketmq.
     │   ├── TooManyRequestsError        flow control, code 530 (retriable with backoff)
     │   ├── FlushDiskTimeoutError       stored but not yet durable (retriable)
     │   ├── StorageFullError            the disk is full (retriable)
+    │   ├── StorageFailedError          an I/O error stopped the broker's writes (retriable)
     │   ├── MessageIllegalError
     │   │   └── MessageTooLargeError
     │   ├── TopicNotFoundError
@@ -62,6 +63,7 @@ __all__ = [
     "RequestTimeoutError",
     "SendOutcomeUnknownError",
     "ServiceUnavailableError",
+    "StorageFailedError",
     "StorageFullError",
     "StoreCorruptedError",
     "StoreError",
@@ -93,6 +95,7 @@ class Code(IntEnum):
     INVALID_RECEIPT_HANDLE = 41
     MESSAGE_NOT_FOUND = 42
     TRANSACTION_STATE = 43
+    STORAGE_FAILED = 44
     TOO_MANY_REQUESTS = 530
 
 
@@ -207,6 +210,18 @@ class StorageFullError(BrokerError):
     retriable = True
 
 
+class StorageFailedError(BrokerError):
+    """An fsync or write failed on the broker: it stopped accepting writes until restarted.
+
+    A message answered with this code *may or may not* be stored (it was written before the
+    failure was found), so the producer treats the outcome as unknown and sends it elsewhere with
+    the same message id; deduplicating consumers see it once.
+    """
+
+    code = Code.STORAGE_FAILED
+    retriable = True
+
+
 class MessageIllegalError(BrokerError):
     """The message is malformed (empty body, bad topic name, bad property)."""
 
@@ -283,6 +298,7 @@ ERROR_BY_CODE: Final[dict[int, type[BrokerError]]] = {
         TooManyRequestsError,
         FlushDiskTimeoutError,
         StorageFullError,
+        StorageFailedError,
         MessageIllegalError,
         MessageTooLargeError,
         TopicNotFoundError,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pocketmq.store import MessageStore, StoreConfig, StoreMessage
+from pocketmq.store import MessageStore, StoreConfig, StoreMessage, faults
 
 SMALL = StoreConfig(
     segment_size=16 * 1024,
@@ -50,3 +50,14 @@ def crash_copy(source: Path, target: Path) -> Path:
     (the page cache holds every write, the checkpoint is whatever was last written)."""
     shutil.copytree(source, target)
     return target
+
+
+@pytest.fixture
+def injector() -> Iterator[faults.FaultInjector]:
+    """A fault injector for the store's file operations, removed after the test."""
+    installed = faults.FaultInjector()
+    faults.install(installed)
+    try:
+        yield installed
+    finally:
+        faults.uninstall()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
 from collections.abc import Iterator
@@ -10,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pocketmq.store import MessageStore, PutStatus, StoreConfig
-from pocketmq.store import commitlog as commitlog_module
+from pocketmq.store import MessageStore, PutStatus, StoreConfig, faults
+from pocketmq.store.faults import FaultRule
 
 from .conftest import message
 
@@ -62,20 +61,17 @@ def test_a_really_full_disk_answers_disk_full_and_keeps_serving(tiny_filesystem:
 
 
 def test_segment_allocation_failure_is_disk_full(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, injector: faults.FaultInjector
 ) -> None:
     with MessageStore.open(str(tmp_path / "s"), CONFIG) as store:
         store.put([message(0)])
-
-        def no_space(fd: int, size: int) -> None:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        monkeypatch.setattr(commitlog_module, "allocate", no_space)
+        rule = FaultRule(op="allocate", target="commitlog", errno="ENOSPC", count=-1)
+        injector.arm(rule)
         results = store.put([message(i, size=9000) for i in range(1, 12)])
         assert results[0].status is PutStatus.PUT_OK
         assert results[-1].status is PutStatus.DISK_FULL
         assert "No space" in results[-1].reason
-        monkeypatch.undo()
+        rule.count = 0
         stored = sum(r.status is PutStatus.PUT_OK for r in results) + 1
         assert store.max_offset("orders", 0) == stored
         # space is back: writes resume with the next offsets
@@ -92,19 +88,13 @@ def test_free_space_watermark_refuses_writes(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_fails_only_its_messages_and_reuses_their_offsets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, injector: faults.FaultInjector
 ) -> None:
     with MessageStore.open(str(tmp_path / "s"), CONFIG) as store:
         store.put([message(0)])
-        from pocketmq.store import commitlog as module
-
-        def full(fd: int, data: bytes, offset: int) -> None:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        monkeypatch.setattr(module, "pwrite_full", full)
+        injector.arm(FaultRule(op="write", target="commitlog", errno="ENOSPC"))
         results = store.put([message(1), message(2)])
         assert [r.status for r in results] == [PutStatus.DISK_FULL, PutStatus.DISK_FULL]
-        monkeypatch.undo()
         [again] = store.put([message(3)])
         assert again.status is PutStatus.PUT_OK
         assert again.queue_offset == 1

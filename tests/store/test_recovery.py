@@ -1,5 +1,5 @@
-"""Crash recovery: torn tails are truncated, confirmed data is never silently dropped, and the
-queues and index come back from the log.
+"""Crash recovery: torn tails are cut, damage elsewhere is set aside with every intact record
+kept, confirmed data is never silently dropped, and the queues and index come back from the log.
 
 A "crash" is a copy of the data directory taken while the store is still open: exactly what the
 page cache holds, with whatever checkpoint was last written.
@@ -7,6 +7,7 @@ page cache holds, with whatever checkpoint was last written.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pocketmq.errors import StoreCorruptedError
-from pocketmq.store import GetStatus, MessageStore, RecoveryMode, StoreConfig
+from pocketmq.store import GetStatus, MessageStore, RecoveryMode
 
 from .conftest import SMALL, crash_copy, message
 
@@ -33,6 +34,9 @@ def _prepare_crashed(tmp_path: Path, committed: int, unflushed: int) -> tuple[Pa
     s.close()
     last = results[-1]
     return crashed, last.physical_offset, last.physical_offset + last.size
+
+
+QUARANTINING = dataclasses.replace(SMALL, recovery=RecoveryMode.QUARANTINE)
 
 
 def _ids(store: MessageStore) -> list[str]:
@@ -56,12 +60,18 @@ def test_truncation_at_every_byte_of_the_last_record(tmp_path: Path) -> None:
         with MessageStore.open(str(work), SMALL) as s:
             assert _ids(s) == [f"MSG{i:06d}" for i in range(4)], cut
             assert s.statistics().write_position == start
+            # the torn bytes are kept aside, not destroyed
+            torn = [q for q in s.quarantined() if q.kind == "torn"]
+            assert len(torn) == (cut > start)
+            if torn:
+                assert (work / "quarantine" / torn[0].saved).read_bytes() != b""
             [r] = s.put([message(100)])
-            assert r.queue_offset == 4
+            # the lost record's queue position is a hole: a consumer may have read it already
+            assert r.queue_offset == 5
             assert r.physical_offset == start
         with MessageStore.open(str(work), SMALL) as s:
             assert _ids(s)[-1] == "MSG000100"
-            assert s.query_by_id("MSG000100")[0].queue_offset == 4
+            assert s.query_by_id("MSG000100")[0].queue_offset == 5
             assert s.query_by_id("MSG000004") == []
         shutil.rmtree(work)
 
@@ -86,20 +96,46 @@ def test_a_flipped_bit_in_the_unflushed_tail_drops_only_that_record(tmp_path: Pa
             shutil.rmtree(work)
 
 
-def test_without_a_checkpoint_damage_is_a_torn_tail(tmp_path: Path) -> None:
+def _damage_inside(tmp_path: Path) -> tuple[Path, list[int]]:
+    """Five records, all flushed; then a byte of record 3 is changed and the process 'crashed'
+    with its checkpoint lost."""
     directory = tmp_path / "s"
     with MessageStore.open(str(directory), SMALL) as s:
         results = s.put([message(i) for i in range(5)])
-    # checkpoint now covers everything; damage record 3 and pretend the process crashed
-    victim = results[3].physical_offset + 50
     with open(directory / SEGMENT, "r+b") as f:
-        f.seek(victim)
+        f.seek(results[3].physical_offset + 50)
         f.write(b"\xff")
     (directory / "abort").touch()
     os.unlink(directory / "checkpoint")
-    # without a checkpoint nothing was confirmed: the tail from record 3 is truncated
+    return directory, [r.physical_offset for r in results]
+
+
+def test_without_a_checkpoint_the_flush_marker_still_protects_confirmed_records(
+    tmp_path: Path,
+) -> None:
+    directory, offsets = _damage_inside(tmp_path)
+    # the marker says all five were fsynced: damaged confirmed data is an operator's decision
+    with pytest.raises(StoreCorruptedError, match="confirmed durable") as info:
+        MessageStore.open(str(directory), SMALL)
+    assert info.value.offset == offsets[3]
+    with MessageStore.open(str(directory), QUARANTINING) as s:
+        assert _ids(s) == ["MSG000000", "MSG000001", "MSG000002", "MSG000004"]
+
+
+def test_damage_with_intact_records_after_it_is_never_cut_off(tmp_path: Path) -> None:
+    directory, offsets = _damage_inside(tmp_path)
+    os.unlink(directory / "flushed")  # no checkpoint, no marker: nothing known durable
     with MessageStore.open(str(directory), SMALL) as s:
-        assert len(_ids(s)) == 3
+        # only the damaged record is lost; the one after it is kept (it used to be truncated)
+        assert _ids(s) == ["MSG000000", "MSG000001", "MSG000002", "MSG000004"]
+        [aside] = s.quarantined()
+        assert (aside.kind, aside.start, aside.end) == ("damaged", offsets[3], offsets[4])
+        assert [(e.topic, e.queue_offset) for e in aside.lost] == [("orders", 3)]
+        [r] = s.put([message(9)])
+        assert r.queue_offset == 5
+    with MessageStore.open(str(directory), SMALL) as s:  # known damage: no second report
+        assert len(s.quarantined()) == 1
+        assert _ids(s)[-1] == "MSG000009"
 
 
 def _confirmed_then_crashed(tmp_path: Path) -> tuple[Path, list[int]]:
@@ -114,16 +150,9 @@ def _confirmed_then_crashed(tmp_path: Path) -> tuple[Path, list[int]]:
     return crashed, [r.physical_offset for r in results]
 
 
-TRUNCATING = StoreConfig(
-    segment_size=SMALL.segment_size,
-    consume_queue_entries_per_file=SMALL.consume_queue_entries_per_file,
-    index_max_entries=SMALL.index_max_entries,
-    recovery=RecoveryMode.TRUNCATE,
-    min_free_disk_bytes=0,
-)
-
-
-def test_damage_to_confirmed_data_refuses_to_open_unless_truncate_is_chosen(tmp_path: Path) -> None:
+def test_damage_to_confirmed_data_refuses_to_open_unless_quarantine_is_chosen(
+    tmp_path: Path,
+) -> None:
     crashed, offsets = _confirmed_then_crashed(tmp_path)
     with open(crashed / SEGMENT, "r+b") as f:
         f.seek(offsets[1] + 30)
@@ -132,17 +161,26 @@ def test_damage_to_confirmed_data_refuses_to_open_unless_truncate_is_chosen(tmp_
         MessageStore.open(str(crashed), SMALL)
     assert info.value.offset == offsets[1]
     assert info.value.path.endswith(SEGMENT)
-    with MessageStore.open(str(crashed), TRUNCATING) as s:
-        assert _ids(s) == [f"MSG{i:06d}" for i in range(4)]
+    assert "pocketmq store repair" in str(info.value)
+    with MessageStore.open(str(crashed), QUARANTINING) as s:
+        assert _ids(s) == [f"MSG{i:06d}" for i in (0, 1, 2, 3, 5)]
+        [aside] = s.quarantined()
+        assert aside.kind == "damaged"
+        saved = (crashed / "quarantine" / aside.saved).read_bytes()
+        assert len(saved) == offsets[2] - offsets[1]
+        assert saved[30:33] == b"\x00\x01\x02"
+    with MessageStore.open(str(crashed), SMALL) as s:  # set aside once: strict opens again
+        assert len(_ids(s)) == 5
 
 
 def test_a_log_shorter_than_its_checkpoint_refuses_to_open(tmp_path: Path) -> None:
     crashed, offsets = _confirmed_then_crashed(tmp_path)
     os.truncate(crashed / SEGMENT, offsets[2])
-    with pytest.raises(StoreCorruptedError, match="ends before the checkpoint"):
+    with pytest.raises(StoreCorruptedError, match="ends before data it confirmed durable"):
         MessageStore.open(str(crashed), SMALL)
-    with MessageStore.open(str(crashed), TRUNCATING) as s:
+    with MessageStore.open(str(crashed), QUARANTINING) as s:
         assert len(_ids(s)) == 5
+        assert [q.kind for q in s.quarantined()] == ["missing"]
 
 
 def test_a_missing_consume_queue_is_rebuilt_from_the_log(tmp_path: Path) -> None:
@@ -175,26 +213,30 @@ def test_a_torn_checkpoint_means_a_full_verification(tmp_path: Path) -> None:
         assert s.query_by_id("MSG000019")
 
 
-def test_consume_queue_entries_past_a_truncated_log_are_dropped(tmp_path: Path) -> None:
+def test_consume_queue_entries_past_a_truncated_log_become_holes(tmp_path: Path) -> None:
     base, start, _ = _prepare_crashed(tmp_path, committed=2, unflushed=3)
     os.truncate(base / SEGMENT, start)  # lose the last record; its queue entry remains
     with MessageStore.open(str(base), SMALL) as s:
-        assert s.max_offset("orders", 0) == 4
-        assert s.get_messages("orders", 0, 4).status is GetStatus.OFFSET_OVERFLOW_ONE
+        assert s.max_offset("orders", 0) == 5  # offset 4 is never handed out again
+        got = s.get_messages("orders", 0, 4)
+        assert (got.status, got.next_offset) == (GetStatus.MESSAGE_WAS_REMOVING, 5)
 
 
 def test_an_emptied_last_queue_file_does_not_delete_the_one_before(tmp_path: Path) -> None:
     """Recovery trims entries past the log's end; a queue file left empty reads as zeros."""
     from pocketmq.store.consumequeue import ConsumeQueue
+    from pocketmq.store.openfiles import OpenFiles
 
-    queue = ConsumeQueue(str(tmp_path / "q"), "T", 0, entries_per_file=4)
+    files = OpenFiles(16)
+    queue = ConsumeQueue(str(tmp_path / "q"), "T", 0, 4, files)
     for offset in range(5):  # entry 4 opens the second file
         queue.put_one(offset, physical_offset=100 * offset, size=100, tag_code=0)
     queue.close()
 
-    reopened = ConsumeQueue(str(tmp_path / "q"), "T", 0, entries_per_file=4)
-    assert reopened.recover(log_end=400, trusted_count=None)  # record 4 was lost from the log
-    assert reopened.max_offset == 4
+    reopened = ConsumeQueue(str(tmp_path / "q"), "T", 0, 4, files)
+    assert reopened.load() == 5
+    assert reopened.trim(log_end=400) == [4]  # record 4 was lost from the log
+    assert reopened.max_offset == 5
     reopened.set_min_physical(0)
     assert reopened.min_offset == 0
     assert [e.physical_offset for e in reopened.read(0, 4)] == [0, 100, 200, 300]

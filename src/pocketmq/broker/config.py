@@ -3,7 +3,8 @@ docs/semantics.md."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 
 from pocketmq.store import StoreConfig
 
@@ -44,3 +45,15 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # testing only: fail the next N operations of a kind ("send_back", "retry_send")
     fault_injection: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, float) and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{item.name} must be a finite, non-negative number")
+        if not self.delay_levels or any(
+            not (math.isfinite(level) and level > 0) for level in self.delay_levels
+        ):
+            raise ValueError("delay_levels must be positive, finite numbers of seconds")
+        if self.default_queues < 1 or self.max_batch_messages < 1:
+            raise ValueError("default_queues and max_batch_messages must be positive")

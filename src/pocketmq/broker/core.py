@@ -100,6 +100,8 @@ _PUT_CODES = {
     PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
     PutStatus.DISK_FULL: Code.STORAGE_FULL,
     PutStatus.SERVICE_NOT_AVAILABLE: Code.SERVICE_NOT_AVAILABLE,
+    PutStatus.OUT_OF_RESOURCES: Code.SYSTEM_BUSY,
+    PutStatus.STORE_FAILED: Code.STORAGE_FAILED,
     PutStatus.UNKNOWN_ERROR: Code.SYSTEM_ERROR,
 }
 
@@ -180,6 +182,23 @@ class Broker:
         self._faults = dict(config.fault_injection)
         self.locks = QueueLocks(config.queue_lock_expiry, clock)
         self._slowest: dict[tuple[str, int], tuple[float, int]] = {}
+        self._protect_consumed_positions()
+
+    def _protect_consumed_positions(self) -> None:
+        """After a crash that lost the tail of a queue, the queue must not hand out again the
+        offsets that consumers (groups, pop state, the scheduler, the transaction checker)
+        already moved past: they would never see the new messages there
+        (docs/storage-format.md §6)."""
+        positions = self.offsets.furthest()
+        for (_, topic, queue_id), state in self.pop_state.items():
+            key = (topic, queue_id)
+            positions[key] = max(positions.get(key, 0), state.next_offset)
+        for source in (self.schedule.consumed_positions(), self.transactions.consumed_positions()):
+            for key, offset in source.items():
+                positions[key] = max(positions.get(key, 0), offset)
+        for (topic, queue_id), offset in positions.items():
+            if offset > self.store.max_offset(topic, queue_id):
+                self.store.reserve_queue_offset(topic, queue_id, offset)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -249,9 +268,15 @@ class Broker:
         topic = self.topics.require(name)
         if topic.system:
             raise InvalidArgumentError(f"{name!r} is a system topic")
+        result = self.store.delete_topic(name)
+        if not result.status.stored:
+            raise error_from_code(
+                _PUT_CODES[result.status],
+                f"topic {name!r} was not deleted: {result.reason or result.status.value}",
+            )
         self.topics.delete(name)
-        self.store.delete_topic(name)
         self.offsets.forget_topic(name)
+        self.offsets.persist(force=True)  # a re-created topic must not inherit old offsets
         self.pop_state.forget(topic=name)
 
     def create_group(self, group: GroupConfig) -> GroupConfig:
@@ -387,12 +412,11 @@ class Broker:
             self.flow.pending_flushes -= 1
         if durable:
             return outcomes
+        code, remark = Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed"
+        if self.store.failure:  # the fsync failed: maybe not stored at all (storage-format §5)
+            code, remark = Code.STORAGE_FAILED, self.store.failure
         return [
-            msgspec.structs.replace(
-                o, code=Code.FLUSH_DISK_TIMEOUT, remark="stored, not yet flushed"
-            )
-            if o.code is Code.SUCCESS
-            else o
+            msgspec.structs.replace(o, code=code, remark=remark) if o.code is Code.SUCCESS else o
             for o in outcomes
         ]
 
@@ -541,18 +565,7 @@ class Broker:
         finally:
             self.flow.pending_flushes -= 1
         if not durable:
-            for i, result in enumerate(results):
-                if result.status is PutStatus.PUT_OK:
-                    results[i] = PutResult(
-                        PutStatus.FLUSH_DISK_TIMEOUT,
-                        result.topic,
-                        result.queue_id,
-                        result.queue_offset,
-                        result.physical_offset,
-                        result.size,
-                        result.store_timestamp,
-                        "stored, but not flushed to disk in time",
-                    )
+            results[:] = self.store.not_durable(results)
 
     def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
         code = _PUT_CODES[result.status]
@@ -797,7 +810,9 @@ class Broker:
     def commit_offsets(self, group: str, entries: Sequence[tuple[str, int, int]]) -> None:
         self._group(group)
         for topic, queue_id, offset in entries:
-            self.offsets.commit(group, topic, queue_id, offset)
+            # nobody consumed past the queue's end: a larger offset is a client's mistake
+            newest = self.store.max_offset(topic, queue_id)
+            self.offsets.commit(group, topic, queue_id, min(offset, newest))
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or where a group without one starts (its consume-from)."""

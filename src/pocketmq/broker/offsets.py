@@ -34,6 +34,14 @@ class OffsetManager:
             self._offsets[key] = offset
             self._dirty = True
 
+    def furthest(self) -> dict[tuple[str, int], int]:
+        """The largest committed offset of any group, per (topic, queue)."""
+        out: dict[tuple[str, int], int] = {}
+        for (_, topic, queue_id), offset in self._offsets.items():
+            key = (topic, queue_id)
+            out[key] = max(out.get(key, 0), offset)
+        return out
+
     def slowest(self, topic: str, queue_id: int) -> int:
         """The smallest committed offset any group has on this queue, or -1."""
         found = [o for (g, t, q), o in self._offsets.items() if t == topic and q == queue_id]

@@ -328,6 +328,13 @@ class ScheduleService:
             sink,
         )
 
+    def consumed_positions(self) -> dict[tuple[str, int], int]:
+        """How far each schedule queue was delivered (see Broker startup)."""
+        positions = {(SCHEDULE_TOPIC, level - 1): o for level, o in self._level_offsets.items()}
+        done = max(self._timer.done, default=-1) + 1
+        positions[(TIMER_TOPIC, 0)] = max(self._timer.floor, done)
+        return positions
+
     def pending(self) -> dict[str, int]:
         """How many messages wait per level and on the timer (for status)."""
         out: dict[str, int] = {}

@@ -257,6 +257,10 @@ class TransactionService:
         await self._writer.drain()
         self.persist(force=True)
 
+    def consumed_positions(self) -> dict[tuple[str, int], int]:
+        """Where this service has read its internal queues up to (see Broker startup)."""
+        return {(HALF_TOPIC, 0): self._floor}
+
     @property
     def pending_count(self) -> int:
         return len(self._pending)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import msgspec
 
 from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
@@ -37,18 +38,18 @@ def _split(address: str, option: str) -> tuple[str, int]:
 
 
 def _apply(target: C, values: dict[str, Any], section: str) -> C:
-    known = {f.name: f for f in fields(target)}  # type: ignore[arg-type]
-    updates: dict[str, Any] = {}
-    for key, value in values.items():
+    """``target`` with the settings of one config-file section, each converted to its field's
+    type and checked (an unknown name, a wrong type or an unknown value is an error here, at
+    start-up, never a setting that silently means something else)."""
+    known = {f.name for f in fields(target)}  # type: ignore[arg-type]
+    for key in values:
         if key not in known:
             raise click.UsageError(f"unknown setting [{section}] {key} in the config file")
-        current = getattr(target, key)
-        if isinstance(current, FlushMode):
-            value = FlushMode(value)
-        elif isinstance(current, tuple):
-            value = tuple(value)
-        updates[key] = value
-    return replace(target, **updates)  # type: ignore[type-var]
+    merged = {**msgspec.to_builtins(target), **values}
+    try:
+        return msgspec.convert(merged, type(target))
+    except msgspec.ValidationError as exc:
+        raise click.UsageError(f"bad setting in [{section}] of the config file: {exc}") from None
 
 
 def build_config(

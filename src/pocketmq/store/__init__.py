@@ -4,6 +4,7 @@ No networking here (a layering test enforces it): the broker drives the store, a
 knows files. See docs/storage-format.md for the on-disk contract.
 """
 
+from pocketmq.store import faults
 from pocketmq.store.config import FlushMode, RecoveryMode, StoreConfig
 from pocketmq.store.message import GetResult, PutResult, QueueEntry, StoredMessage, StoreMessage
 from pocketmq.store.record import (
@@ -36,6 +37,7 @@ __all__ = [
     "StoreStatistics",
     "StoredMessage",
     "compute_tag_code",
+    "faults",
     "pack_host",
     "unpack_host",
     "valid_topic",

@@ -1,20 +1,32 @@
-"""The checkpoint: how far the log is known durable and dispatched (storage-format §4).
+"""The checkpoint and the flush marker: how far the log is known durable and dispatched
+(docs/storage-format.md §4).
 
-JSON for humans reading a broken data directory at 3 a.m., a CRC so a torn write is detected,
-and an atomic replace so there is always one complete version on disk.
+The checkpoint is JSON for humans reading a broken data directory at 3 a.m., with a CRC so a torn
+write is detected, replaced atomically so there is always one complete version on disk, and
+written at most once a second. The flush marker is its fast companion: 16 bytes rewritten in place
+after every successful fsync of the log, without an fsync of its own, so after a process crash
+recovery knows exactly which records were acknowledged as durable, not only those older than the
+last checkpoint.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
+import struct
 import zlib
+from typing import Final
 
 import msgspec
 
-from pocketmq.store.files import atomic_write
+from pocketmq.store.files import atomic_write, open_file, pwrite_full
 
-__all__ = ["Checkpoint", "read_checkpoint", "write_checkpoint"]
+__all__ = ["Checkpoint", "FlushMarker", "read_checkpoint", "read_flush_marker", "write_checkpoint"]
+
+log = logging.getLogger("pocketmq.store")
+
+_MARKER: Final = struct.Struct("<QII")  # flushed position, CRC-32 of it, magic
+_MARKER_MAGIC: Final = 0x504D5146
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
@@ -27,7 +39,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
 
 def write_checkpoint(path: str, checkpoint: Checkpoint) -> None:
     body = msgspec.json.encode(checkpoint)
-    atomic_write(path, body + b"\n" + f"{zlib.crc32(body):08x}\n".encode())
+    atomic_write(path, body + b"\n" + f"{zlib.crc32(body):08x}\n".encode(), "checkpoint")
 
 
 def read_checkpoint(path: str) -> Checkpoint | None:
@@ -47,6 +59,46 @@ def read_checkpoint(path: str) -> Checkpoint | None:
     return checkpoint if checkpoint.version == 1 else None
 
 
-def remove_checkpoint(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+def _pack_marker(position: int) -> bytes:
+    raw = struct.pack("<Q", position)
+    return _MARKER.pack(position, zlib.crc32(raw), _MARKER_MAGIC)
+
+
+def read_flush_marker(path: str) -> int | None:
+    """The last flushed position the marker recorded, or None when missing or damaged."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(_MARKER.size)
+    except FileNotFoundError:
+        return None
+    if len(data) != _MARKER.size:
+        return None
+    position, crc, magic = _MARKER.unpack(data)
+    if magic != _MARKER_MAGIC or crc != zlib.crc32(struct.pack("<Q", position)):
+        return None
+    return int(position)
+
+
+class FlushMarker:
+    """Writes the flushed position after each fsync (page cache only: see the module doc)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = -1
+        self._failed = False
+
+    def write(self, position: int) -> None:
+        try:
+            if self._fd < 0:
+                self._fd = open_file(self.path, os.O_WRONLY | os.O_CREAT, "marker")
+            pwrite_full(self._fd, _pack_marker(position), 0, "marker")
+        except OSError as exc:
+            # Advisory only: recovery falls back to the checkpoint, which is more cautious.
+            if not self._failed:
+                log.warning("cannot update the flush marker %s: %s", self.path, exc)
+            self._failed = True
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

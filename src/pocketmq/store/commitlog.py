@@ -12,10 +12,18 @@ import os
 import struct
 import threading
 from collections.abc import Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from pocketmq.errors import StoreCorruptedError
-from pocketmq.store.files import allocate, fsync_directory, pread_full, pwrite_full
+from pocketmq.store.files import (
+    allocate,
+    fdatasync,
+    fsync,
+    fsync_directory,
+    open_file,
+    pread_full,
+    pwrite_full,
+)
 from pocketmq.store.message import StoredMessage
 from pocketmq.store.record import (
     BLANK_MAGIC,
@@ -25,12 +33,27 @@ from pocketmq.store.record import (
     decode_record,
 )
 
-__all__ = ["CommitLog", "Segment"]
+if TYPE_CHECKING:
+    from pocketmq.store.quarantine import Quarantine
+
+__all__ = ["CommitLog", "Damage", "Segment"]
 
 log = logging.getLogger("pocketmq.store")
 
 _PREFIX: Final = struct.Struct("<II")
 _SCAN_WINDOW: Final = 8 * 1024 * 1024
+_EXTENT_STEP: Final = 1 << 20
+_MAGIC_BYTES: Final = struct.pack("<I", MAGIC)
+_BLANK_BYTES: Final = struct.pack("<I", BLANK_MAGIC)
+
+
+class Damage(NamedTuple):
+    """A stretch of the log that failed verification (see :meth:`CommitLog.scan`)."""
+
+    start: int
+    end: int
+    reason: str
+    tail: bool
 
 
 def segment_name(base: int) -> str:
@@ -52,9 +75,9 @@ class Segment:
     @classmethod
     def create(cls, directory: str, base: int, size: int) -> Segment:
         path = os.path.join(directory, segment_name(base))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_file(path, os.O_RDWR | os.O_CREAT, "commitlog")
         try:
-            allocate(fd, size)
+            allocate(fd, size, "commitlog")
         except BaseException:
             os.close(fd)
             os.unlink(path)
@@ -69,22 +92,22 @@ class Segment:
 
     def ensure_allocated(self) -> None:
         if os.fstat(self.fd).st_size < self.size:
-            allocate(self.fd, self.size)
+            allocate(self.fd, self.size, "commitlog")
 
     def truncate_from(self, position: int) -> None:
         """Drop everything from ``position`` on; the file reads as zeros there afterwards."""
         os.ftruncate(self.fd, position)
-        allocate(self.fd, self.size)
-        os.fsync(self.fd)
+        allocate(self.fd, self.size, "commitlog")
+        fsync(self.fd, "commitlog")
 
     def read(self, position: int, size: int) -> bytes:
         return pread_full(self.fd, size, position)
 
     def write(self, position: int, data: bytes) -> None:
-        pwrite_full(self.fd, data, position)
+        pwrite_full(self.fd, data, position, "commitlog")
 
     def sync(self) -> None:
-        os.fdatasync(self.fd)
+        fdatasync(self.fd, "commitlog")
 
     def close(self) -> None:
         if not self.closed:
@@ -109,7 +132,8 @@ class CommitLog:
         self.write_position = 0
         self.flushed_position = 0
         self.scan_end = 0
-        self.scan_error = ""
+        self.scan_damage: list[Damage] = []
+        self._extent: int | None = None
         self._load_segments()
 
     # -- segments -------------------------------------------------------------------------
@@ -224,30 +248,35 @@ class CommitLog:
 
     # -- recovery -------------------------------------------------------------------------
 
-    def scan(self, start: int) -> Iterator[StoredMessage]:
-        """Yield valid records from ``start``; afterwards ``scan_end`` is where validity ended.
+    def scan(self, start: int, *, skip: Quarantine | None = None) -> Iterator[StoredMessage]:
+        """Yield the valid records from ``start`` on, stepping over damage.
 
-        ``scan_error`` says why the scan stopped early ("" for a clean end of the log).
+        Afterwards ``scan_end`` is the end of the last valid record (where appends continue) and
+        ``scan_damage`` lists every stretch that failed verification: a stretch followed by a
+        valid record is damage *inside* the log; a last stretch with nothing valid after it
+        (``tail``) is where the written log ends in damage. Ranges already in ``skip`` (the
+        quarantine) are stepped over silently (docs/storage-format.md §6).
         """
         self.scan_end = start
-        self.scan_error = ""
+        self.scan_damage = []
+        self._extent = None
         segment = self.segment_for(start)
         if segment is None:
-            if self._segments and start == self._segments[-1].base + self.segment_size:
-                return
-            if not self._segments and start == 0:
-                return
             if self._segments and start < self._segments[0].base:
                 segment = self._segments[0]
                 start = segment.base
                 self.scan_end = start
             else:
-                self.scan_error = "checkpoint beyond the end of the log"
+                if self._segments and start > self._segments[-1].base + self.segment_size:
+                    self.scan_damage.append(
+                        Damage(start, start, "checkpoint beyond the end of the log", tail=True)
+                    )
                 return
+        position = start - segment.base
         while segment is not None:
-            position = start - segment.base
             window = b""
             window_start = position
+            anomaly = ""
             while True:
                 if segment.size - position < _PREFIX.size:
                     break  # too little room for anything: the segment is full
@@ -257,13 +286,19 @@ class CommitLog:
                 total, magic = _PREFIX.unpack_from(window, position - window_start)
                 if magic == BLANK_MAGIC and total == segment.size - position:
                     break
+                if skip is not None:
+                    known = skip.covering(segment.base + position)
+                    if known is not None:
+                        position = known.end - segment.base
+                        if position >= segment.size:
+                            break
+                        continue
                 if total == 0 and magic == 0:
-                    self.scan_end = segment.base + position
-                    return  # zeros: the end of the written log
+                    anomaly = "zeros"
+                    break
                 if magic != MAGIC or total < MIN_RECORD_SIZE or position + total > segment.size:
-                    self.scan_end = segment.base + position
-                    self.scan_error = "invalid record header"
-                    return
+                    anomaly = "invalid record header"
+                    break
                 if position + total > window_start + len(window):
                     window_start = position
                     window = segment.read(
@@ -276,20 +311,97 @@ class CommitLog:
                         expected_physical_offset=segment.base + position,
                     )
                 except RecordError as exc:
-                    self.scan_end = segment.base + position
-                    self.scan_error = exc.reason
-                    return
+                    anomaly = exc.reason
+                    break
                 position += total
                 self.scan_end = segment.base + position
                 yield record
+            if anomaly:
+                at = segment.base + position
+                found = self.next_valid(at + 1)
+                if found is None:
+                    extent = self.written_extent()
+                    if extent > at:
+                        reason = (
+                            "a partly written or damaged tail" if anomaly == "zeros" else anomaly
+                        )
+                        self.scan_damage.append(Damage(at, extent, reason, tail=True))
+                    return
+                reason = "zeroed bytes inside the log" if anomaly == "zeros" else anomaly
+                self.scan_damage.append(Damage(at, found, reason, tail=False))
+                segment = self.segment_for(found)
+                assert segment is not None
+                position = found - segment.base
+                continue
             # next segment
             next_base = segment.base + segment.size
             self.scan_end = next_base
-            following = self.segment_for(next_base)
-            if following is None:
-                return
-            segment = following
-            start = next_base
+            segment = self.segment_for(next_base)
+            position = 0
+
+    def written_extent(self) -> int:
+        """The offset just past the last non-zero byte of the log (cached for one scan)."""
+        if self._extent is not None:
+            return self._extent
+        extent = self._segments[0].base if self._segments else 0
+        for segment in reversed(self.segments):
+            size = min(os.fstat(segment.fd).st_size, segment.size)
+            position = size
+            while position > 0:
+                chunk_start = max(0, position - _EXTENT_STEP)
+                stripped = len(segment.read(chunk_start, position - chunk_start).rstrip(b"\x00"))
+                if stripped:
+                    extent = segment.base + chunk_start + stripped
+                    break
+                position = chunk_start
+            if position > 0:
+                break
+        self._extent = extent
+        return extent
+
+    def next_valid(self, offset: int) -> int | None:
+        """The offset of the first valid record (or end-of-segment blank) at or after
+        ``offset``, searching up to the written extent; None when there is none."""
+        extent = self.written_extent()
+        segment = self.segment_for(offset)
+        while segment is not None and segment.base < extent:
+            position = max(0, offset - segment.base)
+            limit = min(segment.size, extent - segment.base)
+            while position < limit:
+                chunk_end = min(limit, position + _SCAN_WINDOW)
+                # a record's magic sits 4 bytes into it: look for it from position + 4
+                data = segment.read(position, chunk_end - position + 8)
+                found = {p: data.find(p, 4) for p in (_MAGIC_BYTES, _BLANK_BYTES)}
+                while True:
+                    hits = [(i, p) for p, i in found.items() if i != -1]
+                    if not hits:
+                        break
+                    index, pattern = min(hits)
+                    candidate = position + index - 4
+                    if candidate >= chunk_end:
+                        break
+                    if self._valid_at(segment, candidate):
+                        return segment.base + candidate
+                    found[pattern] = data.find(pattern, index + 1)
+                position = chunk_end
+            segment = self.segment_for(segment.base + segment.size)
+        return None
+
+    def _valid_at(self, segment: Segment, position: int) -> bool:
+        if position < 0 or segment.size - position < _PREFIX.size:
+            return False
+        total, magic = _PREFIX.unpack(segment.read(position, _PREFIX.size))
+        if magic == BLANK_MAGIC:
+            return bool(total == segment.size - position)
+        if magic != MAGIC or total < MIN_RECORD_SIZE or position + total > segment.size:
+            return False
+        try:
+            decode_record(
+                segment.read(position, total), expected_physical_offset=segment.base + position
+            )
+        except RecordError:
+            return False
+        return True
 
     def truncate(self, end: int) -> int:
         """Drop everything from ``end`` on; returns the number of segment files deleted."""

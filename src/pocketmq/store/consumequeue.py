@@ -2,7 +2,9 @@
 
 The n-th message of a queue is one ``pread`` at ``n × 20`` away, whatever else the log holds.
 Entries are written at the record's own queue offset, so replaying the log after a crash writes
-the same bytes again instead of appending duplicates.
+the same bytes again instead of appending duplicates. A queue offset is never given to two
+messages: a position whose record was lost becomes a *hole* entry (docs/storage-format.md §2),
+which readers step over, instead of being handed out again.
 """
 
 from __future__ import annotations
@@ -12,56 +14,54 @@ import os
 import struct
 from typing import Final
 
-from pocketmq.store.files import pread_full, pwrite_full
+from pocketmq.store.files import allocate, open_file, pread_full, pwrite_full
 from pocketmq.store.message import QueueEntry
+from pocketmq.store.openfiles import OpenFiles, QueueFile
 
-__all__ = ["ENTRY", "ConsumeQueue"]
+__all__ = ["ENTRY", "HOLE_TAG", "ConsumeQueue"]
 
 ENTRY: Final = struct.Struct("<QIQ")
 ENTRY_SIZE: Final = ENTRY.size
-_ZERO_ENTRY: Final = b"\x00" * ENTRY_SIZE
-
-
-class _QueueFile:
-    __slots__ = ("base", "fd", "path")
-
-    def __init__(self, path: str, base: int, fd: int) -> None:
-        self.path = path
-        self.base = base
-        self.fd = fd
+HOLE_TAG: Final = 2**64 - 1
+"""Tag code of a hole entry (size 0): a position whose message is gone. Non-zero, so a hole is
+never mistaken for an unwritten slot."""
 
 
 class ConsumeQueue:
     """One queue's entries, split over files of ``entries_per_file`` entries each."""
 
-    def __init__(self, directory: str, topic: str, queue_id: int, entries_per_file: int) -> None:
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        queue_id: int,
+        entries_per_file: int,
+        files: OpenFiles,
+    ) -> None:
         self.directory = directory
         self.topic = topic
         self.queue_id = queue_id
         self.entries_per_file = entries_per_file
         self.file_bytes = entries_per_file * ENTRY_SIZE
-        self._files: list[_QueueFile] = []
-        self.max_offset = 0  # the next offset to write == number of entries
+        self._cache = files
+        self._files: list[QueueFile] = []
+        self.max_offset = 0  # the next offset to write == number of entries, holes included
         self.min_offset = 0
-        self._dirty: set[_QueueFile] = set()
         if os.path.isdir(directory):
             for name in sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20):
-                path = os.path.join(directory, name)
-                self._files.append(_QueueFile(path, int(name), os.open(path, os.O_RDWR)))
+                self._files.append(QueueFile(os.path.join(directory, name), int(name)))
         if self._files:
             self.min_offset = self._files[0].base
             self.max_offset = self._files[0].base
 
     # -- files ----------------------------------------------------------------------------
 
-    def _file_for(self, offset: int, create: bool) -> _QueueFile | None:
+    def _file_for(self, offset: int, create: bool) -> QueueFile | None:
         if self._files:
             index = (offset - self._files[0].base) // self.entries_per_file
             if 0 <= index < len(self._files):
                 return self._files[index]
-            if index < 0:
-                return None
-            if not create:
+            if index < 0 or not create:
                 return None
         elif not create:
             return None
@@ -79,36 +79,75 @@ class ConsumeQueue:
             self.min_offset = base
         return queue_file
 
-    def _create(self, base: int) -> _QueueFile:
+    def _create(self, base: int) -> QueueFile:
+        """A new, fully allocated file (a full disk fails here, before any record depends on
+        it, not on a later entry write)."""
         path = os.path.join(self.directory, f"{base:020d}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(fd, self.file_bytes)
-        return _QueueFile(path, base, fd)
+        fd = open_file(path, os.O_RDWR | os.O_CREAT, "consumequeue")
+        try:
+            allocate(fd, self.file_bytes, "consumequeue")
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        queue_file = QueueFile(path, base)
+        self._cache.adopt(queue_file, fd)
+        self._cache.release(queue_file, wrote=True)  # its directory entry needs the checkpoint
+        return queue_file
 
     # -- writes ---------------------------------------------------------------------------
+
+    def prepare(self, offset: int, count: int) -> None:
+        """Make sure entries ``[offset, offset + count)`` can be written: create their files
+        now, so a full disk or a descriptor limit refuses the message before it is logged."""
+        last = offset + max(count, 1) - 1
+        for target in (offset, last):
+            if self._file_for(target, create=True) is None:
+                raise OSError(f"queue offset {target} lies before the queue's first file")
 
     def put(self, offset: int, entries: bytes) -> None:
         """Write consecutive packed entries starting at logical ``offset``."""
         count = len(entries) // ENTRY_SIZE
         done = 0
+        cache = self._cache
         while done < count:
             target = offset + done
             queue_file = self._file_for(target, create=True)
             assert queue_file is not None
             room = queue_file.base + self.entries_per_file - target
             chunk = min(room, count - done)
-            pwrite_full(
-                queue_file.fd,
-                entries[done * ENTRY_SIZE : (done + chunk) * ENTRY_SIZE],
-                (target - queue_file.base) * ENTRY_SIZE,
-            )
-            self._dirty.add(queue_file)
+            fd = cache.acquire(queue_file)
+            try:
+                pwrite_full(
+                    fd,
+                    entries[done * ENTRY_SIZE : (done + chunk) * ENTRY_SIZE],
+                    (target - queue_file.base) * ENTRY_SIZE,
+                    "consumequeue",
+                )
+            finally:
+                cache.release(queue_file, wrote=True)
             done += chunk
         if offset + count > self.max_offset:
             self.max_offset = offset + count
 
     def put_one(self, offset: int, physical_offset: int, size: int, tag_code: int) -> None:
         self.put(offset, ENTRY.pack(physical_offset, size, tag_code))
+
+    def put_holes(self, offsets: list[int], physical_offset: int) -> None:
+        """Mark these positions as holes (their messages are gone)."""
+        hole = ENTRY.pack(physical_offset, 0, HOLE_TAG)
+        for offset in offsets:
+            self.put(offset, hole)
+
+    def reserve(self, next_offset: int, physical_offset: int) -> int:
+        """Make ``next_offset`` the lowest offset the next message may get, filling the gap
+        with holes; returns how many holes were written."""
+        gap = next_offset - self.max_offset
+        if gap <= 0:
+            return 0
+        self.put(self.max_offset, ENTRY.pack(physical_offset, 0, HOLE_TAG) * gap)
+        return gap
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -121,9 +160,11 @@ class ConsumeQueue:
         if queue_file is None:
             return b""
         count = min(count, queue_file.base + self.entries_per_file - offset)
-        return pread_full(
-            queue_file.fd, count * ENTRY_SIZE, (offset - queue_file.base) * ENTRY_SIZE
-        )
+        fd = self._cache.acquire(queue_file)
+        try:
+            return pread_full(fd, count * ENTRY_SIZE, (offset - queue_file.base) * ENTRY_SIZE)
+        finally:
+            self._cache.release(queue_file)
 
     def read(self, offset: int, count: int) -> list[QueueEntry]:
         raw = self.read_raw(offset, count)
@@ -136,65 +177,79 @@ class ConsumeQueue:
         entries = self.read(offset, 1)
         return entries[0] if entries else None
 
+    def offsets_between(self, start: int, end: int) -> list[int]:
+        """Queue offsets whose entries point into physical ``[start, end)`` (binary search:
+        physical offsets grow along a queue)."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            mid = (low + high) // 2
+            entry = self._entry_at(mid)
+            if entry is not None and entry[0] < start:
+                low = mid + 1
+            else:
+                high = mid
+        found = []
+        while low < self.max_offset:
+            entry = self._entry_at(low)
+            if entry is None or entry[0] >= end:
+                break
+            if entry[1]:
+                found.append(low)
+            low += 1
+        return found
+
     # -- recovery and retention -----------------------------------------------------------
 
-    def recover(self, log_end: int, trusted_count: int | None) -> bool:
-        """Find the written entries and drop those pointing at or past ``log_end``.
-
-        Returns False when the files hold fewer entries than ``trusted_count`` (the checkpoint's
-        figure): the queue was damaged and must be rebuilt from the log.
-        """
+    def load(self) -> int:
+        """Find how many entries the files hold (holes included) and make that the next
+        offset; returns it."""
         if not self._files:
             self.max_offset = self.min_offset = 0
-            return not trusted_count
+            return 0
         # Written entries form a prefix; the last file tells where it ends.
         last = self._files[-1]
-        data = pread_full(last.fd, self.file_bytes, 0)
+        fd = self._cache.acquire(last)
+        try:
+            data = pread_full(fd, self.file_bytes, 0)
+        finally:
+            self._cache.release(last)
         used = len(data.rstrip(b"\x00"))
-        count = last.base + (used + ENTRY_SIZE - 1) // ENTRY_SIZE
-        # Walk back over entries that point past the end of the log (a truncated tail).
-        while count > self.min_offset:
-            entry = self._entry_at(count - 1)
+        self.max_offset = last.base + (used + ENTRY_SIZE - 1) // ENTRY_SIZE
+        return self.max_offset
+
+    def trim(self, log_end: int) -> list[int]:
+        """Entries pointing at or past ``log_end`` (their records were cut off the log) become
+        holes, so their offsets are never handed out again; returns those offsets."""
+        lost: list[int] = []
+        offset = self.max_offset - 1
+        while offset >= self.min_offset:
+            entry = self._entry_at(offset)
             if entry is None:
                 break
             physical, size, _ = entry
             if size and physical + size <= log_end:
                 break
-            count -= 1
-        self.max_offset = count
-        self._zero_from(count)
-        return trusted_count is None or count >= trusted_count
+            if size:
+                lost.append(offset)
+            offset -= 1
+        if lost:
+            self.put_holes(lost, log_end)
+        return lost
 
     def _entry_at(self, offset: int) -> tuple[int, int, int] | None:
-        queue_file = self._file_for(offset, create=False)
-        if queue_file is None:
+        raw = self.read_raw(offset, 1)
+        if not raw:
             return None
-        raw = pread_full(queue_file.fd, ENTRY_SIZE, (offset - queue_file.base) * ENTRY_SIZE)
         physical, size, tag = ENTRY.unpack(raw)
         return physical, size, tag
-
-    def _zero_from(self, offset: int) -> None:
-        """Clear every entry from ``offset`` on and delete files that start after it."""
-        while self._files and self._files[-1].base > offset and len(self._files) > 1:
-            doomed = self._files.pop()
-            self._dirty.discard(doomed)
-            os.close(doomed.fd)
-            os.unlink(doomed.path)
-        if not self._files:
-            return
-        last = self._files[-1]
-        position = max(0, offset - last.base) * ENTRY_SIZE
-        if position < self.file_bytes:
-            os.ftruncate(last.fd, position)
-            os.ftruncate(last.fd, self.file_bytes)
 
     def reset(self) -> None:
         """Forget every entry (before a rebuild from the log)."""
         for queue_file in self._files:
-            os.close(queue_file.fd)
-            os.unlink(queue_file.path)
+            self._cache.forget(queue_file)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(queue_file.path)
         self._files = []
-        self._dirty.clear()
         self.max_offset = self.min_offset = 0
 
     def set_min_physical(self, min_physical: int) -> None:
@@ -203,15 +258,14 @@ class ConsumeQueue:
         while len(self._files) > 1:
             nxt = self._files[1]
             if nxt.base >= self.max_offset:
-                # The next file holds no written entry yet (recovery may have emptied it): its
-                # zeros read as physical offset 0 and must not condemn this file.
+                # The next file holds no written entry yet: its zeros read as physical offset 0
+                # and must not condemn this file.
                 break
             first = self._entry_at(nxt.base)
             if first is None or first[0] > min_physical:
                 break
             doomed = self._files.pop(0)
-            self._dirty.discard(doomed)
-            os.close(doomed.fd)
+            self._cache.forget(doomed)
             os.unlink(doomed.path)
         if not self._files:
             return
@@ -226,18 +280,9 @@ class ConsumeQueue:
                 high = mid
         self.min_offset = low
 
-    @property
-    def dirty(self) -> bool:
-        return bool(self._dirty)
-
-    def take_dirty(self) -> list[int]:
-        """Descriptors written since the last call (call under the store's write lock)."""
-        dirty, self._dirty = self._dirty, set()
-        return [queue_file.fd for queue_file in dirty]
-
     def close(self) -> None:
         for queue_file in self._files:
-            os.close(queue_file.fd)
+            self._cache.forget(queue_file)
         self._files = []
 
     def destroy(self) -> None:

@@ -1,19 +1,65 @@
 """Small file primitives the store builds on: full writes, zero-tolerant reads, atomic replace.
 
 They hide the partial-write and short-read cases of the system calls so the rest of the store
-never has to remember them.
+never has to remember them, and they are the one place where a test can make a system call fail
+(:mod:`pocketmq.store.faults`): every write, fsync, allocation and open of the store goes
+through here. ``target`` names the kind of file for fault rules and error messages.
 """
 
 from __future__ import annotations
 
 import errno
+import mmap
 import os
+from collections.abc import Callable
 
-__all__ = ["allocate", "atomic_write", "fsync_directory", "pread_full", "pwrite_full"]
+from pocketmq.store import faults
+
+__all__ = [
+    "SyncError",
+    "allocate",
+    "atomic_write",
+    "fdatasync",
+    "fsync",
+    "fsync_directory",
+    "msync",
+    "open_file",
+    "pread_full",
+    "pwrite_full",
+]
 
 
-def pwrite_full(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+class SyncError(OSError):
+    """An fsync, fdatasync or msync failed: data written before it may never reach the disk,
+    and Linux reports such an error only once, so the store must stop acknowledging writes
+    (docs/storage-format.md §5)."""
+
+
+def _sync(call: Callable[[], None], target: str) -> None:
+    try:
+        _check("fsync", target)
+        call()
+    except OSError as exc:
+        raise SyncError(exc.errno, f"{target}: {exc.strerror or exc}") from exc
+
+
+def _check(op: str, target: str) -> None:
+    injector = faults._installed
+    if injector is not None:
+        injector.check(op, target)
+
+
+def open_file(path: str, flags: int, target: str, mode: int = 0o644) -> int:
+    """``os.open`` (EMFILE and ENOSPC come from here)."""
+    _check("open", target)
+    return os.open(path, flags, mode)
+
+
+def pwrite_full(
+    fd: int, data: bytes | bytearray | memoryview, offset: int, target: str = ""
+) -> None:
     """Write all of ``data`` at ``offset`` (``os.pwrite`` may write less than asked)."""
+    _check("write", target)
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
@@ -40,8 +86,24 @@ def pread_full(fd: int, size: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def allocate(fd: int, size: int) -> None:
+def fdatasync(fd: int, target: str) -> None:
+    """``os.fdatasync``; raises :class:`SyncError`."""
+    _sync(lambda: os.fdatasync(fd), target)
+
+
+def fsync(fd: int, target: str) -> None:
+    """``os.fsync``; raises :class:`SyncError`."""
+    _sync(lambda: os.fsync(fd), target)
+
+
+def msync(mapping: mmap.mmap, target: str) -> None:
+    """Write a memory-mapped file's dirty pages to disk; raises :class:`SyncError`."""
+    _sync(mapping.flush, target)
+
+
+def allocate(fd: int, size: int, target: str = "") -> None:
     """Reserve ``size`` bytes of disk for the file so later writes cannot hit a full disk."""
+    _check("allocate", target)
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
@@ -52,20 +114,21 @@ def allocate(fd: int, size: int) -> None:
 
 
 def fsync_directory(path: str) -> None:
+    """Make a file creation, rename or deletion in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        fsync(fd, "directory")
     finally:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes, target: str = "state") -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new content."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, target)
     try:
-        pwrite_full(fd, data, 0)
-        os.fsync(fd)
+        pwrite_full(fd, data, 0, target)
+        fsync(fd, target)
     finally:
         os.close(fd)
     os.replace(tmp, path)

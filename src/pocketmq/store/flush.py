@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from pocketmq.store.files import SyncError
+
 __all__ = ["FlushService", "FlushTarget"]
 
 log = logging.getLogger("pocketmq.store")
@@ -108,7 +110,6 @@ class FlushService:
                 try:
                     self._target.sync_log(target)
                 except OSError as exc:  # an fsync error means data may be lost: stop writing
-                    log.critical("fsync of the commit log failed: %s", exc)
                     self.failed = exc
                     ok = False
                 self.fsync_count += 1
@@ -126,8 +127,11 @@ class FlushService:
             if ok and (now >= next_checkpoint or stopping):
                 try:
                     self._target.write_checkpoint()
-                except OSError as exc:
-                    log.error("writing the checkpoint failed: %s", exc)
+                except SyncError as exc:  # durability unknown: the store stopped writes
+                    self.failed = exc
+                    ok = False
+                except OSError as exc:  # e.g. no room for checkpoint.tmp: the old one stands
+                    log.error("writing the checkpoint failed (retried later): %s", exc)
                 next_checkpoint = now + self._checkpoint_interval
             if stopping or not ok:
                 with self._cond:

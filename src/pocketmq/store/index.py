@@ -8,13 +8,23 @@ costs a read and never a wrong answer.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
 import zlib
 from typing import Final
 
-from pocketmq.store.files import allocate, fsync_directory
+from pocketmq.store.files import (
+    allocate,
+    fsync,
+    fsync_directory,
+    msync,
+    open_file,
+    pwrite_full,
+)
+
+log = logging.getLogger("pocketmq.store")
 
 __all__ = ["IndexFile", "IndexService", "id_key", "topic_key"]
 
@@ -45,31 +55,41 @@ class IndexFile:
         if create:
             slots = max(1, max_entries // 2)
             size = HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, "index")
             try:
-                allocate(fd, size)
-                os.pwrite(
+                allocate(fd, size, "index")
+                pwrite_full(
                     fd,
                     _HEADER.pack(INDEX_MAGIC, 1, slots, max_entries, 0, min_physical, 0),
                     0,
+                    "index",
                 )
-                os.fsync(fd)
+                fsync(fd, "index")
             except BaseException:
                 os.close(fd)
                 os.unlink(path)
                 raise
         else:
-            fd = os.open(path, os.O_RDWR)
+            fd = open_file(path, os.O_RDWR, "index")
         try:
+            if os.fstat(fd).st_size < HEADER_SIZE:
+                raise ValueError(f"{path} is shorter than an index header")
             self._mm = mmap.mmap(fd, 0)
         finally:
             os.close(fd)
         magic, version, slots, max_entries, count, min_physical, max_physical = _HEADER.unpack_from(
             self._mm, 0
         )
+        problem = ""
         if magic != INDEX_MAGIC or version != 1:
+            problem = "is not a version-1 index file"
+        elif slots < 1 or max_entries < 1 or count > max_entries:
+            problem = "has an impossible header"
+        elif len(self._mm) != HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE:
+            problem = "has the wrong size for its header"
+        if problem:
             self._mm.close()
-            raise ValueError(f"{path} is not a version-1 index file")
+            raise ValueError(f"{path} {problem}")
         self.slot_count = slots
         self.max_entries = max_entries
         self.count = count
@@ -140,7 +160,7 @@ class IndexFile:
         return found
 
     def flush(self) -> None:
-        self._mm.flush()
+        msync(self._mm, "index")
 
     def close(self) -> None:
         if not self._mm.closed:
@@ -155,9 +175,24 @@ class IndexService:
         self.max_entries = max_entries
         os.makedirs(directory, exist_ok=True)
         self.files: list[IndexFile] = []
-        for name in sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20):
-            self.files.append(IndexFile(os.path.join(directory, name), max_entries=0, create=False))
-        self._sequence = int(self.files[-1].name) + 1 if self.files else 0
+        self.rebuild_from: int | None = None
+        """Set when a damaged file was dropped: index the log again from this offset."""
+        names = sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
+        for position, name in enumerate(names):
+            try:
+                self.files.append(
+                    IndexFile(os.path.join(directory, name), max_entries=0, create=False)
+                )
+            except (OSError, ValueError) as exc:
+                # The index is derived from the log: drop this file and every newer one and
+                # index the log again from the last record the older files cover.
+                log.warning("index file %s is damaged (%s); rebuilding it from the log", name, exc)
+                for doomed in names[position:]:
+                    os.unlink(os.path.join(directory, doomed))
+                fsync_directory(directory)
+                self.rebuild_from = self.files[-1].max_physical + 1 if self.files else 0
+                break
+        self._sequence = int(names[-1]) + 1 if names else 0
 
     def _writable(self, physical_offset: int) -> IndexFile:
         if self.files and not self.files[-1].full:

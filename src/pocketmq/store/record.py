@@ -25,6 +25,7 @@ __all__ = [
     "PROP_KEYS",
     "PROP_TAGS",
     "PROP_UNIQ_KEY",
+    "TOMBSTONE_TOPIC",
     "RecordError",
     "compute_tag_code",
     "decode_record",
@@ -45,6 +46,9 @@ MAX_TOPIC_LENGTH: Final = 127
 PROP_UNIQ_KEY: Final = "UNIQ_KEY"
 PROP_KEYS: Final = "KEYS"
 PROP_TAGS: Final = "TAGS"
+TOMBSTONE_TOPIC: Final = "%SYS%TOMBSTONE"
+"""A record in this topic (body: a topic name, UTF-8) ends that topic: replaying the log forgets
+the topic's earlier records (docs/storage-format.md §1)."""
 
 # total_size, magic, crc
 _PREFIX: Final = struct.Struct("<III")

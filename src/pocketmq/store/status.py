@@ -20,6 +20,11 @@ class PutStatus(enum.Enum):
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     DISK_FULL = "DISK_FULL"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    OUT_OF_RESOURCES = "OUT_OF_RESOURCES"
+    """The process ran out of file descriptors; nothing was stored, retry later."""
+    STORE_FAILED = "STORE_FAILED"
+    """An fsync or write failed: this batch may or may not be durable, and the store accepts no
+    more writes until it is restarted and recovers from the log (storage-format §5)."""
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
     @property

@@ -21,12 +21,18 @@ from dataclasses import dataclass
 
 import msgspec
 
-from pocketmq.errors import StoreCorruptedError
-from pocketmq.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from pocketmq.store import faults
+from pocketmq.store.checkpoint import (
+    Checkpoint,
+    FlushMarker,
+    read_checkpoint,
+    read_flush_marker,
+    write_checkpoint,
+)
 from pocketmq.store.commitlog import CommitLog, Segment
-from pocketmq.store.config import FlushMode, RecoveryMode, StoreConfig
+from pocketmq.store.config import FlushMode, StoreConfig
 from pocketmq.store.consumequeue import ENTRY, ConsumeQueue
-from pocketmq.store.files import fsync_directory
+from pocketmq.store.files import SyncError, fdatasync, fsync_directory
 from pocketmq.store.flush import FlushService
 from pocketmq.store.index import IndexService, id_key, topic_key
 from pocketmq.store.message import (
@@ -36,11 +42,14 @@ from pocketmq.store.message import (
     StoredMessage,
     StoreMessage,
 )
+from pocketmq.store.openfiles import OpenFiles, default_capacity
+from pocketmq.store.quarantine import LostEntry, Quarantine, QuarantinedRange
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
     PROP_KEYS,
     PROP_TAGS,
     PROP_UNIQ_KEY,
+    TOMBSTONE_TOPIC,
     RecordError,
     compute_tag_code,
     decode_record,
@@ -50,6 +59,7 @@ from pocketmq.store.record import (
     topic_block,
     valid_topic,
 )
+from pocketmq.store.recovery import Recovery, RecoveryReport
 from pocketmq.store.status import GetStatus, PutStatus
 
 __all__ = ["MessageStore", "RetentionReport", "StoreStatistics"]
@@ -59,6 +69,10 @@ log = logging.getLogger("pocketmq.store")
 _MAX_COALESCED_READ = 1024 * 1024
 _RECORD_OVERHEAD = FIXED_HEADER_SIZE + 8  # header and two u32 lengths (topic block apart)
 _MAX_QUEUE_ID = 2**31 - 1
+_U32_MAX = 2**32 - 1
+_U64_MAX = 2**64 - 1
+_MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +91,11 @@ class StoreStatistics:
     fsync_seconds: float
     recovered_truncated_bytes: int
     flush_mode: str
+    quarantined_ranges: int
+    damaged_records_read: int
+    open_queue_files: int
+    failure: str
+    """Why the store stopped accepting writes ("" while it accepts them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,17 +121,22 @@ class MessageStore:
         self._store_host = pack_host(config.store_host)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._valid_topics: set[str] = set()
+        self._files = OpenFiles(config.max_open_queue_files or default_capacity())
         self._commitlog = CommitLog(os.path.join(directory, "commitlog"), config.segment_size)
         self._index = IndexService(os.path.join(directory, "index"), config.index_max_entries)
+        self._quarantine = Quarantine(os.path.join(directory, "quarantine"))
         self._checkpoint_path = os.path.join(directory, "checkpoint")
+        self._marker = FlushMarker(os.path.join(directory, "flushed"))
         self._abort_path = os.path.join(directory, "abort")
+        self._failure = ""
+        self._damaged_reads = 0
+        self.recovery_report = RecoveryReport()
         self._append_started = 0.0
         self._free_checked_at = -1.0
         self._disk_full = False
         self._messages_put = 0
         self._bytes_put = 0
         self._put_failures = 0
-        self._truncated_bytes = 0
         self._flusher: FlushService | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -127,6 +151,9 @@ class MessageStore:
     ) -> MessageStore:
         """Open (creating if needed) the store in ``directory``, recovering it first."""
         os.makedirs(directory, exist_ok=True)
+        config = config or StoreConfig()
+        if config.fault_file:
+            faults.install(faults.FaultInjector(path=config.fault_file))
         lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -136,7 +163,7 @@ class MessageStore:
                 raise RuntimeError(f"{directory} is in use by another pocketmq process") from exc
             raise
         try:
-            store = cls(directory, config or StoreConfig(), clock)
+            store = cls(directory, config, clock)
             store._lock_fd = lock_fd
             store._recover()
         except BaseException:
@@ -152,15 +179,22 @@ class MessageStore:
             self._closed = True
         if self._flusher is not None:
             self._flusher.stop()
-        clean = self._flusher is None or self._flusher.failed is None
-        if clean:
-            self.sync_log(self._commitlog.write_position)
-            self.write_checkpoint()
-        for queue in self._queues.values():
-            queue.close()
-        self._index.close()
+        if not self._failure:
+            try:
+                self.sync_log(self._commitlog.write_position)
+                self.write_checkpoint()
+            except OSError as exc:
+                log.error("closing the store: %s (the next start recovers from the log)", exc)
+        try:
+            for queue in self._queues.values():
+                queue.close()
+            self._files.close_all()
+            self._index.close()
+        except OSError as exc:
+            self.fail("closing the index", exc)
         self._commitlog.close()
-        if clean:
+        self._marker.close()
+        if not self._failure:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._abort_path)
         os.close(self._lock_fd)
@@ -177,113 +211,22 @@ class MessageStore:
         unclean = os.path.exists(self._abort_path)
         with open(self._abort_path, "wb"):
             pass
-        checkpoint = read_checkpoint(self._checkpoint_path)
-        commitlog = self._commitlog
-        first = commitlog.min_offset
-        if checkpoint is None:
-            start = flushed = first
-            trusted_counts: dict[str, int] = {}
-        else:
-            flushed = max(checkpoint.commitlog_flushed, first)
-            start = max(min(checkpoint.dispatched, checkpoint.commitlog_flushed), first)
-            trusted_counts = checkpoint.queues
         self._load_queues()
-
-        # 1. verify the log from the start of the checkpoint's segment on (records before the
-        #    checkpoint were confirmed durable: damage there is an error, not a torn tail);
-        #    truncate a torn tail before any write is accepted
-        verify_from = max(first, start - start % commitlog.segment_size)
-        for _ in commitlog.scan(verify_from):
-            pass
-        end, error = commitlog.scan_end, commitlog.scan_error
-        if end < flushed and not error:
-            error = "the log ends before the checkpoint (a file was truncated or lost)"
-
-        if error and end < flushed:
-            where = commitlog.segment_for(end)
-            if self.config.recovery is RecoveryMode.STRICT:
-                raise StoreCorruptedError(
-                    f"a record confirmed durable fails verification ({error}); open with "
-                    "recovery='truncate' to drop it and everything after it",
-                    path=where.path if where else commitlog.directory,
-                    offset=end,
-                )
-            log.error("truncating the commit log at %d, below the checkpoint (%d)", end, flushed)
-        if unclean or error:
-            extent = self._written_extent()
-            if extent > end:
-                self._truncated_bytes = extent - end
-                log.warning(
-                    "commit log: dropped %d bytes after offset %d (%s)",
-                    self._truncated_bytes,
-                    end,
-                    error or "torn tail",
-                )
-        commitlog.truncate(end)
-        commitlog.flushed_position = min(flushed, end)
-
-        # 2. consume queues: drop entries past the end, detect damaged or missing queues
-        rebuild = checkpoint is None and end > first
-        for (topic, queue_id), queue in self._queues.items():
-            if not queue.recover(end, trusted_counts.get(f"{topic}/{queue_id}")):
-                log.warning("consume queue %s/%d is behind its checkpoint", topic, queue_id)
-                rebuild = True
-        for key, count in trusted_counts.items():
-            topic, _, queue_text = key.rpartition("/")
-            if count and (topic, int(queue_text)) not in self._queues:
-                log.warning("consume queue %s is missing", key)
-                rebuild = True
-        if rebuild:
-            for queue in self._queues.values():
-                queue.reset()
-
-        # 3. index: a missing index is rebuilt; after a crash the newest file is not trusted
-        index_from: int | None = None
-        if not self._index.files:
-            index_from = first
-        elif unclean:
-            index_from = self._index.drop_last_for_rebuild()
-
-        # 4. replay what the queues and the index are missing (idempotent)
-        queue_from = first if rebuild else start
-        replay_from = min(queue_from, index_from if index_from is not None else queue_from)
-        replayed = 0
-        for record in commitlog.scan(replay_from):
-            physical = record.physical_offset
-            if physical >= queue_from:
-                self._queue(record.topic, record.queue_id).put_one(
-                    record.queue_offset, physical, record.size, record.tag_code
-                )
-            if index_from is not None and physical >= index_from:
-                props = record.properties
-                self._index_record(
-                    record.topic, props.get(PROP_UNIQ_KEY, ""), props.get(PROP_KEYS, ""), physical
-                )
-            replayed += 1
-        for queue in self._queues.values():
-            queue.set_min_physical(first)
-        commitlog.write_position = end
-        self._start_flusher(commitlog.flushed_position)
-        if replayed:
-            log.info("recovery replayed %d records from offset %d", replayed, replay_from)
-
-    def _written_extent(self) -> int:
-        """The offset just past the last non-zero byte of the last segment (approximate)."""
-        segments = self._commitlog.segments
-        if not segments:
-            return 0
-        last = segments[-1]
-        size = min(os.fstat(last.fd).st_size, last.size)
-        step = 1 << 20
-        position = size
-        while position > 0:
-            chunk_start = max(0, position - step)
-            chunk = last.read(chunk_start, position - chunk_start)
-            stripped = len(chunk.rstrip(b"\x00"))
-            if stripped:
-                return last.base + chunk_start + stripped
-            position = chunk_start
-        return last.base
+        recovery = Recovery(
+            commitlog=self._commitlog,
+            queues=self._queues,
+            make_queue=self._queue,
+            index=self._index,
+            quarantine=self._quarantine,
+            mode=self.config.recovery,
+            clock=self._clock,
+        )
+        self.recovery_report = recovery.run(
+            read_checkpoint(self._checkpoint_path),
+            read_flush_marker(self._marker.path),
+            unclean=unclean,
+        )
+        self._start_flusher(self._commitlog.flushed_position)
 
     def _load_queues(self) -> None:
         root = os.path.join(self.directory, "consumequeue")
@@ -299,6 +242,7 @@ class MessageStore:
                         topic,
                         queue_id,
                         self.config.consume_queue_entries_per_file,
+                        self._files,
                     )
 
     def _queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -309,17 +253,10 @@ class MessageStore:
                 topic,
                 queue_id,
                 self.config.consume_queue_entries_per_file,
+                self._files,
             )
             self._queues[(topic, queue_id)] = queue
         return queue
-
-    def _index_record(self, topic: str, message_id: str, keys: str, physical_offset: int) -> None:
-        index = self._index
-        if message_id:
-            index.put(id_key(message_id), physical_offset)
-        if keys:
-            for key in keys.split():
-                index.put(topic_key(topic, key), physical_offset)
 
     def _start_flusher(self, flushed: int) -> None:
         self._flusher = FlushService(
@@ -337,30 +274,68 @@ class MessageStore:
         return self._commitlog.write_position
 
     def sync_log(self, target: int) -> None:
-        self._commitlog.sync_to(target)
+        try:
+            self._commitlog.sync_to(target)
+        except OSError as exc:
+            self.fail("fsync of the commit log", exc)
+            raise
+        self._marker.write(self._commitlog.flushed_position)
 
     def write_checkpoint(self) -> None:
+        """Make the log, the queues and the index durable up to now, then record it.
+
+        Any failed fsync stops the store accepting writes (raises): a checkpoint must never
+        claim durability a failed fsync may have lost.
+        """
+        if self._failure:
+            raise OSError(errno.EIO, f"the store failed earlier ({self._failure})")
         with self._lock:
             position = self._commitlog.write_position
             counts = {f"{t}/{q}": queue.max_offset for (t, q), queue in self._queues.items()}
-            queue_fds = [fd for queue in self._queues.values() for fd in queue.take_dirty()]
+            dirty = self._files.take_dirty()
             index_files = list(self._index.files[-2:])
-        self._commitlog.sync_to(position)
-        for fd in queue_fds:
-            with contextlib.suppress(OSError):  # the queue may have been deleted since
-                os.fdatasync(fd)
-        for index_file in index_files:
-            with contextlib.suppress(ValueError):  # retention may have closed it since
-                index_file.flush()
-        write_checkpoint(
-            self._checkpoint_path,
-            Checkpoint(
-                commitlog_flushed=self._commitlog.flushed_position,
-                dispatched=position,
-                queues=counts,
-                written_at_ms=int(self._clock() * 1000),
-            ),
-        )
+        try:
+            self.sync_log(position)
+            for queue_file in dirty:
+                if queue_file.fd >= 0:
+                    fdatasync(queue_file.fd, "consumequeue")
+            for index_file in index_files:
+                with contextlib.suppress(ValueError):  # retention may have closed it since
+                    index_file.flush()
+        except SyncError as exc:
+            self.fail("an fsync before the checkpoint", exc)
+            raise
+        finally:
+            self._files.release_all(dirty)
+        try:
+            write_checkpoint(
+                self._checkpoint_path,
+                Checkpoint(
+                    commitlog_flushed=self._commitlog.flushed_position,
+                    dispatched=position,
+                    queues=counts,
+                    written_at_ms=int(self._clock() * 1000),
+                ),
+            )
+        except SyncError as exc:
+            self.fail("the checkpoint's fsync", exc)
+            raise
+
+    def fail(self, what: str, exc: OSError) -> None:
+        """An I/O error made the durability of written data unknown: accept no more writes
+        (reads go on). A restart recovers from the log (docs/storage-format.md §5)."""
+        if not self._failure:
+            self._failure = f"{what} failed: {exc}"
+            log.critical(
+                "the store accepts no more writes: %s; restart the broker to recover from the "
+                "log (data acknowledged before the error is checked again on start)",
+                self._failure,
+            )
+
+    @property
+    def failure(self) -> str:
+        """Why the store stopped accepting writes ("" while it accepts them)."""
+        return self._failure
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -384,11 +359,11 @@ class MessageStore:
             finally:
                 self._append_started = 0.0
 
-    def _refusal(self) -> PutStatus | None:
+    def _refusal(self) -> tuple[PutStatus, str] | None:
         if self._closed:
-            return PutStatus.SERVICE_NOT_AVAILABLE
-        if self._flusher is not None and self._flusher.failed is not None:
-            return PutStatus.UNKNOWN_ERROR
+            return PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"
+        if self._failure:
+            return PutStatus.STORE_FAILED, self._failure
         now = time.monotonic()
         if now - self._free_checked_at >= 1.0 or self._disk_full:
             self._free_checked_at = now
@@ -398,13 +373,15 @@ class MessageStore:
                 self._disk_full = free < self.config.min_free_disk_bytes
             except OSError:
                 self._disk_full = False
-        return PutStatus.DISK_FULL if self._disk_full else None
+        if self._disk_full:
+            return PutStatus.DISK_FULL, "the disk is (nearly) full"
+        return None
 
     def _append_locked(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         refusal = self._refusal()
         if refusal is not None:
             self._put_failures += len(messages)
-            return [PutResult(status=refusal, reason=refusal.value.lower())] * len(messages)
+            return [PutResult(status=refusal[0], reason=refusal[1])] * len(messages)
         config = self.config
         max_props = config.max_properties_size
         now_ms = int(self._clock() * 1000)
@@ -424,6 +401,7 @@ class MessageStore:
         segment_end = segment.base + segment.size
         position = chunk_start = commitlog.write_position
         next_offsets: dict[tuple[str, int], int] = {}
+        per_file = config.consume_queue_entries_per_file
 
         for number, message in enumerate(messages):
             topic = message.topic
@@ -432,7 +410,13 @@ class MessageStore:
                 results[number] = problem
                 continue
             props = message.properties
-            encoded_props = encode_properties(props)
+            try:
+                encoded_props = encode_properties(props)
+            except (TypeError, ValueError, UnicodeError) as exc:  # e.g. a lone surrogate
+                results[number] = PutResult(
+                    status=PutStatus.MESSAGE_ILLEGAL, reason=f"properties cannot be stored: {exc}"
+                )
+                continue
             if len(encoded_props) > max_props:
                 results[number] = PutResult(
                     status=PutStatus.PROPERTIES_TOO_LARGE,
@@ -448,6 +432,20 @@ class MessageStore:
                     f"{config.segment_size}-byte segment",
                 )
                 continue
+            # the queue position first: a queue file that cannot be created refuses the
+            # message before it is in the log (a logged record is always dispatched)
+            queue_id = message.queue_id
+            key = (topic, queue_id)
+            queue_offset = next_offsets.get(key)
+            if queue_offset is None or queue_offset % per_file == 0:
+                queue = self._queue(topic, queue_id)
+                if queue_offset is None:
+                    queue_offset = queue.max_offset
+                try:
+                    queue.prepare(queue_offset, 1)
+                except OSError as exc:
+                    results[number] = self._queue_file_refusal(exc)
+                    continue
             if segment is None:
                 results[number] = PutResult(status=segment_failure, reason=segment_reason)
                 continue
@@ -480,12 +478,6 @@ class MessageStore:
                     continue
                 segment_end = segment.base + segment.size
                 position = chunk_start = commitlog.write_position
-            queue_id = message.queue_id
-            key = (topic, queue_id)
-            queue_offset = next_offsets.get(key)
-            if queue_offset is None:
-                queue_offset = self._queue(topic, queue_id).max_offset
-            next_offsets[key] = queue_offset + 1
             code = message.tag_code
             if code is None:
                 code = compute_tag_code(props.get(PROP_TAGS))
@@ -506,6 +498,7 @@ class MessageStore:
                 code,
                 size,
             )
+            next_offsets[key] = queue_offset + 1
             pieces += (prefix, meta, body)
             pending.append(
                 (
@@ -530,11 +523,36 @@ class MessageStore:
                 position = chunk_start
         commitlog.write_position = position
         if written:
-            self._dispatch(written, now_ms, results)
+            try:
+                self._dispatch(written, now_ms, results)
+            except OSError as exc:
+                # The records are in the log but their queue entries are not: recovery must
+                # dispatch them, so no further write may be accepted before a restart.
+                self.fail("writing consume-queue or index entries", exc)
+                for item in written:
+                    results[item[0]] = PutResult(
+                        status=PutStatus.STORE_FAILED, reason=self._failure
+                    )
         flusher = self._flusher
         if flusher is not None and position - flusher.flushed >= config.flush_dirty_bytes:
             flusher.kick()
         return results  # type: ignore[return-value]  # every slot is filled above
+
+    def _queue_file_refusal(self, exc: OSError) -> PutResult:
+        """The answer for a message whose consume-queue file could not be made ready."""
+        self._put_failures += 1
+        if isinstance(exc, SyncError):
+            self.fail("an fsync of a consume-queue file", exc)
+            return PutResult(status=PutStatus.STORE_FAILED, reason=self._failure)
+        if exc.errno in _OUT_OF_DESCRIPTORS:
+            log.error("cannot open a consume-queue file: %s", exc)
+            return PutResult(
+                status=PutStatus.OUT_OF_RESOURCES,
+                reason=f"the broker has no file descriptor left ({exc}); nothing was stored",
+            )
+        status = self._status_for(exc)
+        log.error("cannot create a consume-queue file: %s", exc)
+        return PutResult(status=status, reason=f"cannot create a consume-queue file: {exc}")
 
     @staticmethod
     def _write_pieces(segment: Segment, start: int, pieces: list[bytes]) -> None:
@@ -550,7 +568,7 @@ class MessageStore:
         pack_entry = ENTRY.pack
         bytes_put = 0
         for (
-            number,
+            _number,
             topic,
             queue_id,
             queue_offset,
@@ -570,21 +588,24 @@ class MessageStore:
                 index_entries.append((id_key(message_id), physical))
             if keys:
                 index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
-            results[number] = PutResult(
-                PutStatus.PUT_OK, topic, queue_id, queue_offset, physical, size, now_ms
-            )
             bytes_put += size
-        self._messages_put += len(written)
-        self._bytes_put += bytes_put
         for key, entries in by_queue.items():
             self._queues[key].put(first_offsets[key], b"".join(entries))
         if index_entries:
             self._index.put_many(index_entries)
+        for number, topic, queue_id, queue_offset, physical, size, *_ in written:
+            results[number] = PutResult(
+                PutStatus.PUT_OK, topic, queue_id, queue_offset, physical, size, now_ms
+            )
+        self._messages_put += len(written)
+        self._bytes_put += bytes_put
 
     def _validate(self, message: StoreMessage) -> PutResult | None:
+        """Check every field before anything of the batch is written (a record that fails to
+        encode half-way through a batch must not leave the others with reused offsets)."""
         topic = message.topic
         if topic not in self._valid_topics:
-            if not valid_topic(topic):
+            if not isinstance(topic, str) or not valid_topic(topic):
                 return PutResult(
                     status=PutStatus.MESSAGE_ILLEGAL,
                     reason=f"topic {topic!r} must be 1-127 characters of [A-Za-z0-9_%|-]",
@@ -600,20 +621,41 @@ class MessageStore:
                 status=PutStatus.MESSAGE_TOO_LARGE,
                 reason=f"body is {len(message.body)} bytes, limit {self.config.max_message_size}",
             )
+        problem = ""
+        if not 0 <= message.flags <= _U32_MAX:
+            problem = f"flags {message.flags} out of range 0..2^32-1"
+        elif not 0 <= message.born_timestamp <= _U64_MAX:
+            problem = f"born timestamp {message.born_timestamp} out of range 0..2^64-1"
+        elif not 0 <= message.reconsume_times <= _U32_MAX:
+            problem = f"reconsume count {message.reconsume_times} out of range 0..2^32-1"
+        elif not 0 <= message.prepared_transaction_offset <= _U64_MAX:
+            problem = "prepared transaction offset out of range 0..2^64-1"
+        elif message.tag_code is not None and not 0 <= message.tag_code <= _U64_MAX:
+            problem = "tag code out of range 0..2^64-1"
+        elif len(message.born_host) not in (0, 18):
+            problem = "born host must be empty or 18 packed bytes"
+        elif any(type(k) is not str or type(v) is not str for k, v in message.properties.items()):
+            problem = "property names and values must be strings"
+        if problem:
+            return PutResult(status=PutStatus.MESSAGE_ILLEGAL, reason=problem)
         return None
 
     def _status_for(self, exc: OSError) -> PutStatus:
-        return (
-            PutStatus.DISK_FULL
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT)
-            else PutStatus.UNKNOWN_ERROR
-        )
+        if self._failure:
+            return PutStatus.STORE_FAILED
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return PutStatus.DISK_FULL
+        if exc.errno in _OUT_OF_DESCRIPTORS:
+            return PutStatus.OUT_OF_RESOURCES
+        return PutStatus.UNKNOWN_ERROR
 
     def _note_write_error(self, exc: OSError) -> None:
         self._put_failures += 1
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             self._disk_full = True
             self._free_checked_at = time.monotonic()
+        elif isinstance(exc, SyncError) or exc.errno == errno.EIO:
+            self.fail("a commit-log write", exc)
         log.error("commit log write failed: %s", exc)
 
     def _fail_pending(
@@ -660,8 +702,17 @@ class MessageStore:
         self.when_durable(end, finished)
         if done.wait(self.config.sync_flush_timeout) and outcome[0]:
             return results
+        return self.not_durable(results)
+
+    def not_durable(self, results: list[PutResult]) -> list[PutResult]:
+        """``results`` of an append whose sync flush did not succeed: ``FLUSH_DISK_TIMEOUT``
+        (written, durable later) while the store is healthy, ``STORE_FAILED`` (may be lost)
+        after an fsync failed."""
+        status, reason = PutStatus.FLUSH_DISK_TIMEOUT, "stored, but not flushed to disk in time"
+        if self._failure:
+            status, reason = PutStatus.STORE_FAILED, self._failure
         return [
-            msgspec.structs.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT)
+            msgspec.structs.replace(r, status=status, reason=reason)
             if r.status is PutStatus.PUT_OK
             else r
             for r in results
@@ -730,6 +781,7 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
         log_min = self._commitlog.min_offset
+        quarantine = self._quarantine if self._quarantine.skipping else None
         messages: list[StoredMessage] = []
         size_total = 0
         cursor = offset
@@ -746,12 +798,18 @@ class MessageStore:
                 if physical < log_min or size == 0:
                     removed = True
                     continue
+                if quarantine is not None and quarantine.covering(physical) is not None:
+                    removed = True  # set aside as damaged: consumers move past it
+                    continue
                 if codes is not None and code not in codes:
                     continue
                 batch.append((cursor - 1, physical, size))
                 if len(messages) + len(batch) >= max_count or size_total + size > max_bytes:
                     break
-            for record in self._read_records(batch):
+            records = self._read_records(batch, topic, queue_id)
+            if len(records) < len(batch):
+                removed = True
+            for record in records:
                 if tags is not None and record.tag not in tags:
                     continue
                 if messages and size_total + record.size > max_bytes:
@@ -769,8 +827,11 @@ class MessageStore:
             status = GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, messages, cursor, low, high)
 
-    def _read_records(self, batch: list[tuple[int, int, int]]) -> list[StoredMessage]:
-        """Read records, coalescing physically adjacent ones into one read."""
+    def _read_records(
+        self, batch: list[tuple[int, int, int]], topic: str, queue_id: int
+    ) -> list[StoredMessage]:
+        """Read records, coalescing physically adjacent ones into one read; a record that
+        fails verification is set aside (and left out) rather than failing the read."""
         out: list[StoredMessage] = []
         i = 0
         commitlog = self._commitlog
@@ -786,20 +847,51 @@ class MessageStore:
                 j += 1
             data = commitlog.read(start, end - start)
             if data is not None:
-                for _, physical, _ in batch[i:j]:
+                for queue_offset, physical, entry_size in batch[i:j]:
                     try:
                         out.append(
                             decode_record(data, physical - start, expected_physical_offset=physical)
                         )
                     except RecordError as exc:
-                        segment = commitlog.segment_for(physical)
-                        raise StoreCorruptedError(
-                            f"record fails verification on read ({exc.reason})",
-                            path=segment.path if segment else commitlog.directory,
-                            offset=physical,
-                        ) from exc
+                        self._set_aside_on_read(
+                            topic, queue_id, queue_offset, physical, entry_size, exc.reason
+                        )
             i = j
         return out
+
+    def _set_aside_on_read(
+        self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
+    ) -> None:
+        """A record below the recovery's verification point is damaged (docs/storage-format.md
+        §7): quarantine it, say so once, and let its consumers move past it."""
+        self._damaged_reads += 1
+        if self._quarantine.covering(physical) is not None:
+            return
+        segment = self._commitlog.segment_for(physical)
+        item = QuarantinedRange(
+            start=physical,
+            end=physical + size,
+            kind="damaged",
+            reason=f"{reason} (found on read)",
+            detected_at_ms=int(self._clock() * 1000),
+            lost=[LostEntry(topic, queue_id, queue_offset)],
+        )
+        try:
+            item = self._quarantine.add(item, self._commitlog.read(physical, size) or b"")
+        except OSError as exc:
+            log.error("cannot save the damaged record to the quarantine: %s", exc)
+            self._quarantine.remember(item)
+        log.error(
+            "record of %s/%d at queue offset %d (%s, offset %d) fails verification (%s); it is "
+            "set aside in %s and its consumers move past it",
+            topic,
+            queue_id,
+            queue_offset,
+            segment.path if segment else self._commitlog.directory,
+            physical,
+            reason,
+            self._quarantine.directory,
+        )
 
     def query_by_id(self, message_id: str, limit: int = 32) -> list[StoredMessage]:
         """Records whose message id is ``message_id`` (several if a retry stored it twice)."""
@@ -824,13 +916,62 @@ class MessageStore:
 
     # -- administration -------------------------------------------------------------------
 
-    def delete_topic(self, topic: str) -> None:
-        """Forget the topic's consume queues (its records age out of the log with retention)."""
+    def delete_topic(self, topic: str) -> PutResult:
+        """End the topic: a tombstone record in the log (so a rebuild from the log does not
+        bring its messages back, docs/storage-format.md §1), then its queues are deleted. The
+        records themselves age out with retention. Returns the tombstone's result; nothing is
+        deleted when it could not be written."""
         with self._lock:
+            [result] = self._append_locked(
+                [StoreMessage(topic=TOMBSTONE_TOPIC, queue_id=0, body=topic.encode())]
+            )
+            if not result.status.stored:
+                return result
             for key in [k for k in self._queues if k[0] == topic]:
                 self._queues.pop(key).destroy()
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.directory, "consumequeue", topic))
+        return result
+
+    def reserve_queue_offset(self, topic: str, queue_id: int, next_offset: int) -> int:
+        """Make sure the next message of this queue gets an offset of at least ``next_offset``.
+
+        The broker calls it at start-up with the positions consumers have already committed:
+        after a crash that lost a queue's tail, new messages must not reuse offsets consumers
+        moved past (they would never see them). Returns the number of holes written.
+        """
+        if not valid_topic(topic) or not 0 <= queue_id <= _MAX_QUEUE_ID:
+            return 0
+        with self._lock:
+            queue = self._queue(topic, queue_id)
+            gap = next_offset - queue.max_offset
+            if gap <= 0:
+                return 0
+            if gap > _MAX_RESERVE_GAP:
+                log.warning(
+                    "not reserving %d offsets of %s/%d (above %d): the committed offset %d is "
+                    "implausible",
+                    gap,
+                    topic,
+                    queue_id,
+                    _MAX_RESERVE_GAP,
+                    next_offset,
+                )
+                return 0
+            written = queue.reserve(next_offset, self._commitlog.write_position)
+        log.warning(
+            "queue %s/%d: offsets up to %d were consumed before a crash lost them; new messages "
+            "start at %d",
+            topic,
+            queue_id,
+            next_offset,
+            next_offset,
+        )
+        return written
+
+    def quarantined(self) -> list[QuarantinedRange]:
+        """Every range of the log set aside as damaged (docs/storage-format.md §7)."""
+        return list(self._quarantine.ranges)
 
     def run_maintenance(self, now: float | None = None) -> RetentionReport:
         """Delete expired or excess segments and what points only into them."""
@@ -879,8 +1020,12 @@ class MessageStore:
             queues=len(self._queues),
             fsyncs=flusher.fsync_count if flusher else 0,
             fsync_seconds=flusher.fsync_seconds if flusher else 0.0,
-            recovered_truncated_bytes=self._truncated_bytes,
+            recovered_truncated_bytes=self.recovery_report.truncated_bytes,
             flush_mode=self.config.flush_mode.value,
+            quarantined_ranges=len(self._quarantine.ranges),
+            damaged_records_read=self._damaged_reads,
+            open_queue_files=len(self._files),
+            failure=self._failure,
         )
 
     @property
