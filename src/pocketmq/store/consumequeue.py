@@ -10,6 +10,7 @@ which readers step over, instead of being handed out again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
 from typing import Final
@@ -83,7 +84,13 @@ class ConsumeQueue:
         """A new, fully allocated file (a full disk fails here, before any record depends on
         it, not on a later entry write)."""
         path = os.path.join(self.directory, f"{base:020d}")
-        fd = open_file(path, os.O_RDWR | os.O_CREAT, "consumequeue")
+        try:
+            fd = open_file(path, os.O_RDWR | os.O_CREAT, "consumequeue")
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self._cache.shrink()  # our own cached descriptors may be what filled the table
+            fd = open_file(path, os.O_RDWR | os.O_CREAT, "consumequeue")
         try:
             allocate(fd, self.file_bytes, "consumequeue")
         except BaseException:

@@ -88,6 +88,11 @@ class OpenFiles:
             self._adopt(queue_file, fd)
             queue_file.pins += 1
 
+    def shrink(self) -> None:
+        """Close half of the unpinned files (the descriptor limit was hit elsewhere)."""
+        with self._lock:
+            self._make_room(len(self._open) // 2)
+
     def _adopt(self, queue_file: QueueFile, fd: int) -> None:
         queue_file.fd = fd
         self._open[queue_file] = None

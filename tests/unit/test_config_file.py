@@ -1,0 +1,85 @@
+"""The TOML config file: every value is converted to its setting's type at start-up, and an
+unknown name, a wrong type or an unknown value stops the broker with a clear error (a typo must
+never silently mean the default, as ``recovery = "strict"`` once did)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from pocketmq.cli.serve import build_config
+from pocketmq.server import AppConfig
+from pocketmq.store import FlushMode, RecoveryMode
+
+
+def _load(tmp_path: Path, text: str) -> AppConfig:
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    return build_config(
+        config_file=path,
+        data_dir=None,
+        host=None,
+        port=None,
+        grpc_port=None,
+        namesrv_port=None,
+        namesrv=None,
+        broker_name=None,
+        flush=None,
+    )
+
+
+def test_enum_settings_become_enums(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path,
+        '[store]\nrecovery = "quarantine"\nflush_mode = "sync"\n'
+        "[broker]\ndelay_levels = [1, 2.5]\n[server]\ngrpc_port = 0\n",
+    )
+    store = config.broker.store
+    assert store.recovery is RecoveryMode.QUARANTINE
+    assert store.flush_mode is FlushMode.SYNC
+    assert config.broker.delay_levels == (1.0, 2.5)
+    assert config.grpc_port == 0
+    assert _load(tmp_path, '[store]\nrecovery = "strict"\n').broker.store.recovery is (
+        RecoveryMode.STRICT
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[store]\nrecovery = "strcit"\n', "strcit"),
+        ('[store]\nrecovery = "truncate"\n', "truncate"),
+        ('[store]\nflush_mode = "fast"\n', "fast"),
+        ('[store]\nrecovery_mode = "strict"\n', "recovery_mode"),
+        ('[store]\nsegment_size = "big"\n', "segment_size"),
+        ("[store]\nflush_interval = nan\n", "flush_interval"),
+        ("[store]\nsync_flush_timeout = -1.0\n", "sync_flush_timeout"),
+        ("[broker]\nmax_delay = inf\n", "max_delay"),
+        ("[broker]\ndelay_levels = [1, 0]\n", "delay_levels"),
+        ('[broker]\ndelay_levels = [1, "x"]\n', "delay_levels"),
+        ("[server]\nport = 1.5\n", "port"),
+        ("[storage]\nx = 1\n", "storage"),
+    ],
+)
+def test_a_bad_setting_is_an_error_at_start_up(tmp_path: Path, text: str, words: str) -> None:
+    with pytest.raises(click.UsageError, match=words):
+        _load(tmp_path, text)
+
+
+def test_serve_refuses_a_bad_config_file_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text('[store]\nrecovery = "strcit"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "pocketmq", "serve", "--config", str(path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "strcit" in done.stderr
+    assert "Traceback" not in done.stderr
