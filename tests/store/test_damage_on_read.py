@@ -37,7 +37,7 @@ def test_a_damaged_old_record_is_skipped_and_reported_once(
         ]
         assert got.next_offset == 6
         assert again.status is GetStatus.FOUND
-        assert [m.message_id for m in again.messages][0] == "MSG000003"
+        assert again.messages[0].message_id == "MSG000003"
         reports = [r for r in caplog.records if "fails verification" in r.getMessage()]
         assert len(reports) == 1
         assert "orders/0 at queue offset 2" in reports[0].getMessage()
