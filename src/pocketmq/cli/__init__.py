@@ -11,6 +11,7 @@ from pocketmq.cli import export as _export  # noqa: F401  (export)
 from pocketmq.cli import outbox as _outbox  # noqa: F401  (outbox)
 from pocketmq.cli import pipeline as _pipeline  # noqa: F401  (pipeline)
 from pocketmq.cli import serve as _serve  # noqa: F401  (serve, namesrv)
+from pocketmq.cli import store as _store  # noqa: F401  (store check, store repair)
 from pocketmq.cli._app import main
 
 __all__ = ["main"]

@@ -14,6 +14,7 @@ import errno
 import fcntl
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ from pocketmq.store.openfiles import OpenFiles, default_capacity
 from pocketmq.store.quarantine import LostEntry, Quarantine, QuarantinedRange
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
+    MAGIC,
     PROP_KEYS,
     PROP_TAGS,
     PROP_UNIQ_KEY,
@@ -73,6 +75,10 @@ _U32_MAX = 2**32 - 1
 _U64_MAX = 2**64 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+_MAX_REPAIR_SCAN = 64 * 1024 * 1024  # how much log a damaged queue entry's repair may read
+_MAX_NEIGHBOUR_SEARCH = 4096  # entries looked at for the nearest valid neighbour
+# total size, magic, crc, flags, queue id, queue offset, physical offset
+_HEAD = struct.Struct("<IIIIIQQ")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -853,18 +859,91 @@ class MessageStore:
                             decode_record(data, physical - start, expected_physical_offset=physical)
                         )
                     except RecordError as exc:
-                        self._set_aside_on_read(
+                        repaired = self._unreadable_entry(
                             topic, queue_id, queue_offset, physical, entry_size, exc.reason
                         )
+                        if repaired is not None:
+                            out.append(repaired)
             i = j
         return out
+
+    def _unreadable_entry(
+        self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
+    ) -> StoredMessage | None:
+        """A queue entry did not lead to a valid record (docs/storage-format.md §7).
+
+        If the record's own header agrees with the entry, the record is damaged: set it aside
+        and let consumers move past it. Otherwise the entry itself is damaged: find the real
+        record between the entry's neighbours in the log and repair the entry (a hole when the
+        record is gone). The quarantine never takes a range on the word of a damaged entry.
+        """
+        self._damaged_reads += 1
+        head = self._commitlog.read(physical, _HEAD.size)
+        if head is not None:
+            total, magic, _, _, _, _, own = _HEAD.unpack(head)
+            if magic == MAGIC and total == size and own == physical:
+                self._set_aside_on_read(topic, queue_id, queue_offset, physical, size, reason)
+                return None
+        queue = self._queues[(topic, queue_id)]
+        found = self._find_record(queue, queue_offset)
+        if found is not None:
+            queue.put_one(queue_offset, found.physical_offset, found.size, found.tag_code)
+            log.warning(
+                "consume queue %s/%d entry %d pointed at %d (%s); repaired from the log (%d)",
+                topic,
+                queue_id,
+                queue_offset,
+                physical,
+                reason,
+                found.physical_offset,
+            )
+            return found
+        before = self._neighbour(queue, queue_offset, -1)
+        hole_at = before[0] + before[1] if before else self._commitlog.min_offset
+        queue.put_holes([queue_offset], hole_at)
+        log.error(
+            "consume queue %s/%d entry %d pointed at %d (%s) and its record is not in the log; "
+            "consumers move past it",
+            topic,
+            queue_id,
+            queue_offset,
+            physical,
+            reason,
+        )
+        return None
+
+    def _neighbour(self, queue: ConsumeQueue, offset: int, step: int) -> tuple[int, int] | None:
+        """The nearest entry before (step -1) or after (+1) ``offset`` that names a record."""
+        for _ in range(_MAX_NEIGHBOUR_SEARCH):
+            offset += step
+            if not queue.min_offset <= offset < queue.max_offset:
+                return None
+            entry = queue.entry(offset)
+            if entry is not None and entry.size:
+                return entry.physical_offset, entry.size
+        return None
+
+    def _find_record(self, queue: ConsumeQueue, queue_offset: int) -> StoredMessage | None:
+        """The record of ``queue_offset`` in the log, between its neighbours' records."""
+        before = self._neighbour(queue, queue_offset, -1)
+        after = self._neighbour(queue, queue_offset, +1)
+        start = before[0] + before[1] if before else self._commitlog.min_offset
+        stop = after[0] if after else self._commitlog.write_position
+        if not 0 <= stop - start <= _MAX_REPAIR_SCAN:
+            return None
+        wanted = (queue.topic, queue.queue_id, queue_offset)
+        for record in self._commitlog.scan(start, skip=self._quarantine):
+            if record.physical_offset >= stop:
+                break
+            if (record.topic, record.queue_id, record.queue_offset) == wanted:
+                return record
+        return None
 
     def _set_aside_on_read(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
     ) -> None:
         """A record below the recovery's verification point is damaged (docs/storage-format.md
         §7): quarantine it, say so once, and let its consumers move past it."""
-        self._damaged_reads += 1
         if self._quarantine.covering(physical) is not None:
             return
         segment = self._commitlog.segment_for(physical)
