@@ -368,7 +368,9 @@ class Producer(ClientBase):
             elif item.code == Code.FLUSH_DISK_TIMEOUT:
                 status = SendStatus.FLUSH_DISK_TIMEOUT
             else:
-                raise _SendFailure(error_from_code(item.code, item.remark), unknown=False)
+                # STORAGE_FAILED: written before the broker's fsync failed, maybe durable
+                unknown = item.code == Code.STORAGE_FAILED
+                raise _SendFailure(error_from_code(item.code, item.remark), unknown=unknown)
             results.append(
                 SendResult(
                     message_id=item.message_id or wire.properties.get("UNIQ_KEY", ""),

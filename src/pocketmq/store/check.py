@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from pocketmq.store.checkpoint import read_checkpoint, read_flush_marker
 from pocketmq.store.commitlog import CommitLog, Damage
 from pocketmq.store.config import StoreConfig
 from pocketmq.store.consumequeue import ConsumeQueue
@@ -50,8 +51,14 @@ def check_store(directory: str, config: StoreConfig | None = None) -> CheckRepor
         for _ in commitlog.scan(commitlog.min_offset, skip=quarantine):
             report.records += 1
         report.log_end = commitlog.scan_end
+        found = list(commitlog.scan_damage)
+        floor = _confirmed_end(directory)
+        if report.log_end < floor and not any(d.tail for d in found):
+            found.append(
+                Damage(report.log_end, floor, "the log ends before data it confirmed durable", True)
+            )
         queues = _queues(os.path.join(directory, "consumequeue"), config, files)
-        for damage in commitlog.scan_damage:
+        for damage in found:
             lost = [
                 LostEntry(queue.topic, queue.queue_id, offset)
                 for queue in queues
@@ -64,6 +71,13 @@ def check_store(directory: str, config: StoreConfig | None = None) -> CheckRepor
     finally:
         files.close_all()
         commitlog.close()
+
+
+def _confirmed_end(directory: str) -> int:
+    """The end of what the store confirmed durable (checkpoint and flush marker)."""
+    checkpoint = read_checkpoint(os.path.join(directory, "checkpoint"))
+    marker = read_flush_marker(os.path.join(directory, "flushed"))
+    return max(checkpoint.commitlog_flushed if checkpoint else 0, marker or 0)
 
 
 def _queues(root: str, config: StoreConfig, files: OpenFiles) -> list[ConsumeQueue]:

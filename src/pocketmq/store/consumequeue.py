@@ -105,13 +105,18 @@ class ConsumeQueue:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def prepare(self, offset: int, count: int) -> None:
-        """Make sure entries ``[offset, offset + count)`` can be written: create their files
-        now, so a full disk or a descriptor limit refuses the message before it is logged."""
-        last = offset + max(count, 1) - 1
-        for target in (offset, last):
-            if self._file_for(target, create=True) is None:
-                raise OSError(f"queue offset {target} lies before the queue's first file")
+    def prepare(self, offset: int) -> QueueFile:
+        """Make sure the entry at ``offset`` can be written: its file exists and is open, and
+        stays open (pinned) until :meth:`unpin`. A full disk or a descriptor limit thus refuses
+        a message before it is logged, never after."""
+        queue_file = self._file_for(offset, create=True)
+        if queue_file is None:
+            raise OSError(errno.EINVAL, f"queue offset {offset} lies before the queue's first file")
+        self._cache.acquire(queue_file)
+        return queue_file
+
+    def unpin(self, queue_file: QueueFile) -> None:
+        self._cache.release(queue_file)
 
     def put(self, offset: int, entries: bytes) -> None:
         """Write consecutive packed entries starting at logical ``offset``."""

@@ -43,7 +43,7 @@ from pocketmq.store.message import (
     StoredMessage,
     StoreMessage,
 )
-from pocketmq.store.openfiles import OpenFiles, default_capacity
+from pocketmq.store.openfiles import OpenFiles, QueueFile, default_capacity
 from pocketmq.store.quarantine import LostEntry, Quarantine, QuarantinedRange
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
@@ -135,6 +135,7 @@ class MessageStore:
         self._marker = FlushMarker(os.path.join(directory, "flushed"))
         self._abort_path = os.path.join(directory, "abort")
         self._failure = ""
+        self._index_broken = ""
         self._damaged_reads = 0
         self.recovery_report = RecoveryReport()
         self._append_started = 0.0
@@ -200,7 +201,7 @@ class MessageStore:
             self.fail("closing the index", exc)
         self._commitlog.close()
         self._marker.close()
-        if not self._failure:
+        if not (self._failure or self._index_broken):  # else the next start recovers
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._abort_path)
         os.close(self._lock_fd)
@@ -360,9 +361,12 @@ class MessageStore:
             )
         with self._lock:
             self._append_started = time.monotonic()
+            pinned: list[tuple[ConsumeQueue, QueueFile]] = []
             try:
-                return self._append_locked(messages)
+                return self._append_locked(messages, pinned)
             finally:
+                for queue, queue_file in pinned:
+                    queue.unpin(queue_file)
                 self._append_started = 0.0
 
     def _refusal(self) -> tuple[PutStatus, str] | None:
@@ -383,7 +387,13 @@ class MessageStore:
             return PutStatus.DISK_FULL, "the disk is (nearly) full"
         return None
 
-    def _append_locked(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+    def _append_locked(
+        self,
+        messages: Sequence[StoreMessage],
+        pinned: list[tuple[ConsumeQueue, QueueFile]],
+    ) -> list[PutResult]:
+        """Append under the lock. Every queue file the batch will write is opened (and pinned
+        in ``pinned`` until the caller releases it) before its message is logged."""
         refusal = self._refusal()
         if refusal is not None:
             self._put_failures += len(messages)
@@ -448,7 +458,7 @@ class MessageStore:
                 if queue_offset is None:
                     queue_offset = queue.max_offset
                 try:
-                    queue.prepare(queue_offset, 1)
+                    pinned.append((queue, queue.prepare(queue_offset)))
                 except OSError as exc:
                     results[number] = self._queue_file_refusal(exc)
                     continue
@@ -597,8 +607,14 @@ class MessageStore:
             bytes_put += size
         for key, entries in by_queue.items():
             self._queues[key].put(first_offsets[key], b"".join(entries))
-        if index_entries:
-            self._index.put_many(index_entries)
+        if index_entries and not self._index_broken:
+            try:
+                self._index.put_many(index_entries)
+            except OSError as exc:
+                # The index is derived from the log: stop indexing and re-index on the next
+                # start (the abort file stays), instead of refusing messages.
+                self._index_broken = f"{exc}"
+                log.error("the index stops until the next start, which rebuilds it: %s", exc)
         for number, topic, queue_id, queue_offset, physical, size, *_ in written:
             results[number] = PutResult(
                 PutStatus.PUT_OK, topic, queue_id, queue_offset, physical, size, now_ms
@@ -1001,9 +1017,14 @@ class MessageStore:
         records themselves age out with retention. Returns the tombstone's result; nothing is
         deleted when it could not be written."""
         with self._lock:
-            [result] = self._append_locked(
-                [StoreMessage(topic=TOMBSTONE_TOPIC, queue_id=0, body=topic.encode())]
-            )
+            pinned: list[tuple[ConsumeQueue, QueueFile]] = []
+            try:
+                [result] = self._append_locked(
+                    [StoreMessage(topic=TOMBSTONE_TOPIC, queue_id=0, body=topic.encode())], pinned
+                )
+            finally:
+                for queue, queue_file in pinned:
+                    queue.unpin(queue_file)
             if not result.status.stored:
                 return result
             for key in [k for k in self._queues if k[0] == topic]:
