@@ -1513,6 +1513,11 @@ class Broker:
                 "queues": stats.queues,
                 "fsyncs": stats.fsyncs,
                 "flush_mode": stats.flush_mode,
+                "failure": stats.failure,
+                "damaged_records_read": stats.damaged_records_read,
+                "quarantined_ranges": stats.quarantined_ranges,
+                "recovered_truncated_bytes": stats.recovered_truncated_bytes,
+                "open_queue_files": stats.open_queue_files,
             },
         }
 

@@ -1,5 +1,5 @@
-"""``pocketmq store check`` and ``pocketmq store repair``: the operator's tools for a damaged
-store (docs/storage-format.md §7, docs/operations.md).
+"""``pocketmq store check``, ``pocketmq store repair`` and ``pocketmq broker status``: the
+operator's tools for a damaged store (docs/storage-format.md §7, docs/operations.md).
 
 ``check`` verifies every record of a data directory and lists what is damaged and which queued
 messages that costs; it reads only, so it may run beside a live broker. ``repair`` (broker
@@ -16,8 +16,10 @@ from pathlib import Path
 
 import click
 
-from pocketmq.cli._app import main
+from pocketmq.cli._app import main, server_option
+from pocketmq.cli.commands import handle_errors
 from pocketmq.cli.serve import build_config
+from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import PocketMQError
 from pocketmq.store import MessageStore, RecoveryMode, StoreConfig
 from pocketmq.store.check import CheckReport, check_store
@@ -146,3 +148,27 @@ def _as_json(report: CheckReport) -> dict[str, object]:
             for q in report.quarantined
         ],
     }
+
+
+@main.group()
+def broker() -> None:
+    """Look at a running broker."""
+
+
+@broker.command()
+@server_option
+@handle_errors
+def status(server: str) -> None:
+    """The broker's counters and store state, as JSON (one object per broker)."""
+    with SyncAdmin(servers=server) as admin:
+        for item in admin.run(lambda a: a.broker_status()):
+            click.echo(
+                json.dumps(
+                    {
+                        "broker": item.broker_name,
+                        "version": item.version,
+                        "counters": item.counters,
+                        "store": item.store,
+                    }
+                )
+            )
