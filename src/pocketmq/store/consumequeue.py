@@ -118,8 +118,9 @@ class ConsumeQueue:
     def unpin(self, queue_file: QueueFile) -> None:
         self._cache.release(queue_file)
 
-    def put(self, offset: int, entries: bytes) -> None:
-        """Write consecutive packed entries starting at logical ``offset``."""
+    def put(self, offset: int, entries: bytes, *, pinned: bool = False) -> None:
+        """Write consecutive packed entries starting at logical ``offset``. ``pinned``: the
+        caller holds the files open (:meth:`prepare`), so no cache bookkeeping is needed."""
         count = len(entries) // ENTRY_SIZE
         done = 0
         cache = self._cache
@@ -129,16 +130,17 @@ class ConsumeQueue:
             assert queue_file is not None
             room = queue_file.base + self.entries_per_file - target
             chunk = min(room, count - done)
-            fd = cache.acquire(queue_file)
-            try:
-                pwrite_full(
-                    fd,
-                    entries[done * ENTRY_SIZE : (done + chunk) * ENTRY_SIZE],
-                    (target - queue_file.base) * ENTRY_SIZE,
-                    "consumequeue",
-                )
-            finally:
-                cache.release(queue_file, wrote=True)
+            data = entries[done * ENTRY_SIZE : (done + chunk) * ENTRY_SIZE]
+            position = (target - queue_file.base) * ENTRY_SIZE
+            if pinned and queue_file.fd >= 0:
+                pwrite_full(queue_file.fd, data, position, "consumequeue")
+                queue_file.dirty = True
+            else:
+                fd = cache.acquire(queue_file)
+                try:
+                    pwrite_full(fd, data, position, "consumequeue")
+                finally:
+                    cache.release(queue_file, wrote=True)
             done += chunk
         if offset + count > self.max_offset:
             self.max_offset = offset + count

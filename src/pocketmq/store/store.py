@@ -79,6 +79,7 @@ _MAX_REPAIR_SCAN = 64 * 1024 * 1024  # how much log a damaged queue entry's repa
 _MAX_NEIGHBOUR_SEARCH = 4096  # entries looked at for the nearest valid neighbour
 # total size, magic, crc, flags, queue id, queue offset, physical offset
 _HEAD = struct.Struct("<IIIIIQQ")
+_decode_properties = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -428,7 +429,8 @@ class MessageStore:
             props = message.properties
             try:
                 encoded_props = encode_properties(props)
-            except (TypeError, ValueError, UnicodeError) as exc:  # e.g. a lone surrogate
+                _decode_properties(encoded_props)  # strings only: the record must decode later
+            except (TypeError, ValueError, UnicodeError, msgspec.ValidationError) as exc:
                 results[number] = PutResult(
                     status=PutStatus.MESSAGE_ILLEGAL, reason=f"properties cannot be stored: {exc}"
                 )
@@ -606,7 +608,7 @@ class MessageStore:
                 index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
             bytes_put += size
         for key, entries in by_queue.items():
-            self._queues[key].put(first_offsets[key], b"".join(entries))
+            self._queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
         if index_entries and not self._index_broken:
             try:
                 self._index.put_many(index_entries)
@@ -656,8 +658,6 @@ class MessageStore:
             problem = "tag code out of range 0..2^64-1"
         elif len(message.born_host) not in (0, 18):
             problem = "born host must be empty or 18 packed bytes"
-        elif any(type(k) is not str or type(v) is not str for k, v in message.properties.items()):
-            problem = "property names and values must be strings"
         if problem:
             return PutResult(status=PutStatus.MESSAGE_ILLEGAL, reason=problem)
         return None
