@@ -5,13 +5,19 @@ Outbound: a message goes into the store with pocketmq's property names (``UNIQ_K
 sent through either protocol is consumed through the other. The client's message id is kept.
 
 Inbound (delivery): every message carries what the official clients need to decode and settle it
-(contract §1.3): ``body_encoding=IDENTITY``, a CRC32 ``body_digest``, ``receipt_handle``,
+(contract §1.3): ``body_encoding=IDENTITY``, an MD5 ``body_digest``, ``receipt_handle``,
 ``delivery_attempt`` (≥ 1), queue id and offset, store time and host.
+
+The digest is MD5 in upper-case hex, as RocketMQ's proxy sends it, because it is the one digest
+every official client verifies the same way. Their CRC32 checks disagree: Python compares 8
+zero-padded hex digits, Java, Go and C# unpadded hex (one body in 16 has a leading zero), and
+Node.js a decimal number, so no CRC32 string passes them all (docs/grpc.md, "Body digest").
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import ipaddress
 import zlib
 from functools import lru_cache
@@ -51,8 +57,9 @@ ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
 _NORMAL: Final[int] = MT.NORMAL
 _FIFO: Final[int] = MT.FIFO
 _IDENTITY: Final[int] = Encoding.IDENTITY
-_CRC32: Final[int] = DigestType.CRC32
+_MD5: Final[int] = DigestType.MD5
 _GZIP: Final[int] = Encoding.GZIP
+_md5: Final = hashlib.md5
 _TAKES_NORMAL: Final = frozenset({None, "normal"})
 _MESSAGE_ID: Final = props.MESSAGE_ID
 _TAGS: Final = props.TAGS
@@ -226,8 +233,8 @@ def delivered_message(message: Delivered, namespace: str, store_host: str, into:
     system = out.system_properties
     system.message_id = properties.get(_MESSAGE_ID, "")
     digest = system.body_digest
-    digest.type = _CRC32
-    digest.checksum = format(zlib.crc32(message.body) & 0xFFFFFFFF, "08X")
+    digest.type = _MD5
+    digest.checksum = _md5(message.body, usedforsecurity=False).hexdigest().upper()
     system.body_encoding = _IDENTITY
     born = message.born_timestamp
     system.born_timestamp.seconds = born // 1000
