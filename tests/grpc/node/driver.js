@@ -187,9 +187,14 @@ const handlers = {
     return { messages: messages.map(m => view(m, { at: Date.now() })) };
   },
 
+  // receiptHandle (optional): ack with that handle instead of the latest delivery's
   async ack(command) {
     const state = entry(command.client);
-    await state.client.ack(state.received.get(command.messageId));
+    let message = state.received.get(command.messageId);
+    if (command.receiptHandle) {
+      message = { ...message, endpoints: message.endpoints, receiptHandle: command.receiptHandle };
+    }
+    await state.client.ack(message);
     return {};
   },
 
