@@ -173,6 +173,40 @@ def test_delivered_message_carries_what_the_clients_need() -> None:
     assert (system.born_host, system.store_host) == ("10.0.0.1", "127.0.0.1:8081")
 
 
+def test_a_born_host_name_survives_the_address_only_record_field() -> None:
+    # The official Java, Go and Node.js clients send their host name, Python an IP address.
+    named, _ = _inbound(_message(born_host="worker-7.example"))
+    assert named.properties[props.BORN_HOST] == "worker-7.example"
+    addressed, _ = _inbound(_message(born_host="10.0.0.9"))
+    assert props.BORN_HOST not in addressed.properties
+
+    def deliver(properties: dict[str, str]) -> object:
+        return delivered_message(
+            Delivered(
+                topic="T",
+                queue_id=0,
+                queue_offset=0,
+                body=b"b",
+                properties=properties,
+                born_timestamp=1,
+                store_timestamp=2,
+                physical_offset=0,
+                born_host="10.0.0.9:0",
+            ),
+            "",
+            "127.0.0.1:8081",
+        )
+
+    named_out = deliver(named.properties)
+    assert named_out.system_properties.born_host == "worker-7.example"
+    assert props.BORN_HOST not in named_out.user_properties
+    assert deliver(addressed.properties).system_properties.born_host == "10.0.0.9"
+    reserved = _message()
+    reserved.user_properties[props.BORN_HOST] = "spoofed"
+    with pytest.raises(V2Error):
+        _inbound(reserved)
+
+
 # b"body-0" has the CRC32 0x060BB6A6: a digest the official clients' CRC32 checks disagree on
 # (Python compares "060BB6A6", Java/Go/C# "60BB6A6", Node.js "101430950"). MD5 they all compare
 # the same way: upper-case hex (Java Utilities.md5CheckSum, Go message.go, Node.js md5CheckSum,

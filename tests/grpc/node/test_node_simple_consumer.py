@@ -3,6 +3,7 @@ invisible duration, and the errors it gets for stale receipt handles."""
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -60,6 +61,7 @@ def test_change_invisible_duration_brings_a_message_back_sooner(
     consumer = node.simple(group, topic)
     [first] = _receive_all(node, consumer, 1)
     assert first["deliveryAttempt"] == 1
+    assert first["bornHost"] == socket.gethostname()  # the client sends its host name
     changed = node.driver.call(
         "changeInvisible", client=consumer, messageId=first["messageId"], invisibleMs=1000
     )

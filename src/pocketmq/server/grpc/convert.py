@@ -64,6 +64,7 @@ _TAKES_NORMAL: Final = frozenset({None, "normal"})
 _MESSAGE_ID: Final = props.MESSAGE_ID
 _TAGS: Final = props.TAGS
 _KEYS: Final = props.KEYS
+_BORN_HOST: Final = props.BORN_HOST
 
 # The Python client 5.1.2 writes Message.delivery_timestamp into Timestamp.seconds as given, and
 # its docstring says milliseconds: a "seconds" value this large is such a millisecond value.
@@ -99,6 +100,15 @@ def endpoints(address: str) -> Any:
     except ValueError:
         scheme = AddressScheme.DOMAIN_NAME
     return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])
+
+
+@lru_cache(maxsize=256)
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def message_type_of(message: Any) -> int:
@@ -182,6 +192,9 @@ def inbound_message(
         properties[_KEYS] = " ".join(keys)
     if kind != _NORMAL:
         _special(kind, system, group, properties, now_ms, max_delay_ms)
+    born_host: str = system.born_host
+    if born_host and not _is_address(born_host):
+        properties[_BORN_HOST] = born_host  # a host name: the record keeps addresses only
     born = system.born_timestamp
     born_ms = born.seconds * 1000 + born.nanos // 1_000_000
     return InboundMessage(topic, body, properties, -1, 0, born_ms), kind
@@ -239,7 +252,11 @@ def delivered_message(message: Delivered, namespace: str, store_host: str, into:
     born = message.born_timestamp
     system.born_timestamp.seconds = born // 1000
     system.born_timestamp.nanos = born % 1000 * 1_000_000
-    system.born_host = message.born_host.rpartition(":")[0].strip("[]") or message.born_host
+    system.born_host = (
+        properties.get(_BORN_HOST)
+        or message.born_host.rpartition(":")[0].strip("[]")
+        or message.born_host
+    )
     stored = message.store_timestamp
     system.store_timestamp.seconds = stored // 1000
     system.store_timestamp.nanos = stored % 1000 * 1_000_000
