@@ -83,6 +83,17 @@ function messageOptions(spec) {
   return options;
 }
 
+// Start a client; one that fails to start is shut down so its timers do not outlive the command.
+async function start(client) {
+  try {
+    await client.startup();
+  } catch (err) {
+    await client.shutdown().catch(() => {});
+    throw err;
+  }
+  return client;
+}
+
 function register(client, state = {}) {
   const id = nextClient++;
   clients.set(id, { client, ...state });
@@ -133,7 +144,7 @@ const handlers = {
       checker,
       maxAttempts: command.maxAttempts,
     });
-    await producer.startup();
+    await start(producer);
     return { client: register(producer, { checks }) };
   },
 
@@ -174,7 +185,7 @@ const handlers = {
       subscriptions: new Map(Object.entries(command.subscriptions)),
       awaitDuration: command.awaitMs ?? 1000,
     });
-    await consumer.startup();
+    await start(consumer);
     return { client: register(consumer, { received: new Map() }) };
   },
 
@@ -222,7 +233,7 @@ const handlers = {
         },
       },
     });
-    await consumer.startup();
+    await start(consumer);
     return { client: register(consumer, { deliveries }) };
   },
 

@@ -14,7 +14,7 @@ from pocketmq.client import Message as NativeMessage
 from pocketmq.client.sync import SyncProducer
 from pocketmq.testing import BrokerProcess
 
-from ..conftest import wait_until
+from ..conftest import unique, wait_until
 from .conftest import NodeClientError, NodeClients
 
 
@@ -94,3 +94,20 @@ def test_an_ack_with_a_stale_receipt_handle_is_refused(
     assert error.value.code == Code.INVALID_RECEIPT_HANDLE
     node.driver.call("ack", client=consumer, messageId=again["messageId"])
     assert node.receive(consumer, 32, 30_000) == []
+
+
+def test_a_consumer_of_a_missing_group_fails_to_start_with_the_cause(
+    node: NodeClients, topic: str
+) -> None:
+    started = time.monotonic()
+    group = unique("no-such-group")
+    with pytest.raises(NodeClientError) as error:
+        node.simple(group, topic)
+    assert f"response-code={Code.CONSUMER_GROUP_NOT_FOUND}" in error.value.message
+    assert f"consumer group {group!r} does not exist" in error.value.message
+    assert time.monotonic() - started < 5  # the Settings reply's status ends the wait
+    node.expect_logs(
+        "Receive unrecognized command from remote",
+        "Get error status from telemetry session",
+        "Startup the rocketmq client failed",
+    )
