@@ -1,4 +1,5 @@
-"""The runnable example in ``examples/exactly_once.py`` (quoted in docs/reliability.md) runs."""
+"""The runnable example in ``examples/exactly_once.py`` (quoted in docs/reliability.md) runs
+end to end: through a real broker it starts, with a lost ack and a producer resend."""
 
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ def run(*args: str) -> str:
 def test_example_with_sqlite() -> None:
     out = run()
     assert "delivered 3 times, payments recorded: 1, stub CONFIRMED" in out
+    assert "handled 1, duplicates 2" in out
 
 
 @pytest.mark.postgres
 def test_example_with_postgres() -> None:
     require_service("postgres")
     out = run("postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    assert "payments recorded: 1" in out
+    assert "delivered 3 times, payments recorded: 1, stub CONFIRMED" in out
