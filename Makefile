@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Prerequisites that pip cannot provide (Java 17 and JDBC drivers for the Spark pipeline tests).
+## Prerequisites that pip cannot provide (Java 17 and JDBC drivers for the Spark pipeline tests,
+## the official Node.js client for the gRPC compatibility tests).
 prerequisites:
 	@sh scripts/prerequisites.sh
 

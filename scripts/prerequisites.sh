@@ -1,12 +1,17 @@
 #!/bin/sh
-# Installs what pip cannot provide: a Java 17+ runtime for PySpark 4 and the JDBC drivers the
-# Spark pipeline reads the reliability tables with (PostgreSQL, MariaDB/MySQL, SQLite).
+# Installs what pip cannot provide: a Java 17+ runtime for PySpark 4, the JDBC drivers the
+# Spark pipeline reads the reliability tables with (PostgreSQL, MariaDB/MySQL, SQLite), and
+# Apache RocketMQ's official Node.js client for the gRPC compatibility tests (tests/grpc/node).
 #
-# All of it comes from Debian packages (no Maven repository is needed). When everything is present
-# the script only tests a few files and exits within milliseconds; it runs apt-get (once) only for
-# what is missing. Set POCKETMQ_SKIP_PREREQUISITES=1 to skip it entirely (e.g. on a machine where
-# you manage Java yourself and do not run the Spark tests).
+# Java, the drivers and (when missing) Node.js come from Debian packages (no Maven repository is
+# needed); the Node.js client comes from npm, pinned by tests/grpc/node/package-lock.json. When
+# everything is present the script only tests a few files and exits within milliseconds; it runs
+# apt-get (once) and `npm ci` only for what is missing or out of date. Set
+# POCKETMQ_SKIP_PREREQUISITES=1 to skip it entirely (e.g. on a machine where you manage Java and
+# Node.js yourself and do not run the Spark or Node.js tests).
 set -eu
+
+node_project="$(dirname "$0")/../tests/grpc/node"
 
 if [ "${POCKETMQ_SKIP_PREREQUISITES:-}" = "1" ]; then
     exit 0
@@ -35,7 +40,28 @@ if [ ! -f /usr/share/java/sqlite-jdbc.jar ]; then
     missing="$missing libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni"
 fi
 
+# Node.js 18+ and npm for the official Node.js client (Debian's nodejs is recent enough).
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
+
+# The Node.js client, installed from the lock file into tests/grpc/node/node_modules. npm writes
+# node_modules/.package-lock.json on every install: newer than the lock file means up to date.
+install_node_client() {
+    if [ -f "$node_project/node_modules/.package-lock.json" ] \
+        && [ "$node_project/node_modules/.package-lock.json" -nt "$node_project/package-lock.json" ] \
+        && [ -f "$node_project/node_modules/rocketmq-client-nodejs/package.json" ]; then
+        return 0
+    fi
+    echo "prerequisites: installing the official Node.js client (npm ci in tests/grpc/node)" >&2
+    if ! (cd "$node_project" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+        # as the tests do: a failure under CI, a warning (and skipped Node.js tests) elsewhere
+        echo "prerequisites: npm ci failed; the Node.js client tests cannot run" >&2
+        [ -z "${CI:-}" ] || exit 1
+    fi
+}
+
 if [ -z "$missing" ]; then
+    install_node_client
     exit 0
 fi
 
@@ -61,4 +87,5 @@ if ! $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null 2>&
     # shellcheck disable=SC2086
     $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
 fi
+install_node_client
 echo "prerequisites: done" >&2

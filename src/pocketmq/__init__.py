@@ -5,7 +5,8 @@ private modules or in the subpackages named in the docs (``pocketmq.store``, ``p
 ``pocketmq.reliability``, ``pocketmq.pipeline``).
 """
 
-from pocketmq.client import ConsumeStatus, Message, MessageView, SendResult, SendStatus
+import typing
+
 from pocketmq.errors import (
     BrokerConnectionError,
     BrokerError,
@@ -22,6 +23,9 @@ from pocketmq.errors import (
     TooManyRequestsError,
     TopicNotFoundError,
 )
+
+if typing.TYPE_CHECKING:
+    from pocketmq.client import ConsumeStatus, Message, MessageView, SendResult, SendStatus
 
 __version__ = "0.1.0"
 
@@ -47,3 +51,21 @@ __all__ = [
     "TopicNotFoundError",
     "__version__",
 ]
+
+_FROM_CLIENT = frozenset({"ConsumeStatus", "Message", "MessageView", "SendResult", "SendStatus"})
+
+
+def __getattr__(name: str) -> object:
+    """The message types are loaded on first use: importing ``pocketmq`` (or any of its
+    subpackages, such as the CLI) does not import the SDK (docs/benchmarks.md, "CLI start-up")."""
+    if name not in _FROM_CLIENT:
+        raise AttributeError(f"module 'pocketmq' has no attribute {name!r}")
+    from pocketmq.client import message
+
+    value = getattr(message, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

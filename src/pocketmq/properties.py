@@ -7,6 +7,7 @@ the same so the native protocol, the gRPC adapter and the store agree without tr
 from typing import Final
 
 __all__ = [
+    "BORN_HOST",
     "CHECK_TIMES",
     "DELAY_LEVEL",
     "DELIVER_TIME_MS",
@@ -44,6 +45,9 @@ REAL_QUEUE_ID: Final = "REAL_QID"
 RECONSUME_TIMES: Final = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
 DLQ_REASON: Final = "DLQ_REASON"
+# A producer's host when it is a name rather than an IP address (the official Java, Go and
+# Node.js clients send their host name): the record's born-host field holds addresses only.
+BORN_HOST: Final = "__BORNHOST"
 
 # Stored properties that are the system's, not the application's: every client hides them from
 # message views and refuses them on send.
@@ -66,5 +70,6 @@ SYSTEM_PROPERTIES: Final = frozenset(
         RECONSUME_TIMES,
         MAX_RECONSUME_TIMES,
         DLQ_REASON,
+        BORN_HOST,
     }
 )

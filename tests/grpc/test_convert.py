@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import gzip
-import zlib
+import hashlib
 
 import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2
+from rocketmq.v5.model.message import Message as OfficialMessage
 
 from pocketmq import properties as props
 from pocketmq.broker import Delivered, GroupConfig, RetryPolicy
@@ -158,8 +159,8 @@ def test_delivered_message_carries_what_the_clients_need() -> None:
     assert message.topic.resource_namespace == "ns"
     assert dict(message.user_properties) == {"user": "yes"}
     assert system.body_encoding == d.Encoding.IDENTITY
-    assert system.body_digest.type == d.DigestType.CRC32
-    assert system.body_digest.checksum == format(zlib.crc32(b"payload"), "08X")
+    assert system.body_digest.type == d.DigestType.MD5
+    assert system.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()
     assert (system.message_id, system.tag, list(system.keys)) == ("ID", "t", ["a", "b"])
     assert (system.message_group, system.message_type) == ("g", MT.FIFO)
     assert (system.queue_id, system.queue_offset) == (2, 7)
@@ -170,6 +171,66 @@ def test_delivered_message_carries_what_the_clients_need() -> None:
     )
     assert system.store_timestamp.seconds == 1_700_000_000
     assert (system.born_host, system.store_host) == ("10.0.0.1", "127.0.0.1:8081")
+
+
+def test_a_born_host_name_survives_the_address_only_record_field() -> None:
+    # The official Java, Go and Node.js clients send their host name, Python an IP address.
+    named, _ = _inbound(_message(born_host="worker-7.example"))
+    assert named.properties[props.BORN_HOST] == "worker-7.example"
+    addressed, _ = _inbound(_message(born_host="10.0.0.9"))
+    assert props.BORN_HOST not in addressed.properties
+
+    def deliver(properties: dict[str, str]) -> object:
+        return delivered_message(
+            Delivered(
+                topic="T",
+                queue_id=0,
+                queue_offset=0,
+                body=b"b",
+                properties=properties,
+                born_timestamp=1,
+                store_timestamp=2,
+                physical_offset=0,
+                born_host="10.0.0.9:0",
+            ),
+            "",
+            "127.0.0.1:8081",
+        )
+
+    named_out = deliver(named.properties)
+    assert named_out.system_properties.born_host == "worker-7.example"
+    assert props.BORN_HOST not in named_out.user_properties
+    assert deliver(addressed.properties).system_properties.born_host == "10.0.0.9"
+    reserved = _message()
+    reserved.user_properties[props.BORN_HOST] = "spoofed"
+    with pytest.raises(V2Error):
+        _inbound(reserved)
+
+
+# b"body-0" has the CRC32 0x060BB6A6: a digest the official clients' CRC32 checks disagree on
+# (Python compares "060BB6A6", Java/Go/C# "60BB6A6", Node.js "101430950"). MD5 they all compare
+# the same way: upper-case hex (Java Utilities.md5CheckSum, Go message.go, Node.js md5CheckSum,
+# C# Utilities.ComputeMd5Hash), which is also what RocketMQ's proxy sends (GrpcConverter).
+@pytest.mark.parametrize("body", [b"payload", b"body-0", bytes(range(256)) * 5])
+def test_body_digest_is_the_md5_every_official_client_verifies(body: bytes) -> None:
+    delivered = Delivered(
+        topic="T",
+        queue_id=0,
+        queue_offset=0,
+        body=body,
+        properties={props.MESSAGE_ID: "ID"},
+        born_timestamp=1,
+        store_timestamp=2,
+        physical_offset=0,
+    )
+    message = delivered_message(delivered, "", "127.0.0.1:8081")
+    digest = message.system_properties.body_digest
+    assert digest.type == d.DigestType.MD5
+    assert digest.checksum == hashlib.md5(body).hexdigest().upper()
+    decoded = OfficialMessage()
+    decoded.fromProtobuf(message)  # the Python client's own verification
+    assert not decoded.corrupted
+    assert decoded.body == body
 
 
 def test_endpoints_schemes() -> None:

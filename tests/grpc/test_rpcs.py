@@ -4,7 +4,7 @@ official Python client sends (checked here in detail) or never sends (pull and o
 from __future__ import annotations
 
 import gzip
-import zlib
+import hashlib
 from typing import Any
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
@@ -141,8 +141,8 @@ def test_receive_stream_layout_and_message_fields(stub: Any, topic: str, group: 
     assert message.body == b"zipped"  # stored decompressed, delivered as IDENTITY
     system = message.system_properties
     assert system.body_encoding == d.Encoding.IDENTITY
-    assert system.body_digest.type == d.DigestType.CRC32
-    assert system.body_digest.checksum == f"{zlib.crc32(b'zipped'):08X}"
+    assert system.body_digest.type == d.DigestType.MD5
+    assert system.body_digest.checksum == hashlib.md5(b"zipped").hexdigest().upper()
     assert system.delivery_attempt == 1
     assert system.receipt_handle
     assert system.tag == "z"

@@ -31,7 +31,7 @@ def test_receive_and_ack_everything_once(
     assert {m.message_id for m in got} == sent
     for m in got:
         assert m.delivery_attempt == 1
-        assert not m.corrupted  # the CRC32 body digest matched
+        assert not m.corrupted  # the body digest matched
         assert m.receipt_handle
         assert m.tag == "t"
         assert m.born_timestamp > 0

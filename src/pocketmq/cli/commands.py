@@ -1,11 +1,13 @@
 """``pocketmq topic``, ``group``, ``send`` and ``consume`` (DESIGN §4).
 
-Every command talks to a broker through the blocking SDK facade. Errors are printed to stderr
-and exit non-zero; ``--json`` output is one JSON object per line, for scripts.
+Every command talks to a broker through the SDK. Errors are printed to stderr and exit non-zero;
+``--json`` output is one JSON object per line, for scripts. The SDK and rich are imported inside
+the commands: ``pocketmq send`` loads the producer only (docs/benchmarks.md, "CLI start-up").
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import json
@@ -15,12 +17,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from pocketmq.cli._app import main, server_option
-from pocketmq.client import Message, MessageView
-from pocketmq.client.sync import SyncAdmin, SyncProducer, SyncSimpleConsumer
+from pocketmq.client.message import Message, MessageView, SendResult
 from pocketmq.errors import PocketMQError
 
 __all__ = ["handle_errors", "message_json", "parse_duration"]
@@ -107,6 +106,8 @@ def topic() -> None:
 @handle_errors
 def topic_create(name: str, queues: int, topic_type: str, server: str) -> None:
     """Create (or update) a topic."""
+    from pocketmq.client.sync import SyncAdmin
+
     with SyncAdmin(servers=server) as admin:
         admin.create_topic(name, queues=queues, topic_type=topic_type)
     click.echo(f"topic {name} created: {queues} queues, type {topic_type}")
@@ -119,6 +120,8 @@ def topic_create(name: str, queues: int, topic_type: str, server: str) -> None:
 @handle_errors
 def topic_list(show_all: bool, as_json: bool, server: str) -> None:
     """List topics."""
+    from pocketmq.client.sync import SyncAdmin
+
     with SyncAdmin(servers=server) as admin:
         topics = [t for t in admin.list_topics() if show_all or not t.name.startswith("%")]
     if as_json:
@@ -129,6 +132,9 @@ def topic_list(show_all: bool, as_json: bool, server: str) -> None:
                 )
             )
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("topic", "queues", "type", "perm")
     for t in topics:
         table.add_row(t.name, str(t.queues), t.topic_type, _perm(t.perm))
@@ -178,6 +184,8 @@ def group_create(
     server: str,
 ) -> None:
     """Create (or update) a consumer group and its retry policy."""
+    from pocketmq.client.sync import SyncAdmin
+
     delays = tuple(parse_duration(p) for p in retry_delays.split(",")) if retry_delays else ()
     initial = multiplier = maximum = 0.0
     if retry_exponential:
@@ -234,6 +242,8 @@ def group_create(
 @handle_errors
 def group_list(as_json: bool, server: str) -> None:
     """List consumer groups."""
+    from pocketmq.client.sync import SyncAdmin
+
     with SyncAdmin(servers=server) as admin:
         groups = admin.list_groups()
     if as_json:
@@ -248,6 +258,9 @@ def group_list(as_json: bool, server: str) -> None:
             }
             click.echo(json.dumps(record))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("group", "fifo", "broadcast", "max retries", "retry delays", "consume from")
     for g in groups:
         delays = ",".join(f"{d:g}s" for d in g.retry_delays) or "levels 3+"
@@ -258,6 +271,13 @@ def group_list(as_json: bool, server: str) -> None:
 
 
 # -- send and consume -----------------------------------------------------------------------
+
+
+async def _send_one(server: str, message: Message) -> SendResult:
+    from pocketmq.client.producer import Producer  # not the blocking facade: no loop thread
+
+    async with Producer(servers=server) as producer:
+        return await producer.send(message)
 
 
 @main.command()
@@ -299,8 +319,7 @@ def send(
         message_group=message_group,
         delivery_time=time.time() + parse_duration(delay) if delay else None,
     )
-    with SyncProducer(servers=server) as producer:
-        result = producer.send(message)
+    result = asyncio.run(_send_one(server, message))
     if as_json:
         record = {
             "message_id": result.message_id,
@@ -345,6 +364,8 @@ def consume(
     server: str,
 ) -> None:
     """Receive messages (and acknowledge them) as a member of GROUP."""
+    from pocketmq.client.sync import SyncSimpleConsumer
+
     idle = parse_duration(timeout)
     received = 0
     wait = min(idle, 20.0)

@@ -5,13 +5,19 @@ Outbound: a message goes into the store with pocketmq's property names (``UNIQ_K
 sent through either protocol is consumed through the other. The client's message id is kept.
 
 Inbound (delivery): every message carries what the official clients need to decode and settle it
-(contract §1.3): ``body_encoding=IDENTITY``, a CRC32 ``body_digest``, ``receipt_handle``,
+(contract §1.3): ``body_encoding=IDENTITY``, an MD5 ``body_digest``, ``receipt_handle``,
 ``delivery_attempt`` (≥ 1), queue id and offset, store time and host.
+
+The digest is MD5 in upper-case hex, as RocketMQ's proxy sends it, because it is the one digest
+every official client verifies the same way. Their CRC32 checks disagree: Python compares 8
+zero-padded hex digits, Java, Go and C# unpadded hex (one body in 16 has a leading zero), and
+Node.js a decimal number, so no CRC32 string passes them all (docs/grpc.md, "Body digest").
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import ipaddress
 import zlib
 from functools import lru_cache
@@ -51,12 +57,14 @@ ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
 _NORMAL: Final[int] = MT.NORMAL
 _FIFO: Final[int] = MT.FIFO
 _IDENTITY: Final[int] = Encoding.IDENTITY
-_CRC32: Final[int] = DigestType.CRC32
+_MD5: Final[int] = DigestType.MD5
 _GZIP: Final[int] = Encoding.GZIP
+_md5: Final = hashlib.md5
 _TAKES_NORMAL: Final = frozenset({None, "normal"})
 _MESSAGE_ID: Final = props.MESSAGE_ID
 _TAGS: Final = props.TAGS
 _KEYS: Final = props.KEYS
+_BORN_HOST: Final = props.BORN_HOST
 
 # The Python client 5.1.2 writes Message.delivery_timestamp into Timestamp.seconds as given, and
 # its docstring says milliseconds: a "seconds" value this large is such a millisecond value.
@@ -92,6 +100,15 @@ def endpoints(address: str) -> Any:
     except ValueError:
         scheme = AddressScheme.DOMAIN_NAME
     return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])
+
+
+@lru_cache(maxsize=256)
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def message_type_of(message: Any) -> int:
@@ -175,6 +192,9 @@ def inbound_message(
         properties[_KEYS] = " ".join(keys)
     if kind != _NORMAL:
         _special(kind, system, group, properties, now_ms, max_delay_ms)
+    born_host: str = system.born_host
+    if born_host and not _is_address(born_host):
+        properties[_BORN_HOST] = born_host  # a host name: the record keeps addresses only
     born = system.born_timestamp
     born_ms = born.seconds * 1000 + born.nanos // 1_000_000
     return InboundMessage(topic, body, properties, -1, 0, born_ms), kind
@@ -226,13 +246,17 @@ def delivered_message(message: Delivered, namespace: str, store_host: str, into:
     system = out.system_properties
     system.message_id = properties.get(_MESSAGE_ID, "")
     digest = system.body_digest
-    digest.type = _CRC32
-    digest.checksum = format(zlib.crc32(message.body) & 0xFFFFFFFF, "08X")
+    digest.type = _MD5
+    digest.checksum = _md5(message.body, usedforsecurity=False).hexdigest().upper()
     system.body_encoding = _IDENTITY
     born = message.born_timestamp
     system.born_timestamp.seconds = born // 1000
     system.born_timestamp.nanos = born % 1000 * 1_000_000
-    system.born_host = message.born_host.rpartition(":")[0].strip("[]") or message.born_host
+    system.born_host = (
+        properties.get(_BORN_HOST)
+        or message.born_host.rpartition(":")[0].strip("[]")
+        or message.born_host
+    )
     stored = message.store_timestamp
     system.store_timestamp.seconds = stored // 1000
     system.store_timestamp.nanos = stored % 1000 * 1_000_000
