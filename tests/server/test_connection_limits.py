@@ -20,6 +20,7 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol import structs as w
+from pocketmq.server.upstream import NameServerLink
 
 from .conftest import StartToy
 
@@ -184,3 +185,39 @@ async def test_an_oversize_response_fails_alone(start_toy: StartToy) -> None:
         assert "frame limit" in _remark(too_large)
         assert (await client.answer(3)).code == Code.SUCCESS
         assert not client.closed
+
+
+async def test_the_sdk_closes_its_idle_connections_before_the_server_would(
+    start_toy: StartToy,
+) -> None:
+    """The HELLO reply carries the server's idle timeout; the SDK closes a connection unused
+    for half of it (the server's own sweep never runs here: its clock is fake)."""
+    async with start_toy(idle_timeout=0.4) as toy:
+        connection = await connect(toy.server.address, "sdk", timeout=2)
+        assert connection.hello is not None
+        assert connection.hello.idle_timeout_ms == 400
+        waiting = connection.send_request(RequestCode.PULL, w.PullRequest("g", "t", 0, 0), None)
+        await asyncio.sleep(0.5)
+        assert connection.is_open, "a connection with a request in flight is not idle"
+        toy.toy.release.set()
+        await waiting
+        await asyncio.sleep(0.1)
+        assert connection.is_open
+        await asyncio.sleep(0.35)
+        assert not connection.is_open
+
+
+async def test_the_name_server_link_reconnects_after_an_idle_close(start_toy: StartToy) -> None:
+    async with start_toy(idle_timeout=30) as toy:
+        link = NameServerLink(toy.server.address, "broker:test")
+        try:
+            route = await link.call(RequestCode.GET_ROUTE, w.GetRouteRequest("a"), w.RouteResponse)
+            assert route.topic == "a"
+            toy.clock.now += 31
+            toy.server.sweep()
+            await asyncio.sleep(0.1)
+            assert not toy.server.connections
+            route = await link.call(RequestCode.GET_ROUTE, w.GetRouteRequest("b"), w.RouteResponse)
+            assert route.topic == "b"
+        finally:
+            await link.close()

@@ -152,21 +152,25 @@ class ServerConnection(asyncio.Protocol):
         held = self._decoder.buffered
         if held == self._held:
             return
-        if self._budget.change(self._held, held):
+        budget = self._budget
+        if budget.change(self._held, held):
+            self._held = held
+            return
+        header = self._decoder.abandon_partial()
+        if header is None:  # not even a header yet (under 12 bytes): not worth refusing
+            budget.used += held
             self._held = held
             return
         self._held = 0
-        header = self._decoder.abandon_partial()
-        budget = self._budget
         self.bad_input_log.warning(
             "buffer-budget",
-            "refused a %s-byte request from %s: frames being received hold %d bytes (limit %d)",
-            header.body_size if header else "?",
+            "refused a %d-byte request from %s: frames being received hold %d bytes (limit %d)",
+            header.body_size,
             self.remote or "?",
             budget.used,
             budget.limit,
         )
-        if header is not None and header.kind == FrameKind.REQUEST:
+        if header.kind == FrameKind.REQUEST:
             self._respond_error(
                 header.request_id,
                 Code.TOO_MANY_REQUESTS,

@@ -40,7 +40,12 @@ from pocketmq.server.paging import (
     fit,
     pop_byte_budget,
 )
-from pocketmq.server.validation import message_problem, retry_policy_problem
+from pocketmq.server.validation import (
+    attempt_problem,
+    message_problem,
+    retry_policy_problem,
+    timestamp_problem,
+)
 
 __all__ = ["broker_handlers", "to_wire"]
 
@@ -422,6 +427,9 @@ def broker_handlers(
         return await list_brokers()
 
     async def send_back(conn: ServerConnection, req: w.SendBackRequest) -> w.Empty:
+        problem = timestamp_problem(req.delivered_at_ms, "delivered_at_ms")
+        if problem is not None:
+            raise InvalidArgumentError(problem)
         await broker.send_back(
             req.group,
             req.physical_offset,
@@ -436,6 +444,7 @@ def broker_handlers(
         return w.Empty()
 
     def report_outcomes(conn: ServerConnection, req: w.ReportOutcomesRequest) -> w.Empty:
+        problems = [p for a in req.attempts if (p := attempt_problem(a)) is not None]
         broker.report_outcomes(
             req.group,
             req.consumer or conn.client_id,
@@ -453,8 +462,13 @@ def broker_handlers(
                     a.message_group,
                 )
                 for a in req.attempts
+                if attempt_problem(a) is None
             ],
         )
+        if problems:  # the others are recorded
+            raise InvalidArgumentError(
+                f"{len(problems)} of {len(req.attempts)} attempt records refused: {problems[0]}"
+            )
         return w.Empty()
 
     def message_history(
