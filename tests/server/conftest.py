@@ -26,7 +26,6 @@ from pocketmq.protocol import (
 )
 from pocketmq.protocol import structs as w
 from pocketmq.server.connection import HandlerTable, ServerConnection
-from pocketmq.server.limits import ConnectionLimits
 from pocketmq.server.tcp import FrameServer
 
 
@@ -145,6 +144,8 @@ StartToy = Callable[..., "contextlib.AbstractAsyncContextManager[ToyServer]"]
 def start_toy() -> Callable[..., contextlib.AbstractAsyncContextManager[ToyServer]]:
     @contextlib.asynccontextmanager
     async def start(**limits: float) -> AsyncIterator[ToyServer]:
+        from pocketmq.server.limits import ConnectionLimits
+
         toy = Toy()
         clock = FakeClock()
         config = ConnectionLimits(**limits)  # type: ignore[arg-type]

