@@ -240,3 +240,39 @@ def test_partial_frames_share_the_memory_budget(tmp_path_factory: pytest.TempPat
     with BrokerProcess(tmp_path_factory.mktemp("rss"), config=config, grpc_port=None) as broker:
         grown = _offer_partial_frames(broker, 30, greet=True)
         assert grown < 48, f"RSS grew by {grown} MiB"
+
+
+async def test_pulls_and_browses_stay_within_a_frame(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    """The other responses that grow with the data: 20 MiB in one queue come back in bounded
+    pieces, and reading on from where each stopped loses nothing."""
+    topic, group = names("t"), names("g")
+    await create(broker.address, topic=topic, group=group, queues=1)
+    async with Producer(servers=broker.address) as producer:
+        for n in range(20):
+            await producer.send(Message(topic=topic, body=bytes([n]) * MiB))
+    connection = await _connection(broker)
+    pulled: list[int] = []
+    browsed: list[int] = []
+    try:
+        offset = 0
+        while len(pulled) < 20:
+            reply = await connection.request(
+                RequestCode.PULL, w.PullRequest(group, topic, 0, offset, 32), w.PullResponse, 10
+            )
+            assert sum(len(m.body) for m in reply.messages) <= 4 * MiB
+            pulled += [m.body[0] for m in reply.messages]
+            offset = reply.next_offset
+        offset = 0
+        while len(browsed) < 20:
+            page = await connection.request(
+                RequestCode.BROWSE, w.BrowseRequest(topic, 0, offset, 1024),
+                w.QueryMessageResponse, 10,
+            )  # fmt: skip
+            assert sum(len(m.body) for m in page.messages) <= 4 * MiB
+            browsed += [m.body[0] for m in page.messages]
+            offset = page.messages[-1].queue_offset + 1
+    finally:
+        connection.close()
+    assert pulled == browsed == list(range(20))
