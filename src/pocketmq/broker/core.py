@@ -32,7 +32,7 @@ from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.persist import OffLoopWriter
-from pocketmq.broker.pop import Handle, InFlight, PopManager, PopQueue
+from pocketmq.broker.pop import Handle, InFlight, PopBatch, PopManager, PopQueue
 from pocketmq.broker.producers import CheckChannel
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveLedger, RedriveRecord
 from pocketmq.broker.schedule import (
@@ -839,8 +839,10 @@ class Broker:
         expression: str = "*",
         consumer: str = "",
         queue_hint: int = -1,
+        max_bytes: int | None = None,
     ) -> list[Delivered]:
-        """A pop answered without waiting (possibly empty)."""
+        """A pop answered without waiting (possibly empty). ``max_bytes``: stop taking messages
+        once those taken hold this many bytes (see :class:`PopBatch`)."""
         group_config = self._group(group)
         topic_config = self._readable_topic(topic, group)
         if invisible <= 0:
@@ -853,6 +855,7 @@ class Broker:
             parse_tag_expression(expression),
             consumer,
             queue_hint,
+            max_bytes,
         )
         self.counters["messages_out"] += len(delivered)
         return delivered
@@ -868,6 +871,7 @@ class Broker:
         expression: str = "*",
         consumer: str = "",
         queue_hint: int = -1,
+        max_bytes: int | None = None,
     ) -> list[Delivered]:
         """A pop that long-polls up to ``max_wait`` for something to deliver."""
         deadline = self._clock() + min(max_wait, self.config.max_long_poll)
@@ -880,6 +884,7 @@ class Broker:
                 expression=expression,
                 consumer=consumer,
                 queue_hint=queue_hint,
+                max_bytes=max_bytes,
             )
             remaining = deadline - self._clock()
             if delivered or remaining <= 0:
@@ -898,14 +903,15 @@ class Broker:
         tags: frozenset[str] | None,
         consumer: str,
         queue_hint: int,
+        max_bytes: int | None = None,
     ) -> list[Delivered]:
         now = self._clock()
-        out: list[Delivered] = []
+        out = PopBatch(max_bytes)
         key = f"{group.name}@{topic.name}"
         start = queue_hint if 0 <= queue_hint < topic.queues else self._round_robin.get(key, 0)
         self._round_robin[key] = start + 1
         for step in range(topic.queues):
-            if len(out) >= max_count:
+            if len(out) >= max_count or out.full_of_bytes:
                 break
             queue_id = (start + step) % topic.queues
             state = self.pop_state.get(group.name, topic.name, queue_id)
@@ -936,6 +942,7 @@ class Broker:
                 )
                 if (
                     len(out) < max_count
+                    and not out.full_of_bytes
                     and len(state.inflight) < self.config.max_inflight_per_queue
                 ):
                     self._deliver_new(
@@ -955,11 +962,11 @@ class Broker:
         now: float,
         invisible: float,
         consumer: str,
-        out: list[Delivered],
+        out: PopBatch,
         max_count: int,
     ) -> None:
         for offset, entry in state.expired(now):
-            if len(out) >= max_count:
+            if len(out) >= max_count or out.full_of_bytes:
                 state.requeue(offset, entry)
                 continue
             message = self._message_at(topic, queue_id, offset)
@@ -989,7 +996,7 @@ class Broker:
         invisible: float,
         consumer: str,
         tags: frozenset[str] | None,
-        out: list[Delivered],
+        out: PopBatch,
         max_count: int,
     ) -> None:
         got = self.store.get_messages(
@@ -1001,6 +1008,9 @@ class Broker:
                 topic, queue_id, state.next_offset, max_count=max_count - len(out), tags=tags
             )
         for message in got.messages:
+            if out.full_of_bytes:  # the rest stays for the next pop
+                state.skip_to(message.queue_offset)
+                return
             offset = message.queue_offset
             attempt = message.reconsume_times + 1
             token = state.hand_out(
@@ -1029,7 +1039,7 @@ class Broker:
         invisible: float,
         consumer: str,
         tags: frozenset[str] | None,
-        out: list[Delivered],
+        out: PopBatch,
         max_count: int,
     ) -> None:
         """FIFO pop: per message group, never hand out a message while an earlier one of its
@@ -1039,7 +1049,7 @@ class Broker:
         limit = group.retry.max_attempts if group.retry.max_retries >= 0 else None
         # 1. what is already pending (expired deliveries and parked messages), in offset order
         for offset in sorted(set(state.inflight) | set(state.parked)):
-            if len(out) >= max_count:
+            if len(out) >= max_count or out.full_of_bytes:
                 return
             entry = state.inflight.get(offset)
             key = entry.message_group if entry is not None else state.parked[offset]
@@ -1069,7 +1079,11 @@ class Broker:
                 )
             )
         # 2. new messages: hand out those of idle groups, park those of busy ones
-        while len(out) < max_count and len(state.parked) < self.config.max_inflight_per_queue:
+        while (
+            len(out) < max_count
+            and not out.full_of_bytes
+            and len(state.parked) < self.config.max_inflight_per_queue
+        ):
             got = self.store.get_messages(
                 topic, queue_id, state.next_offset, max_count=max_count, tags=tags
             )
@@ -1083,7 +1097,7 @@ class Broker:
             for message in got.messages:
                 offset = message.queue_offset
                 key = message.properties.get(props.MESSAGE_GROUP) or f"\0{offset}"
-                if key in busy or len(out) >= max_count:
+                if key in busy or len(out) >= max_count or out.full_of_bytes:
                     state.parked[offset] = key
                     busy.add(key)  # keep the group's later messages behind this one
                 else:

@@ -45,7 +45,11 @@ class RetryPolicy(msgspec.Struct, frozen=True):
         """Seconds to wait before retry number ``retry`` (1-based)."""
         retry = max(1, retry)
         if self.initial > 0:
-            return float(min(self.maximum, self.initial * self.multiplier ** (retry - 1)))
+            try:
+                grown = self.initial * self.multiplier ** (retry - 1)
+            except OverflowError:  # a group that never gives up (-1) retries past 2 ** 1024
+                grown = self.maximum
+            return float(min(self.maximum, grown))
         table = self.delays or levels[2:]
         return float(table[min(retry, len(table)) - 1])
 

@@ -20,10 +20,41 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from pocketmq.broker.model import Delivered
 from pocketmq.broker.persist import Sink, load_json, save_json
 from pocketmq.errors import InvalidReceiptHandleError
 
-__all__ = ["Handle", "InFlight", "PopManager", "PopQueue"]
+__all__ = ["Handle", "InFlight", "PopBatch", "PopManager", "PopQueue"]
+
+# a delivered message's fields beside its body and properties (ids, offsets, handle, hosts)
+_DELIVERED_OVERHEAD = 256
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class PopBatch(list[Delivered]):
+    """The messages one pop hands out. Besides its count, a pop is bounded by bytes: its answer
+    must fit in one frame of the native protocol (docs/protocol.md "Limits"). The bound is
+    soft — the message that reaches it is still taken — so the caller leaves room for one
+    message of the largest size."""
+
+    def __init__(self, max_bytes: int | None) -> None:
+        super().__init__()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+
+    def append(self, message: Delivered) -> None:
+        super().append(message)
+        size = len(message.body) + _DELIVERED_OVERHEAD
+        for key, value in message.properties.items():
+            size += _utf8_size(key) + _utf8_size(value)
+        self.bytes += size
+
+    @property
+    def full_of_bytes(self) -> bool:
+        return self.max_bytes is not None and self.bytes >= self.max_bytes
 
 
 class InFlight(msgspec.Struct):

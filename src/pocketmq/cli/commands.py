@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +23,7 @@ import click
 from pocketmq.cli._app import main, server_option
 from pocketmq.client.message import Message, MessageView, SendResult
 from pocketmq.errors import PocketMQError
+from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
 
 __all__ = ["handle_errors", "message_json", "parse_duration"]
 
@@ -30,19 +33,21 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str) -> float:
-    """``"10s"``, ``"1.5m"``, ``"2h"``, ``"500ms"`` or plain seconds → seconds."""
+    """``"10s"``, ``"1.5m"``, ``"2h"``, ``"500ms"`` or plain seconds → seconds (finite, >= 0:
+    ``nan``, ``inf`` and ``1e400`` are refused here rather than failing deep in the SDK)."""
     value = text.strip().lower()
+    seconds: float | None = None
     for unit in ("ms", "s", "m", "h", "d"):
         if value.endswith(unit):
-            number = value[: -len(unit)]
-            try:
-                return float(number) * _UNITS[unit]
-            except ValueError:
-                break
-    try:
-        return float(value)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a duration like 500ms, 10s, 5m or 2h") from None
+            with contextlib.suppress(ValueError):
+                seconds = float(value[: -len(unit)]) * _UNITS[unit]
+            break
+    if seconds is None:
+        with contextlib.suppress(ValueError):
+            seconds = float(value)
+    if seconds is None or not 0 <= seconds < math.inf:
+        raise click.BadParameter(f"{text!r} is not a duration like 500ms, 10s, 5m or 2h")
+    return seconds
 
 
 def handle_errors(func: F) -> F:
@@ -194,11 +199,16 @@ def group_create(
             raise click.BadParameter(
                 "expected INITIAL,MULTIPLIER,MAX", param_hint="--retry-exponential"
             )
-        initial, multiplier, maximum = (
-            parse_duration(parts[0]),
-            float(parts[1]),
-            parse_duration(parts[2]),
-        )
+        try:
+            multiplier = float(parts[1])
+        except ValueError:
+            multiplier = math.nan
+        if not 1 <= multiplier <= MAX_RETRY_MULTIPLIER:  # also refuses nan
+            raise click.BadParameter(
+                f"the multiplier {parts[1]!r} must be a number from 1 to {MAX_RETRY_MULTIPLIER:g}",
+                param_hint="--retry-exponential",
+            )
+        initial, maximum = parse_duration(parts[0]), parse_duration(parts[2])
     if fifo and not delays and not initial:
         # seed 002: FIFO groups retry with 1s 5s 10s 30s 1m ... 2h, 17 attempts in all
         delays = (
@@ -303,7 +313,8 @@ def send(
     server: str,
 ) -> None:
     """Send one message (BODY is UTF-8 text; use - to read it from stdin)."""
-    payload = sys.stdin.buffer.read() if body == "-" else body.encode()
+    # bytes the shell passed that are not UTF-8 come back as they were (surrogateescape)
+    payload = sys.stdin.buffer.read() if body == "-" else body.encode("utf-8", "surrogateescape")
     extra: dict[str, str] = {}
     for item in properties:
         name, sep, value = item.partition("=")

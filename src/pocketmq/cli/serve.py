@@ -21,6 +21,7 @@ import msgspec
 
 from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
+from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
 from pocketmq.store import FlushMode, StoreConfig
 
@@ -98,6 +99,10 @@ def build_config(
         overrides["namesrv"] = namesrv
         overrides["namesrv_port"] = None
     config = replace(app, **overrides)
+    try:
+        config.connection_limits()
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
     store_host = f"{config.host}:{config.port}"
     return replace(config, broker=replace(broker, store=replace(store, store_host=store_host)))
 

@@ -16,6 +16,7 @@ from pocketmq.client.message import MessageView
 from pocketmq.errors import InvalidArgumentError, MessageNotFoundError, TopicNotFoundError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.checks import retry_policy_problem
 
 __all__ = ["Admin", "DeadLetter", "GroupInfo", "QueueInfo", "TopicInfo", "TransactionInfo"]
 
@@ -88,6 +89,21 @@ class QueueInfo:
         return max(0, self.max_offset - self.committed_offset)
 
 
+# delays travel as int64 milliseconds; no retry delay is anywhere near this (about 292 years)
+_MAX_DELAY_SECONDS = 2**63 // 1000 // 1000
+
+
+def _milliseconds(seconds: float, what: str) -> int:
+    """``seconds`` as the wire's milliseconds; nan, infinities and negatives are refused."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds <= _MAX_DELAY_SECONDS  # also refuses nan
+    ):
+        raise InvalidArgumentError(f"{what} must be a number of seconds >= 0, got {seconds!r}")
+    return round(seconds * 1000)
+
+
 class Admin(ClientBase):
     """Administrative calls. Topic and group changes go to every broker of the cluster."""
 
@@ -148,17 +164,22 @@ class Admin(ClientBase):
         retry_multiplier: float = 2.0,
         retry_max: float = 0.0,
     ) -> None:
+        if isinstance(retry_multiplier, bool) or not isinstance(retry_multiplier, int | float):
+            raise InvalidArgumentError("retry_multiplier must be a number")
         spec = w.GroupSpec(
             name,
             fifo,
             max_retries,
-            [int(d * 1000) for d in retry_delays],
+            [_milliseconds(d, "retry delay") for d in retry_delays],
             broadcast,
             consume_from,
-            int(retry_initial * 1000),
-            retry_multiplier,
-            int(retry_max * 1000),
+            _milliseconds(retry_initial, "retry_initial"),
+            float(retry_multiplier),
+            _milliseconds(retry_max, "retry_max"),
         )
+        problem = retry_policy_problem(spec)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
         await self._on_every_broker(RequestCode.CREATE_GROUP, spec)
 
     async def delete_group(self, name: str) -> None:
@@ -198,26 +219,30 @@ class Admin(ClientBase):
     async def query_message(self, message_id: str) -> list[MessageView]:
         found: list[MessageView] = []
         for address in await self._brokers():
-            reply = await self.call(
-                address,
-                RequestCode.QUERY_MESSAGE,
-                w.QueryMessageRequest(message_id=message_id),
-                w.QueryMessageResponse,
-            )
-            found.extend(to_view(m) for m in reply.messages)
+            found += await self._query_pages(address, w.QueryMessageRequest(message_id=message_id))
         return found
 
     async def query_by_key(self, topic: str, key: str, max_count: int = 32) -> list[MessageView]:
         found: list[MessageView] = []
         for address in await self._brokers():
+            request = w.QueryMessageRequest(topic=topic, key=key, max_count=max_count)
+            found += await self._query_pages(address, request)
+        return found
+
+    async def _query_pages(self, address: str, request: w.QueryMessageRequest) -> list[MessageView]:
+        """Every page of one broker's answer: a page is cut to fit in a frame (``more``)."""
+        found: list[MessageView] = []
+        while True:
             reply = await self.call(
-                address,
-                RequestCode.QUERY_MESSAGE,
-                w.QueryMessageRequest(topic=topic, key=key, max_count=max_count),
-                w.QueryMessageResponse,
+                address, RequestCode.QUERY_MESSAGE, request, w.QueryMessageResponse
             )
             found.extend(to_view(m) for m in reply.messages)
-        return found
+            wanted = request.max_count - len(reply.messages)
+            if not reply.more or not reply.messages or wanted <= 0:
+                return found
+            request = msgspec.structs.replace(
+                request, max_count=wanted, skip=request.skip + len(reply.messages)
+            )
 
     async def message_history(self, message_id: str) -> list[w.AttemptRecord]:
         """Every recorded delivery attempt of the message, across brokers, oldest first."""

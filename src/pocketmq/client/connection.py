@@ -4,6 +4,12 @@ Any number of requests may be in flight; each waits on its own future. When the 
 breaks, every waiting request fails with :class:`BrokerConnectionError` at once, so callers can
 retry elsewhere instead of waiting for a timeout. One-way requests from the server (consumer-group
 changes, transaction checks) go to a callback.
+
+An error response with request id 0 is about the connection itself (a framing error, the
+broker's connection limit, no file descriptor left): every waiting request fails with it, so the
+caller sees the broker's reason, typed, rather than a bare "connection lost". A connection idle
+for half the server's idle timeout (from the HELLO reply) is closed by the client, so the server
+never closes it under a request just being sent; the pool reopens it on next use.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ class ClientConnection(asyncio.Protocol):
         self._can_write.set()
         self._outgoing: list[bytes] = []
         self._last_id = 0
+        self._last_active = 0.0
+        self._idle_check: asyncio.TimerHandle | None = None
+        self._refusal: Exception | None = None  # the broker's reason for closing, if it gave one
         self.hello: w.HelloResponse | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -68,8 +77,12 @@ class ClientConnection(asyncio.Protocol):
         self._closed = asyncio.get_running_loop().create_future()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+            self._idle_check = None
         self._fail_all(
-            BrokerConnectionError(f"connection to {self.address} lost", address=self.address)
+            self._refusal
+            or BrokerConnectionError(f"connection to {self.address} lost", address=self.address)
         )
         self._transport = None
         self._can_write.set()
@@ -83,6 +96,7 @@ class ClientConnection(asyncio.Protocol):
         self._can_write.set()
 
     def data_received(self, data: bytes) -> None:
+        self._last_active = asyncio.get_running_loop().time()
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as exc:
@@ -94,6 +108,11 @@ class ClientConnection(asyncio.Protocol):
             if frame.kind == FrameKind.RESPONSE:
                 waiting = self._pending.pop(frame.request_id, None)
                 if waiting is None:
+                    if frame.request_id == 0 and frame.code != Code.SUCCESS:
+                        # about the connection (docs/protocol.md "Errors"): the broker closes it
+                        self._refusal = error_from_code(frame.code, _remark(frame.body))
+                        self._fail_all(self._refusal)
+                        continue
                     if frame.code != Code.SUCCESS:
                         remark = _remark(frame.body)
                         log.error("broker %s: %s", self.address, remark or frame.code)
@@ -120,9 +139,33 @@ class ClientConnection(asyncio.Protocol):
 
     def _write(self, frame: bytes) -> None:
         """Queue a frame; everything queued in one loop iteration leaves in one write."""
+        loop = asyncio.get_running_loop()
+        self._last_active = loop.time()
         if not self._outgoing:
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop.call_soon(self._flush)
         self._outgoing.append(frame)
+
+    def close_when_idle(self, server_idle_timeout: float) -> None:
+        """Close this connection once it has been unused for half ``server_idle_timeout`` with
+        nothing in flight: before the server would close it, possibly under a request."""
+        if server_idle_timeout <= 0:
+            return
+        limit = server_idle_timeout / 2
+        loop = asyncio.get_running_loop()
+        self._last_active = loop.time()
+
+        def check() -> None:
+            self._idle_check = None
+            if not self.is_open:
+                return
+            idle = loop.time() - self._last_active
+            if self._pending or self._outgoing or idle < limit:
+                self._idle_check = loop.call_later(max(limit - idle, limit / 4), check)
+            else:
+                log.debug("closing the idle connection to %s", self.address)
+                self.close()
+
+        self._idle_check = loop.call_later(limit, check)
 
     def _flush(self) -> None:
         outgoing, self._outgoing = self._outgoing, []
@@ -133,14 +176,20 @@ class ClientConnection(asyncio.Protocol):
     def is_open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
+    def _next_id(self) -> int:
+        """The next request id; never 0, which marks connection-level errors."""
+        return next(self._ids) & 0xFFFFFFFF or next(self._ids) & 0xFFFFFFFF
+
     def send_request(
         self, code: RequestCode, body: msgspec.Struct, reply: type[T] | None
     ) -> asyncio.Future[T]:
         """Queue the request and return the future of its response (no timeout)."""
         if not self.is_open:
+            if self._refusal is not None:
+                raise self._refusal
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
         assert self._transport is not None
-        request_id = self._last_id = next(self._ids) & 0xFFFFFFFF
+        request_id = self._last_id = self._next_id()
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (future, reply)
         self._write(encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body)))
@@ -164,7 +213,7 @@ class ClientConnection(asyncio.Protocol):
         if not self.is_open:
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
         assert self._transport is not None
-        request_id = next(self._ids) & 0xFFFFFFFF
+        request_id = self._next_id()
         self._write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
 
     def _expire(self, request_id: int, code: RequestCode, timeout: float) -> None:
@@ -226,6 +275,7 @@ async def connect(
     except BaseException:
         connection.close()
         raise
+    connection.close_when_idle(connection.hello.idle_timeout_ms / 1000)
     return connection
 
 

@@ -16,11 +16,28 @@ __all__ = ["SYSTEM_PROPERTIES", "to_view", "to_wire", "validate_message"]
 SYSTEM_PROPERTIES: Final = props.SYSTEM_PROPERTIES
 
 
+# delivery times are sent as epoch milliseconds in a signed 64-bit field
+_MAX_DELIVERY_TIME: Final = (2**63 - 1) / 1000
+
+
+def _check_text(value: str, what: str) -> None:
+    """A string the wire can carry: UTF-8 has no lone surrogates (``"\udcff"``, which
+    ``surrogateescape`` makes of undecodable bytes)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(
+                f"{what} {value!r} is not valid text (it holds a lone surrogate)"
+            ) from None
+
+
 def validate_message(message: Message, max_size: int | None = None) -> None:
     if not isinstance(message, Message):
         raise InvalidArgumentError(f"expected a pocketmq.Message, got {type(message).__name__}")
     if not isinstance(message.topic, str) or not message.topic:
         raise InvalidArgumentError("message topic must be a non-empty string")
+    _check_text(message.topic, "topic")
     if not isinstance(message.body, bytes | bytearray | memoryview):
         raise InvalidArgumentError(
             f"message body must be bytes, got {type(message.body).__name__} "
@@ -32,16 +49,37 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
         raise InvalidArgumentError(
             f"message body is {len(message.body)} bytes; the broker accepts at most {max_size}"
         )
-    if message.tag is not None and (not isinstance(message.tag, str) or "||" in message.tag):
-        raise InvalidArgumentError("tag must be a string without '||'")
+    if message.tag is not None:
+        if not isinstance(message.tag, str) or "||" in message.tag:
+            raise InvalidArgumentError("tag must be a string without '||'")
+        _check_text(message.tag, "tag")
     for key in message.keys:
         if not isinstance(key, str) or not key or any(c.isspace() for c in key):
             raise InvalidArgumentError(f"key {key!r} must be a non-empty string without spaces")
+        _check_text(key, "key")
     for name, value in message.properties.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise InvalidArgumentError("properties must map strings to strings")
+        if not name:
+            raise InvalidArgumentError("a property name must not be empty")
         if name in SYSTEM_PROPERTIES:
             raise InvalidArgumentError(f"property {name!r} is reserved")
+        _check_text(name, "property name")
+        _check_text(value, f"property {name!r}")
+    for text, what in ((message.message_group, "message group"), (message.message_id, "id")):
+        if text is not None:
+            if not isinstance(text, str):
+                raise InvalidArgumentError(f"message {what} must be a string")
+            _check_text(text, f"message {what}")
+    delivery = message.delivery_time
+    if delivery is not None and (
+        isinstance(delivery, bool)
+        or not isinstance(delivery, int | float)
+        or not 0 <= delivery <= _MAX_DELIVERY_TIME  # also refuses nan
+    ):
+        raise InvalidArgumentError(
+            f"delivery_time must be epoch seconds (a finite, non-negative number), got {delivery!r}"
+        )
 
 
 def to_wire(message: Message, message_id: str | None = None) -> w.WireMessage:

@@ -6,16 +6,23 @@ See docs/protocol.md.
 
 from pocketmq.protocol import structs
 from pocketmq.protocol.codes import FrameKind, RequestCode
-from pocketmq.protocol.frames import Frame, FrameDecoder, encode_frame
-from pocketmq.protocol.limits import HEADER_SIZE, MAX_FRAME_BODY, PROTOCOL_VERSION
+from pocketmq.protocol.frames import Frame, FrameDecoder, FrameHeader, encode_frame
+from pocketmq.protocol.limits import (
+    HEADER_SIZE,
+    MAX_FRAME_BEFORE_HELLO,
+    MAX_FRAME_BODY,
+    PROTOCOL_VERSION,
+)
 from pocketmq.protocol.structs import decode_body, encode_body
 
 __all__ = [
     "HEADER_SIZE",
+    "MAX_FRAME_BEFORE_HELLO",
     "MAX_FRAME_BODY",
     "PROTOCOL_VERSION",
     "Frame",
     "FrameDecoder",
+    "FrameHeader",
     "FrameKind",
     "RequestCode",
     "decode_body",

@@ -2,8 +2,11 @@
 
 from typing import Final
 
-__all__ = ["HEADER_SIZE", "MAX_FRAME_BODY", "PROTOCOL_VERSION"]
+__all__ = ["HEADER_SIZE", "MAX_FRAME_BEFORE_HELLO", "MAX_FRAME_BODY", "PROTOCOL_VERSION"]
 
 PROTOCOL_VERSION: Final = 1
 HEADER_SIZE: Final = 12
 MAX_FRAME_BODY: Final = 16 * 1024 * 1024
+# Until a connection's HELLO is answered its peer is unknown: a HELLO is a few hundred bytes, so
+# a server accepts no bigger frame before it (docs/protocol.md "Limits").
+MAX_FRAME_BEFORE_HELLO: Final = 64 * 1024

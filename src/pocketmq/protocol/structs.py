@@ -113,6 +113,8 @@ class HelloResponse(_Body, frozen=True):
     role: str  # "broker" | "namesrv"
     max_frame_body: int
     max_message_size: int
+    # the server closes a connection idle this long (0: never); clients close theirs sooner
+    idle_timeout_ms: int = 0
 
 
 class ConsumerRegistration(_Body, frozen=True):
@@ -363,10 +365,12 @@ class QueryMessageRequest(_Body, frozen=True):
     topic: str = ""
     key: str = ""
     max_count: int = 32
+    skip: int = 0  # results already received (the next page starts after them)
 
 
 class QueryMessageResponse(_Body, frozen=True):
     messages: list[DeliveredMessage]
+    more: bool = False  # cut to fit a frame: ask again with skip += len(messages)
 
 
 class MessageHistoryRequest(_Body, frozen=True):
@@ -603,3 +607,5 @@ def decode_body(data: bytes, kind: type[T]) -> T:
         raise ProtocolError(f"invalid {kind.__name__}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ProtocolError(f"malformed {kind.__name__} body: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"invalid {kind.__name__}: a string is not UTF-8 ({exc})") from None

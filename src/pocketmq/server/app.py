@@ -15,13 +15,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker, BrokerConfig
-from pocketmq.errors import BrokerConnectionError, TopicNotFoundError
-from pocketmq.protocol import RequestCode
+from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNotFoundError
+from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.connection import ServerConnection
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.handlers import broker_handlers
+from pocketmq.server.limits import (
+    DEFAULT_HELLO_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+    ConnectionLimits,
+)
 from pocketmq.server.namesrv import NameServer
+from pocketmq.server.paging import message_limit_problem
 from pocketmq.server.tcp import FrameServer
 from pocketmq.server.upstream import NameServerLink
 
@@ -47,6 +55,27 @@ class AppConfig:
     register_interval: float = REGISTER_INTERVAL
     # gRPC push consumers receive with auto_renew and never extend: this is their invisible time
     grpc_auto_renew_invisible: float = AUTO_RENEW_INVISIBLE
+    # what one native-protocol client may hold (pocketmq.server.limits; docs/semantics.md)
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    hello_timeout: float = DEFAULT_HELLO_TIMEOUT
+    max_frame_before_hello: int = MAX_FRAME_BEFORE_HELLO
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+
+    def connection_limits(self) -> ConnectionLimits:
+        """The ``[server]`` connection settings, validated (InvalidArgumentError if not); also
+        checks that the largest message the store accepts can be delivered in one frame."""
+        store = self.broker.store
+        problem = message_limit_problem(store.max_message_size, store.max_properties_size)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
+        return ConnectionLimits(
+            max_connections=self.max_connections,
+            hello_timeout=self.hello_timeout,
+            max_frame_before_hello=self.max_frame_before_hello,
+            idle_timeout=self.idle_timeout,
+            max_buffered_bytes=self.max_buffered_bytes,
+        )
 
 
 class BrokerApp:
@@ -82,16 +111,17 @@ class BrokerApp:
 
     async def start(self) -> None:
         config = self.config
+        limits = config.connection_limits()
         self.broker = Broker(config.broker)
         await self.broker.start()
         try:
             if config.namesrv is None and config.namesrv_port is not None:
-                self.namesrv = NameServer()
+                self.namesrv = NameServer(limits=limits)
                 await self.namesrv.start(config.host, config.namesrv_port)
             handlers = broker_handlers(
                 self.broker, self._route, self._list_brokers, self._topics_changed
             )
-            self._native = FrameServer(handlers, on_close=self._connection_closed)
+            self._native = FrameServer(handlers, on_close=self._connection_closed, limits=limits)
             await self._native.start(config.host, config.port)
             if config.grpc_port is not None:
                 await self._start_grpc(config.grpc_port)

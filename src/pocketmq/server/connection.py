@@ -4,6 +4,11 @@ An ``asyncio.Protocol`` rather than streams: frames are decoded straight from ``
 fast handlers answer inline and every response produced by one read goes out in one write. Slow
 handlers (long polls, sync-flushed sends) run as tasks so they never hold up the requests behind
 them. A framing error is answered and closes only this connection.
+
+What a connection may hold is bounded (:mod:`pocketmq.server.limits`): before its HELLO it
+accepts only small frames, and the bytes it buffers for frames still arriving count against the
+server's :class:`~pocketmq.server.limits.BufferBudget`. Bad input is answered with a typed error
+and logged at most once per interval (:class:`~pocketmq.server.ratelog.RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -11,14 +16,24 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 
 from pocketmq.errors import BrokerError, Code, PocketMQError, ProtocolError
-from pocketmq.protocol import FrameDecoder, FrameKind, RequestCode, encode_body, encode_frame
+from pocketmq.protocol import (
+    MAX_FRAME_BODY,
+    FrameDecoder,
+    FrameKind,
+    RequestCode,
+    encode_body,
+    encode_frame,
+)
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
+from pocketmq.server.limits import BufferBudget, ConnectionLimits
+from pocketmq.server.ratelog import RateLimitedLog
 
 __all__ = ["Handler", "HandlerTable", "ServerConnection"]
 
@@ -38,21 +53,44 @@ class ServerConnection(asyncio.Protocol):
         handlers: HandlerTable,
         on_close: Callable[[ServerConnection], None],
         tasks: set[asyncio.Task[None]],
+        *,
+        limits: ConnectionLimits | None = None,
+        budget: BufferBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        bad_input_log: RateLimitedLog | None = None,
     ) -> None:
         self._handlers = handlers
         self._on_close = on_close
         self._tasks = tasks
-        self._decoder = FrameDecoder()
+        self.limits = limits or ConnectionLimits()
+        self._budget = budget or BufferBudget(self.limits.max_buffered_bytes)
+        self._clock = clock
+        # shared by a server's connections: one line per kind of bad input per interval
+        self.bad_input_log = bad_input_log or RateLimitedLog(log)
+        self._decoder = FrameDecoder(self.limits.max_frame_before_hello)
+        self._held = 0  # bytes of partly received frames, as accounted in the budget
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] | None = None
         self._later: list[bytes] = []
         self._paused = False
-        self.greeted = False
+        self._greeted = False
         self.client_id = ""
         self.remote = ""
         self.closed = False
         self.state: dict[str, Any] = {}
         self._next_request_id = 1
+        self.opened_at = self.last_seen = clock()
+        self.inflight = 0  # requests whose handler still runs (long polls, sync flushes)
+
+    @property
+    def greeted(self) -> bool:
+        """True once a HELLO was answered; from then on frames up to the full size are read."""
+        return self._greeted
+
+    @greeted.setter
+    def greeted(self, value: bool) -> None:
+        self._greeted = value
+        self._decoder.max_body = MAX_FRAME_BODY if value else self.limits.max_frame_before_hello
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
@@ -66,6 +104,7 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._release_buffer()
         self._on_close(self)
 
     def pause_writing(self) -> None:
@@ -79,23 +118,70 @@ class ServerConnection(asyncio.Protocol):
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        try:
-            frames = self._decoder.feed(data)
-        except ProtocolError as exc:
-            self._fail(exc)
-            return
+        self.last_seen = self._clock()
+        decoder = self._decoder
         self._out = []
         try:
-            for frame in frames:
-                if frame.kind == FrameKind.RESPONSE:
-                    continue  # answers to our one-way pushes are not expected
-                self._dispatch(frame.kind, frame.code, frame.request_id, frame.body)
-                if self.closed:
+            while True:
+                # before the handshake, one frame at a time: HELLO raises the size limit
+                # for the frames behind it
+                greeted = self._greeted
+                try:
+                    frames = decoder.feed(data, 0 if greeted else 1)
+                except ProtocolError as exc:
+                    self._fail(exc)
                     return
+                data = b""
+                for frame in frames:
+                    if frame.kind == FrameKind.RESPONSE:
+                        continue  # answers to our one-way pushes are not expected
+                    self._dispatch(frame.kind, frame.code, frame.request_id, frame.body)
+                    if self.closed:
+                        return
+                if greeted or not frames:
+                    break
+            self._account_buffer()
         finally:
             out, self._out = self._out, None
             if out and self._transport is not None and not self.closed:
                 self._transport.write(b"".join(out))
+
+    def _account_buffer(self) -> None:
+        """Count the partly received frame against the server's budget; over it, refuse that
+        request (TOO_MANY_REQUESTS) and skip the rest of its bytes."""
+        held = self._decoder.buffered
+        if held == self._held:
+            return
+        budget = self._budget
+        if budget.change(self._held, held):
+            self._held = held
+            return
+        header = self._decoder.abandon_partial()
+        if header is None:  # not even a header yet (under 12 bytes): not worth refusing
+            budget.used += held
+            self._held = held
+            return
+        self._held = 0
+        self.bad_input_log.warning(
+            "buffer-budget",
+            "refused a %d-byte request from %s: frames being received hold %d bytes (limit %d)",
+            header.body_size,
+            self.remote or "?",
+            budget.used,
+            budget.limit,
+        )
+        if header.kind == FrameKind.REQUEST:
+            self._respond_error(
+                header.request_id,
+                Code.TOO_MANY_REQUESTS,
+                f"the broker is receiving too many large requests at once ({budget.used} of "
+                f"{budget.limit} bytes buffered); back off and retry",
+            )
+
+    def _release_buffer(self) -> None:
+        if self._held:
+            self._budget.change(self._held, 0)
+            self._held = 0
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -120,19 +206,25 @@ class ServerConnection(asyncio.Protocol):
                 self._respond_exception(request_id, exc)
             return
         except Exception as exc:
-            log.exception("handler for operation %s failed", code)
+            self._internal_error(code, exc)
             if not oneway:
                 self._respond_error(request_id, Code.SYSTEM_ERROR, f"internal error: {exc}")
             return
         if inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._finish(request_id, oneway, result))
+            task = asyncio.ensure_future(self._finish(code, request_id, oneway, result))
+            self.inflight += 1
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._task_done)
         elif not oneway:
             self._respond(request_id, Code.SUCCESS, result)
 
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.inflight -= 1
+        self.last_seen = self._clock()  # idle time counts from the last answer, too
+        self._tasks.discard(task)
+
     async def _finish(
-        self, request_id: int, oneway: bool, pending: Awaitable[msgspec.Struct | None]
+        self, code: int, request_id: int, oneway: bool, pending: Awaitable[msgspec.Struct | None]
     ) -> None:
         try:
             result = await pending
@@ -143,12 +235,18 @@ class ServerConnection(asyncio.Protocol):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("async handler failed")
+            self._internal_error(code, exc)
             if not oneway:
                 self._respond_error(request_id, Code.SYSTEM_ERROR, f"internal error: {exc}")
             return
         if not oneway:
             self._respond(request_id, Code.SUCCESS, result)
+
+    def _internal_error(self, code: int, exc: Exception) -> None:
+        """A handler bug: its traceback, but once per operation per interval, not per frame."""
+        self.bad_input_log.error(
+            f"internal-{code}", "handler for operation %s failed", code, exc_info=exc
+        )
 
     # -- writing --------------------------------------------------------------------------
 
@@ -170,6 +268,22 @@ class ServerConnection(asyncio.Protocol):
 
     def _respond(self, request_id: int, code: int, body: msgspec.Struct | None) -> None:
         payload = encode_body(body) if body is not None else b""
+        if len(payload) > MAX_FRAME_BODY:
+            # handlers page what grows with the data; should one still overflow, this request
+            # fails alone, instead of the connection and every request pipelined on it
+            self.bad_input_log.warning(
+                "response-too-large",
+                "a response of %d bytes to %s exceeds the frame limit",
+                len(payload),
+                self.remote or "?",
+            )
+            code = Code.MESSAGE_TOO_LARGE
+            payload = encode_body(
+                ErrorBody(
+                    f"the response would be {len(payload)} bytes, over the {MAX_FRAME_BODY}-byte "
+                    "frame limit: ask for fewer results"
+                )
+            )
         self._write(encode_frame(FrameKind.RESPONSE, code, request_id, payload))
 
     def _respond_error(self, request_id: int, code: int, remark: str) -> None:
@@ -181,11 +295,13 @@ class ServerConnection(asyncio.Protocol):
         else:  # client-side classes raised by shared validation (e.g. InvalidArgumentError)
             self._respond_error(request_id, Code.MESSAGE_ILLEGAL, str(exc))
 
-    def _fail(self, exc: ProtocolError, request_id: int = 0) -> None:
-        """Answer a framing error and close this connection (only this one)."""
-        log.warning("closing connection from %s: %s", self.remote or "?", exc)
+    def _fail(self, exc: BrokerError, request_id: int = 0) -> None:
+        """Answer a connection-level error and close this connection (only this one)."""
+        self.bad_input_log.warning(
+            f"closing-{exc.wire_code}", "closing connection from %s: %s", self.remote or "?", exc
+        )
         frame = encode_frame(
-            FrameKind.RESPONSE, Code.PROTOCOL_ERROR, request_id, encode_body(ErrorBody(str(exc)))
+            FrameKind.RESPONSE, exc.wire_code, request_id, encode_body(ErrorBody(str(exc)))
         )
         pending = [*(self._out or []), *self._later, frame]
         self._out = None
@@ -194,6 +310,20 @@ class ServerConnection(asyncio.Protocol):
             self._transport.write(b"".join(pending))  # close() still sends what was written
             self._transport.close()
         self.closed = True
+        self._release_buffer()
+
+    def expire(self, now: float) -> None:
+        """Close the connection if it has overstayed: no HELLO within ``hello_timeout``, or
+        nothing received for ``idle_timeout`` with no request still being served."""
+        if self.closed:
+            return
+        limits = self.limits
+        if not self._greeted:
+            if now - self.opened_at >= limits.hello_timeout:
+                self._fail(ProtocolError(f"no HELLO within {limits.hello_timeout:g} s"))
+        elif self.inflight == 0 and now - self.last_seen >= limits.idle_timeout:
+            log.debug("closing %s: idle for %.0f s", self.remote or "?", now - self.last_seen)
+            self.close()
 
     def push(self, code: RequestCode, body: msgspec.Struct) -> None:
         """Send a one-way request to the client (notifications, transaction checks)."""

@@ -33,6 +33,19 @@ from pocketmq.errors import (
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.connection import HandlerTable, ServerConnection
+from pocketmq.server.paging import (
+    MAX_QUERY_RESULTS,
+    MAX_REDRIVE_OFFSETS,
+    RESPONSE_BUDGET,
+    fit,
+    pop_byte_budget,
+)
+from pocketmq.server.validation import (
+    attempt_problem,
+    message_problem,
+    retry_policy_problem,
+    timestamp_problem,
+)
 
 __all__ = ["broker_handlers", "to_wire"]
 
@@ -73,7 +86,10 @@ def transaction_to_wire(status: TransactionStatus) -> w.TransactionStateResponse
     )
 
 
-def group_from_spec(spec: w.GroupSpec) -> GroupConfig:
+def group_from_spec(spec: w.GroupSpec, max_delay: float = float("inf")) -> GroupConfig:
+    problem = retry_policy_problem(spec, max_delay)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
     try:
         consume_from = ConsumeFrom(spec.consume_from)
     except ValueError:
@@ -117,6 +133,8 @@ def broker_handlers(
     """``topics_changed`` is called after topics or groups change (the app re-registers with the
     name server at once, so routes never wait for the 30 s registration round)."""
     name = broker.name
+    store_config = broker.config.store
+    pop_bytes = pop_byte_budget(store_config.max_message_size, store_config.max_properties_size)
 
     def hello(conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
         if req.protocol_version != PROTOCOL_VERSION:
@@ -133,6 +151,7 @@ def broker_handlers(
             "broker",
             MAX_FRAME_BODY,
             broker.config.store.max_message_size,
+            int(conn.limits.idle_timeout * 1000),
         )
 
     def heartbeat(conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
@@ -216,9 +235,25 @@ def broker_handlers(
             InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
             for m in req.messages
         ]
-        outcomes, durable_end = broker.send_now(
-            inbound, producer_group=req.producer_group, born_host=conn.remote
+        refused: dict[int, SendOutcome] = {}
+        for number, message in enumerate(inbound):
+            problem = message_problem(message)
+            if problem is not None:  # this message alone is refused; the batch goes on
+                refused[number] = SendOutcome(
+                    code=Code.MESSAGE_ILLEGAL, remark=problem, topic=message.topic
+                )
+        if refused:
+            inbound = [m for number, m in enumerate(inbound) if number not in refused]
+        outcomes, durable_end = (
+            broker.send_now(inbound, producer_group=req.producer_group, born_host=conn.remote)
+            if inbound
+            else ([], 0)
         )
+        if refused:
+            stored = iter(outcomes)
+            outcomes = [
+                refused[n] if n in refused else next(stored) for n in range(len(req.messages))
+            ]
         if durable_end:  # sync flush: answer once the disk has it
             return send_after_flush(outcomes, durable_end)
         return send_response(outcomes)
@@ -269,6 +304,7 @@ def broker_handlers(
             expression=req.expression,
             consumer=consumer,
             queue_hint=req.queue_hint,
+            max_bytes=pop_bytes,
         )
         if ready or req.max_wait_ms <= 0:
             return w.PopResponse([to_wire(m, name) for m in ready])
@@ -284,6 +320,7 @@ def broker_handlers(
             expression=req.expression,
             consumer=consumer,
             queue_hint=req.queue_hint,
+            max_bytes=pop_bytes,
         )
         return w.PopResponse([to_wire(m, name) for m in delivered])
 
@@ -332,10 +369,19 @@ def broker_handlers(
         return w.Empty()
 
     def query_message(conn: ServerConnection, req: w.QueryMessageRequest) -> w.QueryMessageResponse:
+        """One page of results: at most ``max_count`` after the first ``skip``, cut to fit in a
+        frame (``more`` then says to ask again from ``skip + len(messages)``)."""
+        if req.skip < 0:
+            raise InvalidArgumentError("skip must not be negative")
+        if req.skip >= MAX_QUERY_RESULTS:
+            return w.QueryMessageResponse([])
+        wanted = max(1, min(req.max_count, MAX_QUERY_RESULTS - req.skip))
         found = broker.query_messages(
-            message_id=req.message_id, topic=req.topic, key=req.key, max_count=req.max_count
+            message_id=req.message_id, topic=req.topic, key=req.key, max_count=req.skip + wanted
         )
-        return w.QueryMessageResponse([to_wire(m, name) for m in found])
+        page = [to_wire(m, name) for m in found[req.skip :]]
+        fitted = fit(page, RESPONSE_BUDGET)
+        return w.QueryMessageResponse(fitted, len(fitted) < len(page))
 
     def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.Empty:
         broker.create_topic(req.name, queues=req.queues, topic_type=req.topic_type, perm=req.perm)
@@ -353,7 +399,7 @@ def broker_handlers(
         )
 
     def create_group(conn: ServerConnection, req: w.GroupSpec) -> w.Empty:
-        broker.create_group(group_from_spec(req))
+        broker.create_group(group_from_spec(req, broker.config.max_delay))
         topics_changed()  # the group's retry topic
         return w.Empty()
 
@@ -381,6 +427,9 @@ def broker_handlers(
         return await list_brokers()
 
     async def send_back(conn: ServerConnection, req: w.SendBackRequest) -> w.Empty:
+        problem = timestamp_problem(req.delivered_at_ms, "delivered_at_ms")
+        if problem is not None:
+            raise InvalidArgumentError(problem)
         await broker.send_back(
             req.group,
             req.physical_offset,
@@ -395,6 +444,7 @@ def broker_handlers(
         return w.Empty()
 
     def report_outcomes(conn: ServerConnection, req: w.ReportOutcomesRequest) -> w.Empty:
+        problems = [p for a in req.attempts if (p := attempt_problem(a)) is not None]
         broker.report_outcomes(
             req.group,
             req.consumer or conn.client_id,
@@ -412,8 +462,13 @@ def broker_handlers(
                     a.message_group,
                 )
                 for a in req.attempts
+                if attempt_problem(a) is None
             ],
         )
+        if problems:  # the others are recorded
+            raise InvalidArgumentError(
+                f"{len(problems)} of {len(req.attempts)} attempt records refused: {problems[0]}"
+            )
         return w.Empty()
 
     def message_history(
@@ -442,6 +497,11 @@ def broker_handlers(
         return w.QueryMessageResponse([to_wire(m, name) for m in found])
 
     async def redrive(conn: ServerConnection, req: w.RedriveRequest) -> w.RedriveResponse:
+        if len(req.dlq_offsets) > MAX_REDRIVE_OFFSETS:  # one result each must fit in a frame
+            raise InvalidArgumentError(
+                f"redrive at most {MAX_REDRIVE_OFFSETS} dead letters per request "
+                f"(got {len(req.dlq_offsets)})"
+            )
         report = await broker.redrive(
             req.group, req.dlq_offsets, target=req.target, operator=req.operator or conn.client_id
         )

@@ -18,6 +18,7 @@ from pocketmq.errors import TopicNotFoundError
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.connection import HandlerTable, ServerConnection
+from pocketmq.server.limits import ConnectionLimits
 from pocketmq.server.tcp import FrameServer
 
 __all__ = ["BROKER_EXPIRY", "NameServer", "RouteTable"]
@@ -77,9 +78,11 @@ class RouteTable:
 
 
 class NameServer:
-    def __init__(self, expiry: float = BROKER_EXPIRY) -> None:
+    def __init__(
+        self, expiry: float = BROKER_EXPIRY, *, limits: ConnectionLimits | None = None
+    ) -> None:
         self.routes = RouteTable(expiry)
-        self._server = FrameServer(self._handlers())
+        self._server = FrameServer(self._handlers(), limits=limits)
         self._sweeper: asyncio.Task[None] | None = None
 
     def _handlers(self) -> HandlerTable:
@@ -87,7 +90,13 @@ class NameServer:
             conn.greeted = True
             conn.client_id = req.client_id
             return w.HelloResponse(
-                PROTOCOL_VERSION, VERSION, "namesrv", "namesrv", MAX_FRAME_BODY, 0
+                PROTOCOL_VERSION,
+                VERSION,
+                "namesrv",
+                "namesrv",
+                MAX_FRAME_BODY,
+                0,
+                int(conn.limits.idle_timeout * 1000),
             )
 
         def register(conn: ServerConnection, req: w.RegisterBrokerRequest) -> w.Empty:

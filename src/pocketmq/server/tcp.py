@@ -1,17 +1,66 @@
 """A TCP listener that hands each connection a :class:`ServerConnection` with a handler table.
 
 Shared by the broker's native server and the name server: they differ only in their handlers.
+
+It accepts connections itself rather than through ``loop.create_server`` so that a client it
+cannot serve gets an answer instead of a timeout (docs/protocol.md "Limits"):
+
+- past ``max_connections``, the new connection receives a ``TOO_MANY_REQUESTS`` response
+  (request id 0) and is closed;
+- when the process is out of file descriptors (``accept`` fails with EMFILE/ENFILE), a spare
+  descriptor kept for this moment is released to accept one waiting client, tell it
+  ``SERVICE_NOT_AVAILABLE`` and close it; accepting backs off while no descriptor is free, and
+  the condition is logged once per interval, not once per attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
+import os
+import socket
+import time
 from collections.abc import Callable
+from typing import Final
 
+from pocketmq.errors import Code
+from pocketmq.protocol import FrameKind, encode_body, encode_frame
+from pocketmq.protocol.structs import ErrorBody
 from pocketmq.server.connection import HandlerTable, ServerConnection
+from pocketmq.server.limits import BufferBudget, ConnectionLimits
+from pocketmq.server.ratelog import RateLimitedLog
 
 __all__ = ["FrameServer"]
+
+log = logging.getLogger("pocketmq.server")
+
+_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
+_OUT_OF_MEMORY: Final = frozenset({errno.ENOBUFS, errno.ENOMEM})
+_ACCEPTS_PER_WAKEUP: Final = 64
+_ACCEPT_BACKOFF_MIN: Final = 0.05
+_ACCEPT_BACKOFF_MAX: Final = 1.0  # asyncio's own ACCEPT_RETRY_DELAY
+_SWEEP_INTERVAL_MAX: Final = 1.0
+
+
+def _refusal(code: int, remark: str) -> bytes:
+    return encode_frame(FrameKind.RESPONSE, code, 0, encode_body(ErrorBody(remark)))
+
+
+def _refuse(sock: socket.socket, frame: bytes) -> None:
+    """Tell a just-accepted client why it cannot stay, then close it (never blocks)."""
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        sock.send(frame)
+    sock.close()
+
+
+def _spare_descriptor() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return None
 
 
 class FrameServer:
@@ -20,28 +69,174 @@ class FrameServer:
         handlers: HandlerTable,
         *,
         on_close: Callable[[ServerConnection], None] | None = None,
+        limits: ConnectionLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._handlers = handlers
         self._on_close_hook = on_close
-        self._server: asyncio.Server | None = None
+        self.limits = limits or ConnectionLimits()
+        self.budget = BufferBudget(self.limits.max_buffered_bytes)
+        self._clock = clock
+        self.log = RateLimitedLog(log)  # bad input and resource trouble, one line per interval
+        self._listeners: list[socket.socket] = []
+        self._accepting = 0  # accepted sockets whose transport is being set up
+        self._spare: int | None = None
+        self._backoff = 0.0
+        self._resume: asyncio.TimerHandle | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[ServerConnection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.refused = 0  # connections answered with an error and closed at accept
         self.host = ""
         self.port = 0
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, host, port, reuse_address=True
+        infos = await loop.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
-        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        seen: set[tuple[int, object]] = set()
+        try:
+            for family, kind, proto, _, address in infos:
+                if (family, address) in seen:
+                    continue
+                seen.add((family, address))
+                if self._listeners:  # port 0: every address listens on the first one's port
+                    address = (address[0], self.port, *address[2:])
+                sock = socket.socket(family, kind, proto)
+                self._listeners.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind(address)
+                except OSError as exc:
+                    raise OSError(
+                        exc.errno, f"cannot listen on {address}: {exc.strerror}"
+                    ) from None
+                sock.listen(1024)
+                sock.setblocking(False)
+                if not self.port:
+                    self.host, self.port = sock.getsockname()[:2]
+        except BaseException:
+            for sock in self._listeners:
+                sock.close()
+            self._listeners = []
+            raise
+        self._spare = _spare_descriptor()
+        for sock in self._listeners:
+            loop.add_reader(sock.fileno(), self._accept_ready, sock)
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="connection-sweeper")
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    # -- accepting ------------------------------------------------------------------------
+
+    def _accept_ready(self, listener: socket.socket) -> None:
+        for _ in range(_ACCEPTS_PER_WAKEUP):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _OUT_OF_DESCRIPTORS or exc.errno in _OUT_OF_MEMORY:
+                    self._out_of_resources(listener, exc)
+                    return
+                # the client gave up before we accepted it (ECONNABORTED, ...): next one
+                log.debug("accept failed: %s", exc)
+                continue
+            self._backoff = 0.0
+            if len(self.connections) + self._accepting >= self.limits.max_connections:
+                self.refused += 1
+                self.log.warning(
+                    "max-connections",
+                    "refused a connection: %d connections open (max_connections %d)",
+                    len(self.connections) + self._accepting,
+                    self.limits.max_connections,
+                )
+                _refuse(
+                    sock,
+                    _refusal(
+                        Code.TOO_MANY_REQUESTS,
+                        f"the broker has {len(self.connections)} connections, its limit "
+                        f"(max_connections {self.limits.max_connections}); retry later",
+                    ),
+                )
+                continue
+            self._accepting += 1
+            task = asyncio.ensure_future(self._connect(sock))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(self._new_connection, sock)
+        except OSError as exc:
+            log.debug("setting up an accepted connection failed: %s", exc)
+            sock.close()
+        finally:
+            self._accepting -= 1
+
+    def _out_of_resources(self, listener: socket.socket, exc: OSError) -> None:
+        """No descriptor (or memory) for a new connection: answer one waiting client with the
+        spare descriptor's help, and pause accepting for a moment."""
+        answered = False
+        if exc.errno in _OUT_OF_DESCRIPTORS and self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                pass
+            else:
+                self.refused += 1
+                answered = True
+                _refuse(
+                    sock,
+                    _refusal(
+                        Code.SERVICE_NOT_AVAILABLE,
+                        "the broker is out of file descriptors and cannot take a connection "
+                        f"({errno.errorcode.get(exc.errno or 0, exc.errno)}); retry later or "
+                        "use another broker",
+                    ),
+                )
+            self._spare = _spare_descriptor()
+        self.log.error(
+            f"accept-{exc.errno}",
+            "cannot accept connections: %s (%d open); answering with an error and retrying",
+            exc,
+            len(self.connections),
+        )
+        if answered and self._spare is not None:
+            return  # the next wakeup answers the next waiting client the same way
+        # nothing could be done for the client: stop polling the listener for a while
+        self._backoff = min(_ACCEPT_BACKOFF_MAX, max(_ACCEPT_BACKOFF_MIN, self._backoff * 2))
+        loop = asyncio.get_running_loop()
+        for sock in self._listeners:
+            loop.remove_reader(sock.fileno())
+        self._resume = loop.call_later(self._backoff, self._resume_accepting)
+
+    def _resume_accepting(self) -> None:
+        self._resume = None
+        if self._spare is None:
+            self._spare = _spare_descriptor()
+        loop = asyncio.get_running_loop()
+        for sock in self._listeners:
+            loop.add_reader(sock.fileno(), self._accept_ready, sock)
+
     def _new_connection(self) -> ServerConnection:
-        connection = ServerConnection(self._handlers, self._closed, self._tasks)
+        connection = ServerConnection(
+            self._handlers,
+            self._closed,
+            self._tasks,
+            limits=self.limits,
+            budget=self.budget,
+            clock=self._clock,
+            bad_input_log=self.log,
+        )
         self.connections.add(connection)
         return connection
 
@@ -50,9 +245,40 @@ class FrameServer:
         if self._on_close_hook is not None:
             self._on_close_hook(connection)
 
+    # -- time limits ----------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Close connections past their HELLO or idle timeout."""
+        now = self._clock()
+        for connection in list(self.connections):
+            connection.expire(now)
+
+    async def _sweep_forever(self) -> None:
+        limits = self.limits
+        interval = min(_SWEEP_INTERVAL_MAX, limits.hello_timeout / 4, limits.idle_timeout / 4)
+        while True:
+            await asyncio.sleep(interval)
+            self.sweep()
+
+    # -- shutdown -------------------------------------------------------------------------
+
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        loop = asyncio.get_running_loop()
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        for sock in self._listeners:
+            loop.remove_reader(sock.fileno())
+            sock.close()
+        self._listeners = []
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         for connection in list(self.connections):
             connection.close()
         for task in list(self._tasks):
@@ -60,5 +286,3 @@ class FrameServer:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._server is not None:
-            await self._server.wait_closed()

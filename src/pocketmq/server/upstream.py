@@ -50,16 +50,32 @@ class NameServerLink:
         )
 
     async def call(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
+        """Every request this link makes (registration, routes) is idempotent: one that fails
+        on a reused connection — the name server may have closed it as idle — is sent again
+        on a new one."""
         async with self._lock:
+            reused = self._writer is not None
             try:
-                if self._writer is None:
-                    await asyncio.wait_for(self._connect(), self._timeout)
-                return await asyncio.wait_for(self._call_locked(code, body, reply), self._timeout)
+                return await self._call_once(code, body, reply)
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
                 await self._drop()
-                raise BrokerConnectionError(
-                    f"name server {self.address} unreachable: {exc}", address=self.address
-                ) from exc
+                if not reused or isinstance(exc, TimeoutError):
+                    raise self._unreachable(exc) from exc
+            try:
+                return await self._call_once(code, body, reply)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                await self._drop()
+                raise self._unreachable(exc) from exc
+
+    async def _call_once(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
+        if self._writer is None:
+            await asyncio.wait_for(self._connect(), self._timeout)
+        return await asyncio.wait_for(self._call_locked(code, body, reply), self._timeout)
+
+    def _unreachable(self, exc: BaseException) -> BrokerConnectionError:
+        return BrokerConnectionError(
+            f"name server {self.address} unreachable: {exc}", address=self.address
+        )
 
     async def _call_locked(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
         assert self._reader is not None and self._writer is not None

@@ -16,7 +16,6 @@ Node.js a decimal number, so no CRC32 string passes them all (docs/grpc.md, "Bod
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import ipaddress
 import zlib
@@ -25,6 +24,7 @@ from typing import Any, Final
 
 from pocketmq import properties as props
 from pocketmq.broker import Delivered, InboundMessage
+from pocketmq.server.grpc.encoding import gunzip_body
 from pocketmq.server.grpc.pb import AddressScheme, Code, DigestType, Encoding, MessageType, d
 from pocketmq.server.grpc.status import V2Error
 
@@ -65,6 +65,8 @@ _MESSAGE_ID: Final = props.MESSAGE_ID
 _TAGS: Final = props.TAGS
 _KEYS: Final = props.KEYS
 _BORN_HOST: Final = props.BORN_HOST
+
+DEFAULT_MAX_BODY: Final = 4 * 1024 * 1024  # the store's default max_message_size
 
 # The Python client 5.1.2 writes Message.delivery_timestamp into Timestamp.seconds as given, and
 # its docstring says milliseconds: a "seconds" value this large is such a millisecond value.
@@ -147,12 +149,18 @@ def _check_type(kind: int, system: Any, topic: str, topic_type: str | None) -> N
 
 
 def inbound_message(
-    message: Any, topic_type: str | None, now_ms: int, max_delay_ms: int
+    message: Any,
+    topic_type: str | None,
+    now_ms: int,
+    max_delay_ms: int,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
 ) -> tuple[InboundMessage, int]:
     """A v2 message as the broker's ``InboundMessage``, and its message type.
 
     ``topic_type`` is the topic's type when it exists (None: the broker decides). This runs
-    once per official-client send: it reads each protobuf field once.
+    once per official-client send: it reads each protobuf field once. ``max_body`` bounds a
+    GZIP body's decompressed size (the broker's ``max_message_size``).
     """
     topic: str = message.topic.name
     if not topic:
@@ -160,10 +168,7 @@ def inbound_message(
     system = message.system_properties
     body: bytes = message.body
     if system.body_encoding == _GZIP:
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise V2Error(C.MESSAGE_CORRUPTED, f"GZIP body does not decompress: {exc}") from None
+        body = gunzip_body(body, max_body)
     if not body:
         raise V2Error(C.MESSAGE_BODY_EMPTY, "message body is empty")
     kind = message_type_of(message)

@@ -17,7 +17,7 @@ import grpc
 from pocketmq.broker import Broker
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
-from pocketmq.server.grpc.pb import rpc
+from pocketmq.server.grpc.handlers import messaging_handler
 from pocketmq.server.grpc.service import MessagingService
 
 __all__ = ["GrpcServer"]
@@ -69,7 +69,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),  # a second broker on this port must fail, not share
             ]
         )
-        rpc.add_MessagingServiceServicer_to_server(self.service, server)
+        server.add_generic_rpc_handlers((messaging_handler(self.service),))
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             bound = server.add_insecure_port(target)

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from pocketmq.broker import Broker, Delivered, PullStatus, SendOutcome, TransactionCheck
-from pocketmq.errors import Code
+from pocketmq.errors import Code, MessageIllegalError
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc.convert import (
     ACCEPTED_TYPES,
@@ -35,6 +35,7 @@ from pocketmq.server.grpc.convert import (
     seconds,
     timestamp,
 )
+from pocketmq.server.grpc.handlers import Malformed
 from pocketmq.server.grpc.pb import (
     ClientType,
     FilterType,
@@ -57,6 +58,8 @@ from pocketmq.server.grpc.settings import (
     producer_settings,
 )
 from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
+from pocketmq.server.paging import pop_byte_budget
+from pocketmq.server.validation import message_problem
 
 __all__ = ["MessagingService", "ReceiveAttempts"]
 
@@ -155,6 +158,9 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         self._sending = 0
         self._attempts = ReceiveAttempts()
         self.sessions = Sessions()
+        store = broker.config.store
+        # one receive holds what it hands out in memory: as much as a native pop answers
+        self._receive_bytes = pop_byte_budget(store.max_message_size, store.max_properties_size)
 
     def sweep(self) -> None:
         """Forget state that has run out (called every 30 s)."""
@@ -272,7 +278,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         try:
             async for command in requests:
                 session.last_seen = time.monotonic()
-                if command.HasField("settings"):
+                if isinstance(command, Malformed):
+                    detail = command.report(session.client_id)
+                    outbox.put_nowait(s.TelemetryCommand(status=status(C.BAD_REQUEST, detail)))
+                elif command.HasField("settings"):
                     outbox.put_nowait(self._settings_reply(session, command.settings))
                 # thread stack traces and verify results are not asked for; nothing to do
         except asyncio.CancelledError:
@@ -347,12 +356,20 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         inbound = []
         positions = []
         producer_group = ""
+        max_body = broker.config.store.max_message_size
         for number, message in enumerate(messages):
             try:
                 topic = broker.topics.get(message.topic.name)
                 item, kind = inbound_message(
-                    message, topic.topic_type.value if topic else None, now_ms, max_delay_ms
+                    message,
+                    topic.topic_type.value if topic else None,
+                    now_ms,
+                    max_delay_ms,
+                    max_body=max_body,
                 )
+                problem = message_problem(item)
+                if problem is not None:
+                    raise MessageIllegalError(problem)
                 if kind == MT.TRANSACTION:
                     producer_group = item.topic  # official producers have none (see below)
             except Exception as exc:
@@ -453,6 +470,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                     expression=self._expression(request.filter_expression),
                     consumer=client_id,
                     queue_hint=queue.id,
+                    max_bytes=self._receive_bytes,
                 )
                 self._attempts.record(key, attempt, delivered, invisible)
         except Exception as exc:

@@ -15,10 +15,12 @@ from typing import Any, Final
 from pocketmq.errors import BrokerError, Code, InvalidArgumentError
 from pocketmq.server.grpc.pb import Code as V2Code
 from pocketmq.server.grpc.pb import d
+from pocketmq.server.ratelog import RateLimitedLog
 
 __all__ = ["OK", "V2Error", "error_status", "status", "v2_code"]
 
 log = logging.getLogger("pocketmq.server.grpc")
+_internal = RateLimitedLog(log)  # a traceback per kind of failure per interval, not per request
 
 C = V2Code
 
@@ -74,5 +76,5 @@ def error_status(exc: BaseException, what: str) -> Any:
         return status(v2_code(exc.wire_code), exc.remark or str(exc))
     if isinstance(exc, InvalidArgumentError):
         return status(C.BAD_REQUEST, str(exc))
-    log.exception("gRPC %s failed", what, exc_info=exc)
+    _internal.error(f"internal-{what}", "gRPC %s failed", what, exc_info=exc)  # a bug: once
     return status(C.INTERNAL_SERVER_ERROR, f"{what} failed: {type(exc).__name__}: {exc}")

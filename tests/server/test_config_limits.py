@@ -1,0 +1,54 @@
+"""The ``[server]`` connection settings are checked when ``pocketmq serve`` reads its config:
+a value that cannot work stops the start with a usage error naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from pocketmq.cli.serve import build_config
+from pocketmq.testing import write_config
+
+
+def _build(path: Path) -> object:
+    return build_config(
+        config_file=path,
+        data_dir=None,
+        host=None,
+        port=None,
+        grpc_port=None,
+        namesrv_port=None,
+        namesrv=None,
+        broker_name=None,
+        flush=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sections", "named"),
+    [
+        ({"server": {"max_connections": 0}}, "max_connections"),
+        ({"server": {"hello_timeout": -1.0}}, "hello_timeout"),
+        ({"server": {"idle_timeout": 0.0}}, "idle_timeout"),
+        ({"server": {"max_buffered_bytes": 1024}}, "max_buffered_bytes"),
+        ({"server": {"max_frame_before_hello": 10}}, "max_frame_before_hello"),
+        ({"store": {"max_message_size": 16 * 1024 * 1024}}, "max_message_size"),
+    ],
+)
+def test_unworkable_limits_refuse_to_start(
+    tmp_path: Path, sections: dict[str, dict[str, object]], named: str
+) -> None:
+    with pytest.raises(click.UsageError, match=named):
+        _build(write_config(tmp_path / "broker.toml", sections))
+
+
+def test_the_defaults_and_custom_limits_are_taken(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path / "broker.toml", {"server": {"max_connections": 10, "idle_timeout": 30.0}}
+    )
+    limits = _build(path).connection_limits()  # type: ignore[attr-defined]
+    assert (limits.max_connections, limits.idle_timeout) == (10, 30.0)
+    assert limits.hello_timeout == 10.0
+    assert limits.max_buffered_bytes == 128 * 1024 * 1024
