@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import zlib
 from functools import lru_cache
 from typing import Any, Final
 
