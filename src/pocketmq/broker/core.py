@@ -155,7 +155,15 @@ class Broker:
         self._state_writer = OffLoopWriter()
         self._closed = False
         self.schedule = ScheduleService(
-            self.store, config_dir, config.delay_levels, self.append_internal, clock
+            self.store,
+            config_dir,
+            config.delay_levels,
+            self.append_internal,
+            clock,
+            counters=self.counters,
+            dead_letter=lambda group, message, reason: (
+                self.dead_letter(group, message, reason=reason).status.stored
+            ),
         )
         self.history = AttemptHistory(self.store, clock, enabled=config.record_history)
         self.transactions = TransactionService(
