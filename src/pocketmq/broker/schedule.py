@@ -290,7 +290,7 @@ class ScheduleService:
                 released = self._level_released.setdefault(level, set())
                 todo = [e for e in due_entries if e.queue_offset not in released]
                 finished = await self._release([e.physical_offset for e in todo])
-                released.update(e.queue_offset for e, ok in zip(todo, finished) if ok)
+                released.update(e.queue_offset for e, ok in zip(todo, finished, strict=True) if ok)
                 passed = 0
                 while passed < len(due_entries) and due_entries[passed].queue_offset in released:
                     released.discard(due_entries[passed].queue_offset)
@@ -520,7 +520,9 @@ def _load_progress(path: str) -> _Progress:
     progress = _Progress()
     for key, raw in state.mapping().items():
         if key == "levels":
-            levels = state.decode(raw, dict[str, msgspec.Raw], "levels") or {}
+            levels: dict[str, msgspec.Raw] = (
+                state.decode(raw, dict[str, msgspec.Raw], "levels") or {}
+            )
             for level, offset_raw in levels.items():
                 if not level.isdigit() or not 1 <= int(level) <= 1000:
                     state.skip(f"levels[{level!r}]", "not a delay level number", offset_raw)

@@ -30,11 +30,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["StateFile"]
+__all__ = ["StateFile", "load_struct"]
 
 log = logging.getLogger("pocketmq.broker")
 
 T = TypeVar("T")
+S = TypeVar("S", bound=msgspec.Struct)
 
 _LOGGED_ENTRIES = 10  # per file; the rest are counted in the summary line
 _ENTRY_TEXT = 120  # characters of a bad entry shown in the log
@@ -102,7 +103,7 @@ class StateFile:
         check: Callable[[T], str | None] | None = None,
     ) -> list[T]:
         """A JSON array whose items are decoded one by one: a bad item is skipped alone."""
-        items = self.decode(raw, list[msgspec.Raw], what)
+        items: list[msgspec.Raw] | None = self.decode(raw, list[msgspec.Raw], what)
         out: list[T] = []
         for number, item in enumerate(items or []):
             value = self.decode(item, kind, f"{what}[{number}]", check)
@@ -174,6 +175,24 @@ class StateFile:
             aside,
             self._without,
         )
+
+
+def load_struct(path: str, kind: type[S], without: str) -> S:
+    """A state file holding one struct, field by field: a bad or unknown field is skipped (its
+    default is used), a missing or unusable file gives the defaults."""
+    state = StateFile(path, dict, without)
+    fields = {f.encode_name: f for f in msgspec.structs.fields(kind)}
+    values: dict[str, Any] = {}
+    for key, raw in state.mapping().items():
+        field = fields.get(key)
+        if field is None:
+            state.skip(f"field {key!r}", "unknown field", raw)
+            continue
+        value = state.decode(raw, field.type, f"field {key!r}")
+        if value is not None:
+            values[field.name] = value
+    state.finish()
+    return kind(**values)
 
 
 def _aside_name(path: str) -> str:
