@@ -233,5 +233,13 @@ async def test_a_redrive_killed_half_way_resumes_without_resending(tmp_path: Pat
         async with Admin(client=patient) as admin:  # one request of 2000 fsynced resends
             reply = await admin.redrive(broker.address, "g", offsets)
         statuses = collections.Counter(i.status for i in reply.items)
-        assert statuses == {"already": resent_before, "resent": count - resent_before}
-        assert await _copies(broker) == {f"M{n}": 1 for n in range(count)}
+        copies = await _copies(broker)
+        assert set(copies) == {f"M{n}" for n in range(count)}  # every dead letter resent
+        # Resent once each, except that a kill between a resend and its audit record (the one
+        # window: docs/semantics.md, "overlapping or interrupted redrives") resends that one
+        # message again, with the same id.
+        twice = [message_id for message_id, n in copies.items() if n > 1]
+        assert len(twice) <= 1
+        assert sum(copies.values()) == count + len(twice)
+        already = resent_before - len(twice)
+        assert statuses == {"already": already, "resent": count - already}
