@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from pocketmq import properties as props
 from pocketmq.broker import Broker, BrokerConfig, GroupConfig, InboundMessage, SendOutcome
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
 from pocketmq.store import FlushMode, StoreConfig
+from pocketmq.store.store import StoreStatistics
 
 COUNT = 20
 
@@ -121,5 +124,35 @@ async def test_progress_survives_a_restart_from_the_audit_topic(
         assert [r[2] for r in report] == ["already"] * 7 + ["resent"] * (COUNT - 7)
         assert _copies(broker) == {f"M{n}": 2 for n in range(COUNT)}
         assert broker.store.max_offset(REDRIVE_AUDIT_TOPIC, 0) == COUNT
+    finally:
+        await broker.close()
+
+
+async def test_the_snapshot_claims_only_resends_the_store_has_flushed(tmp_path: Path) -> None:
+    """With async flush a machine crash may take back the last resends and their audit records;
+    redrive.json must not claim them, or those dead letters would never be re-driven."""
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path), store=StoreConfig(min_free_disk_bytes=0)))
+    await broker.start()
+    ledger = tmp_path / "config" / "redrive.json"
+    statistics = broker.store.statistics
+    flushed = [0]  # what the (faked) flusher has made durable so far
+
+    def faked() -> StoreStatistics:
+        return dataclasses.replace(statistics(), flushed_position=flushed[0])
+
+    broker.store.statistics = faked  # type: ignore[method-assign]
+    try:
+        offsets = await _dead_letters(broker)
+        await broker.redrive("g", offsets[:7])
+        assert broker.redriven("g") == set(range(7))  # this process knows
+        snapshot = json.loads(ledger.read_text())
+        assert snapshot["groups"].get("g", []) == []  # the file claims nothing unflushed
+        assert snapshot["audit_offset"] == 0
+
+        flushed[0] = broker.store.written_position()
+        await broker.redrive("g", offsets[:1])  # any redrive saves the snapshot again
+        snapshot = json.loads(ledger.read_text())
+        assert snapshot["groups"]["g"] == list(range(7))
+        assert snapshot["audit_offset"] == 7
     finally:
         await broker.close()

@@ -28,6 +28,7 @@ took back.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -84,7 +85,7 @@ class RedriveLedger:
         self._done: dict[str, set[int]] = {}
         self._durable: dict[str, set[int]] = {}  # what the next snapshot may claim
         # audit records appended since the last snapshot: (queue offset, log end, group, offset)
-        self._unflushed: list[tuple[int, int, str, int]] = []
+        self._unflushed: collections.deque[tuple[int, int, str, int]] = collections.deque()
         snapshot = self._load()
         for group, offsets in snapshot.groups.items():
             self._durable.setdefault(group, set()).update(offsets)
@@ -106,11 +107,11 @@ class RedriveLedger:
             lock = self._locks[group] = asyncio.Lock()
         return lock
 
-    def mark(self, group: str, dlq_offset: int, audit: PutResult | None) -> None:
-        """``dlq_offset`` was resent; ``audit`` is where its audit record went (None: it could
-        not be stored, so only this process remembers the resend)."""
+    def mark(self, group: str, dlq_offset: int, audit: PutResult) -> None:
+        """``dlq_offset`` was resent; ``audit`` is where its audit record went (when the store
+        refused it, only this process remembers the resend)."""
         self._done.setdefault(group, set()).add(dlq_offset)
-        if audit is not None and audit.status.stored:
+        if audit.status.stored:
             self._unflushed.append(
                 (audit.queue_offset, audit.physical_offset + audit.size, group, dlq_offset)
             )
@@ -119,7 +120,7 @@ class RedriveLedger:
         """Write the snapshot: every audit record the store has flushed is folded in."""
         flushed = self._store.statistics().flushed_position
         while self._unflushed and self._unflushed[0][1] <= flushed:
-            queue_offset, _, group, dlq_offset = self._unflushed.pop(0)
+            queue_offset, _, group, dlq_offset = self._unflushed.popleft()
             self._durable.setdefault(group, set()).add(dlq_offset)
             self._covered = queue_offset + 1
         if not self._unflushed:

@@ -26,9 +26,10 @@ One message never holds up the others (docs/semantics.md, "a due message the sto
   ``schedule.json`` — and the schedule moves past it. The progress that passes it and the parked
   entry are saved in the same atomic write of ``schedule.json``, so after a restart it is either
   retried once more (and isolated again) or skipped; never re-stalled.
-- The store refuses **for now** (disk full, I/O error, busy): the message stays due in its place
-  — a level keeps its order, so the rest of *that* level waits behind it — and is retried every
-  second with one rate-limited log line; the other levels and the timer go on.
+- The store refuses **for now** (disk full, I/O error, busy): the message stays due and is
+  retried every second, with one rate-limited log line. Its level's saved progress cannot pass
+  it (what the level released alongside is remembered and not released twice); the other levels
+  and the timer go on.
 """
 
 from __future__ import annotations
@@ -121,6 +122,13 @@ class _Timer:
 
 
 class ScheduleService:
+    """Holds delayed messages and releases each to its real topic when due (module docstring).
+
+    ``counters`` receives ``schedule_parked``, ``schedule_dead_lettered`` and
+    ``schedule_release_refused`` (the broker's status counters); ``dead_letter`` stores a due
+    retry that can never reach its retry topic in its group's DLQ instead of parking it.
+    """
+
     def __init__(
         self,
         store: MessageStore,
