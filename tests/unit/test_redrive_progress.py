@@ -19,8 +19,7 @@ import pytest
 from pocketmq import properties as props
 from pocketmq.broker import Broker, BrokerConfig, GroupConfig, InboundMessage, SendOutcome
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
-from pocketmq.store import FlushMode, StoreConfig
-from pocketmq.store.store import StoreStatistics
+from pocketmq.store import FlushMode, StoreConfig, StoreStatistics
 
 COUNT = 20
 
