@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 from pocketmq import properties as props
 from pocketmq.broker import DEFAULT_DELAY_LEVELS, Broker, BrokerConfig
-from pocketmq.broker.schedule import ScheduleService
+from pocketmq.broker.schedule import SCHEDULE_TOPIC, ScheduleService
 from pocketmq.broker.topics import dlq_topic, retry_topic
 from pocketmq.store import MessageStore, PutResult, PutStatus, StoreConfig, StoreMessage
 
@@ -178,3 +179,46 @@ async def test_a_retry_whose_dead_letter_topic_fits_is_dead_lettered(tmp_path: P
         assert broker.counters["schedule_parked"] == 0
     finally:
         await broker.close()
+
+
+async def test_an_unexpected_failure_of_one_level_does_not_stop_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A level whose queue cannot be read (an I/O error, a bug) is retried every second with one
+    log line a minute; the other levels and the timer are delivered meanwhile."""
+    clock = Clock()
+    store = MessageStore.open(str(tmp_path / "store"), StoreConfig(min_free_disk_bytes=0))
+    schedule = ScheduleService(
+        store,
+        str(tmp_path / "config"),
+        DEFAULT_DELAY_LEVELS,
+        RefuseTopic(store, "no such topic", PutStatus.DISK_FULL),  # refuses nothing here
+        clock,
+    )
+    held = [
+        schedule.schedule_level(_message("a"), 1, clock.ms),
+        schedule.schedule_level(_message("b"), 2, clock.ms),
+        schedule.schedule_at(_message("c"), clock.ms + 100),
+    ]
+    assert all(r.status.stored for r in store.append(held))
+    clock.now += DEFAULT_DELAY_LEVELS[1] + 1
+    read_queue = store.read_queue
+
+    def broken_level_1(topic: str, queue_id: int, offset: int, count: int) -> list[Any]:
+        if (topic, queue_id) == (SCHEDULE_TOPIC, 0):
+            raise OSError(5, "Input/output error")
+        return read_queue(topic, queue_id, offset, count)
+
+    store.read_queue = broken_level_1  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, "pocketmq.broker"):
+        for _ in range(5):
+            assert await schedule._deliver_due() == clock.ms + 1000
+            clock.now += 1
+    assert _bodies(store) == [b"b", b"c"]
+    assert len(caplog.records) == 1
+    assert "delay level 1" in caplog.records[0].getMessage()
+
+    store.read_queue = read_queue  # type: ignore[method-assign]
+    assert await schedule._deliver_due() is None
+    assert _bodies(store) == [b"b", b"c", b"a"]
+    store.close()

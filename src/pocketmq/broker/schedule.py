@@ -246,7 +246,7 @@ class ScheduleService:
             try:
                 next_due = await self._deliver_due()
             except Exception as exc:  # a bug: _deliver_due isolates what it knows of
-                self._trouble("scheduler", f"delivering scheduled messages failed: {exc!r}")
+                self._trouble("scheduler", "delivering scheduled messages failed", exc)
                 next_due = int(self._clock() * 1000) + _RETRY_MS
             if self._handle is not None:
                 self._handle.cancel()
@@ -271,7 +271,7 @@ class ScheduleService:
             try:
                 due = await deliver(now_ms)
             except Exception as exc:
-                self._trouble(name, f"delivering {name} failed: {exc!r}; retrying in 1 s")
+                self._trouble(name, f"delivering {name} failed; retrying every second", exc)
                 due = now_ms + _RETRY_MS
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
@@ -418,15 +418,10 @@ class ScheduleService:
                 letter = msgspec.structs.replace(
                     record, topic=copy.topic, queue_id=copy.queue_id, properties=copy.properties
                 )
+                # the dead letter logs its one line, with this reason, and records the attempt
                 if not self._dead_letter(group, letter, f"its retry cannot be stored ({reason})"):
                     return False
                 self._counters["schedule_dead_lettered"] += 1
-                log.warning(
-                    "scheduled retry %s of group %s could not be stored (%s); dead-lettered",
-                    record.message_id,
-                    group,
-                    reason,
-                )
                 return True
         topic = copy.topic if copy is not None else record.properties.get(props.REAL_TOPIC, "?")
         self._parked.append(
@@ -452,14 +447,15 @@ class ScheduleService:
         )
         return True
 
-    def _trouble(self, key: str, text: str) -> None:
-        """Log ongoing trouble once per minute per ``key``, not once per retry."""
+    def _trouble(self, key: str, text: str, exc: Exception | None = None) -> None:
+        """Log ongoing trouble once per minute per ``key``, not once per retry (an unexpected
+        exception with its traceback: it is a bug)."""
         now = self._clock()
         last = self._trouble_logged.get(key)
         if last is not None and now - last < _TROUBLE_LOG_INTERVAL:
             return
         self._trouble_logged[key] = now
-        log.warning("%s", text)
+        log.warning("%s", text, exc_info=exc)
 
     def parked(self) -> list[ParkedMessage]:
         """The most recently parked messages (at most 1000), oldest first."""
