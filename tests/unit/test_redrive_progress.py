@@ -12,14 +12,17 @@ import asyncio
 import collections
 import dataclasses
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pocketmq import properties as props
 from pocketmq.broker import Broker, BrokerConfig, GroupConfig, InboundMessage, SendOutcome
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
-from pocketmq.store import FlushMode, StoreConfig, StoreStatistics
+from pocketmq.errors import StoreCorruptedError
+from pocketmq.store import FlushMode, MessageStore, StoreConfig, StoreStatistics
 
 COUNT = 20
 
@@ -153,5 +156,34 @@ async def test_the_snapshot_claims_only_resends_the_store_has_flushed(tmp_path: 
         snapshot = json.loads(ledger.read_text())
         assert snapshot["groups"]["g"] == list(range(7))
         assert snapshot["audit_offset"] == 7
+    finally:
+        await broker.close()
+
+
+async def test_an_unreadable_audit_topic_does_not_stop_a_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(tmp_path)
+    broker = Broker(config)
+    await broker.start()
+    try:
+        await broker.redrive("g", (await _dead_letters(broker))[:3])
+    finally:
+        await broker.close()
+    (tmp_path / "config" / "redrive.json").unlink()  # the audit topic must be replayed
+    get_messages = MessageStore.get_messages
+
+    def damaged_audit(self: MessageStore, topic: str, *args: Any, **kwargs: Any) -> Any:
+        if topic == REDRIVE_AUDIT_TOPIC:
+            raise StoreCorruptedError("record fails its CRC", path="00000000000000000000", offset=0)
+        return get_messages(self, topic, *args, **kwargs)
+
+    monkeypatch.setattr(MessageStore, "get_messages", damaged_audit)
+    with caplog.at_level(logging.WARNING, "pocketmq.broker"):
+        broker = Broker(config)
+    try:
+        assert broker.redriven("g") == set()  # forgotten: a rerun resends them (at-least-once)
+        [line] = [r.getMessage() for r in caplog.records]
+        assert "audit topic cannot be read" in line
     finally:
         await broker.close()

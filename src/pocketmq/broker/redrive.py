@@ -159,7 +159,16 @@ class RedriveLedger:
         offset = max(offset, self._store.min_offset(REDRIVE_AUDIT_TOPIC, 0))
         bad = 0
         while True:
-            got = self._store.get_messages(REDRIVE_AUDIT_TOPIC, 0, offset, max_count=1024)
+            try:
+                got = self._store.get_messages(REDRIVE_AUDIT_TOPIC, 0, offset, max_count=1024)
+            except Exception as exc:  # a damaged record: the start must not fail over it
+                log.error(
+                    "the redrive audit topic cannot be read from offset %d (%s); dead letters "
+                    "re-driven after that point may be resent once more",
+                    offset,
+                    exc,
+                )
+                break
             for message in got.messages:
                 try:
                     record = msgspec.json.decode(message.body, type=RedriveRecord)
