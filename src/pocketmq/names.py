@@ -38,7 +38,7 @@ SYSTEM_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, "%SYS%")
 MAX_GROUP_LENGTH: Final = MAX_NAME_LENGTH - max(len(RETRY_PREFIX), len(DLQ_PREFIX))
 
 _STORED: Final = re.compile(rf"[A-Za-z0-9_%|\-]{{1,{MAX_NAME_LENGTH}}}")
-_ALPHABET: Final = "letters, digits, '_', '-' or '|'"
+_ALPHABET: Final = "letters, digits, '_', '-', '|' or '%'"
 
 
 def is_storable_topic(name: object) -> bool:
