@@ -34,7 +34,7 @@ from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.persist import OffLoopWriter
 from pocketmq.broker.pop import Handle, InFlight, PopBatch, PopManager, PopQueue
 from pocketmq.broker.producers import CheckChannel
-from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveLedger, RedriveRecord
+from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveService
 from pocketmq.broker.schedule import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -146,6 +146,9 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
+        # offsets.json lost entries (docs/storage-format.md §9): the groups that existed start
+        # from the oldest message where they have no offset, never from the newest
+        self._offsets_lost = {g.name for g in self.groups.all()} if self.offsets.damaged else set()
         self.consumers = ConsumerRegistry(config.consumer_expiry)
         self.arrivals = ArrivalNotifier()
         self.counters: collections.Counter[str] = collections.Counter()
@@ -157,7 +160,15 @@ class Broker:
         self._state_writer = OffLoopWriter()
         self._closed = False
         self.schedule = ScheduleService(
-            self.store, config_dir, config.delay_levels, self.append_internal, clock
+            self.store,
+            config_dir,
+            config.delay_levels,
+            self.append_internal,
+            clock,
+            counters=self.counters,
+            dead_letter=lambda group, message, reason: (
+                self.dead_letter(group, message, reason=reason).status.stored
+            ),
         )
         self.history = AttemptHistory(self.store, clock, enabled=config.record_history)
         self.transactions = TransactionService(
@@ -173,7 +184,15 @@ class Broker:
             counters=self.counters,
             clock=clock,
         )
-        self.redrives = RedriveLedger(config_dir)
+        self.redrives = RedriveService(
+            self.store,
+            config_dir,
+            send_now=self.send_now,
+            append_now=self._append_now,
+            wait_durable=self.wait_durable,
+            history=self.history,
+            clock=clock,
+        )
         self.flow = FlowControl(
             max_queue_wait=config.max_queue_wait,
             max_pending_flushes=config.max_pending_flushes,
@@ -809,6 +828,7 @@ class Broker:
 
     def commit_offsets(self, group: str, entries: Sequence[tuple[str, int, int]]) -> None:
         self._group(group)
+        self.offsets.check(entries)  # names end up in offsets.json keys: refuse before storing
         for topic, queue_id, offset in entries:
             # nobody consumed past the queue's end: a larger offset is a client's mistake
             newest = self.store.max_offset(topic, queue_id)
@@ -823,7 +843,11 @@ class Broker:
         return self._initial_offset(group_config, topic, queue_id)
 
     def _initial_offset(self, group: GroupConfig, topic: str, queue_id: int) -> int:
-        if group.consume_from is ConsumeFrom.LAST and not topic.startswith(RETRY_PREFIX):
+        if (
+            group.consume_from is ConsumeFrom.LAST
+            and not topic.startswith(RETRY_PREFIX)
+            and group.name not in self._offsets_lost  # its offset may be lost: redeliver
+        ):
             return self.store.max_offset(topic, queue_id)
         return self.store.min_offset(topic, queue_id)
 
@@ -1397,91 +1421,20 @@ class Broker:
     async def redrive(
         self, group: str, dlq_offsets: Sequence[int], *, target: str = "origin", operator: str = ""
     ) -> list[tuple[int, str, str, SendOutcome | None]]:
-        """Re-send dead letters of ``group`` (by their offset in ``%DLQ%<group>``), each once.
+        """Re-send dead letters of ``group`` (by their offset in ``%DLQ%<group>``), each once
+        (broker/redrive.py: one redrive per group at a time, progress recorded per message).
 
         ``target``: ``origin`` re-sends to the original topic (every subscribed group sees it),
         ``retry`` to ``%RETRY%<group>`` (only this group). Returns
-        ``(offset, message id, "resent" | "already" | "missing", outcome)`` per offset.
+        ``(offset, message id, "resent" | "already" | "missing" | "failed: ...", outcome)``.
         """
         self._group(group)
         if target not in ("origin", "retry"):
             raise InvalidArgumentError("redrive target must be 'origin' or 'retry'")
-        dlq = dlq_topic(group)
-        if self.topics.get(dlq) is None:
-            return [(offset, "", "missing", None) for offset in dlq_offsets]
-        report: list[tuple[int, str, str, SendOutcome | None]] = []
-        audit: list[StoreMessage] = []
-        done: list[int] = []
-        for offset in dlq_offsets:
-            message = self._message_at(dlq, 0, offset)
-            if message is None:
-                report.append((offset, "", "missing", None))
-                continue
-            if self.redrives.done(group, offset):
-                report.append((offset, message.message_id, "already", None))
-                continue
-            properties = {
-                k: v
-                for k, v in message.properties.items()
-                if k
-                not in (props.RETRY_TOPIC, props.DLQ_REASON, props.REAL_TOPIC, props.REAL_QUEUE_ID)
-            }
-            origin = message.properties.get(props.RETRY_TOPIC, "")
-            destination = retry_topic(group) if target == "retry" else origin
-            if target == "retry":
-                properties[props.RETRY_TOPIC] = origin
-            [outcome] = await self.send(
-                [
-                    InboundMessage(
-                        destination,
-                        message.body,
-                        properties,
-                        -1,
-                        message.flags,
-                        message.born_timestamp,
-                    )
-                ]
-            )
-            if outcome.code not in (Code.SUCCESS, Code.FLUSH_DISK_TIMEOUT):
-                report.append((offset, message.message_id, f"failed: {outcome.remark}", outcome))
-                continue
-            done.append(offset)
-            report.append((offset, message.message_id, "resent", outcome))
-            record = RedriveRecord(
-                group,
-                offset,
-                message.message_id,
-                destination,
-                outcome.queue_id,
-                outcome.queue_offset,
-                operator,
-                int(self._clock() * 1000),
-            )
-            audit.append(
-                StoreMessage(
-                    topic=REDRIVE_AUDIT_TOPIC,
-                    queue_id=0,
-                    body=msgspec.json.encode(record),
-                    properties={props.KEYS: f"{group} {message.message_id}"},
-                )
-            )
-            self.history.record(
-                message_id=message.message_id,
-                group=group,
-                topic=destination,
-                attempt=message.reconsume_times + 1,
-                outcome=Outcome.REDRIVEN,
-                consumer=operator,
-                error=f"resent from {dlq} offset {offset}",
-                message_group=message.properties.get(props.MESSAGE_GROUP, ""),
-            )
-        if audit:
-            await self.append_internal(audit)
-            self.redrives.mark(group, done)
-        return report
+        return await self.redrives.redrive(group, dlq_offsets, target, operator)
 
     def redriven(self, group: str) -> set[int]:
-        return self.redrives.offsets(group)
+        return self.redrives.ledger.offsets(group)
 
     # -- queries and status ---------------------------------------------------------------
 

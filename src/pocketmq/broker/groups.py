@@ -12,9 +12,10 @@ import os
 
 import msgspec
 
-from pocketmq.broker.persist import load_json, save_json
-from pocketmq.broker.topics import validate_name
+from pocketmq.broker.persist import save_json
+from pocketmq.broker.statefile import StateFile
 from pocketmq.errors import GroupNotFoundError, InvalidArgumentError
+from pocketmq.names import validate_group_name
 
 __all__ = ["ConsumeFrom", "GroupConfig", "GroupManager", "RetryPolicy"]
 
@@ -66,8 +67,20 @@ class GroupConfig(msgspec.Struct, frozen=True):
 class GroupManager:
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "groups.json")
-        loaded = load_json(self._path, list[GroupConfig], [])
-        self._groups: dict[str, GroupConfig] = {g.name: g for g in loaded}
+        self._groups: dict[str, GroupConfig] = {}
+        state = StateFile(
+            self._path,
+            list,
+            "its consumer groups must be created again (`pocketmq group create`); their "
+            "committed offsets are kept",
+        )
+        for number, raw in enumerate(state.items()):
+            group = state.decode(raw, GroupConfig, f"group #{number}", _problem)
+            if group is not None and group.name in self._groups:
+                state.skip(f"group #{number}", f"a second entry for {group.name!r}", raw)
+            elif group is not None:
+                self._groups[group.name] = group
+        state.finish()
 
     def get(self, name: str) -> GroupConfig | None:
         return self._groups.get(name)
@@ -85,11 +98,10 @@ class GroupManager:
         return sorted(self._groups.values(), key=lambda g: g.name)
 
     def create(self, group: GroupConfig) -> GroupConfig:
-        validate_name("group", group.name)
-        if group.retry.max_retries < 0 and group.retry.max_retries != -1:
-            raise InvalidArgumentError("max retries must be >= 0 (or -1 for 'never skip')")
-        if any(d < 0 for d in group.retry.delays):
-            raise InvalidArgumentError("retry delays must not be negative")
+        validate_group_name(group.name)
+        problem = _problem(group)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
         if self._groups.get(group.name) != group:
             self._groups[group.name] = group
             self._save()
@@ -103,3 +115,16 @@ class GroupManager:
 
     def _save(self) -> None:
         save_json(self._path, self.all())
+
+
+def _problem(group: GroupConfig) -> str | None:
+    """What makes ``group`` unacceptable (on creation and in groups.json), or None."""
+    try:
+        validate_group_name(group.name)
+    except InvalidArgumentError as exc:
+        return str(exc)
+    if group.retry.max_retries < 0 and group.retry.max_retries != -1:
+        return "max retries must be >= 0 (or -1 for 'never skip')"
+    if any(d < 0 for d in group.retry.delays):
+        return "retry delays must not be negative"
+    return None

@@ -3,26 +3,78 @@
 Clustering consumers commit here (seed 000: the broker keeps the table in memory and persists it
 on an interval, 5 s by default). A commit never moves an offset backwards unless asked to
 (operator resets go through ``reset``).
+
+``offsets.json`` keys each entry ``group@topic@queue``, so every name that reaches this table is
+checked first (pocketmq.names: no ``@``, storable length): one bad commit must not make the file
+unreadable on the next start. A bad entry found there anyway is skipped (docs/storage-format.md
+§9); since a group without an offset would start from its consume-from position — the newest
+message for ``consume_from = last``, which would skip what arrived since — the broker is told the
+file was damaged and starts such groups from the oldest message instead (redelivery, not loss).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from typing import Annotated
 
-from pocketmq.broker.persist import Sink, load_json, save_json
+import msgspec
 
-__all__ = ["OffsetManager"]
+from pocketmq.broker.persist import Sink, save_json
+from pocketmq.broker.statefile import StateFile
+from pocketmq.errors import InvalidArgumentError
+from pocketmq.names import is_storable_topic, validate_stored_topic
+
+__all__ = ["MAX_QUEUE_ID", "OffsetManager", "parse_queue_key"]
+
+MAX_QUEUE_ID = 2**31 - 1  # the store's limit (docs/storage-format.md §1)
+
+_Offset = Annotated[int, msgspec.Meta(ge=0)]
+
+
+def parse_queue_key(key: str) -> tuple[str, str, int] | None:
+    """``group@topic@queue`` as written by the broker, or None when it is not one."""
+    parts = key.split("@")
+    if len(parts) != 3 or not parts[2].isdigit() or not parts[0]:
+        return None
+    group, topic, queue = parts
+    if not is_storable_topic(topic) or not is_storable_topic(group):
+        return None
+    queue_id = int(queue)
+    return (group, topic, queue_id) if queue_id <= MAX_QUEUE_ID else None
 
 
 class OffsetManager:
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "offsets.json")
-        raw = load_json(self._path, dict[str, int], {})
         self._offsets: dict[tuple[str, str, int], int] = {}
-        for key, offset in raw.items():
-            group, topic, queue = key.split("@")
-            self._offsets[(group, topic, int(queue))] = offset
+        state = StateFile(
+            self._path,
+            dict,
+            "groups without a committed offset start from the oldest message (redelivered)",
+        )
+        for key, raw in state.mapping().items():
+            parsed = parse_queue_key(key)
+            if parsed is None:
+                state.skip(f"entry {key[:200]!r}", "the key is not group@topic@queue", raw)
+                continue
+            offset = state.decode(raw, _Offset, f"entry {key!r}")
+            if offset is not None:
+                self._offsets[parsed] = offset
+        state.finish()
+        #: Whether anything was lost from offsets.json at start (see the module docstring).
+        self.damaged = state.damaged
         self._dirty = False
+
+    @staticmethod
+    def check(entries: Iterable[tuple[str, int, int]]) -> None:
+        """Refuse, before anything is committed, an entry that could not be stored."""
+        for topic, queue_id, offset in entries:
+            validate_stored_topic(topic)
+            if not 0 <= queue_id <= MAX_QUEUE_ID:
+                raise InvalidArgumentError(f"queue id {queue_id} is out of range")
+            if offset < 0:
+                raise InvalidArgumentError(f"offset {offset} must not be negative")
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed on this queue."""

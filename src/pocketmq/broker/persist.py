@@ -1,7 +1,8 @@
 """Small JSON state files (topics, groups, offsets, pop state), replaced atomically.
 
 JSON because an operator may need to read them during an incident; atomic replacement because a
-crash while saving must leave the previous version intact.
+crash while saving must leave the previous version intact. Reading them back is
+broker/statefile.py's job: leniently, entry by entry (docs/storage-format.md §9).
 """
 
 from __future__ import annotations
@@ -10,16 +11,13 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
 from pocketmq.store.files import atomic_write
 
-__all__ = ["OffLoopWriter", "Sink", "load_json", "save_json", "write_files"]
-
-T = TypeVar("T")
-
+__all__ = ["OffLoopWriter", "Sink", "save_json", "write_files"]
 
 Sink = Callable[[tuple[str, bytes]], None]
 
@@ -60,12 +58,3 @@ class OffLoopWriter:
         if pending is not None:
             with contextlib.suppress(Exception):  # the writer's caller logged it already
                 await pending
-
-
-def load_json(path: str, kind: type[T], default: T) -> T:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        return default
-    return msgspec.json.decode(data, type=kind)

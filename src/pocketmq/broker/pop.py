@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from pocketmq.broker.model import Delivered
-from pocketmq.broker.persist import Sink, load_json, save_json
+from pocketmq.broker.offsets import parse_queue_key
+from pocketmq.broker.persist import Sink, save_json
+from pocketmq.broker.statefile import StateFile
 from pocketmq.errors import InvalidReceiptHandleError
 
 __all__ = ["Handle", "InFlight", "PopBatch", "PopManager", "PopQueue"]
@@ -187,18 +189,35 @@ class _Snapshot(msgspec.Struct):
     parked: dict[int, str] = {}
 
 
+def _snapshot_problem(snap: _Snapshot) -> str | None:
+    offsets = [snap.committed, snap.next_offset, *snap.inflight, *snap.done, *snap.parked]
+    return "negative offsets" if any(o < 0 for o in offsets) else None
+
+
 class PopManager:
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "pop.json")
         self._queues: dict[tuple[str, str, int], PopQueue] = {}
-        raw = load_json(self._path, dict[str, _Snapshot], {})
-        for key, snap in raw.items():
-            group, topic, queue = key.split("@")
+        # Without an entry a queue restarts from its committed offset (offsets.json, which pop
+        # acknowledgements also advance): what was in flight or acknowledged out of order above
+        # it is delivered again.
+        file = StateFile(
+            self._path, dict, "pop consumers restart from their committed offsets (redelivered)"
+        )
+        for key, raw in file.mapping().items():
+            parsed = parse_queue_key(key)
+            if parsed is None:
+                file.skip(f"entry {key[:200]!r}", "the key is not group@topic@queue", raw)
+                continue
+            snap = file.decode(raw, _Snapshot, f"entry {key!r}", _snapshot_problem)
+            if snap is None:
+                continue
             state = PopQueue(
                 snap.next_offset, snap.committed, snap.inflight, set(snap.done), dict(snap.parked)
             )
             state.rebuild_timers()
-            self._queues[(group, topic, int(queue))] = state
+            self._queues[parsed] = state
+        file.finish()
         self.dirty = False
 
     def get(self, group: str, topic: str, queue_id: int) -> PopQueue | None:

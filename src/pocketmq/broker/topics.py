@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 
 import msgspec
 
-from pocketmq.broker.persist import load_json, save_json
+from pocketmq.broker.persist import save_json
+from pocketmq.broker.statefile import StateFile
 from pocketmq.errors import InvalidArgumentError, TopicNotFoundError
+from pocketmq.names import (
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    SYSTEM_PREFIXES,
+    is_storable_topic,
+    validate_topic_name,
+)
 
 __all__ = [
+    "DLQ_PREFIX",
     "PERM_READ",
     "PERM_WRITE",
+    "RETRY_PREFIX",
     "SYSTEM_PREFIXES",
     "TopicConfig",
     "TopicManager",
@@ -28,10 +37,6 @@ __all__ = [
 
 PERM_READ = 4
 PERM_WRITE = 2
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-SYSTEM_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, "%SYS%")
-_NAME = re.compile(r"[A-Za-z0-9_\-|%]{1,127}")
 
 
 class TopicType(enum.Enum):
@@ -65,20 +70,23 @@ def dlq_topic(group: str) -> str:
     return DLQ_PREFIX + group
 
 
-def validate_name(kind: str, name: str) -> None:
-    if not _NAME.fullmatch(name):
-        raise InvalidArgumentError(
-            f"{kind} name {name!r} must be 1-127 characters of letters, digits, '_', '-' or '|'"
-        )
-    if name.startswith(SYSTEM_PREFIXES):
-        raise InvalidArgumentError(f"{kind} name {name!r} uses a reserved prefix")
-
-
 class TopicManager:
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "topics.json")
-        loaded = load_json(self._path, list[TopicConfig], [])
-        self._topics: dict[str, TopicConfig] = {t.name: t for t in loaded}
+        self._topics: dict[str, TopicConfig] = {}
+        state = StateFile(
+            self._path,
+            list,
+            "its topics must be created again (`pocketmq topic create`); their messages are "
+            "kept in the store and readable again once the topic exists",
+        )
+        for number, raw in enumerate(state.items()):
+            topic = state.decode(raw, TopicConfig, f"topic #{number}", self._problem)
+            if topic is not None and topic.name in self._topics:
+                state.skip(f"topic #{number}", f"a second entry for {topic.name!r}", raw)
+            elif topic is not None:
+                self._topics[topic.name] = topic
+        state.finish()
 
     def get(self, name: str) -> TopicConfig | None:
         return self._topics.get(name)
@@ -105,18 +113,30 @@ class TopicManager:
     ) -> TopicConfig:
         """Create or update a topic (queues may grow; shrinking hides the extra queues)."""
         if not system:
-            validate_name("topic", name)
-        if not 1 <= queues <= 1024:
-            raise InvalidArgumentError("queue count must be between 1 and 1024")
-        if perm & ~(PERM_READ | PERM_WRITE):
-            raise InvalidArgumentError("permission must combine 4 (read) and 2 (write)")
+            validate_topic_name(name)
         topic = TopicConfig(
             name=name, queues=queues, perm=perm, topic_type=topic_type, system=system
         )
+        problem = self._problem(topic)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
         if self._topics.get(name) != topic:
             self._topics[name] = topic
             self._save()
         return topic
+
+    @staticmethod
+    def _problem(topic: TopicConfig) -> str | None:
+        """What makes ``topic`` unacceptable (on creation and in topics.json), or None."""
+        if not is_storable_topic(topic.name):
+            return f"topic name {topic.name!r} cannot be stored (1-127 of [A-Za-z0-9_%|-])"
+        if not topic.system and topic.name.startswith(SYSTEM_PREFIXES):
+            return f"topic name {topic.name!r} uses a reserved prefix"
+        if not 1 <= topic.queues <= 1024:
+            return "queue count must be between 1 and 1024"
+        if topic.perm & ~(PERM_READ | PERM_WRITE):
+            return "permission must combine 4 (read) and 2 (write)"
+        return None
 
     def ensure_system(self, name: str, queues: int, perm: int) -> TopicConfig:
         topic = self._topics.get(name)

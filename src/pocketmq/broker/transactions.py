@@ -52,14 +52,16 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import msgspec
 
 from pocketmq import properties as props
 from pocketmq.broker.history import AttemptHistory
 from pocketmq.broker.model import Delivered
-from pocketmq.broker.persist import OffLoopWriter, Sink, load_json, save_json
+from pocketmq.broker.persist import OffLoopWriter, Sink, save_json
 from pocketmq.broker.producers import CheckChannel, ProducerRegistry
+from pocketmq.broker.statefile import load_struct
 from pocketmq.errors import (
     BrokerInternalError,
     FlushDiskTimeoutError,
@@ -177,7 +179,8 @@ _decode_op = msgspec.msgpack.Decoder(_Op).decode
 
 
 class _Progress(msgspec.Struct):
-    half_floor: int = 0  # every half message below this queue offset has an outcome
+    # every half message below this queue offset has an outcome
+    half_floor: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 @dataclass(slots=True)
@@ -228,7 +231,9 @@ class TransactionService:
         self._clock = clock
         self.producers = ProducerRegistry(producer_expiry)
         self._path = os.path.join(config_dir, "transactions.json")
-        self._floor = load_json(self._path, _Progress, _Progress()).half_floor
+        self._floor = load_struct(  # without it every half message is looked at again
+            self._path, _Progress, "half messages are checked against the op log from the start"
+        ).half_floor
         self._pending: dict[str, _Pending] = {}
         self._holding: set[str] = set()  # half messages prepared, not yet appended
         self._finished: collections.OrderedDict[str, tuple[TransactionStatus, list[PutResult]]] = (

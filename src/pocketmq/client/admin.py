@@ -14,6 +14,7 @@ from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
 from pocketmq.errors import InvalidArgumentError, MessageNotFoundError, TopicNotFoundError
+from pocketmq.names import validate_group_name, validate_topic_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.checks import retry_policy_problem
@@ -136,6 +137,7 @@ class Admin(ClientBase):
     async def create_topic(
         self, name: str, *, queues: int = 8, topic_type: str = "normal", perm: int = 6
     ) -> None:
+        validate_topic_name(name)
         if topic_type not in TOPIC_TYPES:
             raise InvalidArgumentError(f"topic type must be one of {', '.join(TOPIC_TYPES)}")
         await self._on_every_broker(
@@ -164,6 +166,7 @@ class Admin(ClientBase):
         retry_multiplier: float = 2.0,
         retry_max: float = 0.0,
     ) -> None:
+        validate_group_name(name)
         if isinstance(retry_multiplier, bool) or not isinstance(retry_multiplier, int | float):
             raise InvalidArgumentError("retry_multiplier must be a number")
         spec = w.GroupSpec(

@@ -9,6 +9,7 @@ from pocketmq import properties as props
 from pocketmq.client.ids import new_message_id
 from pocketmq.client.message import Message, MessageView
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.names import validate_stored_topic
 from pocketmq.protocol import structs as w
 
 __all__ = ["SYSTEM_PROPERTIES", "to_view", "to_wire", "validate_message"]
@@ -37,7 +38,7 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
         raise InvalidArgumentError(f"expected a pocketmq.Message, got {type(message).__name__}")
     if not isinstance(message.topic, str) or not message.topic:
         raise InvalidArgumentError("message topic must be a non-empty string")
-    _check_text(message.topic, "topic")
+    validate_stored_topic(message.topic)
     if not isinstance(message.body, bytes | bytearray | memoryview):
         raise InvalidArgumentError(
             f"message body must be bytes, got {type(message.body).__name__} "

@@ -52,6 +52,7 @@ from pocketmq.client.message import ConsumeStatus, MessageView
 from pocketmq.client.routes import QueueRef
 from pocketmq.client.simple import normalize_subscriptions
 from pocketmq.errors import ClosedError, Code, InvalidArgumentError, PocketMQError, error_from_code
+from pocketmq.names import validate_group_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
@@ -177,6 +178,7 @@ class PushConsumer(ClientBase):
         super().__init__(resolve_config(servers, client), self._on_push)
         if not group:
             raise InvalidArgumentError("a consumer group is required")
+        validate_group_name(group)
         self.group = group
         self.config = config or PushConsumerConfig()
         if self.config.batch_size < 1 or self.config.concurrency < 1:

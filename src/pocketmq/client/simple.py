@@ -18,6 +18,7 @@ from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
 from pocketmq.errors import ClosedError, InvalidArgumentError, error_from_code
+from pocketmq.names import validate_group_name, validate_stored_topic
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
@@ -28,10 +29,14 @@ def normalize_subscriptions(
     subscriptions: Mapping[str, str] | Sequence[str] | str,
 ) -> dict[str, str]:
     if isinstance(subscriptions, str):
-        return {subscriptions: "*"}
-    if isinstance(subscriptions, Mapping):
-        return dict(subscriptions)
-    return {topic: "*" for topic in subscriptions}
+        normalized = {subscriptions: "*"}
+    elif isinstance(subscriptions, Mapping):
+        normalized = dict(subscriptions)
+    else:
+        normalized = {topic: "*" for topic in subscriptions}
+    for topic in normalized:
+        validate_stored_topic(topic)
+    return normalized
 
 
 class SimpleConsumer(ClientBase):
@@ -47,6 +52,7 @@ class SimpleConsumer(ClientBase):
         super().__init__(resolve_config(servers, client))
         if not group:
             raise InvalidArgumentError("a consumer group is required")
+        validate_group_name(group)
         self.group = group
         self.subscriptions = normalize_subscriptions(subscriptions)
         if not self.subscriptions:

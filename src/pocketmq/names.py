@@ -1,0 +1,82 @@
+"""Topic and consumer-group names: one rule for the SDK, the broker and its state files.
+
+Why one module: a name the broker accepts must be storable, and so must every name derived from
+it. The store keeps a record's topic in at most 127 bytes of ``[A-Za-z0-9_%|-]``
+(docs/storage-format.md §1), and a consumer group owns two derived topics, ``%RETRY%<group>``
+and ``%DLQ%<group>``. A group name the store cannot prefix would be accepted at creation and
+fail much later, in the middle of delivering a retry, so the derived names are checked when the
+group is created. The broker's state files key entries as ``group@topic@queue``, so ``@`` (and
+anything else outside the alphabet) must never reach them. The SDK applies the same rule before
+sending anything, so a typo fails at once with :class:`~pocketmq.errors.InvalidArgumentError`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from pocketmq.errors import InvalidArgumentError
+
+__all__ = [
+    "DLQ_PREFIX",
+    "MAX_GROUP_LENGTH",
+    "MAX_NAME_LENGTH",
+    "RETRY_PREFIX",
+    "SYSTEM_PREFIXES",
+    "is_storable_topic",
+    "validate_group_name",
+    "validate_stored_topic",
+    "validate_topic_name",
+]
+
+#: The store's limit for a record's topic (docs/storage-format.md §1).
+MAX_NAME_LENGTH: Final = 127
+RETRY_PREFIX: Final = "%RETRY%"
+DLQ_PREFIX: Final = "%DLQ%"
+SYSTEM_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, "%SYS%")
+#: The longest group name whose ``%RETRY%`` and ``%DLQ%`` topics still fit the store.
+MAX_GROUP_LENGTH: Final = MAX_NAME_LENGTH - max(len(RETRY_PREFIX), len(DLQ_PREFIX))
+
+_STORED: Final = re.compile(rf"[A-Za-z0-9_%|\-]{{1,{MAX_NAME_LENGTH}}}")
+_ALPHABET: Final = "letters, digits, '_', '-', '|' or '%'"
+
+
+def is_storable_topic(name: object) -> bool:
+    """Whether the store can keep records under ``name`` (system topics included)."""
+    return isinstance(name, str) and _STORED.fullmatch(name) is not None
+
+
+def validate_stored_topic(name: object) -> None:
+    """A topic a client may *name* (subscribe, commit an offset, peek): user topics and the
+    broker's derived ones (``%RETRY%<group>``); whether it may be read is the broker's call."""
+    if not is_storable_topic(name):
+        raise InvalidArgumentError(
+            f"topic name {name!r} must be 1-{MAX_NAME_LENGTH} characters of {_ALPHABET}"
+        )
+
+
+def validate_topic_name(name: object) -> None:
+    """A topic a user may create: storable, and not one of the broker's reserved prefixes."""
+    validate_stored_topic(name)
+    assert isinstance(name, str)
+    if name.startswith(SYSTEM_PREFIXES):
+        raise InvalidArgumentError(f"topic name {name!r} uses a reserved prefix")
+
+
+def validate_group_name(name: object) -> None:
+    """A consumer group: storable, not reserved, and short enough that ``%RETRY%<group>`` and
+    ``%DLQ%<group>`` are storable too (at most :data:`MAX_GROUP_LENGTH` characters)."""
+    if not is_storable_topic(name):
+        raise InvalidArgumentError(
+            f"group name {name!r} must be 1-{MAX_GROUP_LENGTH} characters of {_ALPHABET}"
+        )
+    assert isinstance(name, str)
+    if name.startswith(SYSTEM_PREFIXES):
+        raise InvalidArgumentError(f"group name {name!r} uses a reserved prefix")
+    if len(name) > MAX_GROUP_LENGTH:
+        raise InvalidArgumentError(
+            f"group name {name[:24]!r}... is {len(name)} characters; at most {MAX_GROUP_LENGTH} "
+            f"fit, because its retry and dead-letter topics ({RETRY_PREFIX}<group>, "
+            f"{DLQ_PREFIX}<group>) must stay within the store's {MAX_NAME_LENGTH}-character "
+            "topic limit"
+        )
