@@ -3,7 +3,7 @@
 Every file under ``<data-dir>/config/`` is tried with garbage (moved aside as
 ``<name>.corrupt-<time>``, one ERROR line, the broker starts with what it can recover) and with
 one bad entry beside a good one (the bad entry is skipped with a log line, the good one kept,
-the original copied aside). docs/storage-format.md §9 lists what each loss costs.
+the original copied aside). docs/storage-format.md §10 lists what each loss costs.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
-        # offsets.json lost entries (docs/storage-format.md §9): the groups that existed start
+        # offsets.json lost entries (docs/storage-format.md §10): the groups that existed start
         # from the oldest message where they have no offset, never from the newest
         self._offsets_lost = {g.name for g in self.groups.all()} if self.offsets.damaged else set()
         self.consumers = ConsumerRegistry(config.consumer_expiry)

@@ -7,7 +7,7 @@ on an interval, 5 s by default). A commit never moves an offset backwards unless
 ``offsets.json`` keys each entry ``group@topic@queue``, so every name that reaches this table is
 checked first (pocketmq.names: no ``@``, storable length): one bad commit must not make the file
 unreadable on the next start. A bad entry found there anyway is skipped (docs/storage-format.md
-§9); since a group without an offset would start from its consume-from position — the newest
+§10); since a group without an offset would start from its consume-from position — the newest
 message for ``consume_from = last``, which would skip what arrived since — the broker is told the
 file was damaged and starts such groups from the oldest message instead (redelivery, not loss).
 """

@@ -2,7 +2,7 @@
 
 JSON because an operator may need to read them during an incident; atomic replacement because a
 crash while saving must leave the previous version intact. Reading them back is
-broker/statefile.py's job: leniently, entry by entry (docs/storage-format.md §9).
+broker/statefile.py's job: leniently, entry by entry (docs/storage-format.md §10).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading the broker's state files so that one bad byte never stops the broker from starting.
 
-The files under ``<data-dir>/config/`` (docs/storage-format.md §9) are small JSON documents the
+The files under ``<data-dir>/config/`` (docs/storage-format.md §10) are small JSON documents the
 broker replaces atomically, so a crash never leaves half of one. What is left is damage from
 outside: a flipped byte, an operator's hand edit, an entry written by an older version that the
 current rules refuse (a topic containing ``@`` in an offset key, a group too long for its retry
@@ -13,7 +13,7 @@ topic). The rule, per entry and per file:
 - **A file that is not a JSON document of the expected shape at all** (or cannot be read) is
   moved aside as ``<name>.corrupt-<UTC time>``, logged at ERROR with what starting without it
   costs, and the broker starts with what it can recover. Each manager decides what that is;
-  every choice errs towards delivering a message again, never towards losing one (§9).
+  every choice errs towards delivering a message again, never towards losing one (§10).
 
 The log lines are capped per file (the first few entries, then a count), so a file of a million
 bad entries writes a handful of lines, not a million.
