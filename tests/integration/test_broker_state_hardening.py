@@ -41,6 +41,8 @@ async def test_an_offset_commit_naming_a_topic_with_at_is_refused_and_restarts_w
 ) -> None:
     with BrokerProcess(tmp_path, config=FAST_BROKER, grpc_port=None) as broker:
         await create(broker.address, topic="orders", group="g", queues=1)
+        async with Producer(servers=broker.address) as producer:  # commits stop at the end
+            await producer.send(Message(topic="orders", body=b"one"))
         async with Admin(servers=broker.address) as admin:  # raw frames: the SDK refuses early
             for topic in ("a@b", "x" * 128):
                 with pytest.raises(MessageIllegalError, match="topic name"):
