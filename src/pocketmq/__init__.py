@@ -27,7 +27,9 @@ from pocketmq.errors import (
 if typing.TYPE_CHECKING:
     from pocketmq.client import ConsumeStatus, Message, MessageView, SendResult, SendStatus
 
-__version__ = "0.1.0"
+from pocketmq.version import VERSION
+
+__version__ = VERSION
 
 __all__ = [
     "BrokerConnectionError",

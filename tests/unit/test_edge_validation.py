@@ -46,7 +46,7 @@ def test_a_valid_delivery_time_still_goes_out() -> None:
 )
 def test_text_that_is_not_utf8_is_refused(fields: dict[str, object]) -> None:
     message = Message(**{"topic": "t", "body": b"x", **fields})  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgumentError, match="surrogate|topic name"):
+    with pytest.raises(InvalidArgumentError, match=r"surrogate|topic name"):
         validate_message(message)
 
 

@@ -5,7 +5,7 @@ store directly.
 """
 
 from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
-from pocketmq.broker.core import VERSION, Broker
+from pocketmq.broker.core import Broker
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
 from pocketmq.broker.history import Attempt, Outcome
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
@@ -16,6 +16,7 @@ from pocketmq.broker.transactions import (
     TransactionState,
     TransactionStatus,
 )
+from pocketmq.version import VERSION
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -73,6 +72,7 @@ from pocketmq.errors import (
     TopicNotFoundError,
     error_from_code,
 )
+from pocketmq.ids import new_message_id
 from pocketmq.routing import queue_for_group
 from pocketmq.store import (
     FlushMode,
@@ -89,7 +89,6 @@ __all__ = ["Broker"]
 
 log = logging.getLogger("pocketmq.broker")
 
-VERSION = "0.1.0"
 
 _PUT_CODES = {
     PutStatus.PUT_OK: Code.SUCCESS,
@@ -111,10 +110,6 @@ _HELD_TOPICS = _SCHEDULE_TOPICS | {HALF_TOPIC}  # stored aside; the real topic i
 # Internal ledgers that have no topic config but may be browsed (exports): name -> queue count.
 _BROWSABLE_INTERNAL = {HISTORY_TOPIC: 1, REDRIVE_AUDIT_TOPIC: 1}
 _SKIPPABLE = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
-
-
-def new_message_id() -> str:
-    return uuid.uuid4().hex.upper()
 
 
 def _require_dead_letter_stored(result: PutResult) -> None:

@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -40,6 +40,7 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol import structs as w
+from pocketmq.version import VERSION
 
 __all__ = ["ClientConnection", "PushHandler", "connect"]
 
@@ -48,7 +49,7 @@ log = logging.getLogger("pocketmq.client")
 T = TypeVar("T")
 PushHandler = Callable[["ClientConnection", int, bytes], None]
 
-CLIENT_VERSION = "0.1.0"
+CLIENT_VERSION: Final = VERSION
 
 
 class ClientConnection(asyncio.Protocol):

@@ -6,9 +6,9 @@ import time
 from typing import Final
 
 from pocketmq import properties as props
-from pocketmq.client.ids import new_message_id
 from pocketmq.client.message import Message, MessageView
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.ids import new_message_id
 from pocketmq.names import validate_stored_topic
 from pocketmq.protocol import structs as w
 

@@ -78,10 +78,10 @@ from pyspark.sql.streaming.datasource import (
 
 from pocketmq.client.config import ClientConfig, default_servers, parse_servers
 from pocketmq.client.convert import SYSTEM_PROPERTIES
-from pocketmq.client.ids import new_message_id
 from pocketmq.client.message import Message
 from pocketmq.client.sync import SyncAdmin, SyncProducer
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
+from pocketmq.ids import new_message_id
 from pocketmq.pipeline.browse import DEFAULT_PAGE_SIZE, QueueSpan, browse_range, messages_table
 from pocketmq.pipeline.browse import queue_spans as _queue_spans
 from pocketmq.pipeline.schemas import TOPIC_EXPORT_SCHEMA, spark_ddl

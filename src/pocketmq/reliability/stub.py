@@ -17,12 +17,12 @@ can build them from rows and tests can compare them.
 from __future__ import annotations
 
 import enum
-import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from pocketmq.client import Message
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.ids import new_message_id
 
 __all__ = [
     "MANUAL_PREFIX",
@@ -56,11 +56,6 @@ class LogStatus(enum.Enum):
 
     RECEIVED = "RECEIVED"
     CONSUMED = "CONSUMED"
-
-
-def new_message_id() -> str:
-    """A fresh message id: 32 upper-case hex digits, like RocketMQ's unique keys."""
-    return uuid.uuid4().hex.upper()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

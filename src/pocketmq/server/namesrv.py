@@ -20,11 +20,11 @@ from pocketmq.protocol import structs as w
 from pocketmq.server.connection import HandlerTable, ServerConnection
 from pocketmq.server.limits import ConnectionLimits
 from pocketmq.server.tcp import FrameServer
+from pocketmq.version import VERSION
 
 __all__ = ["BROKER_EXPIRY", "NameServer", "RouteTable"]
 
 BROKER_EXPIRY = 120.0
-VERSION = "0.1.0"
 
 
 @dataclass(slots=True)
