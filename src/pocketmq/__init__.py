@@ -27,9 +27,7 @@ from pocketmq.errors import (
 if typing.TYPE_CHECKING:
     from pocketmq.client import ConsumeStatus, Message, MessageView, SendResult, SendStatus
 
-from pocketmq.version import VERSION
-
-__version__ = VERSION
+from pocketmq.version import VERSION as __version__
 
 __all__ = [
     "BrokerConnectionError",
