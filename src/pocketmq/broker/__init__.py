@@ -4,8 +4,8 @@ Both the native TCP server and the gRPC adapter drive a :class:`Broker`; neither
 store directly.
 """
 
+from pocketmq.broker.broker import Broker
 from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
-from pocketmq.broker.core import Broker
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
 from pocketmq.broker.history import Attempt, Outcome
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome

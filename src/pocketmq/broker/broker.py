@@ -1,0 +1,282 @@
+"""The broker: every operation a client can ask for, independent of the wire protocol.
+
+It runs on one asyncio event loop. Store calls are synchronous and short (they never wait for
+fsync); waiting — for a sync flush, for a long poll — is asynchronous, so one slow request never
+holds up the others. Errors are raised as :mod:`pocketmq.errors` classes, whose wire codes both
+protocol adapters understand; batch operations report per item.
+
+This class is the front the adapters talk to; each concept lives in its own module
+(docs/design.md, "Where each concept lives") and the front only builds them, runs the
+housekeeping and hands each call to its concept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from pocketmq.broker.catalog import Catalog
+from pocketmq.broker.config import BrokerConfig
+from pocketmq.broker.consumers import ConsumerRegistry
+from pocketmq.broker.deadletters import DeadLetters
+from pocketmq.broker.durability import DurabilityWaiter
+from pocketmq.broker.flow import FlowControl
+from pocketmq.broker.groups import GroupManager
+from pocketmq.broker.history import AttemptHistory
+from pocketmq.broker.locks import QueueLocks
+from pocketmq.broker.longpoll import ArrivalNotifier
+from pocketmq.broker.membership import Membership
+from pocketmq.broker.offsets import OffsetManager
+from pocketmq.broker.parts import BrokerPart, Shared
+from pocketmq.broker.persist import OffLoopWriter
+from pocketmq.broker.pop import PopManager
+from pocketmq.broker.popping import PopPath
+from pocketmq.broker.pulling import PullPath
+from pocketmq.broker.redrive import RedriveService
+from pocketmq.broker.schedule import ScheduleService
+from pocketmq.broker.sendback import SendBack
+from pocketmq.broker.sending import SendPath
+from pocketmq.broker.topics import TopicManager
+from pocketmq.broker.transactions import EndOutcome, TransactionService, TransactionStatus
+from pocketmq.errors import ServiceUnavailableError
+from pocketmq.store import MessageStore
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("pocketmq.broker")
+
+
+class Broker:
+    """One broker: a store plus topics, groups, offsets and consumption state."""
+
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.name = config.broker_name
+        self._clock = clock
+        config_dir = os.path.join(config.data_dir, "config")
+        os.makedirs(config_dir, exist_ok=True)
+        self.store = MessageStore.open(
+            os.path.join(config.data_dir, "store"), config.store, clock=clock
+        )
+        try:
+            self.topics = TopicManager(config_dir)
+            self.groups = GroupManager(config_dir)
+            self.offsets = OffsetManager(config_dir)
+            self.pop_state = PopManager(config_dir)
+        except BaseException:
+            self.store.close()
+            raise
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.history = AttemptHistory(self.store, clock, enabled=config.record_history)
+        shared = Shared(
+            config=config,
+            clock=clock,
+            store=self.store,
+            topics=self.topics,
+            groups=self.groups,
+            offsets=self.offsets,
+            pop_state=self.pop_state,
+            consumers=ConsumerRegistry(config.consumer_expiry),
+            arrivals=ArrivalNotifier(),
+            counters=self.counters,
+            history=self.history,
+            flow=FlowControl(
+                max_queue_wait=config.max_queue_wait,
+                max_pending_flushes=config.max_pending_flushes,
+                max_queue_backlog=config.max_queue_backlog,
+            ),
+            locks=QueueLocks(config.queue_lock_expiry, clock),
+            durability=DurabilityWaiter(self.store, config.store.sync_flush_timeout),
+            # offsets.json lost entries (docs/storage-format.md §10): the groups that existed
+            # start from the oldest message where they have no offset, never from the newest
+            offsets_lost={g.name for g in self.groups.all()} if self.offsets.damaged else set(),
+            faults=dict(config.fault_injection),
+        )
+        self._shared = shared
+        self.consumers = shared.consumers
+        self.arrivals = shared.arrivals
+        self.flow = shared.flow
+        self.locks = shared.locks
+        steps = BrokerPart(shared)
+        self.sending = SendPath(shared)
+        self.redrives = RedriveService(
+            self.store,
+            config_dir,
+            send_now=self.sending.send_now,
+            append_now=steps._append_now,
+            wait_durable=self.sending.wait_durable,
+            history=self.history,
+            clock=clock,
+        )
+        self.dead_letters = DeadLetters(shared, self.redrives)
+        self.schedule = shared.schedule = ScheduleService(
+            self.store,
+            config_dir,
+            config.delay_levels,
+            steps.append_internal,
+            clock,
+            counters=self.counters,
+            dead_letter=lambda group, message, reason: (
+                self.dead_letters.dead_letter(group, message, reason=reason).status.stored
+            ),
+        )
+        self.transactions = shared.transactions = TransactionService(
+            self.store,
+            config_dir,
+            timeout=config.transaction_timeout,
+            check_interval=config.transaction_check_interval,
+            check_max=config.transaction_check_max,
+            producer_expiry=config.consumer_expiry,
+            append=steps._append_now,
+            durable=steps._await_durable,
+            history=self.history,
+            counters=self.counters,
+            clock=clock,
+        )
+        self.send_backs = SendBack(shared, self.dead_letters)
+        self.pulls = PullPath(shared)
+        self.pops = PopPath(shared, self.dead_letters)
+        self.catalog = Catalog(shared)
+        self.membership = Membership(shared)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._state_writer = OffLoopWriter()
+        self._protect_consumed_positions()
+        self._bind()
+
+    def _bind(self) -> None:
+        """The operations adapters call, taken from the concept that implements each."""
+        sending, pops, catalog, membership = self.sending, self.pops, self.catalog, self.membership
+        self.send = sending.send
+        self.send_now = sending.send_now
+        self.wait_durable = sending.wait_durable
+        self.recall = sending.recall
+        self.append_internal = sending.append_internal
+        self.send_back = self.send_backs.send_back
+        self.pull = self.pulls.pull
+        self.pull_now = self.pulls.pull_now
+        self.commit_offsets = self.pulls.commit_offsets
+        self.query_offset = self.pulls.query_offset
+        self.pop = pops.pop
+        self.pop_now = pops.pop_now
+        self.ack = pops.ack
+        self.change_invisible = pops.change_invisible
+        self.dead_letter = self.dead_letters.dead_letter
+        self.forward_to_dead_letter = self.dead_letters.forward_to_dead_letter
+        self.redrive = self.dead_letters.redrive
+        self.redriven = self.dead_letters.redriven
+        self.create_topic = catalog.create_topic
+        self.delete_topic = catalog.delete_topic
+        self.create_group = catalog.create_group
+        self.delete_group = catalog.delete_group
+        self.require_group = catalog.require_group
+        self.report_outcomes = catalog.report_outcomes
+        self.message_history = catalog.message_history
+        self.browse = catalog.browse
+        self.query_messages = catalog.query_messages
+        self.queue_status = catalog.queue_status
+        self.status = catalog.status
+        self.heartbeat = membership.heartbeat
+        self.unregister = membership.unregister
+        self.lock_queues = membership.lock_queues
+        self.unlock_queues = membership.unlock_queues
+        self.consumer_ids = membership.consumer_ids
+        self.heartbeat_producer = membership.heartbeat_producer
+        self.unregister_producer = membership.unregister_producer
+
+    def _protect_consumed_positions(self) -> None:
+        """After a crash that lost the tail of a queue, the queue must not hand out again the
+        offsets that consumers (groups, pop state, the scheduler, the transaction checker)
+        already moved past: they would never see the new messages there
+        (docs/storage-format.md §6)."""
+        positions = self.offsets.furthest()
+        for (_, topic, queue_id), state in self.pop_state.items():
+            key = (topic, queue_id)
+            positions[key] = max(positions.get(key, 0), state.next_offset)
+        for source in (self.schedule.consumed_positions(), self.transactions.consumed_positions()):
+            for key, offset in source.items():
+                positions[key] = max(positions.get(key, 0), offset)
+        for (topic, queue_id), offset in positions.items():
+            if offset > self.store.max_offset(topic, queue_id):
+                self.store.reserve_queue_offset(topic, queue_id, offset)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.schedule.start()
+        await self.transactions.start()
+        self.flow.start()
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="broker-housekeeping"))
+
+    async def close(self) -> None:
+        if self._shared.closed:
+            return
+        self._shared.closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._state_writer.drain()
+        self.arrivals.notify_all()
+        await self.flow.stop()
+        await self.schedule.close()
+        await self.transactions.close()
+        self.history.flush()
+        self.offsets.persist(force=True)
+        self.pop_state.persist(force=True)
+        self.store.close()
+
+    async def _housekeeping(self) -> None:
+        last_offsets = last_maintenance = self._clock()
+        while True:
+            await asyncio.sleep(self.config.state_persist_interval)
+            now = self._clock()
+            try:
+                self.consumers.expire(now)
+                self.pops.revive(now)
+                writes: list[tuple[str, bytes]] = []
+                self.pop_state.persist(sink=writes.append)
+                self.schedule.persist(sink=writes.append)
+                self.history.flush()
+                if now - last_offsets >= self.config.offset_persist_interval:
+                    self.offsets.persist(sink=writes.append)
+                    last_offsets = now
+                await self._state_writer.write(writes)
+                if now - last_maintenance >= 60:
+                    self.store.run_maintenance(now)
+                    last_maintenance = now
+            except Exception:  # keep the loop alive; the next round retries
+                log.exception("broker housekeeping failed")
+
+    # -- transactions (broker/transactions.py) --------------------------------------------
+
+    async def end_transaction(
+        self,
+        producer_group: str,
+        message_id: str,
+        transaction_id: str,
+        *,
+        commit: bool,
+        from_check: bool = False,
+        topic: str = "",
+    ) -> EndOutcome:
+        """Commit or roll back a half message. The first outcome is final: the same outcome
+        again is answered as a duplicate, a different one raises TransactionStateError."""
+        if self._shared.closed:
+            raise ServiceUnavailableError("the broker is shutting down")
+        return await self.transactions.end(
+            producer_group,
+            message_id,
+            transaction_id,
+            commit=commit,
+            from_check=from_check,
+            topic=topic,
+        )
+
+    def transaction_state(self, message_id: str) -> TransactionStatus | None:
+        return self.transactions.state(message_id)

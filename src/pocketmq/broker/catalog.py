@@ -1,0 +1,138 @@
+"""The catalog: topics and groups, and what an operator asks about them.
+
+Creating and deleting topics and groups, browsing any topic without consuming it, looking
+messages up by id or key, the attempt history, per-queue offsets and the broker's status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from pocketmq.broker.groups import GroupConfig
+from pocketmq.broker.history import HISTORY_TOPIC, Attempt
+from pocketmq.broker.model import Delivered
+from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
+from pocketmq.errors import (
+    InvalidArgumentError,
+    error_from_code,
+)
+
+__all__ = ["Catalog"]
+
+log = logging.getLogger("pocketmq.broker")
+
+
+class Catalog(BrokerPart):
+    """Topics, groups, queries and status."""
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.topics.require(name)
+        if topic.system:
+            raise InvalidArgumentError(f"{name!r} is a system topic")
+        result = self.store.delete_topic(name)
+        if not result.status.stored:
+            raise error_from_code(
+                PUT_CODES[result.status],
+                f"topic {name!r} was not deleted: {result.reason or result.status.value}",
+            )
+        self.topics.delete(name)
+        self.offsets.forget_topic(name)
+        self.offsets.persist(force=True)  # a re-created topic must not inherit old offsets
+        self.pop_state.forget(topic=name)
+
+    def delete_group(self, name: str) -> None:
+        self.groups.require(name)
+        self.groups.delete(name)
+        self.offsets.forget_group(name)
+        self.pop_state.forget(group=name)
+
+    def require_group(self, name: str) -> GroupConfig:
+        """A consumer group's configuration (created on first use when auto-create is on)."""
+        return self._group(name)
+
+    def report_outcomes(self, group: str, consumer: str, attempts: Sequence[Attempt]) -> None:
+        """Push consumers report their successful attempts (failures come with send-back)."""
+        for attempt in attempts:
+            self.history.record(
+                message_id=attempt.message_id,
+                group=group,
+                topic=attempt.topic,
+                attempt=attempt.attempt,
+                outcome=attempt.outcome,
+                consumer=consumer or attempt.consumer,
+                error=attempt.error,
+                delivered_at=attempt.delivered_at / 1000,
+                finished_at=attempt.finished_at / 1000,
+                message_group=attempt.message_group,
+            )
+
+    def message_history(self, message_id: str) -> list[Attempt]:
+        return self.history.query(message_id)
+
+    def browse(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 32
+    ) -> list[Delivered]:
+        """Read any topic (dead-letter topics and the internal ledgers included) without
+        consuming: operator tools and exports."""
+        if topic == HISTORY_TOPIC:
+            self.history.flush()
+        elif topic not in BROWSABLE_INTERNAL:
+            self.topics.require(topic)
+        got = self.store.get_messages(
+            topic,
+            queue_id,
+            max(offset, self.store.min_offset(topic, queue_id)),
+            max_count=max(1, min(max_count, 1024)),
+        )
+        return [self._deliver(m) for m in got.messages]
+
+    def query_messages(
+        self, *, message_id: str = "", topic: str = "", key: str = "", max_count: int = 32
+    ) -> list[Delivered]:
+        if message_id:
+            found = self.store.query_by_id(message_id, max_count)
+        elif topic and key:
+            found = self.store.query_by_key(topic, key, max_count)
+        else:
+            raise InvalidArgumentError("query by message id, or by topic and key")
+        return [self._deliver(m) for m in found]
+
+    def queue_status(self, topic: str, group: str = "") -> list[tuple[int, int, int, int]]:
+        """``(queue id, min offset, max offset, committed or -1)`` for each queue."""
+        queues = BROWSABLE_INTERNAL.get(topic) or self.topics.require(topic).queues
+        if topic == HISTORY_TOPIC:
+            self.history.flush()
+        rows = []
+        for queue_id in range(queues):
+            committed = self.offsets.query(group, topic, queue_id) if group else -1
+            rows.append(
+                (
+                    queue_id,
+                    self.store.min_offset(topic, queue_id),
+                    self.store.max_offset(topic, queue_id),
+                    committed,
+                )
+            )
+        return rows
+
+    def status(self) -> dict[str, object]:
+        stats = self.store.statistics()
+        return {
+            "counters": {**self.counters, "transactions_pending": self.transactions.pending_count},
+            "store": {
+                "messages_put": stats.messages_put,
+                "bytes_put": stats.bytes_put,
+                "write_position": stats.write_position,
+                "flushed_position": stats.flushed_position,
+                "segments": stats.segments,
+                "queues": stats.queues,
+                "fsyncs": stats.fsyncs,
+                "flush_mode": stats.flush_mode,
+                "failure": stats.failure,
+                "damaged_records_read": stats.damaged_records_read,
+                "quarantined_ranges": stats.quarantined_ranges,
+                "recovered_truncated_bytes": stats.recovered_truncated_bytes,
+                "open_queue_files": stats.open_queue_files,
+            },
+        }

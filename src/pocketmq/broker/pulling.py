@@ -1,0 +1,116 @@
+"""Pull (push consumers, RocketMQ 4.x style) and the committed offsets it works with.
+
+The consumer names the queue and the offset; the broker reads from the consume queue and, when
+nothing is there yet, parks the request until a message arrives or the long poll ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from pocketmq.broker.filtering import parse_tag_expression
+from pocketmq.broker.model import PullOutcome, PullStatus
+from pocketmq.broker.parts import BrokerPart
+from pocketmq.errors import (
+    InvalidArgumentError,
+)
+from pocketmq.store import (
+    GetStatus,
+)
+
+__all__ = ["PullPath"]
+
+log = logging.getLogger("pocketmq.broker")
+
+
+class PullPath(BrokerPart):
+    """Answers pulls and keeps clustering consumers' committed offsets."""
+
+    def pull_now(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int = 32,
+        expression: str = "*",
+    ) -> PullOutcome | None:
+        """A pull answered without waiting, or None when it would wait for new messages."""
+        self._group(group)
+        config = self._readable_topic(topic, group)
+        if not 0 <= queue_id < config.queues:
+            raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
+        tags = parse_tag_expression(expression)
+        got = self.store.get_messages(
+            topic, queue_id, offset, max_count=max(1, min(max_count, 1024)), tags=tags
+        )
+        if got.status is GetStatus.FOUND:
+            delivered = [self._deliver(m) for m in got.messages]
+            self.counters["messages_out"] += len(delivered)
+            return PullOutcome(
+                PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
+            )
+        return None
+
+    async def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int = 32,
+        expression: str = "*",
+        max_wait: float = 0.0,
+    ) -> PullOutcome:
+        self._group(group)
+        config = self._readable_topic(topic, group)
+        if not 0 <= queue_id < config.queues:
+            raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
+        tags = parse_tag_expression(expression)
+        max_count = max(1, min(max_count, 1024))
+        deadline = self._clock() + min(max_wait, self.config.max_long_poll)
+        while True:
+            got = self.store.get_messages(topic, queue_id, offset, max_count=max_count, tags=tags)
+            status = got.status
+            if status is GetStatus.FOUND:
+                delivered = [self._deliver(m) for m in got.messages]
+                self.counters["messages_out"] += len(delivered)
+                return PullOutcome(
+                    PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
+                )
+            waiting = status is GetStatus.OFFSET_OVERFLOW_ONE or (
+                status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
+            )
+            if waiting:
+                remaining = deadline - self._clock()
+                if remaining > 0 and await self.arrivals.wait((topic, queue_id), remaining):
+                    continue
+                return PullOutcome(
+                    PullStatus.NO_NEW_MESSAGE, offset, got.min_offset, got.max_offset
+                )
+            if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+                return PullOutcome(
+                    PullStatus.NO_MATCHED_MESSAGE, got.next_offset, got.min_offset, got.max_offset
+                )
+            return PullOutcome(
+                PullStatus.OFFSET_ILLEGAL, got.next_offset, got.min_offset, got.max_offset
+            )
+
+    def commit_offsets(self, group: str, entries: Sequence[tuple[str, int, int]]) -> None:
+        self._group(group)
+        self.offsets.check(entries)  # names end up in offsets.json keys: refuse before storing
+        for topic, queue_id, offset in entries:
+            # nobody consumed past the queue's end: a larger offset is a client's mistake
+            newest = self.store.max_offset(topic, queue_id)
+            self.offsets.commit(group, topic, queue_id, min(offset, newest))
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or where a group without one starts (its consume-from)."""
+        group_config = self._group(group)
+        committed = self.offsets.query(group, topic, queue_id)
+        if committed >= 0:
+            return committed
+        return self._initial_offset(group_config, topic, queue_id)

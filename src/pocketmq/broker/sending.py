@@ -1,0 +1,316 @@
+"""Sending: the one path every message takes into the store, whatever the protocol.
+
+A batch is checked against the send contract (pocketmq.contract), each message gets its queue
+(round robin, or the consistent hash of its message group), and messages that are not for
+consumers yet are routed aside: delayed ones to the schedule topics, half messages to the
+transaction topic, a consumer's re-sent retry (or its dead letter). The whole batch then goes to
+the store in one append; with sync flush the answer waits for the fsync that covers it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import msgspec
+
+from pocketmq import properties as props
+from pocketmq.broker.model import InboundMessage, SendOutcome
+from pocketmq.broker.parts import HELD_TOPICS, PUT_CODES, SCHEDULE_TOPICS, BrokerPart, Shared
+from pocketmq.broker.schedule import (
+    make_recall_handle,
+    parse_recall_handle,
+)
+from pocketmq.broker.topics import (
+    PERM_WRITE,
+    RETRY_PREFIX,
+    TopicConfig,
+    dlq_topic,
+)
+from pocketmq.errors import (
+    BrokerError,
+    Code,
+    InvalidArgumentError,
+    MessageIllegalError,
+    MessageNotFoundError,
+    MessageTooLargeError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+)
+from pocketmq.ids import new_message_id
+from pocketmq.routing import queue_for_group
+from pocketmq.store import (
+    PutResult,
+    StoreMessage,
+    pack_host,
+)
+
+__all__ = ["SendPath"]
+
+log = logging.getLogger("pocketmq.broker")
+
+
+class SendPath(BrokerPart):
+    """Stores batches of messages and answers one outcome per message."""
+
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        self._hosts: dict[str, bytes] = {}
+        self._slowest: dict[tuple[str, int], tuple[float, int]] = {}
+
+    async def send(
+        self,
+        messages: Sequence[InboundMessage],
+        *,
+        producer_group: str = "",
+        born_host: str = "",
+    ) -> list[SendOutcome]:
+        """Store a batch; one outcome per message, in order (waits for a sync flush)."""
+        outcomes, durable_end = self.send_now(
+            messages, producer_group=producer_group, born_host=born_host
+        )
+        if durable_end:
+            return await self.wait_durable(outcomes, durable_end)
+        return outcomes
+
+    def send_now(
+        self,
+        messages: Sequence[InboundMessage],
+        *,
+        producer_group: str = "",
+        born_host: str = "",
+    ) -> tuple[list[SendOutcome], int]:
+        """Store a batch without waiting. Returns the outcomes and, in sync-flush mode, the log
+        offset that must be durable before they may be acknowledged (0: nothing to wait for)."""
+        if len(messages) > self.config.max_batch_messages:
+            raise InvalidArgumentError(
+                f"a batch holds at most {self.config.max_batch_messages} messages"
+            )
+        if self._shared.closed:
+            raise ServiceUnavailableError("the broker is shutting down")
+        overload = self.flow.overload_reason(self.store.busy)
+        if overload is not None:
+            self.flow.rejected += len(messages)
+            raise TooManyRequestsError(f"flow control: {overload}; back off and retry")
+        outcomes: list[SendOutcome | None] = [None] * len(messages)
+        accepted: list[int] = []
+        to_store: list[StoreMessage] = []
+        host = self._hosts.get(born_host)
+        if host is None:
+            host = self._hosts[born_host] = pack_host(born_host)
+        for number, message in enumerate(messages):
+            try:
+                to_store.append(self._prepare(message, host, producer_group))
+            except BrokerError as exc:
+                outcomes[number] = SendOutcome(code=exc.code, remark=str(exc), topic=message.topic)
+                continue
+            accepted.append(number)
+        durable_end = 0
+        if to_store:
+            results = self.store.append(to_store)
+            self.transactions.stored(to_store, results)
+            touched: set[tuple[str, int]] = set()
+            for number, stored, result in zip(accepted, to_store, results, strict=True):
+                outcomes[number] = self._outcome(stored, result)
+                if result.status.stored:
+                    touched.add((stored.topic, stored.queue_id))
+                    if self._sync_flush:
+                        durable_end = max(durable_end, result.physical_offset + result.size)
+            self._wake(touched)
+            self.counters["messages_in"] += sum(r.status.stored for r in results)
+        return [o for o in outcomes if o is not None], durable_end
+
+    async def wait_durable(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
+        """Wait for the sync flush covering ``end``; a timeout turns successes into
+        FLUSH_DISK_TIMEOUT (stored, not yet known durable)."""
+        self.flow.pending_flushes += 1
+        try:
+            durable = await self._durability.wait(end)
+        finally:
+            self.flow.pending_flushes -= 1
+        if durable:
+            return outcomes
+        code, remark = Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed"
+        if self.store.failure:  # the fsync failed: maybe not stored at all (storage-format §5)
+            code, remark = Code.STORAGE_FAILED, self.store.failure
+        return [
+            msgspec.structs.replace(o, code=code, remark=remark) if o.code is Code.SUCCESS else o
+            for o in outcomes
+        ]
+
+    def _prepare(
+        self, message: InboundMessage, host: bytes, producer_group: str = ""
+    ) -> StoreMessage:
+        topic = self._writable_topic(message.topic)
+        body = message.body
+        if not body:
+            raise MessageIllegalError("message body is empty")
+        limit = self.config.store.max_message_size
+        if len(body) > limit:
+            raise MessageTooLargeError(f"message body is {len(body)} bytes; the limit is {limit}")
+        properties = message.properties
+        if not properties.get(props.MESSAGE_ID):
+            properties = {**properties, props.MESSAGE_ID: new_message_id()}
+        queue_id = self._select_queue(topic, message.queue_id, properties.get(props.MESSAGE_GROUP))
+        if self.flow.max_queue_backlog is not None and not topic.system:
+            backlog = self._backlog(topic.name, queue_id)
+            if self.flow.backlog_exceeded(backlog):
+                self.flow.rejected += 1
+                raise TooManyRequestsError(
+                    f"flow control: queue {topic.name}/{queue_id} holds {backlog} unconsumed "
+                    f"messages (cap {self.flow.max_queue_backlog}); back off and retry"
+                )
+        now_ms = int(self._clock() * 1000)
+        stored = StoreMessage(
+            topic=topic.name,
+            queue_id=queue_id,
+            body=body,
+            properties=properties,
+            flags=message.flags,
+            born_timestamp=message.born_timestamp or now_ms,
+            born_host=host,
+        )
+        if topic.name.startswith(RETRY_PREFIX):
+            stored = self._resent_retry(stored)
+        elif self.transactions.is_transactional(stored):
+            return self.transactions.hold(stored, producer_group)  # a half message
+        return self._delay(stored, now_ms)
+
+    def _resent_retry(self, message: StoreMessage) -> StoreMessage:
+        """A consumer re-sent a failed message to its retry topic (its send-back failed):
+        carry the reconsume count, and dead-letter it once the retries are used up."""
+        if self._fault("retry_send"):
+            raise BrokerError("injected retry-topic send failure (fault_injection)")
+        properties = dict(message.properties)
+        try:
+            reconsume = int(properties.pop(props.RECONSUME_TIMES, "0"))
+            limit = int(properties.pop(props.MAX_RECONSUME_TIMES, "-1"))
+        except ValueError:
+            raise MessageIllegalError("reconsume counts must be numbers") from None
+        group = self._group(message.topic[len(RETRY_PREFIX) :])
+        if limit < 0:
+            limit = group.retry.max_retries
+        over = limit >= 0 and reconsume > limit
+        if over or properties.get(props.DELAY_LEVEL) == "-1":
+            properties.pop(props.DELAY_LEVEL, None)
+            properties[props.DLQ_REASON] = f"consumed {reconsume} times without success"
+            dlq = self.topics.ensure_system(dlq_topic(group.name), 1, PERM_WRITE)
+            return msgspec.structs.replace(
+                message,
+                topic=dlq.name,
+                queue_id=0,
+                properties=properties,
+                reconsume_times=reconsume,
+            )
+        return msgspec.structs.replace(message, properties=properties, reconsume_times=reconsume)
+
+    def _delay(self, message: StoreMessage, now_ms: int) -> StoreMessage:
+        """Route a delayed message (delay level, or delivery time) to the schedule topics."""
+        properties = message.properties
+        level_text = properties.get(props.DELAY_LEVEL)
+        due_text = properties.get(props.DELIVER_TIME_MS)
+        if level_text is None and due_text is None:
+            return message
+        if level_text is not None:
+            try:
+                level = int(level_text)
+            except ValueError:
+                raise MessageIllegalError(f"delay level {level_text!r} is not a number") from None
+            if level <= 0:
+                return message
+            if level > len(self.config.delay_levels):
+                raise MessageIllegalError(
+                    f"delay level {level} does not exist (1..{len(self.config.delay_levels)})"
+                )
+            return self.schedule.schedule_level(message, level, now_ms)
+        assert due_text is not None
+        try:
+            due = int(due_text)
+        except ValueError:
+            raise MessageIllegalError(f"delivery time {due_text!r} is not epoch ms") from None
+        if due - now_ms > self.config.max_delay * 1000:
+            raise MessageIllegalError(
+                f"delivery time is more than {self.config.max_delay / 86400:g} days ahead"
+            )
+        if due <= now_ms:
+            return message
+        return self.schedule.schedule_at(message, due)
+
+    def _backlog(self, topic: str, queue_id: int) -> int:
+        """Newest offset minus the slowest committed offset of the groups reading this queue
+        (0 when no group has committed yet). The slowest offset is looked up at most every
+        100 ms per queue; the newest offset is always current."""
+        key = (topic, queue_id)
+        now = self._clock()
+        cached = self._slowest.get(key)
+        if cached is None or now - cached[0] >= 0.1:
+            cached = (now, self.offsets.slowest(topic, queue_id))
+            self._slowest[key] = cached
+        committed = cached[1]
+        return 0 if committed < 0 else self.store.max_offset(topic, queue_id) - committed
+
+    def _select_queue(self, topic: TopicConfig, requested: int, group: str | None) -> int:
+        if requested >= 0:
+            if requested >= topic.queues:
+                raise MessageIllegalError(
+                    f"queue {requested} does not exist: topic {topic.name!r} has "
+                    f"{topic.queues} queues"
+                )
+            return requested
+        if group:
+            return queue_for_group(group, topic.queues)
+        turn = self._round_robin.get(topic.name, 0)
+        self._round_robin[topic.name] = turn + 1
+        return turn % topic.queues
+
+    def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
+        code = PUT_CODES[result.status]
+        if stored.topic in HELD_TOPICS:  # delayed or half: the real offset comes later
+            message_id = stored.properties.get(props.MESSAGE_ID, "")
+            recallable = stored.topic in SCHEDULE_TOPICS and result.status.stored
+            return SendOutcome(
+                code=code,
+                remark=result.reason,
+                message_id=message_id,
+                queue_id=int(stored.properties.get(props.REAL_QUEUE_ID, "-1")),
+                queue_offset=-1,
+                physical_offset=result.physical_offset,
+                transaction_id=stored.properties.get(props.TRANSACTION_ID, ""),
+                topic=stored.properties.get(props.REAL_TOPIC, stored.topic),
+                recall_handle=(
+                    make_recall_handle(result.physical_offset, message_id) if recallable else ""
+                ),
+            )
+        return SendOutcome(
+            code=code,
+            remark=result.reason,
+            message_id=stored.properties.get(props.MESSAGE_ID, ""),
+            queue_id=result.queue_id,
+            queue_offset=result.queue_offset,
+            physical_offset=result.physical_offset,
+            topic=stored.topic,
+        )
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message before it is due (the ``recall_handle`` of its send
+        outcome); returns its message id."""
+        parsed = parse_recall_handle(recall_handle)
+        if parsed is None:
+            raise InvalidArgumentError(f"malformed recall handle {recall_handle!r}")
+        physical, message_id = parsed
+        record = self.store.read_message(physical)
+        if (
+            record is None
+            or record.message_id != message_id
+            or record.topic not in SCHEDULE_TOPICS
+            or record.properties.get(props.REAL_TOPIC) != topic
+        ):
+            raise MessageNotFoundError(
+                f"no delayed message of topic {topic!r} matches recall handle {recall_handle!r}"
+            )
+        if not self.schedule.cancel(record):
+            raise MessageNotFoundError(
+                f"message {message_id} was already delivered or recalled; it cannot be recalled"
+            )
+        self.counters["recalled"] += 1
+        return message_id
