@@ -1,0 +1,304 @@
+"""The read paths: messages of a queue from an offset, records by position, lookups by id and key.
+
+Reads verify every record they return (CRC and position). A record that fails is never handed
+out: if its own header agrees with its queue entry it is set aside in the quarantine and its
+consumers move past it; if the entry is what is damaged, the entry is repaired from the log
+(docs/storage-format.md §7).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING
+
+from pocketmq.store.consumequeue import ENTRY, ConsumeQueue
+from pocketmq.store.index import id_key, topic_key
+from pocketmq.store.message import (
+    GetResult,
+    QueueEntry,
+    StoredMessage,
+)
+from pocketmq.store.quarantine import LostEntry, QuarantinedRange
+from pocketmq.store.record import (
+    MAGIC,
+    RecordError,
+    compute_tag_code,
+    decode_record,
+)
+from pocketmq.store.status import GetStatus
+
+if TYPE_CHECKING:
+    from pocketmq.store.store import MessageStore
+
+__all__ = ["Reader"]
+
+log = logging.getLogger("pocketmq.store")
+
+_MAX_COALESCED_READ = 1024 * 1024
+_U32_MAX = 2**32 - 1
+_U64_MAX = 2**64 - 1
+_MAX_REPAIR_SCAN = 64 * 1024 * 1024  # how much log a damaged queue entry's repair may read
+_MAX_NEIGHBOUR_SEARCH = 4096  # entries looked at for the nearest valid neighbour
+# total size, magic, crc, flags, queue id, queue offset, physical offset
+_HEAD = struct.Struct("<IIIIIQQ")
+
+
+class Reader:
+    """Reads for one :class:`~pocketmq.store.MessageStore` (on any thread; no store lock)."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self._clock = store._clock
+        self._commitlog = store._commitlog
+        self._queues = store._queues
+        self._index = store._index
+        self._quarantine = store._quarantine
+        self.damaged_reads = 0
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, count: int) -> list[QueueEntry]:
+        """Consume-queue entries (no record reads) from ``offset``."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return []
+        return queue.read(max(offset, queue.min_offset), count)
+
+    def read_message(self, physical_offset: int) -> StoredMessage | None:
+        """The record at ``physical_offset`` (what send-back looks up), verified, or None."""
+        if physical_offset < self._commitlog.min_offset:
+            return None
+        return self._commitlog.read_record(physical_offset)
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int = 32,
+        max_bytes: int = 4 * 1024 * 1024,
+        tags: frozenset[str] | None = None,
+        max_scan: int = 1024,
+    ) -> GetResult:
+        """Read up to ``max_count`` messages of a queue from logical ``offset``.
+
+        ``tags`` keeps only messages with one of these tags (None: all). At most ``max_scan``
+        entries are examined, so a sparse filter returns ``NO_MATCHED_MESSAGE`` with a
+        ``next_offset`` past the skipped entries instead of scanning forever.
+        """
+        queue = self._queues.get((topic, queue_id))
+        if queue is None or queue.max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+        low, high = queue.min_offset, queue.max_offset
+        if offset < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
+        if offset == high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
+        if offset > high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
+        codes = {compute_tag_code(t) for t in tags} if tags is not None else None
+        log_min = self._commitlog.min_offset
+        quarantine = self._quarantine if self._quarantine.skipping else None
+        messages: list[StoredMessage] = []
+        size_total = 0
+        cursor = offset
+        scanned = 0
+        removed = False
+        while cursor < high and len(messages) < max_count and scanned < max_scan:
+            raw = queue.read_raw(cursor, min(max_scan - scanned, max(max_count * 2, 64)))
+            if not raw:
+                break
+            batch: list[tuple[int, int, int]] = []
+            for physical, size, code in ENTRY.iter_unpack(raw):
+                cursor += 1
+                scanned += 1
+                if physical < log_min or size == 0:
+                    removed = True
+                    continue
+                if quarantine is not None and quarantine.covering(physical) is not None:
+                    removed = True  # set aside as damaged: consumers move past it
+                    continue
+                if codes is not None and code not in codes:
+                    continue
+                batch.append((cursor - 1, physical, size))
+                if len(messages) + len(batch) >= max_count or size_total + size > max_bytes:
+                    break
+            records = self._read_records(batch, topic, queue_id)
+            if len(records) < len(batch):
+                removed = True
+            for record in records:
+                if tags is not None and record.tag not in tags:
+                    continue
+                if messages and size_total + record.size > max_bytes:
+                    cursor = record.queue_offset
+                    break
+                messages.append(record)
+                size_total += record.size
+            if size_total >= max_bytes:
+                break
+        if messages:
+            status = GetStatus.FOUND
+        elif removed:
+            status = GetStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, messages, cursor, low, high)
+
+    def _read_records(
+        self, batch: list[tuple[int, int, int]], topic: str, queue_id: int
+    ) -> list[StoredMessage]:
+        """Read records, coalescing physically adjacent ones into one read; a record that
+        fails verification is set aside (and left out) rather than failing the read."""
+        out: list[StoredMessage] = []
+        i = 0
+        commitlog = self._commitlog
+        while i < len(batch):
+            _, start, size = batch[i]
+            end = start + size
+            j = i + 1
+            segment_end = start - start % commitlog.segment_size + commitlog.segment_size
+            while j < len(batch) and batch[j][1] == end and end - start < _MAX_COALESCED_READ:
+                if batch[j][1] + batch[j][2] > segment_end:
+                    break
+                end += batch[j][2]
+                j += 1
+            data = commitlog.read(start, end - start)
+            if data is not None:
+                for queue_offset, physical, entry_size in batch[i:j]:
+                    try:
+                        out.append(
+                            decode_record(data, physical - start, expected_physical_offset=physical)
+                        )
+                    except RecordError as exc:
+                        repaired = self._unreadable_entry(
+                            topic, queue_id, queue_offset, physical, entry_size, exc.reason
+                        )
+                        if repaired is not None:
+                            out.append(repaired)
+            i = j
+        return out
+
+    def _unreadable_entry(
+        self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
+    ) -> StoredMessage | None:
+        """A queue entry did not lead to a valid record (docs/storage-format.md §7).
+
+        If the record's own header agrees with the entry, the record is damaged: set it aside
+        and let consumers move past it. Otherwise the entry itself is damaged: find the real
+        record between the entry's neighbours in the log and repair the entry (a hole when the
+        record is gone). The quarantine never takes a range on the word of a damaged entry.
+        """
+        self.damaged_reads += 1
+        head = self._commitlog.read(physical, _HEAD.size)
+        if head is not None:
+            total, magic, _, _, _, _, own = _HEAD.unpack(head)
+            if magic == MAGIC and total == size and own == physical:
+                self._set_aside_on_read(topic, queue_id, queue_offset, physical, size, reason)
+                return None
+        queue = self._queues[(topic, queue_id)]
+        found = self._find_record(queue, queue_offset)
+        if found is not None:
+            queue.put_one(queue_offset, found.physical_offset, found.size, found.tag_code)
+            log.warning(
+                "consume queue %s/%d entry %d pointed at %d (%s); repaired from the log (%d)",
+                topic,
+                queue_id,
+                queue_offset,
+                physical,
+                reason,
+                found.physical_offset,
+            )
+            return found
+        before = self._neighbour(queue, queue_offset, -1)
+        hole_at = before[0] + before[1] if before else self._commitlog.min_offset
+        queue.put_holes([queue_offset], hole_at)
+        log.error(
+            "consume queue %s/%d entry %d pointed at %d (%s) and its record is not in the log; "
+            "consumers move past it",
+            topic,
+            queue_id,
+            queue_offset,
+            physical,
+            reason,
+        )
+        return None
+
+    def _neighbour(self, queue: ConsumeQueue, offset: int, step: int) -> tuple[int, int] | None:
+        """The nearest entry before (step -1) or after (+1) ``offset`` that names a record."""
+        for _ in range(_MAX_NEIGHBOUR_SEARCH):
+            offset += step
+            if not queue.min_offset <= offset < queue.max_offset:
+                return None
+            entry = queue.entry(offset)
+            if entry is not None and entry.size:
+                return entry.physical_offset, entry.size
+        return None
+
+    def _find_record(self, queue: ConsumeQueue, queue_offset: int) -> StoredMessage | None:
+        """The record of ``queue_offset`` in the log, between its neighbours' records."""
+        before = self._neighbour(queue, queue_offset, -1)
+        after = self._neighbour(queue, queue_offset, +1)
+        start = before[0] + before[1] if before else self._commitlog.min_offset
+        stop = after[0] if after else self._commitlog.write_position
+        if not 0 <= stop - start <= _MAX_REPAIR_SCAN:
+            return None
+        wanted = (queue.topic, queue.queue_id, queue_offset)
+        for record in self._commitlog.scan(start, skip=self._quarantine):
+            if record.physical_offset >= stop:
+                break
+            if (record.topic, record.queue_id, record.queue_offset) == wanted:
+                return record
+        return None
+
+    def _set_aside_on_read(
+        self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
+    ) -> None:
+        """A record below the recovery's verification point is damaged (docs/storage-format.md
+        §7): quarantine it, say so once, and let its consumers move past it."""
+        if self._quarantine.covering(physical) is not None:
+            return
+        segment = self._commitlog.segment_for(physical)
+        item = QuarantinedRange(
+            start=physical,
+            end=physical + size,
+            kind="damaged",
+            reason=f"{reason} (found on read)",
+            detected_at_ms=int(self._clock() * 1000),
+            lost=[LostEntry(topic, queue_id, queue_offset)],
+        )
+        try:
+            item = self._quarantine.add(item, self._commitlog.read(physical, size) or b"")
+        except OSError as exc:
+            log.error("cannot save the damaged record to the quarantine: %s", exc)
+            self._quarantine.remember(item)
+        log.error(
+            "record of %s/%d at queue offset %d (%s, offset %d) fails verification (%s); it is "
+            "set aside in %s and its consumers move past it",
+            topic,
+            queue_id,
+            queue_offset,
+            segment.path if segment else self._commitlog.directory,
+            physical,
+            reason,
+            self._quarantine.directory,
+        )
+
+    def query_by_id(self, message_id: str, limit: int = 32) -> list[StoredMessage]:
+        """Records whose message id is ``message_id`` (several if a retry stored it twice)."""
+        found = [r for r in self._lookup(id_key(message_id), limit) if r.message_id == message_id]
+        return found[:limit]
+
+    def query_by_key(self, topic: str, key: str, limit: int = 32) -> list[StoredMessage]:
+        found = [
+            record
+            for record in self._lookup(topic_key(topic, key), limit)
+            if record.topic == topic and key in record.keys
+        ]
+        return found[:limit]
+
+    def _lookup(self, key: bytes, limit: int) -> list[StoredMessage]:
+        records: list[StoredMessage] = []
+        for physical in self._index.lookup(key, limit * 2):
+            record = self.read_message(physical)
+            if record is not None:
+                records.append(record)
+        return records
