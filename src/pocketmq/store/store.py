@@ -55,8 +55,6 @@ __all__ = ["MessageStore", "RetentionReport", "StoreStatistics"]
 log = logging.getLogger("pocketmq.store")
 
 _MAX_QUEUE_ID = 2**31 - 1
-_U32_MAX = 2**32 - 1
-_U64_MAX = 2**64 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
 
 
