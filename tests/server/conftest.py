@@ -25,8 +25,8 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol import structs as w
-from pocketmq.server.connection import HandlerTable, ServerConnection
-from pocketmq.server.tcp import FrameServer
+from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.tcp import FrameServer
 
 
 class FakeClock:
@@ -144,7 +144,7 @@ StartToy = Callable[..., "contextlib.AbstractAsyncContextManager[ToyServer]"]
 def start_toy() -> Callable[..., contextlib.AbstractAsyncContextManager[ToyServer]]:
     @contextlib.asynccontextmanager
     async def start(**limits: float) -> AsyncIterator[ToyServer]:
-        from pocketmq.server.limits import ConnectionLimits
+        from pocketmq.server.native.limits import ConnectionLimits
 
         toy = Toy()
         clock = FakeClock()

@@ -20,7 +20,7 @@ import pytest
 from pocketmq.errors import Code
 from pocketmq.protocol import FrameDecoder, decode_body
 from pocketmq.protocol import structs as w
-from pocketmq.server.tcp import FrameServer
+from pocketmq.server.native.tcp import FrameServer
 
 from .conftest import RawClient, Toy, toy_handlers
 

@@ -1,5 +1,5 @@
-"""Issue 14 item 12: an unauthenticated connection must not hold the server's memory, time or
-connection slots. Each limit of ``pocketmq.server.limits`` is driven through a real socket."""
+"""An unauthenticated connection must not hold the server's memory, time or connection slots.
+Each limit of ``pocketmq.server.native.limits`` is driven through a real socket."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol import structs as w
-from pocketmq.server.upstream import NameServerLink
+from pocketmq.server.namesrv.link import NameServerLink
 
 from .conftest import StartToy
 

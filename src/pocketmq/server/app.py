@@ -18,20 +18,20 @@ from pocketmq.broker import Broker, BrokerConfig
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNotFoundError
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO, RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.server.connection import ServerConnection
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
-from pocketmq.server.handlers import broker_handlers
-from pocketmq.server.limits import (
+from pocketmq.server.namesrv.link import NameServerLink
+from pocketmq.server.namesrv.server import NameServer
+from pocketmq.server.native.connection import ServerConnection
+from pocketmq.server.native.handlers import broker_handlers
+from pocketmq.server.native.limits import (
     DEFAULT_HELLO_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     ConnectionLimits,
 )
-from pocketmq.server.namesrv import NameServer
-from pocketmq.server.paging import message_limit_problem
-from pocketmq.server.tcp import FrameServer
-from pocketmq.server.upstream import NameServerLink
+from pocketmq.server.native.paging import message_limit_problem
+from pocketmq.server.native.tcp import FrameServer
 
 if TYPE_CHECKING:
     from pocketmq.server.grpc.server import GrpcServer
@@ -55,7 +55,7 @@ class AppConfig:
     register_interval: float = REGISTER_INTERVAL
     # gRPC push consumers receive with auto_renew and never extend: this is their invisible time
     grpc_auto_renew_invisible: float = AUTO_RENEW_INVISIBLE
-    # what one native-protocol client may hold (pocketmq.server.limits; docs/semantics.md)
+    # what one native-protocol client may hold (pocketmq.server.native.limits; docs/semantics.md)
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     hello_timeout: float = DEFAULT_HELLO_TIMEOUT
     max_frame_before_hello: int = MAX_FRAME_BEFORE_HELLO

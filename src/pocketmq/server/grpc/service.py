@@ -58,8 +58,8 @@ from pocketmq.server.grpc.settings import (
     producer_settings,
 )
 from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
-from pocketmq.server.paging import pop_byte_budget
-from pocketmq.server.validation import message_problem
+from pocketmq.server.native.paging import pop_byte_budget
+from pocketmq.server.native.validation import message_problem
 
 __all__ = ["MessagingService", "ReceiveAttempts"]
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pocketmq.errors import TopicNotFoundError
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.server.connection import HandlerTable, ServerConnection
-from pocketmq.server.limits import ConnectionLimits
-from pocketmq.server.tcp import FrameServer
+from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.limits import ConnectionLimits
+from pocketmq.server.native.tcp import FrameServer
 from pocketmq.version import VERSION
 
 __all__ = ["BROKER_EXPIRY", "NameServer", "RouteTable"]

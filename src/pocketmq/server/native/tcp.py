@@ -28,8 +28,8 @@ from typing import Final
 from pocketmq.errors import Code
 from pocketmq.protocol import FrameKind, encode_body, encode_frame
 from pocketmq.protocol.structs import ErrorBody
-from pocketmq.server.connection import HandlerTable, ServerConnection
-from pocketmq.server.limits import BufferBudget, ConnectionLimits
+from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
 
 __all__ = ["FrameServer"]

@@ -5,10 +5,10 @@ fast handlers answer inline and every response produced by one read goes out in 
 handlers (long polls, sync-flushed sends) run as tasks so they never hold up the requests behind
 them. A framing error is answered and closes only this connection.
 
-What a connection may hold is bounded (:mod:`pocketmq.server.limits`): before its HELLO it
-accepts only small frames, and the bytes it buffers for frames still arriving count against the
-server's :class:`~pocketmq.server.limits.BufferBudget`. Bad input is answered with a typed error
-and logged at most once per interval (:class:`~pocketmq.server.ratelog.RateLimitedLog`).
+What a connection may hold is bounded (:mod:`pocketmq.server.native.limits`): before its HELLO
+it accepts only small frames, and the bytes it buffers for frames still arriving count against
+the server's :class:`~pocketmq.server.native.limits.BufferBudget`. Bad input is answered with a
+typed error and logged at most once per interval (:class:`~pocketmq.server.ratelog.RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
-from pocketmq.server.limits import BufferBudget, ConnectionLimits
+from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
 
 __all__ = ["Handler", "HandlerTable", "ServerConnection"]

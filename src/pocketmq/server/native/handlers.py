@@ -32,15 +32,15 @@ from pocketmq.errors import (
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.server.connection import HandlerTable, ServerConnection
-from pocketmq.server.paging import (
+from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
     MAX_REDRIVE_OFFSETS,
     RESPONSE_BUDGET,
     fit,
     pop_byte_budget,
 )
-from pocketmq.server.validation import (
+from pocketmq.server.native.validation import (
     attempt_problem,
     message_problem,
     retry_policy_problem,
