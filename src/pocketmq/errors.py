@@ -223,9 +223,17 @@ class StorageFailedError(BrokerError):
 
 
 class MessageIllegalError(BrokerError):
-    """The message is malformed (empty body, bad topic name, bad property)."""
+    """The message is malformed (empty body, bad topic name, bad property).
+
+    ``rule`` names the rule of the send contract it broke (:class:`pocketmq.contract.Rule`
+    value, "" when not known), so an adapter can answer with its protocol's own code.
+    """
 
     code = Code.MESSAGE_ILLEGAL
+
+    def __init__(self, remark: str = "", *, code: int | None = None, rule: str = "") -> None:
+        super().__init__(remark, code=code)
+        self.rule = rule
 
 
 class MessageTooLargeError(MessageIllegalError):

@@ -119,7 +119,7 @@ def test_out_of_range_values_fail_for_their_message_only(stub: Any, topic: str) 
     empty_key.user_properties[""] = "no name"
     reply = stub.SendMessage(s.SendMessageRequest(messages=[good, ancient, empty_key]), timeout=5)
     codes = [entry.status.code for entry in reply.entries]
-    assert codes == [Code.OK, Code.BAD_REQUEST, Code.BAD_REQUEST]
+    assert codes == [Code.OK, Code.BAD_REQUEST, Code.ILLEGAL_MESSAGE_PROPERTY_KEY]
     assert "born_timestamp" in reply.entries[1].status.message
     assert "property name" in reply.entries[2].status.message
     assert reply.status.code == Code.MULTIPLE_RESULTS

@@ -22,7 +22,8 @@ from pocketmq import properties as props
 from pocketmq.broker import Broker, BrokerConfig, GroupConfig, InboundMessage, SendOutcome
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
 from pocketmq.errors import StoreCorruptedError
-from pocketmq.store import FlushMode, MessageStore, StoreConfig, StoreStatistics
+from pocketmq.store import FlushMode, StoreConfig, StoreStatistics
+from pocketmq.store.reader import Reader
 
 COUNT = 20
 
@@ -171,14 +172,14 @@ async def test_an_unreadable_audit_topic_does_not_stop_a_start(
     finally:
         await broker.close()
     (tmp_path / "config" / "redrive.json").unlink()  # the audit topic must be replayed
-    get_messages = MessageStore.get_messages
+    get_messages = Reader.get_messages
 
-    def damaged_audit(self: MessageStore, topic: str, *args: Any, **kwargs: Any) -> Any:
+    def damaged_audit(self: Reader, topic: str, *args: Any, **kwargs: Any) -> Any:
         if topic == REDRIVE_AUDIT_TOPIC:
             raise StoreCorruptedError("record fails its CRC", path="00000000000000000000", offset=0)
         return get_messages(self, topic, *args, **kwargs)
 
-    monkeypatch.setattr(MessageStore, "get_messages", damaged_audit)
+    monkeypatch.setattr(Reader, "get_messages", damaged_audit)
     with caplog.at_level(logging.WARNING, "pocketmq.broker"):
         broker = Broker(config)
     try:

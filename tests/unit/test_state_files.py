@@ -98,7 +98,7 @@ BAD_ENTRIES: dict[str, tuple[Any, Callable[[Broker], None]]] = {
     ),
     "transactions.json": (
         {"half_floor": "abc"},
-        lambda b: _eq(b.transactions._floor, 0),
+        lambda b: _eq(b.transactions.floor, 0),
     ),
     "redrive.json": (
         {"audit_offset": 0, "groups": {"g": [1, 2, "x"]}},

@@ -31,6 +31,7 @@ class SendOutcome(msgspec.Struct, frozen=True, gc=False):
     transaction_id: str = ""
     topic: str = ""
     recall_handle: str = ""  # delayed messages: cancels the delivery (Broker.recall)
+    rule: str = ""  # the send-contract rule a refused message broke (pocketmq.contract.Rule)
 
 
 class Delivered(msgspec.Struct, frozen=True, gc=False):

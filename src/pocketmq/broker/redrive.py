@@ -32,7 +32,7 @@ import collections
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import msgspec
 
@@ -54,7 +54,16 @@ _STRIPPED = (props.RETRY_TOPIC, props.DLQ_REASON, props.REAL_TOPIC, props.REAL_Q
 
 #: One line of a redrive report: (DLQ offset, message id, status, send outcome).
 ReportLine = tuple[int, str, str, SendOutcome | None]
-SendNow = Callable[[list[InboundMessage]], tuple[list[SendOutcome], int]]
+
+
+class SendNow(Protocol):
+    """The broker's send path (Broker.send_now)."""
+
+    def __call__(
+        self, messages: Sequence[InboundMessage], *, redrive: bool = ...
+    ) -> tuple[list[SendOutcome], int]: ...
+
+
 AppendNow = Callable[[list[StoreMessage]], list[PutResult]]
 WaitDurable = Callable[[list[SendOutcome], int], Awaitable[list[SendOutcome]]]
 _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -231,7 +240,7 @@ class RedriveService:
             destination, message.body, properties, -1, message.flags, message.born_timestamp
         )
         try:
-            [outcome], durable_end = self._send_now([resend])
+            [outcome], durable_end = self._send_now([resend], redrive=True)
         except BrokerError as exc:  # flow control, shutting down: this one was not sent
             return (offset, message.message_id, f"failed: {exc}", None)
         if outcome.code not in (Code.SUCCESS, Code.FLUSH_DISK_TIMEOUT):

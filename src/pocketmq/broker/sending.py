@@ -27,6 +27,7 @@ from pocketmq.broker.topics import (
     TopicConfig,
     dlq_topic,
 )
+from pocketmq.contract import Rule, check_message
 from pocketmq.errors import (
     BrokerError,
     Code,
@@ -79,9 +80,14 @@ class SendPath(BrokerPart):
         *,
         producer_group: str = "",
         born_host: str = "",
+        redrive: bool = False,
     ) -> tuple[list[SendOutcome], int]:
         """Store a batch without waiting. Returns the outcomes and, in sync-flush mode, the log
-        offset that must be durable before they may be acknowledged (0: nothing to wait for)."""
+        offset that must be durable before they may be acknowledged (0: nothing to wait for).
+
+        ``redrive``: copies of messages the broker accepted before (dead letters sent again),
+        whose kind need not match their topic's type any more (a released delayed message is
+        a normal one)."""
         if len(messages) > self.config.max_batch_messages:
             raise InvalidArgumentError(
                 f"a batch holds at most {self.config.max_batch_messages} messages"
@@ -100,9 +106,14 @@ class SendPath(BrokerPart):
             host = self._hosts[born_host] = pack_host(born_host)
         for number, message in enumerate(messages):
             try:
-                to_store.append(self._prepare(message, host, producer_group))
+                to_store.append(self._prepare(message, host, producer_group, not redrive))
             except BrokerError as exc:
-                outcomes[number] = SendOutcome(code=exc.code, remark=str(exc), topic=message.topic)
+                outcomes[number] = SendOutcome(
+                    code=exc.code,
+                    remark=str(exc),
+                    topic=message.topic,
+                    rule=getattr(exc, "rule", ""),
+                )
                 continue
             accepted.append(number)
         durable_end = 0
@@ -139,15 +150,33 @@ class SendPath(BrokerPart):
         ]
 
     def _prepare(
-        self, message: InboundMessage, host: bytes, producer_group: str = ""
+        self,
+        message: InboundMessage,
+        host: bytes,
+        producer_group: str = "",
+        check_kind: bool = True,
     ) -> StoreMessage:
         topic = self._writable_topic(message.topic)
         body = message.body
-        if not body:
-            raise MessageIllegalError("message body is empty")
-        limit = self.config.store.max_message_size
-        if len(body) > limit:
-            raise MessageTooLargeError(f"message body is {len(body)} bytes; the limit is {limit}")
+        now_ms = int(self._clock() * 1000)
+        violation = check_message(
+            topic.name,
+            len(body),
+            message.properties,
+            flags=message.flags,
+            born_timestamp=message.born_timestamp,
+            max_body=self.config.store.max_message_size,
+            topic_type=topic.topic_type.value if check_kind and not topic.system else None,
+            now_ms=now_ms,
+            max_delay_ms=int(self.config.max_delay * 1000),
+        )
+        if violation is not None:
+            error = (
+                MessageTooLargeError
+                if violation.rule is Rule.BODY_TOO_LARGE
+                else MessageIllegalError
+            )
+            raise error(violation.text, rule=violation.rule.value)
         properties = message.properties
         if not properties.get(props.MESSAGE_ID):
             properties = {**properties, props.MESSAGE_ID: new_message_id()}
@@ -160,7 +189,6 @@ class SendPath(BrokerPart):
                     f"flow control: queue {topic.name}/{queue_id} holds {backlog} unconsumed "
                     f"messages (cap {self.flow.max_queue_backlog}); back off and retry"
                 )
-        now_ms = int(self._clock() * 1000)
         stored = StoreMessage(
             topic=topic.name,
             queue_id=queue_id,
@@ -224,14 +252,7 @@ class SendPath(BrokerPart):
                 )
             return self.schedule.schedule_level(message, level, now_ms)
         assert due_text is not None
-        try:
-            due = int(due_text)
-        except ValueError:
-            raise MessageIllegalError(f"delivery time {due_text!r} is not epoch ms") from None
-        if due - now_ms > self.config.max_delay * 1000:
-            raise MessageIllegalError(
-                f"delivery time is more than {self.config.max_delay / 86400:g} days ahead"
-            )
+        due = int(due_text)  # the send contract checked it is epoch ms, not too far ahead
         if due <= now_ms:
             return message
         return self.schedule.schedule_at(message, due)

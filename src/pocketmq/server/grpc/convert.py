@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from pocketmq import properties as props
 from pocketmq.broker import Delivered, InboundMessage
+from pocketmq.contract import ACCEPTED_KINDS, check_keys, check_user_properties
 from pocketmq.server.grpc.encoding import gunzip_body
 from pocketmq.server.grpc.pb import AddressScheme, Code, DigestType, Encoding, MessageType, d
 from pocketmq.server.grpc.status import V2Error
@@ -47,11 +48,10 @@ SYSTEM_PROPERTIES: Final = props.SYSTEM_PROPERTIES
 # What a topic of each type accepts. Normal topics also take DELAY: the broker schedules a
 # delivery time on any topic (4.x semantics, and what the native SDK allows).
 ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
-    "normal": (MT.NORMAL, MT.DELAY),
-    "fifo": (MT.FIFO,),
-    "delay": (MT.DELAY,),
-    "transaction": (MT.TRANSACTION,),
+    topic_type: tuple(sorted(getattr(MessageType, kind.name) for kind in kinds))
+    for topic_type, kinds in ACCEPTED_KINDS.items()
 }
+"""The v2 message types each topic type accepts (the broker's rule: pocketmq.contract)."""
 
 _NORMAL: Final[int] = MT.NORMAL
 _FIFO: Final[int] = MT.FIFO
@@ -59,7 +59,6 @@ _IDENTITY: Final[int] = Encoding.IDENTITY
 _MD5: Final[int] = DigestType.MD5
 _GZIP: Final[int] = Encoding.GZIP
 _md5: Final = hashlib.md5
-_TAKES_NORMAL: Final = frozenset({None, "normal"})
 _MESSAGE_ID: Final = props.MESSAGE_ID
 _TAGS: Final = props.TAGS
 _KEYS: Final = props.KEYS
@@ -129,7 +128,9 @@ def _conflict(message: str) -> V2Error:
     return V2Error(C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, message)
 
 
-def _check_type(kind: int, system: Any, topic: str, topic_type: str | None) -> None:
+def _check_type(kind: int, system: Any) -> None:
+    """The declared message type must agree with the fields that imply one (a v2 message
+    says its type twice; the broker's rules see only the fields)."""
     name = d.MessageType.Name
     if kind in (MT.LITE, MT.PRIORITY):
         raise V2Error(C.UNSUPPORTED, f"{name(kind)} messages are not supported")
@@ -139,25 +140,17 @@ def _check_type(kind: int, system: Any, topic: str, topic_type: str | None) -> N
         raise _conflict("a FIFO message, and only a FIFO message, carries a message group")
     if system.HasField("delivery_timestamp") != (kind == MT.DELAY):
         raise _conflict("a DELAY message, and only a DELAY message, carries a delivery timestamp")
-    accepted = ACCEPTED_TYPES.get(topic_type or "normal", ())
-    if topic_type is not None and kind not in accepted:
-        raise _conflict(
-            f"topic {topic!r} is a {topic_type} topic: it accepts "
-            f"{', '.join(name(t) for t in accepted)} messages, not {name(kind)}"
-        )
 
 
 def inbound_message(
-    message: Any,
-    topic_type: str | None,
-    now_ms: int,
-    max_delay_ms: int,
-    *,
-    max_body: int = DEFAULT_MAX_BODY,
+    message: Any, now_ms: int, *, max_body: int = DEFAULT_MAX_BODY
 ) -> tuple[InboundMessage, int]:
     """A v2 message as the broker's ``InboundMessage``, and its message type.
 
-    ``topic_type`` is the topic's type when it exists (None: the broker decides). This runs
+    Only translation: what a message must be to be stored (its body, tag, delivery time, a type
+    its topic accepts) is the broker's send contract (pocketmq.contract), checked for every
+    protocol. What the v2 form adds is checked here: the declared type against the fields, user
+    properties apart from system ones, keys that survive being joined with spaces. This runs
     once per official-client send: it reads each protobuf field once. ``max_body`` bounds a
     GZIP body's decompressed size (the broker's ``max_message_size``).
     """
@@ -168,34 +161,32 @@ def inbound_message(
     body: bytes = message.body
     if system.body_encoding == _GZIP:
         body = gunzip_body(body, max_body)
-    if not body:
-        raise V2Error(C.MESSAGE_BODY_EMPTY, "message body is empty")
     kind = message_type_of(message)
     group: str = system.message_group
-    if kind != _NORMAL or group or topic_type not in _TAKES_NORMAL:
-        _check_type(kind, system, topic, topic_type)
+    if kind != _NORMAL or group:
+        _check_type(kind, system)
     elif system.HasField("delivery_timestamp"):
         raise _conflict("a DELAY message, and only a DELAY message, carries a delivery timestamp")
     user = message.user_properties
     properties: dict[str, str] = dict(user) if user else {}
-    if properties and not SYSTEM_PROPERTIES.isdisjoint(properties):
-        reserved = sorted(SYSTEM_PROPERTIES.intersection(properties))
-        raise V2Error(C.ILLEGAL_MESSAGE_PROPERTY_KEY, f"properties {reserved} are reserved")
+    if properties:
+        violation = check_user_properties(properties)
+        if violation is not None:
+            raise V2Error(C.ILLEGAL_MESSAGE_PROPERTY_KEY, violation.text)
     message_id: str = system.message_id
     if message_id:
         properties[_MESSAGE_ID] = message_id
     tag: str = system.tag
     if tag:
-        if "||" in tag:
-            raise V2Error(C.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} must not contain '||'")
         properties[_TAGS] = tag
     keys = system.keys
     if keys:
-        if any(not key or any(c.isspace() for c in key) for key in keys):
-            raise V2Error(C.ILLEGAL_MESSAGE_KEY, "keys must be non-empty and without spaces")
+        violation = check_keys(keys)
+        if violation is not None:
+            raise V2Error(C.ILLEGAL_MESSAGE_KEY, violation.text)
         properties[_KEYS] = " ".join(keys)
     if kind != _NORMAL:
-        _special(kind, system, group, properties, now_ms, max_delay_ms)
+        _special(kind, system, group, properties, now_ms)
     born_host: str = system.born_host
     if born_host and not _is_address(born_host):
         properties[_BORN_HOST] = born_host  # a host name: the record keeps addresses only
@@ -210,7 +201,6 @@ def _special(
     group: str,
     properties: dict[str, str],
     now_ms: int,
-    max_delay_ms: int,
 ) -> None:
     if kind == MT.FIFO:
         properties[props.MESSAGE_GROUP] = group
@@ -221,13 +211,9 @@ def _special(
             if due.seconds >= _MS_IN_SECONDS_FIELD
             else _timestamp_ms(due)  # proper seconds + nanos (every other client)
         )
-        if due_ms - now_ms > max_delay_ms:
-            raise V2Error(
-                C.ILLEGAL_DELIVERY_TIME,
-                f"delivery time {due_ms} (epoch ms) is more than {max_delay_ms // 1000} s ahead",
-            )
-        if due_ms > now_ms:
-            properties[props.DELIVER_TIME_MS] = str(due_ms)
+        # kept even when already due: it makes the message a DELAY message to the broker's
+        # rules (a delay topic takes only those), which delivers a past due time at once
+        properties[props.DELIVER_TIME_MS] = str(due_ms)
     elif kind == MT.TRANSACTION:
         properties[props.TRANSACTION_PREPARED] = "true"
 

@@ -24,7 +24,6 @@ __all__ = ["GrpcServer"]
 
 log = logging.getLogger("pocketmq.server.grpc")
 
-MAX_INFLIGHT_SENDS: Final = 8192
 _SESSION_SWEEP: Final = 30.0
 _SESSION_IDLE: Final = 90.0  # three missed heartbeats
 _STOP_GRACE: Final = 1.0
@@ -45,7 +44,6 @@ class GrpcServer:
         app: RouteApp,
         *,
         auto_renew_invisible: float = AUTO_RENEW_INVISIBLE,
-        max_inflight_sends: int = MAX_INFLIGHT_SENDS,
     ) -> None:
         self._broker = broker
         self._app = app
@@ -54,7 +52,6 @@ class GrpcServer:
             app._route,
             lambda: app.grpc_address,
             auto_renew_invisible=auto_renew_invisible,
-            max_inflight_sends=max_inflight_sends,
         )
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from pocketmq.broker import Broker, Delivered, PullStatus, SendOutcome, TransactionCheck
-from pocketmq.errors import Code, MessageIllegalError
+from pocketmq.errors import Code
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc.convert import (
     ACCEPTED_TYPES,
@@ -59,7 +59,6 @@ from pocketmq.server.grpc.settings import (
 )
 from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
 from pocketmq.server.native.paging import pop_byte_budget
-from pocketmq.server.native.validation import message_problem
 
 __all__ = ["MessagingService", "ReceiveAttempts"]
 
@@ -148,14 +147,11 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         store_host: Callable[[], str],
         *,
         auto_renew_invisible: float,
-        max_inflight_sends: int,
     ) -> None:
         self._broker = broker
         self._routes = routes
         self._store_host = store_host
         self._auto_renew = auto_renew_invisible
-        self._max_sending = max_inflight_sends
-        self._sending = 0
         self._attempts = ReceiveAttempts()
         self.sessions = Sessions()
         store = broker.config.store
@@ -333,25 +329,14 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         messages = request.messages
         if not messages:
             return s.SendMessageResponse(status=status(C.BAD_REQUEST, "no messages to send"))
-        if self._sending >= self._max_sending:
-            return s.SendMessageResponse(
-                status=status(
-                    C.TOO_MANY_REQUESTS,
-                    f"{self._sending} sends are waiting to be stored; back off and retry",
-                )
-            )
-        self._sending += 1
         try:
             return await self._send(messages)
         except Exception as exc:
             return s.SendMessageResponse(status=error_status(exc, "SendMessage"))
-        finally:
-            self._sending -= 1
 
     async def _send(self, messages: Sequence[Any]) -> Any:
         broker = self._broker
         now_ms = int(time.time() * 1000)
-        max_delay_ms = int(broker.config.max_delay * 1000)
         entries: list[Any] = [None] * len(messages)
         inbound = []
         positions = []
@@ -359,17 +344,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         max_body = broker.config.store.max_message_size
         for number, message in enumerate(messages):
             try:
-                topic = broker.topics.get(message.topic.name)
-                item, kind = inbound_message(
-                    message,
-                    topic.topic_type.value if topic else None,
-                    now_ms,
-                    max_delay_ms,
-                    max_body=max_body,
-                )
-                problem = message_problem(item)
-                if problem is not None:
-                    raise MessageIllegalError(problem)
+                item, kind = inbound_message(message, now_ms, max_body=max_body)
                 if kind == MT.TRANSACTION:
                     producer_group = item.topic  # official producers have none (see below)
             except Exception as exc:
@@ -394,7 +369,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         if outcome.code is Code.SUCCESS:
             result_status = OK
         else:
-            result_status = status(v2_code(outcome.code), outcome.remark)
+            result_status = status(v2_code(outcome.code, outcome.rule), outcome.remark)
         return s.SendResultEntry(
             status=result_status,
             message_id=outcome.message_id,

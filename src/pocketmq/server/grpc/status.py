@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
+from pocketmq.contract import Rule
 from pocketmq.errors import BrokerError, Code, InvalidArgumentError
 from pocketmq.server.grpc.pb import Code as V2Code
 from pocketmq.server.grpc.pb import d
@@ -56,8 +57,26 @@ class V2Error(Exception):
         self.message = message
 
 
-def v2_code(code: int) -> int:
-    """The v2 code for a pocketmq wire code."""
+_BY_RULE: Final[dict[str, int]] = {
+    Rule.TOPIC.value: C.ILLEGAL_TOPIC,
+    Rule.BODY_EMPTY.value: C.MESSAGE_BODY_EMPTY,
+    Rule.BODY_TOO_LARGE.value: C.MESSAGE_BODY_TOO_LARGE,
+    Rule.TAG.value: C.ILLEGAL_MESSAGE_TAG,
+    Rule.KEY.value: C.ILLEGAL_MESSAGE_KEY,
+    Rule.PROPERTY.value: C.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    Rule.DELIVERY_TIME.value: C.ILLEGAL_DELIVERY_TIME,
+    Rule.MESSAGE_TYPE.value: C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    Rule.FIELD_RANGE.value: C.BAD_REQUEST,
+}
+"""RocketMQ's own code for each rule of the send contract (what its proxy answers)."""
+
+
+def v2_code(code: int, rule: str = "") -> int:
+    """The v2 code for a pocketmq wire code (and the send-contract rule broken, if any)."""
+    if rule:
+        by_rule = _BY_RULE.get(rule)
+        if by_rule is not None:
+            return by_rule
     return _BY_CODE.get(code, int(C.INTERNAL_SERVER_ERROR))
 
 
@@ -73,7 +92,7 @@ def error_status(exc: BaseException, what: str) -> Any:
     if isinstance(exc, V2Error):
         return status(exc.code, exc.message)
     if isinstance(exc, BrokerError):
-        return status(v2_code(exc.wire_code), exc.remark or str(exc))
+        return status(v2_code(exc.wire_code, getattr(exc, "rule", "")), exc.remark or str(exc))
     if isinstance(exc, InvalidArgumentError):
         return status(C.BAD_REQUEST, str(exc))
     _internal.error(f"internal-{what}", "gRPC %s failed", what, exc_info=exc)  # a bug: once

@@ -32,6 +32,7 @@ from pocketmq.errors import (
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.checks import retry_policy_problem
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
@@ -40,12 +41,7 @@ from pocketmq.server.native.paging import (
     fit,
     pop_byte_budget,
 )
-from pocketmq.server.native.validation import (
-    attempt_problem,
-    message_problem,
-    retry_policy_problem,
-    timestamp_problem,
-)
+from pocketmq.server.native.validation import attempt_problem, timestamp_problem
 
 __all__ = ["broker_handlers", "to_wire"]
 
@@ -235,25 +231,10 @@ def broker_handlers(
             InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
             for m in req.messages
         ]
-        refused: dict[int, SendOutcome] = {}
-        for number, message in enumerate(inbound):
-            problem = message_problem(message)
-            if problem is not None:  # this message alone is refused; the batch goes on
-                refused[number] = SendOutcome(
-                    code=Code.MESSAGE_ILLEGAL, remark=problem, topic=message.topic
-                )
-        if refused:
-            inbound = [m for number, m in enumerate(inbound) if number not in refused]
-        outcomes, durable_end = (
-            broker.send_now(inbound, producer_group=req.producer_group, born_host=conn.remote)
-            if inbound
-            else ([], 0)
+        # each message is checked by the broker's send contract (a bad one is refused alone)
+        outcomes, durable_end = broker.send_now(
+            inbound, producer_group=req.producer_group, born_host=conn.remote
         )
-        if refused:
-            stored = iter(outcomes)
-            outcomes = [
-                refused[n] if n in refused else next(stored) for n in range(len(req.messages))
-            ]
         if durable_end:  # sync flush: answer once the disk has it
             return send_after_flush(outcomes, durable_end)
         return send_response(outcomes)

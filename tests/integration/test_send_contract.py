@@ -1,0 +1,52 @@
+"""The send contract on the native protocol: the broker checks every message against its
+topic's type and the message rules, whichever client sent it (a delay message to a FIFO topic,
+once accepted from native clients, would have broken the order of its message group)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pocketmq.client import Admin, Message, Producer
+from pocketmq.errors import MessageIllegalError
+from pocketmq.testing import BrokerProcess
+
+from .conftest import create
+
+
+@pytest.mark.parametrize(
+    ("topic_type", "fields", "words"),
+    [
+        ("fifo", {"delivery_time": time.time() + 60}, "accepts fifo messages, not a delay"),
+        ("fifo", {}, "not a normal message"),
+        ("delay", {}, "not a normal message"),
+        ("normal", {"message_group": "g"}, "not a fifo message"),
+    ],
+)
+async def test_a_message_its_topic_does_not_accept_is_refused(
+    broker: BrokerProcess,
+    names: Callable[[str], str],
+    topic_type: str,
+    fields: dict[str, object],
+    words: str,
+) -> None:
+    topic = names(topic_type)
+    async with Admin(servers=broker.address) as admin:
+        await admin.create_topic(topic, queues=2, topic_type=topic_type)
+    async with Producer(servers=broker.address) as producer:
+        with pytest.raises(MessageIllegalError, match=words):
+            await producer.send(Message(topic=topic, body=b"x", **fields))  # type: ignore[arg-type]
+
+
+async def test_a_delivery_time_beyond_the_maximum_delay_is_refused(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    topic = names("delay")
+    await create(broker.address, topic=topic)
+    async with Producer(servers=broker.address) as producer:
+        with pytest.raises(MessageIllegalError, match="days ahead"):
+            await producer.send(
+                Message(topic=topic, body=b"x", delivery_time=time.time() + 10 * 86400)
+            )
