@@ -50,3 +50,32 @@ async def test_a_delivery_time_beyond_the_maximum_delay_is_refused(
             await producer.send(
                 Message(topic=topic, body=b"x", delivery_time=time.time() + 10 * 86400)
             )
+
+
+async def test_a_native_pop_retried_with_its_attempt_id_gets_the_same_messages(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    """A pop whose answer was lost is retried with the same attempt id: it gets the same
+    messages and receipt handles again instead of hiding a second batch (the broker keeps the
+    last answer per consumer, group and topic, as it does for the official clients)."""
+    from pocketmq.protocol import RequestCode
+    from pocketmq.protocol import structs as w
+
+    topic, group = names("pop"), names("g")
+    await create(broker.address, topic=topic, group=group)
+    async with Producer(servers=broker.address) as producer:
+        for i in range(3):
+            await producer.send(Message(topic=topic, body=b"%d" % i))
+    request = w.PopRequest(group, topic, max_count=2, invisible_ms=30_000, attempt_id="a-1")
+    async with Admin(servers=broker.address) as admin:
+        first = await admin.call(broker.address, RequestCode.POP, request, w.PopResponse)
+        again = await admin.call(broker.address, RequestCode.POP, request, w.PopResponse)
+        fresh = await admin.call(
+            broker.address,
+            RequestCode.POP,
+            w.PopRequest(group, topic, max_count=2, invisible_ms=30_000, attempt_id="a-2"),
+            w.PopResponse,
+        )
+    assert len(first.messages) == 2
+    assert [m.receipt_handle for m in again.messages] == [m.receipt_handle for m in first.messages]
+    assert [m.body for m in fresh.messages] == [b"2"]

@@ -239,6 +239,7 @@ class Broker:
             try:
                 self.consumers.expire(now)
                 self.pops.revive(now)
+                self.pops.sweep_attempts()
                 writes: list[tuple[str, bytes]] = []
                 self.pop_state.persist(sink=writes.append)
                 self.schedule.persist(sink=writes.append)

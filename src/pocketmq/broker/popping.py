@@ -10,8 +10,10 @@ per message group: a group's next message waits while an earlier one is in fligh
 from __future__ import annotations
 
 import logging
+import time
 
 from pocketmq import properties as props
+from pocketmq.broker.attempts import ReceiveAttempts
 from pocketmq.broker.deadletters import DeadLetters
 from pocketmq.broker.filtering import parse_tag_expression
 from pocketmq.broker.groups import GroupConfig
@@ -44,6 +46,7 @@ class PopPath(BrokerPart):
     def __init__(self, shared: Shared, dead_letters: DeadLetters) -> None:
         super().__init__(shared)
         self._dead_letters = dead_letters
+        self._attempts = ReceiveAttempts(time.monotonic)
 
     def pop_now(
         self,
@@ -88,8 +91,45 @@ class PopPath(BrokerPart):
         consumer: str = "",
         queue_hint: int = -1,
         max_bytes: int | None = None,
+        attempt_id: str = "",
     ) -> list[Delivered]:
-        """A pop that long-polls up to ``max_wait`` for something to deliver."""
+        """A pop that long-polls up to ``max_wait`` for something to deliver. A pop retried with
+        the ``attempt_id`` of the consumer's last pop gets that pop's messages again."""
+        key = (consumer, group, topic)
+        again = self._attempts.retry(key, attempt_id)
+        if again is not None:
+            return again
+        delivered = await self._pop(
+            group,
+            topic,
+            max_count=max_count,
+            invisible=invisible,
+            max_wait=max_wait,
+            expression=expression,
+            consumer=consumer,
+            queue_hint=queue_hint,
+            max_bytes=max_bytes,
+        )
+        self._attempts.record(key, attempt_id, delivered, invisible)
+        return delivered
+
+    def sweep_attempts(self) -> None:
+        """Forget retried-receive answers whose invisible time has ended."""
+        self._attempts.sweep()
+
+    async def _pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_count: int,
+        invisible: float,
+        max_wait: float,
+        expression: str,
+        consumer: str,
+        queue_hint: int,
+        max_bytes: int | None,
+    ) -> list[Delivered]:
         deadline = self._clock() + min(max_wait, self.config.max_long_poll)
         while True:
             delivered = self.pop_now(

@@ -84,7 +84,6 @@ class GrpcServer:
         while True:
             await asyncio.sleep(_SESSION_SWEEP)
             self.service.sessions.expire(_SESSION_IDLE)
-            self.service.sweep()
 
     async def close(self) -> None:
         if self._sweeper is not None:

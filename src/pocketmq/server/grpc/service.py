@@ -12,8 +12,8 @@ official clients force or allow (see docs/grpc.md):
   long enough for the client's local cache to drain; a push consumer never extends it.
 - **ChangeInvisibleDuration answers with a receipt handle even when it fails** (the original
   one): the clients overwrite their handle with the reply's before they look at the status.
-- **A receive retried with the same attempt_id** gets the same messages again
-  (:class:`ReceiveAttempts`).
+- **A receive retried with the same attempt_id** gets the same messages again (the broker's
+  pop keeps the last receive per consumer: broker/attempts.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from pocketmq.broker import Broker, Delivered, PullStatus, SendOutcome, TransactionCheck
+from pocketmq.broker import Broker, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.errors import Code
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc.convert import (
@@ -60,7 +60,7 @@ from pocketmq.server.grpc.settings import (
 from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
 from pocketmq.server.native.paging import pop_byte_budget
 
-__all__ = ["MessagingService", "ReceiveAttempts"]
+__all__ = ["MessagingService"]
 
 log = logging.getLogger("pocketmq.server.grpc")
 
@@ -103,42 +103,6 @@ def _host_port(host: str) -> str:
     return host if ":" in host else f"{host}:0"
 
 
-class ReceiveAttempts:
-    """The last receive of each (client, group, topic), by the client's ``attempt_id``.
-
-    A push consumer whose receive failed (a lost response, a decoding error) retries it with the
-    same attempt id. Popping again would leave the first batch invisible until its invisible
-    time ends (and, for a FIFO group, hold the group back that long); instead the retry gets the
-    same messages and receipt handles again. Only the latest attempt per consumer and topic is
-    kept, until its invisible time ends: memory stays bounded by consumers × topics × a batch.
-    """
-
-    def __init__(self) -> None:
-        self._last: dict[tuple[str, str, str], tuple[str, float, list[Delivered]]] = {}
-
-    def retry(self, key: tuple[str, str, str], attempt: str) -> list[Delivered] | None:
-        if not attempt:
-            return None
-        last = self._last.get(key)
-        if last is None or last[0] != attempt or last[1] <= time.monotonic():
-            return None
-        return last[2]
-
-    def record(
-        self, key: tuple[str, str, str], attempt: str, delivered: list[Delivered], invisible: float
-    ) -> None:
-        if not attempt or not delivered:
-            self._last.pop(key, None)
-            return
-        self._last[key] = (attempt, time.monotonic() + invisible, delivered)
-
-    def sweep(self) -> None:
-        now = time.monotonic()
-        for key, (_, expires, _) in list(self._last.items()):
-            if expires <= now:
-                del self._last[key]
-
-
 class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     def __init__(
         self,
@@ -152,15 +116,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         self._routes = routes
         self._store_host = store_host
         self._auto_renew = auto_renew_invisible
-        self._attempts = ReceiveAttempts()
         self.sessions = Sessions()
         store = broker.config.store
         # one receive holds what it hands out in memory: as much as a native pop answers
         self._receive_bytes = pop_byte_budget(store.max_message_size, store.max_properties_size)
-
-    def sweep(self) -> None:
-        """Forget state that has run out (called every 30 s)."""
-        self._attempts.sweep()
 
     # -- routing and membership -----------------------------------------------------------
 
@@ -432,22 +391,18 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             if remaining is not None:
                 polling = min(polling, remaining - _DEADLINE_MARGIN)
             client_id = _client_id(context)
-            attempt = request.attempt_id if request.HasField("attempt_id") else ""
-            key = (client_id, request.group.name, queue.topic.name)
-            delivered = self._attempts.retry(key, attempt)
-            if delivered is None:
-                delivered = await self._broker.pop(
-                    request.group.name,
-                    queue.topic.name,
-                    max_count=request.batch_size or RECEIVE_BATCH_SIZE,
-                    invisible=invisible,
-                    max_wait=max(0.0, polling),
-                    expression=self._expression(request.filter_expression),
-                    consumer=client_id,
-                    queue_hint=queue.id,
-                    max_bytes=self._receive_bytes,
-                )
-                self._attempts.record(key, attempt, delivered, invisible)
+            delivered = await self._broker.pop(
+                request.group.name,
+                queue.topic.name,
+                max_count=request.batch_size or RECEIVE_BATCH_SIZE,
+                invisible=invisible,
+                max_wait=max(0.0, polling),
+                expression=self._expression(request.filter_expression),
+                consumer=client_id,
+                queue_hint=queue.id,
+                max_bytes=self._receive_bytes,
+                attempt_id=request.attempt_id if request.HasField("attempt_id") else "",
+            )
         except Exception as exc:
             yield s.ReceiveMessageResponse(status=error_status(exc, "ReceiveMessage"))
             return

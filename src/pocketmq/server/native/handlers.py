@@ -277,6 +277,8 @@ def broker_handlers(
 
     def pop(conn: ServerConnection, req: w.PopRequest) -> w.PopResponse | Awaitable[w.PopResponse]:
         consumer = req.consumer or conn.client_id
+        if req.attempt_id:  # a retry of a pop may get its messages again: the broker decides
+            return pop_waiting(req, consumer)
         ready = broker.pop_now(
             req.group,
             req.topic,
@@ -302,6 +304,7 @@ def broker_handlers(
             consumer=consumer,
             queue_hint=req.queue_hint,
             max_bytes=pop_bytes,
+            attempt_id=req.attempt_id,
         )
         return w.PopResponse([to_wire(m, name) for m in delivered])
 
