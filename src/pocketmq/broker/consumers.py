@@ -65,16 +65,6 @@ class ConsumerRegistry:
     def client_ids(self, group: str) -> list[str]:
         return sorted(self._groups.get(group, {}))
 
-    def groups_of(self, client_id: str) -> list[str]:
-        return [g for g, members in self._groups.items() if client_id in members]
-
-    def subscribers(self, topic: str) -> list[str]:
-        return sorted(
-            g
-            for g, members in self._groups.items()
-            if any(topic in r.subscriptions for r in members.values())
-        )
-
     def _changed(self, group: str, except_client: str | None = None) -> None:
         for registration in list(self._groups.get(group, {}).values()):
             if registration.client_id != except_client and registration.notify is not None:

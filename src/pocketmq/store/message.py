@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
+from pocketmq import properties as props
 from pocketmq.store.status import GetStatus, PutStatus
 
 __all__ = ["GetResult", "PutResult", "QueueEntry", "StoreMessage", "StoredMessage"]
@@ -55,15 +56,15 @@ class StoredMessage(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def message_id(self) -> str:
-        return self.properties.get("UNIQ_KEY", "")
+        return self.properties.get(props.MESSAGE_ID, "")
 
     @property
     def tag(self) -> str | None:
-        return self.properties.get("TAGS") or None
+        return self.properties.get(props.TAGS) or None
 
     @property
     def keys(self) -> tuple[str, ...]:
-        raw = self.properties.get("KEYS")
+        raw = self.properties.get(props.KEYS)
         return tuple(raw.split()) if raw else ()
 
 

@@ -44,7 +44,6 @@ Handler = Callable[
 ]
 HandlerTable = dict[int, Handler]
 
-_HIGH_WATER = 4 * 1024 * 1024
 
 
 class ServerConnection(asyncio.Protocol):
@@ -334,8 +333,3 @@ class ServerConnection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self.closed:
             self._transport.close()
-
-    @property
-    def backlogged(self) -> bool:
-        transport = self._transport
-        return transport is not None and transport.get_write_buffer_size() > _HIGH_WATER
