@@ -216,6 +216,49 @@ class CommitLog:
             return None
         return segment.read(position, size)
 
+    def read_chunk(self, offset: int, max_bytes: int) -> bytes:
+        """Whole records from ``offset`` within its segment, for replication (see
+        MessageStore.read_log). A record boundary is assumed at ``offset``."""
+        end = self.write_position
+        segment = self.segment_for(offset)
+        if segment is None or offset >= end:
+            return b""
+        segment_end = segment.base + segment.size
+        limit = min(end, segment_end)
+        if limit == offset:
+            return b""
+        data = segment.read(offset - segment.base, min(limit - offset, max(max_bytes, 1)))
+        position = 0
+        while position + _PREFIX.size <= len(data):
+            total, magic = _PREFIX.unpack_from(data, position)
+            if magic == BLANK_MAGIC or total == 0:
+                if end >= segment_end:  # the segment was sealed: send its tail too
+                    return data[:position] + segment.read(
+                        offset + position - segment.base, segment_end - offset - position
+                    )
+                break
+            if position + total > len(data):
+                if position == 0:  # one record larger than max_bytes: send it whole
+                    return segment.read(offset - segment.base, total)
+                break
+            position += total
+        if position + _PREFIX.size > len(data) and offset + len(data) == segment_end:
+            return data  # the few bytes no record fits in, to the segment's end
+        return data[:position]
+
+    def read_span(self, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)``, across segments (what exists of them)."""
+        pieces = []
+        position = start
+        while position < end:
+            segment = self.segment_for(position)
+            if segment is None:
+                break
+            stop = min(end, segment.base + segment.size)
+            pieces.append(segment.read(position - segment.base, stop - position))
+            position = stop
+        return b"".join(pieces)
+
     def read_record(self, offset: int) -> StoredMessage | None:
         """The valid record at ``offset``, or None (no record there, or it does not verify)."""
         head = self.read(offset, _PREFIX.size)

@@ -250,6 +250,22 @@ class ConsumeQueue:
             self.put_holes(lost, log_end)
         return lost
 
+    def cut(self, log_end: int) -> None:
+        """Remove (not hole) the entries pointing at or past ``log_end``: a slave cutting a
+        suffix its master never had, whose queue offsets the master's records take next."""
+        offset = self.max_offset
+        while offset > self.min_offset:
+            entry = self._entry_at(offset - 1)
+            if entry is None or (entry[1] and entry[0] + entry[1] <= log_end):
+                break
+            if not entry[1] and entry[0] < log_end:  # a hole made before the cut stays
+                break
+            offset -= 1
+        if offset == self.max_offset:
+            return
+        self.put(offset, b"\x00" * ENTRY_SIZE * (self.max_offset - offset))
+        self.max_offset = offset
+
     def _entry_at(self, offset: int) -> tuple[int, int, int] | None:
         raw = self.read_raw(offset, 1)
         if not raw:

@@ -54,6 +54,9 @@ class Reader:
         self._index = store._index
         self._quarantine = store._quarantine
         self.damaged_reads = 0
+        self.visible_limit: int | None = None
+        """Records ending past this log offset are not read yet (a replicated master's
+        confirmed offset, docs/replication.md §3); None: every record is."""
 
     def read_queue(self, topic: str, queue_id: int, offset: int, count: int) -> list[QueueEntry]:
         """Consume-queue entries (no record reads) from ``offset``."""
@@ -98,17 +101,22 @@ class Reader:
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
         log_min = self._commitlog.min_offset
         quarantine = self._quarantine if self._quarantine.skipping else None
+        limit = self.visible_limit
         messages: list[StoredMessage] = []
         size_total = 0
         cursor = offset
         scanned = 0
         removed = False
-        while cursor < high and len(messages) < max_count and scanned < max_scan:
+        held = False  # stopped at a record not visible yet
+        while cursor < high and len(messages) < max_count and scanned < max_scan and not held:
             raw = queue.read_raw(cursor, min(max_scan - scanned, max(max_count * 2, 64)))
             if not raw:
                 break
             batch: list[tuple[int, int, int]] = []
             for physical, size, code in ENTRY.iter_unpack(raw):
+                if limit is not None and size and physical + size > limit:
+                    held = True
+                    break
                 cursor += 1
                 scanned += 1
                 if physical < log_min or size == 0:
@@ -137,6 +145,8 @@ class Reader:
                 break
         if messages:
             status = GetStatus.FOUND
+        elif held and cursor == offset:
+            status = GetStatus.OFFSET_OVERFLOW_ONE  # caught up with what may be read
         elif removed:
             status = GetStatus.MESSAGE_WAS_REMOVING
         else:

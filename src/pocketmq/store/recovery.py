@@ -26,7 +26,7 @@ from pocketmq.store.index import IndexService, id_key, topic_key
 from pocketmq.store.quarantine import LostEntry, Quarantine, QuarantinedRange
 from pocketmq.store.record import PROP_KEYS, PROP_UNIQ_KEY, TOMBSTONE_TOPIC
 
-__all__ = ["Recovery", "RecoveryReport"]
+__all__ = ["Recovery", "RecoveryReport", "set_aside"]
 
 log = logging.getLogger("pocketmq.store")
 
@@ -194,48 +194,16 @@ class Recovery:
 
     def _set_aside(self, decision: _Decision) -> QuarantinedRange:
         damage = decision.damage
-        lost = [
-            LostEntry(topic, queue_id, offset)
-            for (topic, queue_id), queue in sorted(self._queues.items())
-            for offset in queue.offsets_between(damage.start, damage.end)
-        ]
-        data = b"" if decision.kind == "missing" else self._read_span(damage.start, damage.end)
-        item = self._quarantine.add(
-            QuarantinedRange(
-                start=damage.start,
-                end=damage.end,
-                kind=decision.kind,
-                reason=damage.reason,
-                detected_at_ms=int(self._clock() * 1000),
-                lost=lost,
-            ),
-            data,
-        )
-        level = logging.WARNING if decision.kind == "torn" else logging.ERROR
-        log.log(
-            level,
-            "commit log bytes %d-%d set aside (%s: %s), saved as %s; %d queued message(s) lost%s",
+        return set_aside(
+            self._log,
+            self._queues,
+            self._quarantine,
             damage.start,
             damage.end,
             decision.kind,
             damage.reason,
-            os.path.join(self._quarantine.directory, item.saved) if item.saved else "nothing",
-            len(lost),
-            "".join(f"\n  lost {e.topic}/{e.queue_id} offset {e.queue_offset}" for e in lost[:20]),
+            int(self._clock() * 1000),
         )
-        return item
-
-    def _read_span(self, start: int, end: int) -> bytes:
-        pieces = []
-        position = start
-        while position < end:
-            segment = self._log.segment_for(position)
-            if segment is None:
-                break
-            stop = min(end, segment.base + segment.size)
-            pieces.append(segment.read(position - segment.base, stop - position))
-            position = stop
-        return b"".join(pieces)
 
     def _punch_holes(self, item: QuarantinedRange, log_end: int) -> None:
         """Entries pointing into a damaged range inside the log become holes."""
@@ -283,3 +251,42 @@ class Recovery:
             self._queues.pop(queue_key).destroy()
         for count_key in [k for k in trusted if k.rpartition("/")[0] == topic]:
             del trusted[count_key]
+
+
+def set_aside(
+    commitlog: CommitLog,
+    queues: QueueMap,
+    quarantine: Quarantine,
+    start: int,
+    end: int,
+    kind: str,
+    reason: str,
+    now_ms: int,
+) -> QuarantinedRange:
+    """Copy log bytes ``[start, end)`` to the quarantine with the queue positions whose records
+    lie there (what the range costs), and say so in the log (docs/storage-format.md §7)."""
+    lost = [
+        LostEntry(topic, queue_id, offset)
+        for (topic, queue_id), queue in sorted(queues.items())
+        for offset in queue.offsets_between(start, end)
+    ]
+    data = b"" if kind == "missing" else commitlog.read_span(start, end)
+    item = quarantine.add(
+        QuarantinedRange(
+            start=start, end=end, kind=kind, reason=reason, detected_at_ms=now_ms, lost=lost
+        ),
+        data,
+    )
+    level = logging.WARNING if kind in ("torn", "divergent") else logging.ERROR
+    log.log(
+        level,
+        "commit log bytes %d-%d set aside (%s: %s), saved as %s; %d queued message(s) lost%s",
+        start,
+        end,
+        kind,
+        reason,
+        os.path.join(quarantine.directory, item.saved) if item.saved else "nothing",
+        len(lost),
+        "".join(f"\n  lost {e.topic}/{e.queue_id} offset {e.queue_offset}" for e in lost[:20]),
+    )
+    return item

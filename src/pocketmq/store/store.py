@@ -32,6 +32,7 @@ from pocketmq.store.checkpoint import (
 from pocketmq.store.commitlog import CommitLog
 from pocketmq.store.config import FlushMode, StoreConfig
 from pocketmq.store.consumequeue import ConsumeQueue
+from pocketmq.store.epochs import EpochLog
 from pocketmq.store.files import SyncError, fdatasync, fsync_directory
 from pocketmq.store.flush import FlushService
 from pocketmq.store.index import IndexService
@@ -46,7 +47,8 @@ from pocketmq.store.record import (
     TOMBSTONE_TOPIC,
     valid_topic,
 )
-from pocketmq.store.recovery import Recovery, RecoveryReport
+from pocketmq.store.recovery import Recovery, RecoveryReport, set_aside
+from pocketmq.store.replica import ReplicaWriter
 from pocketmq.store.status import PutStatus
 from pocketmq.store.writer import Writer
 
@@ -110,6 +112,8 @@ class MessageStore:
         self._append_started = 0.0
         self.flusher: FlushService | None = None
         self._writer = Writer(self)
+        self._replica = ReplicaWriter(self)
+        self.epochs = EpochLog(directory)
         self._reader = reader = Reader(self)
         self.read_queue = reader.read_queue
         self.read_message = reader.read_message
@@ -402,6 +406,48 @@ class MessageStore:
 
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for (t, q) in self._queues if t == topic)
+
+    # -- replication (docs/replication.md) -------------------------------------------------
+
+    def append_replica(self, offset: int, data: bytes) -> int:
+        """A slave: write raw log bytes from the master at ``offset``, verified first; returns
+        the new end of the log (raises :class:`~pocketmq.store.replica.ReplicaError`)."""
+        with self._lock:
+            return self._replica.append(offset, data)
+
+    def cut_replica(self, offset: int, reason: str) -> QuarantinedRange | None:
+        """A slave: drop the log from ``offset`` on (bytes its new master never had)."""
+        with self._lock:
+            return self._replica.cut(offset, reason)
+
+    def read_log(self, offset: int, max_bytes: int) -> bytes:
+        """Raw log bytes from ``offset`` (a record boundary) for a slave: whole records of one
+        segment, up to ``max_bytes`` unless one record is larger; the rest of a segment (its
+        blank) when nothing else is left in it; b"" when the log has nothing more."""
+        return self._commitlog.read_chunk(offset, max_bytes)
+
+    def set_visible_limit(self, limit: int | None) -> None:
+        """Readers get only records that end at or below ``limit`` (None: all). A replicated
+        master's confirmed offset: what a failover could discard is never delivered."""
+        self._reader.visible_limit = limit
+
+    def _forget_queues(self, topic: str) -> None:
+        """A tombstone arrived from the master: the topic's queues so far are not the next
+        incarnation's (docs/storage-format.md §1)."""
+        for key in [k for k in self._queues if k[0] == topic]:
+            self._queues.pop(key).destroy()
+
+    def _quarantine_span(self, start: int, end: int, kind: str, reason: str) -> QuarantinedRange:
+        return set_aside(
+            self._commitlog,
+            self._queues,
+            self._quarantine,
+            start,
+            end,
+            kind,
+            reason,
+            int(self._clock() * 1000),
+        )
 
     # -- administration -------------------------------------------------------------------
 

@@ -45,7 +45,6 @@ Handler = Callable[
 HandlerTable = dict[int, Handler]
 
 
-
 class ServerConnection(asyncio.Protocol):
     def __init__(
         self,

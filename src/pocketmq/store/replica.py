@@ -1,0 +1,146 @@
+"""A slave's write path: raw commit-log bytes from the master, verified, written verbatim.
+
+A slave's log is a byte-for-byte copy of its master's, so offsets are the same on every replica
+(docs/replication.md §2). A chunk is checked record by record before anything of it is written —
+each record's CRC, and that its physical offset is where it lands — so a chunk damaged in flight
+is refused whole and the slave resumes from its last good offset. The records are then dispatched
+with the same rules as recovery's replay (consume queues at the records' own queue offsets, index
+keys, tombstones).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Final
+
+from pocketmq.errors import StoreError
+from pocketmq.store.consumequeue import ENTRY
+from pocketmq.store.index import id_key, topic_key
+from pocketmq.store.message import StoredMessage
+from pocketmq.store.quarantine import QuarantinedRange
+from pocketmq.store.record import (
+    BLANK_MAGIC,
+    PROP_KEYS,
+    PROP_UNIQ_KEY,
+    TOMBSTONE_TOPIC,
+    RecordError,
+    decode_record,
+)
+
+if TYPE_CHECKING:
+    from pocketmq.store.store import MessageStore
+
+__all__ = ["ReplicaError", "ReplicaWriter"]
+
+_PREFIX: Final = struct.Struct("<II")
+
+
+class ReplicaError(StoreError):
+    """A chunk from the master that cannot be written (out of place, or damaged)."""
+
+
+class ReplicaWriter:
+    """Appends verified chunks to one store (under its lock) and cuts divergent suffixes."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+
+    def append(self, offset: int, data: bytes) -> int:
+        """Write ``data`` (whole records of one segment) at ``offset``; returns the new end."""
+        store = self._store
+        commitlog = store._commitlog
+        if store.failure:
+            raise ReplicaError(f"the store accepts no writes ({store.failure})")
+        if offset != commitlog.write_position:
+            raise ReplicaError(f"chunk at {offset}, but the log ends at {commitlog.write_position}")
+        if not data:
+            return offset
+        segment = commitlog.active_segment()
+        segment_end = segment.base + segment.size
+        if offset + len(data) > segment_end:
+            raise ReplicaError(f"chunk at {offset} of {len(data)} bytes crosses a segment")
+        records = _verify(data, offset, segment_end)
+        segment.write(offset - segment.base, data)
+        end = offset + len(data)
+        commitlog.write_position = end
+        self._dispatch(records)
+        flusher = store.flusher
+        if flusher is not None:
+            flusher.kick()
+        return end
+
+    def _dispatch(self, records: list[StoredMessage]) -> None:
+        store = self._store
+        runs: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
+        index_entries: list[tuple[bytes, int]] = []
+
+        def flush_runs() -> None:
+            for (topic, queue_id), (first, entries) in runs.items():
+                store._queue(topic, queue_id).put(first, b"".join(entries))
+            runs.clear()
+
+        for record in records:
+            if record.topic == TOMBSTONE_TOPIC:
+                flush_runs()
+                store._forget_queues(record.body.decode("utf-8", "replace"))
+            key = (record.topic, record.queue_id)
+            entry = ENTRY.pack(record.physical_offset, record.size, record.tag_code)
+            run = runs.get(key)
+            if run is not None and run[0] + len(run[1]) == record.queue_offset:
+                run[1].append(entry)
+            else:
+                if run is not None:
+                    store._queue(*key).put(run[0], b"".join(run[1]))
+                runs[key] = (record.queue_offset, [entry])
+            message_id = record.properties.get(PROP_UNIQ_KEY, "")
+            if message_id:
+                index_entries.append((id_key(message_id), record.physical_offset))
+            keys = record.properties.get(PROP_KEYS, "")
+            if keys:
+                index_entries.extend(
+                    (topic_key(record.topic, k), record.physical_offset) for k in keys.split()
+                )
+        flush_runs()
+        if index_entries:
+            store._index.put_many(index_entries)
+
+    def cut(self, offset: int, reason: str) -> QuarantinedRange | None:
+        """Drop the log from ``offset`` on (a suffix the new master never had): its bytes go to
+        the quarantine (kind ``divergent``) and the queue entries pointing there are removed,
+        so the master's records take those queue offsets (docs/replication.md §4)."""
+        store = self._store
+        commitlog = store._commitlog
+        end = commitlog.write_position
+        if offset >= end:
+            return None
+        item = store._quarantine_span(offset, end, "divergent", reason)
+        commitlog.truncate(offset)
+        for queue in store._queues.values():
+            queue.cut(offset)
+        store.epochs.truncate(offset)
+        return item
+
+
+def _verify(data: bytes, offset: int, segment_end: int) -> list[StoredMessage]:
+    records: list[StoredMessage] = []
+    position = 0
+    size = len(data)
+    while position < size:
+        here = offset + position
+        room = segment_end - here
+        if room < _PREFIX.size:  # the few bytes no record fits in: zeros to the segment's end
+            if size - position != room or any(data[position:]):
+                raise ReplicaError(f"bad segment tail at {here}")
+            break
+        total, magic = _PREFIX.unpack_from(data, position)
+        if magic == BLANK_MAGIC:
+            if total != room or position + total != size:
+                raise ReplicaError(f"a blank record at {here} must end the chunk and segment")
+            break
+        try:
+            record = decode_record(data, position, expected_physical_offset=here)
+        except RecordError as exc:
+            raise ReplicaError(f"record at {here} fails verification ({exc.reason})") from exc
+        records.append(record)
+        position += record.size
+    return records
