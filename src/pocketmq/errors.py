@@ -43,6 +43,7 @@ from typing import ClassVar, Final
 
 __all__ = [
     "ERROR_BY_CODE",
+    "STORED_CODES",
     "BrokerConnectionError",
     "BrokerError",
     "BrokerInternalError",
@@ -83,6 +84,8 @@ class Code(IntEnum):
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
     FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
     MESSAGE_ILLEGAL = 13
     SERVICE_NOT_AVAILABLE = 14
     NO_PERMISSION = 16
@@ -97,6 +100,13 @@ class Code(IntEnum):
     TRANSACTION_STATE = 43
     STORAGE_FAILED = 44
     TOO_MANY_REQUESTS = 530
+
+
+STORED_CODES: Final = frozenset(
+    {Code.SUCCESS, Code.FLUSH_DISK_TIMEOUT, Code.SLAVE_NOT_AVAILABLE, Code.FLUSH_SLAVE_TIMEOUT}
+)
+"""Send result codes meaning "stored" (the last three with a weaker guarantee: not yet known
+durable on the master's disk, or not on a slave; docs/replication.md §3)."""
 
 
 class PocketMQError(Exception):

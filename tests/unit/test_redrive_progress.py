@@ -73,16 +73,16 @@ async def test_an_interrupted_redrive_resumes_where_it_stopped(tmp_path: Path) -
         offsets = await _dead_letters(broker)
         fifth_resend = asyncio.Event()
         waits = 0
-        real_wait = broker.wait_durable
+        real_wait = broker.settle
 
-        async def wait_durable(outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
+        async def settle(outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
             nonlocal waits
             waits += 1
             if waits == 5:
                 fifth_resend.set()
             return await real_wait(outcomes, end)
 
-        broker.redrives._wait_durable = wait_durable
+        broker.redrives._settle = settle
         running = asyncio.ensure_future(broker.redrive("g", offsets))
         await fifth_resend.wait()  # the fifth resend waits for its fsync: stop the redrive
         running.cancel()  # the operator's connection dropped, or the broker is stopping

@@ -38,6 +38,7 @@ from pocketmq.broker.pop import PopManager
 from pocketmq.broker.popping import PopPath
 from pocketmq.broker.pulling import PullPath
 from pocketmq.broker.redrive import RedriveService
+from pocketmq.broker.replication import Replication, ReplicationMode, Role
 from pocketmq.broker.schedule import ScheduleService
 from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
@@ -72,7 +73,11 @@ class Broker:
             self.store.close()
             raise
         self.counters: collections.Counter[str] = collections.Counter()
-        self.history = AttemptHistory(self.store, clock, enabled=config.record_history)
+        role = Role(config.role)
+        # a slave's store is a copy of its master's: it writes nothing of its own
+        self.history = AttemptHistory(
+            self.store, clock, enabled=config.record_history and role is Role.MASTER
+        )
         shared = Shared(
             config=config,
             clock=clock,
@@ -103,13 +108,21 @@ class Broker:
         self.flow = shared.flow
         self.locks = shared.locks
         steps = BrokerPart(shared)
+        self.replication = shared.replication = Replication(
+            self.store,
+            role=role,
+            mode=ReplicationMode(config.replication),
+            max_gap=config.ha_max_gap_bytes,
+            sync_timeout=config.ha_sync_timeout,
+            wake=steps.wake_readers,
+        )
         self.sending = SendPath(shared)
         self.redrives = RedriveService(
             self.store,
             config_dir,
             send_now=self.sending.send_now,
             append_now=steps._append_now,
-            wait_durable=self.sending.wait_durable,
+            settle=self.sending.settle,
             history=self.history,
             clock=clock,
         )
@@ -145,7 +158,10 @@ class Broker:
         self.membership = Membership(shared)
         self._tasks: list[asyncio.Task[None]] = []
         self._state_writer = OffLoopWriter()
-        self._protect_consumed_positions()
+        if role is Role.MASTER:
+            self._protect_consumed_positions()
+            if self.store.epochs.current is None:
+                self.store.epochs.begin(1, self.store.write_position)
         self._bind()
 
     def _bind(self) -> None:
@@ -153,7 +169,7 @@ class Broker:
         sending, pops, catalog, membership = self.sending, self.pops, self.catalog, self.membership
         self.send = sending.send
         self.send_now = sending.send_now
-        self.wait_durable = sending.wait_durable
+        self.settle = sending.settle
         self.recall = sending.recall
         self.append_internal = sending.append_internal
         self.send_back = self.send_backs.send_back
@@ -206,11 +222,19 @@ class Broker:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    @property
+    def role(self) -> Role:
+        return self.replication.role
+
     async def start(self) -> None:
-        await self.schedule.start()
-        await self.transactions.start()
+        if self.role is Role.MASTER:  # a slave's schedules and checks run on its master
+            await self._start_master_services()
         self.flow.start()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="broker-housekeeping"))
+
+    async def _start_master_services(self) -> None:
+        await self.schedule.start()
+        await self.transactions.start()
 
     async def close(self) -> None:
         if self._shared.closed:
@@ -238,7 +262,8 @@ class Broker:
             now = self._clock()
             try:
                 self.consumers.expire(now)
-                self.pops.revive(now)
+                if self.role is Role.MASTER:  # moving expired messages to a DLQ writes
+                    self.pops.revive(now)
                 self.pops.sweep_attempts()
                 writes: list[tuple[str, bytes]] = []
                 self.pop_state.persist(sink=writes.append)

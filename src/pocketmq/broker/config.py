@@ -19,6 +19,12 @@ DEFAULT_DELAY_LEVELS: tuple[float, ...] = (
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BrokerConfig:
     broker_name: str = "broker-a"
+    # replication (docs/replication.md): the group is the broker name; id 0 is the master
+    broker_id: int = 0
+    role: str = "master"
+    replication: str = "async"
+    ha_max_gap_bytes: int = 256 * 1024 * 1024
+    ha_sync_timeout: float = 3.0
     data_dir: str = "./data"
     store: StoreConfig = field(default_factory=StoreConfig)
     auto_create_topics: bool = False
@@ -55,5 +61,11 @@ class BrokerConfig:
             not (math.isfinite(level) and level > 0) for level in self.delay_levels
         ):
             raise ValueError("delay_levels must be positive, finite numbers of seconds")
+        if self.role not in ("master", "slave"):
+            raise ValueError(f"role must be master or slave, not {self.role!r}")
+        if self.replication not in ("async", "sync"):
+            raise ValueError(f"replication must be async or sync, not {self.replication!r}")
+        if self.broker_id < 0 or self.ha_max_gap_bytes < 0 or self.ha_sync_timeout <= 0:
+            raise ValueError("broker_id, ha_max_gap_bytes must be >= 0, ha_sync_timeout > 0")
         if self.default_queues < 1 or self.max_batch_messages < 1:
             raise ValueError("default_queues and max_batch_messages must be positive")

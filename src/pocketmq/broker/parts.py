@@ -30,6 +30,7 @@ from pocketmq.broker.model import Delivered
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.pop import PopManager
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
+from pocketmq.broker.replication import Replication
 from pocketmq.broker.schedule import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -134,6 +135,7 @@ class Shared:
     # services built on top of the parts (set once the broker has built them)
     schedule: ScheduleService | None = None
     transactions: TransactionService | None = None
+    replication: Replication | None = None
 
 
 class BrokerPart:
@@ -254,7 +256,13 @@ class BrokerPart:
         self._faults[name] = left - 1
         return True
 
+    @property
+    def replication(self) -> Replication:
+        assert self._shared.replication is not None
+        return self._shared.replication
+
     async def _await_durable(self, results: list[PutResult]) -> None:
+        """Internal appends wait for a sync flush (not for a slave: docs/replication.md §3)."""
         if not self._sync_flush:
             return
         end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
@@ -277,26 +285,36 @@ class BrokerPart:
     def _append_now(self, messages: list[StoreMessage]) -> list[PutResult]:
         """Append without waiting for a sync flush, and wake readers of the touched topics."""
         results = self.store.append(messages)
+        end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
         self._wake(
             {
                 (m.topic, m.queue_id)
                 for m, r in zip(messages, results, strict=True)
                 if r.status.stored
-            }
+            },
+            end,
         )
         return results
 
-    def _wake(self, touched: set[tuple[str, int]]) -> None:
-        """New messages on these queues: wake the pulls waiting on each queue, the pops waiting
-        on each topic, and the scheduler when something was scheduled."""
+    def _wake(self, touched: set[tuple[str, int]], end: int = 0) -> None:
+        """New messages up to log offset ``end`` on these queues: wake the scheduler when
+        something was scheduled, and the pulls and pops waiting on them — once readers may read
+        them (a replicated master's confirmed offset, docs/replication.md §3)."""
+        if any(key[0] in SCHEDULE_TOPICS for key in touched):
+            self.schedule.notify()
+        replication = self._shared.replication
+        if replication is not None and end and replication.defer(end, touched):
+            return
+        self.wake_readers(touched)
+
+    def wake_readers(self, touched: set[tuple[str, int]]) -> None:
+        """Wake the pulls waiting on each queue and the pops waiting on each topic."""
         topics = set()
         for key in touched:
             self.arrivals.notify(key)
             topics.add(key[0])
         for topic in topics:
             self.arrivals.notify(topic)
-        if topics & SCHEDULE_TOPICS:
-            self.schedule.notify()
 
     def _round_robin_next(self, key: str) -> int:
         turn = self._round_robin.get(key, 0)

@@ -42,7 +42,7 @@ from pocketmq.broker.model import InboundMessage, SendOutcome
 from pocketmq.broker.persist import save_json
 from pocketmq.broker.statefile import StateFile
 from pocketmq.broker.topics import dlq_topic, retry_topic
-from pocketmq.errors import BrokerError, Code
+from pocketmq.errors import STORED_CODES, BrokerError
 from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage
 
 __all__ = ["REDRIVE_AUDIT_TOPIC", "RedriveLedger", "RedriveRecord", "RedriveService"]
@@ -65,7 +65,7 @@ class SendNow(Protocol):
 
 
 AppendNow = Callable[[list[StoreMessage]], list[PutResult]]
-WaitDurable = Callable[[list[SendOutcome], int], Awaitable[list[SendOutcome]]]
+Settle = Callable[[list[SendOutcome], int], Awaitable[list[SendOutcome]]]
 _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -203,7 +203,7 @@ class RedriveService:
         *,
         send_now: SendNow,
         append_now: AppendNow,
-        wait_durable: WaitDurable,
+        settle: Settle,
         history: AttemptHistory,
         clock: Callable[[], float],
     ) -> None:
@@ -211,7 +211,7 @@ class RedriveService:
         self.ledger = RedriveLedger(config_dir, store)
         self._send_now = send_now
         self._append_now = append_now
-        self._wait_durable = wait_durable
+        self._settle = settle
         self._history = history
         self._clock = clock
 
@@ -243,7 +243,7 @@ class RedriveService:
             [outcome], durable_end = self._send_now([resend], redrive=True)
         except BrokerError as exc:  # flow control, shutting down: this one was not sent
             return (offset, message.message_id, f"failed: {exc}", None)
-        if outcome.code not in (Code.SUCCESS, Code.FLUSH_DISK_TIMEOUT):
+        if outcome.code not in STORED_CODES:
             return (offset, message.message_id, f"failed: {outcome.remark}", outcome)
         # From here to the mark nothing awaits: the resend, its audit record and the mark are
         # one step (module docstring, crash points).
@@ -289,7 +289,7 @@ class RedriveService:
             message_group=message.properties.get(props.MESSAGE_GROUP, ""),
         )
         if durable_end:
-            [outcome] = await self._wait_durable([outcome], durable_end)
+            [outcome] = await self._settle([outcome], durable_end)
         return (offset, message.message_id, "resent", outcome)
 
     def _message_at(self, topic: str, offset: int) -> StoredMessage | None:

@@ -17,6 +17,7 @@ import msgspec
 from pocketmq import properties as props
 from pocketmq.broker.model import InboundMessage, SendOutcome
 from pocketmq.broker.parts import HELD_TOPICS, PUT_CODES, SCHEDULE_TOPICS, BrokerPart, Shared
+from pocketmq.broker.replication import ReplicaOutcome, ReplicationMode, Role
 from pocketmq.broker.schedule import (
     make_recall_handle,
     parse_recall_handle,
@@ -66,12 +67,13 @@ class SendPath(BrokerPart):
         producer_group: str = "",
         born_host: str = "",
     ) -> list[SendOutcome]:
-        """Store a batch; one outcome per message, in order (waits for a sync flush)."""
-        outcomes, durable_end = self.send_now(
+        """Store a batch; one outcome per message, in order (waits for a sync flush and a
+        synchronous slave)."""
+        outcomes, wait_end = self.send_now(
             messages, producer_group=producer_group, born_host=born_host
         )
-        if durable_end:
-            return await self.wait_durable(outcomes, durable_end)
+        if wait_end:
+            return await self.settle(outcomes, wait_end)
         return outcomes
 
     def send_now(
@@ -82,8 +84,8 @@ class SendPath(BrokerPart):
         born_host: str = "",
         redrive: bool = False,
     ) -> tuple[list[SendOutcome], int]:
-        """Store a batch without waiting. Returns the outcomes and, in sync-flush mode, the log
-        offset that must be durable before they may be acknowledged (0: nothing to wait for).
+        """Store a batch without waiting. Returns the outcomes and the log offset :meth:`settle`
+        must wait for before they may be answered (a sync flush, a synchronous slave), or 0.
 
         ``redrive``: copies of messages the broker accepted before (dead letters sent again),
         whose kind need not match their topic's type any more (a released delayed message is
@@ -94,6 +96,11 @@ class SendPath(BrokerPart):
             )
         if self._shared.closed:
             raise ServiceUnavailableError("the broker is shutting down")
+        replication = self.replication
+        if replication.role is Role.SLAVE:
+            raise ServiceUnavailableError(
+                f"broker {self.config.broker_name!r} is a slave: send to its master"
+            )
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
             self.flow.rejected += len(messages)
@@ -116,7 +123,7 @@ class SendPath(BrokerPart):
                 )
                 continue
             accepted.append(number)
-        durable_end = 0
+        end = 0
         if to_store:
             results = self.store.append(to_store)
             self.transactions.stored(to_store, results)
@@ -125,25 +132,37 @@ class SendPath(BrokerPart):
                 outcomes[number] = self._outcome(stored, result)
                 if result.status.stored:
                     touched.add((stored.topic, stored.queue_id))
-                    if self._sync_flush:
-                        durable_end = max(durable_end, result.physical_offset + result.size)
-            self._wake(touched)
+                    end = max(end, result.physical_offset + result.size)
+            self._wake(touched, end)
             self.counters["messages_in"] += sum(r.status.stored for r in results)
-        return [o for o in outcomes if o is not None], durable_end
+        waits = self._sync_flush or replication.mode is ReplicationMode.SYNC
+        return [o for o in outcomes if o is not None], end if waits else 0
 
-    async def wait_durable(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
-        """Wait for the sync flush covering ``end``; a timeout turns successes into
-        FLUSH_DISK_TIMEOUT (stored, not yet known durable)."""
-        self.flow.pending_flushes += 1
-        try:
-            durable = await self._durability.wait(end)
-        finally:
-            self.flow.pending_flushes -= 1
-        if durable:
+    async def settle(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
+        """Wait until the records up to ``end`` are as safe as the broker promises: fsynced
+        (sync flush) and on a slave (sync replication). A wait that fails turns successes into
+        the weaker outcome: FLUSH_DISK_TIMEOUT (stored, not yet known durable), STORAGE_FAILED
+        (the fsync failed), SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT (on the master only)."""
+        weaker: tuple[Code, str] | None = None
+        if self._sync_flush:
+            self.flow.pending_flushes += 1
+            try:
+                durable = await self._durability.wait(end)
+            finally:
+                self.flow.pending_flushes -= 1
+            if not durable:
+                weaker = (Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed")
+                if self.store.failure:  # the fsync failed: maybe not stored (storage-format §5)
+                    weaker = (Code.STORAGE_FAILED, self.store.failure)
+        if weaker is None:
+            outcome = await self.replication.wait(end)
+            if outcome is ReplicaOutcome.SLAVE_NOT_AVAILABLE:
+                weaker = (Code.SLAVE_NOT_AVAILABLE, "stored on the master; no slave is in sync")
+            elif outcome is ReplicaOutcome.FLUSH_SLAVE_TIMEOUT:
+                weaker = (Code.FLUSH_SLAVE_TIMEOUT, "stored on the master; the slave is late")
+        if weaker is None:
             return outcomes
-        code, remark = Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed"
-        if self.store.failure:  # the fsync failed: maybe not stored at all (storage-format §5)
-            code, remark = Code.STORAGE_FAILED, self.store.failure
+        code, remark = weaker
         return [
             msgspec.structs.replace(o, code=code, remark=remark) if o.code is Code.SUCCESS else o
             for o in outcomes

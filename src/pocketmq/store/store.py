@@ -315,6 +315,11 @@ class MessageStore:
             )
 
     @property
+    def write_position(self) -> int:
+        """Where the next record goes (the end of the log)."""
+        return self._commitlog.write_position
+
+    @property
     def failure(self) -> str:
         """Why the store stopped accepting writes ("" while it accepts them)."""
         return self._failure

@@ -222,7 +222,7 @@ def broker_handlers(
         )
 
     async def send_after_flush(outcomes: list[SendOutcome], end: int) -> w.SendResponse:
-        return send_response(await broker.wait_durable(outcomes, end))
+        return send_response(await broker.settle(outcomes, end))
 
     def send(
         conn: ServerConnection, req: w.SendRequest

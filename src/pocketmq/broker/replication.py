@@ -1,0 +1,161 @@
+"""A broker's place in its group: master or slave, its slaves' progress, and what a send waits for.
+
+The wire side of replication is the server's (server/ha); this module holds what the broker core
+decides with it (docs/replication.md):
+
+- which slaves are **in sync** (connected, and within ``ha_max_gap_bytes`` of the master's end);
+- what a ``SYNC`` send waits for: an in-sync slave's acknowledgement of the record, at most
+  ``ha_sync_timeout``; with no slave in sync it is answered at once with SLAVE_NOT_AVAILABLE;
+- the **confirmed offset** readers may read up to, so what a failover could discard is never
+  delivered, and waking the long polls of the queues whose messages it makes readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pocketmq.store import MessageStore
+
+__all__ = ["ReplicaOutcome", "Replication", "ReplicationMode", "Role", "SlaveProgress"]
+
+
+class Role(enum.Enum):
+    MASTER = "master"
+    SLAVE = "slave"
+
+
+class ReplicationMode(enum.Enum):
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+class ReplicaOutcome(enum.Enum):
+    """What a send learned from replication."""
+
+    REPLICATED = "REPLICATED"  # an in-sync slave has it (or replication is asynchronous)
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # no slave in sync: on the master only
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # the slave did not acknowledge in time
+
+
+@dataclass
+class SlaveProgress:
+    """One connected slave, as the master sees it."""
+
+    broker_id: int
+    address: str
+    acked: int = 0
+    flushed: int = 0
+    connected_at: float = field(default_factory=time.time)
+    acked_at: float = 0.0
+
+
+class Replication:
+    """The replication state of one broker (master side: its slaves; slave side: its role)."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        role: Role,
+        mode: ReplicationMode,
+        max_gap: int,
+        sync_timeout: float,
+        wake: Callable[[set[tuple[str, int]]], None],
+    ) -> None:
+        self.store = store
+        self.role = role
+        self.mode = mode
+        self.max_gap = max_gap
+        self.sync_timeout = sync_timeout
+        self._wake = wake
+        self.slaves: dict[object, SlaveProgress] = {}
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
+        self.confirmed = -1  # -1: no limit (no slave in sync, or async replication)
+
+    # -- slaves ---------------------------------------------------------------------------
+
+    def slave_connected(self, key: object, broker_id: int, address: str, position: int) -> None:
+        self.slaves[key] = SlaveProgress(broker_id, address, acked=position, flushed=position)
+        self._update()
+
+    def slave_gone(self, key: object) -> None:
+        self.slaves.pop(key, None)
+        self._update()
+
+    def acked(self, key: object, written: int, flushed: int) -> None:
+        slave = self.slaves.get(key)
+        if slave is None:
+            return
+        slave.acked = max(slave.acked, written)
+        slave.flushed = max(slave.flushed, flushed)
+        slave.acked_at = time.time()
+        self._update()
+
+    def in_sync(self) -> list[SlaveProgress]:
+        end = self.store.write_position
+        return [s for s in self.slaves.values() if end - s.acked <= self.max_gap]
+
+    # -- sending --------------------------------------------------------------------------
+
+    def defer(self, end: int, touched: set[tuple[str, int]]) -> bool:
+        """Records up to ``end`` were appended to these queues. True: their readers are woken
+        later, once the records are confirmed (sync mode with a slave in sync); False: now."""
+        if self.confirmed < 0 or end <= self.confirmed:
+            return False
+        self._unconfirmed.append((end, touched))
+        return True
+
+    async def wait(self, end: int) -> ReplicaOutcome:
+        """What a send of records ending at ``end`` may answer (docs/replication.md §3)."""
+        if self.mode is ReplicationMode.ASYNC:
+            return ReplicaOutcome.REPLICATED
+        in_sync = self.in_sync()
+        if not in_sync:
+            return ReplicaOutcome.SLAVE_NOT_AVAILABLE
+        if any(s.acked >= end for s in in_sync):
+            return ReplicaOutcome.REPLICATED
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append((end, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.sync_timeout)
+        except TimeoutError:
+            return ReplicaOutcome.FLUSH_SLAVE_TIMEOUT
+        finally:
+            if not future.done():
+                future.cancel()
+        return ReplicaOutcome.REPLICATED
+
+    # -- the confirmed offset -------------------------------------------------------------
+
+    def _update(self) -> None:
+        in_sync = self.in_sync()
+        best = max((s.acked for s in in_sync), default=-1)
+        if self._waiters:
+            ready = [f for end, f in self._waiters if end <= best and not f.done()]
+            self._waiters = [(e, f) for e, f in self._waiters if e > best and not f.done()]
+            for future in ready:
+                future.set_result(True)
+        if self.mode is ReplicationMode.SYNC and self.role is Role.MASTER and in_sync:
+            confirmed = min(s.acked for s in in_sync)
+        else:
+            confirmed = -1
+        if confirmed == self.confirmed:
+            return
+        self.confirmed = confirmed
+        self.store.set_visible_limit(confirmed if confirmed >= 0 else None)
+        woken: set[tuple[str, int]] = set()
+        while self._unconfirmed and (confirmed < 0 or self._unconfirmed[0][0] <= confirmed):
+            woken |= self._unconfirmed.popleft()[1]
+        if woken:
+            self._wake(woken)
+
+    def lag_bytes(self) -> int:
+        """How far the slowest connected slave is behind (0 without slaves)."""
+        end = self.store.write_position
+        return max((end - s.acked for s in self.slaves.values()), default=0)
