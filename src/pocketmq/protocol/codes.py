@@ -48,3 +48,10 @@ class RequestCode(enum.IntEnum):
     LIST_BROKERS = 62
     CHECK_TRANSACTION = 70
     CONSUMERS_CHANGED = 71
+    PROMOTE = 80
+    # the replication port (docs/replication.md §2)
+    HA_HELLO = 100
+    HA_DATA = 101
+    HA_ACK = 102
+    HA_METADATA = 103
+    HA_OFFSETS = 104

@@ -43,6 +43,9 @@ __all__ = [
     "HelloRequest",
     "HelloResponse",
     "ListBrokersResponse",
+    "PromoteRequest",
+    "PromoteResponse",
+    "RegisterBrokerResponse",
     "ListGroupsResponse",
     "ListTopicsResponse",
     "LockQueuesRequest",
@@ -494,6 +497,12 @@ class BrokerAddress(_Body, frozen=True):
     name: str
     address: str
     grpc_address: str = ""
+    # replication (docs/replication.md): the id in its group, its role and term, and where a
+    # master's slaves connect
+    broker_id: int = 0
+    role: str = "master"
+    epoch: int = 0
+    ha_address: str = ""
 
 
 class QueueRoute(_Body, frozen=True):
@@ -520,6 +529,26 @@ class RegisterBrokerRequest(_Body, frozen=True):
 
 class ListBrokersResponse(_Body, frozen=True):
     brokers: list[BrokerAddress]
+
+
+class RegisterBrokerResponse(_Body, frozen=True):
+    """The name server's answer to a registration: who is the group's master now (a master
+    that lost its term learns it here and becomes a slave, docs/replication.md §6)."""
+
+    master_address: str = ""
+    master_ha_address: str = ""
+    master_epoch: int = 0
+
+
+class PromoteRequest(_Body, frozen=True):
+    """Make this slave the master of its group (``force``: even when it is not in sync)."""
+
+    force: bool = False
+
+
+class PromoteResponse(_Body, frozen=True):
+    epoch: int
+    log_end: int
 
 
 # -- registry -------------------------------------------------------------------------------
@@ -559,6 +588,7 @@ REQUESTS: Final[dict[int, type[_Body]]] = {
     RequestCode.LIST_BROKERS: Empty,
     RequestCode.CHECK_TRANSACTION: CheckTransactionRequest,
     RequestCode.CONSUMERS_CHANGED: ConsumersChangedNotice,
+    RequestCode.PROMOTE: PromoteRequest,
 }
 
 RESPONSES: Final[dict[int, type[_Body]]] = {
@@ -583,6 +613,8 @@ RESPONSES: Final[dict[int, type[_Body]]] = {
     RequestCode.QUEUE_STATUS: QueueStatusResponse,
     RequestCode.GET_ROUTE: RouteResponse,
     RequestCode.LIST_BROKERS: ListBrokersResponse,
+    RequestCode.REGISTER_BROKER: RegisterBrokerResponse,
+    RequestCode.PROMOTE: PromoteResponse,
 }
 
 _encoder = msgspec.msgpack.Encoder()

@@ -1,0 +1,72 @@
+"""The replication protocol's bodies (docs/replication.md §2).
+
+A slave connects to its master's replication port with the native protocol's framing; these are
+the MessagePack bodies of its requests and of the master's stream.
+"""
+
+from __future__ import annotations
+
+from pocketmq.protocol.structs import _Body
+
+__all__ = [
+    "HaAck",
+    "HaData",
+    "HaEpoch",
+    "HaHello",
+    "HaHelloReply",
+    "HaMetadata",
+    "HaOffsets",
+]
+
+
+class HaEpoch(_Body, frozen=True):
+    """A master term: its number and the log offset where it began."""
+
+    number: int
+    start: int
+
+
+class HaHello(_Body, frozen=True):
+    """A slave introduces itself: who it is, and how much log it holds of which terms."""
+
+    group: str
+    cluster_id: str  # "" for a slave that has no data yet
+    broker_id: int
+    address: str  # the slave's native address, for routes
+    log_end: int
+    epochs: list[HaEpoch]
+
+
+class HaHelloReply(_Body, frozen=True):
+    """The master's answer: its identity, its terms, and where the slave's copy must go on."""
+
+    cluster_id: str
+    epochs: list[HaEpoch]
+    truncate_to: int  # the consistent point when the slave must cut its log there, else -1
+    start: int  # the offset the stream begins at
+
+
+class HaData(_Body, frozen=True):
+    """Raw commit-log bytes: whole records of one segment, at ``offset``."""
+
+    offset: int
+    data: bytes
+
+
+class HaAck(_Body, frozen=True):
+    """How far the slave's log is written, and flushed."""
+
+    written: int
+    flushed: int
+
+
+class HaMetadata(_Body, frozen=True):
+    """The master's state files by name (topics, groups, offsets, ...)."""
+
+    files: dict[str, bytes]
+
+
+class HaOffsets(_Body, frozen=True):
+    """Offsets consumers committed on a slave, keyed ``group@topic@queue``."""
+
+    offsets: dict[str, int]
