@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -140,6 +140,17 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
 
     def __repr__(self) -> str:
         return f"MemoryBackend(stubs={len(self._state.stubs)}, log={len(self._state.log)})"
+
+    def load_stubs(self, stubs: Iterable[MessageStub]) -> None:
+        """Put stubs in as they are, replacing any with the same id.
+
+        Why: a test of code that *reads* stubs (a resend job, an operator tool) needs rows in
+        every state — sent three times, UNKNOWN, alerted — and reaching each through the
+        outbox and fake sends would test the outbox instead. SQL tests insert rows; this is the
+        memory backend's equivalent.
+        """
+        for stub in stubs:
+            self._state.stubs[stub.message_id] = stub
 
     async def create_schema(self) -> None:
         return None
