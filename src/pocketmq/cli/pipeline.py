@@ -1,7 +1,8 @@
 """``pocketmq pipeline ...``: the Spark jobs from the command line.
 
-``reconcile``'s options are part of the stable CLI contract (DESIGN §4). Spark (and so Java) is
-only imported when a job runs, so ``pocketmq --help`` stays fast and works without Java.
+``reconcile``'s options are a stable interface (docs/pipeline.md "Command"): scripts and cron
+jobs call it, so options change only with the docs. Spark (and so Java) is only imported when a
+job runs, so ``pocketmq --help`` stays fast and works without Java.
 Summaries go to stdout as tables; errors go to stderr with exit status 1.
 """
 
@@ -17,6 +18,7 @@ import click
 
 from pocketmq.cli._app import main
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.reliability.policy import ResendPolicy
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,15 +131,25 @@ def _check_inputs(*sources: str) -> None:
 
 def _check_resend_stubs(stubs: str, option: str) -> None:
     """A resend updates the stubs, so they must be a database this process can write to."""
-    from pocketmq.pipeline.io import is_database_url
-    from pocketmq.pipeline.resend import sync_url
+    from pocketmq.reliability.database_url import is_database_url, parse_database_url
 
     if not is_database_url(stubs):
         raise click.UsageError(f"{option} needs --stubs to be a database URL (stubs get updated)")
     try:
-        sync_url(stubs)
+        parse_database_url(stubs)
     except InvalidArgumentError as exc:
         raise click.BadParameter(str(exc), param_hint="--stubs") from exc
+
+
+def _resend_policy(resend_delay: float) -> ResendPolicy:
+    """The toolkit's resend policy with ``--resend-delay`` as its base interval."""
+    longest = ResendPolicy().max_interval
+    if not 0 < resend_delay <= longest:
+        raise click.BadParameter(
+            f"must be more than 0 and at most {longest:g} s (the longest interval)",
+            param_hint="--resend-delay",
+        )
+    return ResendPolicy(base_interval=resend_delay)
 
 
 def _sender_factory(
@@ -243,10 +255,10 @@ def pipeline() -> None:
 @click.option(
     "--resend-delay",
     type=DURATION,
-    default="60s",
+    default=f"{ResendPolicy().base_interval:g}s",
     show_default=True,
     help="With --resend-to/--send-with: base delay before a resent stub is due again (doubles "
-    "per send, at most 1h).",
+    "per send, at most 1h; the reliability toolkit's ResendPolicy).",
 )
 def reconcile_cmd(
     stubs: str,
@@ -271,6 +283,7 @@ def reconcile_cmd(
     that a re-run never sends it twice.
     """
     factory = _sender_factory(send_with, resend_to, stubs)
+    policy = _resend_policy(resend_delay) if factory is not None else None
     with _job_errors():
         from pocketmq.pipeline.reconcile import run_reconcile
 
@@ -298,7 +311,7 @@ def reconcile_cmd(
     click.echo(f"took {summary.seconds:.1f} s")
     if factory is not None:
         with _job_errors():
-            from pocketmq.pipeline.resend import ResendPolicy, run_resend
+            from pocketmq.pipeline.resend import run_resend
 
             outcome = run_resend(
                 spark.read.parquet(summary.resend_path),
@@ -307,7 +320,7 @@ def reconcile_cmd(
                 table=stubs_table,
                 # The stub updates use the real clock: --now only chose what is due.
                 now=None,
-                policy=ResendPolicy(base_delay=resend_delay),
+                policy=policy,
             )
         click.echo(
             f"resent: sent {outcome.sent}, skipped {outcome.skipped} (already claimed), "

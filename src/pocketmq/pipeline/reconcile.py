@@ -1,6 +1,8 @@
 """Reconciling the outbox with the consumers' receipt log: which messages to send again.
 
-The rule (seed 003 §5, adapted to pocketmq's tables). A stub is *unsettled* when all hold:
+The rule is the reliability toolkit's resend rule (docs/reliability.md "Resend scheduler and manual
+handling"), evaluated over whole tables at once (docs/pipeline.md "The rule"). A stub is
+*unsettled* when all hold:
 
 1. ``status`` is ``UNCONFIRMED`` or ``UNKNOWN`` (CONFIRMED and VOID are settled);
 2. ``next_resend_at <= now`` (due; exactly at the boundary counts as due);
@@ -33,6 +35,8 @@ from typing import TYPE_CHECKING, Final
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.pipeline.io import read_table, write_parquet
 from pocketmq.pipeline.schemas import MESSAGE_LOG_SCHEMA, MESSAGE_STUB_SCHEMA
+from pocketmq.reliability.policy import ResendPolicy
+from pocketmq.reliability.stub import PENDING_STATUS_VALUES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -52,8 +56,10 @@ __all__ = [
     "utc_naive",
 ]
 
-DEFAULT_MAX_SENDS: Final = 5
-RESEND_STATUSES: Final = ("UNCONFIRMED", "UNKNOWN")
+#: Sends before manual handling: the toolkit's default, so both lists agree with its scheduler.
+DEFAULT_MAX_SENDS: Final = ResendPolicy().max_sends
+#: Statuses still worked on (UNCONFIRMED, UNKNOWN), as stored in ``message_stub.status``.
+RESEND_STATUSES: Final = PENDING_STATUS_VALUES
 #: The columns that identify a queue.
 QUEUE_KEY: Final = ("topic", "broker_name", "queue_id")
 
