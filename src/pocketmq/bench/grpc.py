@@ -17,7 +17,8 @@ Cases (1 KiB bodies by default):
   the same again with a 1 ms linger (the native producer then batches what is outstanding);
 - native ``SimpleConsumer``: ``receive(32)`` then one ``ack_many()`` per batch.
 
-Run ``python -m pocketmq.bench.grpc --help``; ``run_grpc_bench()`` returns the figures.
+Run ``pocketmq bench grpc --help`` (or ``python -m pocketmq.bench.grpc``); ``run_grpc_bench()``
+returns the figures.
 """
 
 from __future__ import annotations
@@ -401,7 +402,7 @@ def print_results(results: list[GrpcBenchResult], console: Console | None = None
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m pocketmq.bench.grpc", description=__doc__.split("\n\n")[0]
+        prog="pocketmq bench grpc", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--messages", type=int, default=10_000, help="async sends (default 10000)")
     parser.add_argument("--sync-messages", type=int, default=2_000, help="sync sends")
