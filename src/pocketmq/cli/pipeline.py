@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -18,6 +18,7 @@ import click
 
 from pocketmq.cli._app import main
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.reliability.clock import utc_naive
 from pocketmq.reliability.policy import ResendPolicy
 
 if TYPE_CHECKING:
@@ -42,9 +43,7 @@ class _Timestamp(click.ParamType[datetime, Any]):
             self.fail(
                 f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-22T12:00:00Z)", param, ctx
             )
-        if moment.tzinfo is not None:
-            moment = moment.astimezone(UTC).replace(tzinfo=None)
-        return moment
+        return utc_naive(moment)
 
 
 TIMESTAMP = _Timestamp()
@@ -112,9 +111,12 @@ def _job_errors() -> Iterator[None]:
         raise click.ClickException(f"{type(exc).__name__}: {first}") from exc
 
 
-def _session(master: str, app: str) -> SparkSession:
+def _session(master: str, app: str, *inputs: str) -> SparkSession:
+    """The job's Spark session, once its local inputs are known to exist (a missing file is
+    reported in a second, not after the JVM started)."""
     from pocketmq.pipeline.session import spark_session
 
+    _check_inputs(*inputs)
     return spark_session(master, app, quiet=True)
 
 
@@ -186,6 +188,7 @@ def _load_factory(spec: str) -> Callable[[], Any]:
 
 
 def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    """A summary table on stdout (the commands' output; errors go to stderr)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -195,6 +198,11 @@ def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
     for row in rows:
         table.add_row(*[str(v) for v in row])
     Console(soft_wrap=True).print(table)
+
+
+def _print_written(where: str, seconds: float) -> None:
+    click.echo(f"written to {where}")
+    click.echo(f"took {seconds:.1f} s")
 
 
 @main.group("pipeline")
@@ -287,8 +295,7 @@ def reconcile_cmd(
     with _job_errors():
         from pocketmq.pipeline.reconcile import run_reconcile
 
-        _check_inputs(stubs, log_source)
-        spark = _session(master, "pocketmq-reconcile")
+        spark = _session(master, "pocketmq-reconcile", stubs, log_source)
         summary = run_reconcile(
             spark,
             stubs=stubs,
@@ -467,8 +474,7 @@ def audit_cmd(
     with _job_errors():
         from pocketmq.pipeline.audit import run_audit
 
-        _check_inputs(export_path, log_source)
-        spark = _session(master, "pocketmq-audit")
+        spark = _session(master, "pocketmq-audit", export_path, log_source)
         summary = run_audit(
             spark,
             export=export_path,
@@ -505,8 +511,7 @@ def audit_cmd(
         for r in summary.rows
     ]
     _print_table("delivery audit", headers, rows)
-    click.echo(f"written to {summary.out}/{{summary,lost,duplicated,late}}")
-    click.echo(f"took {summary.seconds:.1f} s")
+    _print_written(f"{summary.out}/{{summary,lost,duplicated,late}}", summary.seconds)
 
 
 @pipeline.command("dlq-report")
@@ -555,8 +560,7 @@ def dlq_report_cmd(
     with _job_errors():
         from pocketmq.pipeline.dlq import run_dlq_report
 
-        _check_inputs(dlq_path, attempts)
-        spark = _session(master, "pocketmq-dlq-report")
+        spark = _session(master, "pocketmq-dlq-report", dlq_path, attempts)
         summary = run_dlq_report(
             spark,
             dlq=dlq_path,
@@ -589,5 +593,4 @@ def dlq_report_cmd(
         for r in summary.rows
     ]
     _print_table("DLQ and retry report", headers, rows)
-    click.echo(f"written to {summary.out}/{{ageing,errors,stuck,summary}}")
-    click.echo(f"took {summary.seconds:.1f} s")
+    _print_written(f"{summary.out}/{{ageing,errors,stuck,summary}}", summary.seconds)

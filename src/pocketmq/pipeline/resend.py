@@ -3,7 +3,7 @@
 Why this module is small: a stub is resent by the pipeline exactly as the toolkit's relay and
 resend scheduler send it — the same :class:`~pocketmq.reliability.MessageSender` seam, the same
 :class:`~pocketmq.reliability.ResendPolicy`, the same claim, send and record
-(:func:`pocketmq.reliability.dispatch.send_stub`) on the same ``message_stub`` table through the
+(:func:`pocketmq.reliability.dispatch.send_stubs`) on the same ``message_stub`` table through the
 same backend. One protocol on one table means the batch job, a retried Spark task, a job started
 twice and the toolkit's scheduler running beside them cannot send one selection of a stub twice:
 the claim is a compare-and-set on the ``send_count`` and ``next_resend_at`` the resend list was
@@ -26,14 +26,14 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pocketmq.client import Message, Producer, SendResult
 from pocketmq.reliability.backend import ReliabilityBackend
-from pocketmq.reliability.clock import SYSTEM_CLOCK, Clock, FakeClock
+from pocketmq.reliability.clock import SYSTEM_CLOCK, Clock, FakeClock, utc_naive
 from pocketmq.reliability.database_url import parse_database_url
-from pocketmq.reliability.dispatch import SendAttempt, send_stub
+from pocketmq.reliability.dispatch import SendAttempt, send_stubs
 from pocketmq.reliability.policy import NoBacklog, ResendPolicy
 from pocketmq.reliability.sender import MessageSender
 from pocketmq.reliability.stub import MessageStub
@@ -162,15 +162,15 @@ async def resend_stubs(
     keeps the claim-send-record order of each stub simple; a large list is spread over the
     partitions instead.
     """
-    policy = policy if policy is not None else ResendPolicy()
-    clock = clock if clock is not None else backend.clock
     recorder = _ErrorRecorder(sender)
-    counts = dict.fromkeys(SendAttempt, 0)
-    for stub in stubs:
-        attempt = await send_stub(
-            backend, recorder, stub, policy=policy, estimator=NoBacklog(), clock=clock
-        )
-        counts[attempt] += 1
+    counts = await send_stubs(
+        backend,
+        recorder,
+        stubs,
+        policy=policy if policy is not None else ResendPolicy(),
+        estimator=NoBacklog(),
+        clock=clock if clock is not None else backend.clock,
+    )
     return ResendOutcome(
         sent=counts[SendAttempt.SENT],
         skipped=counts[SendAttempt.SKIPPED],
@@ -249,7 +249,7 @@ def run_resend(
     from pocketmq.pipeline.schemas import MESSAGE_STUB_SCHEMA
 
     parse_database_url(stub_db)  # a clear error on the driver, not one per Spark task
-    moment = now.astimezone(UTC).replace(tzinfo=None) if now and now.tzinfo else now
+    moment = utc_naive(now) if now is not None else None
     body = functools.partial(
         resend_partition,
         sender_factory=sender_factory,

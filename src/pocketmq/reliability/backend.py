@@ -1,4 +1,4 @@
-"""The storage contract every reliability backend implements (DESIGN convention 10).
+"""The storage contract every reliability backend implements (docs/reliability.md "Backends").
 
 Why an ABC rather than SQL everywhere: the in-memory backend lets applications unit-test their
 outbox and consumer code without a database, and one contract test suite
@@ -28,10 +28,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Generic, TypeVar
 
 from pocketmq.client import Message, MessageView, SendResult
+from pocketmq.reliability._resource import AsyncResource
 from pocketmq.reliability.clock import SYSTEM_CLOCK, Clock
 from pocketmq.reliability.stub import LogEntry, MessageStub, StubStatus, stub_for
 
@@ -120,25 +120,19 @@ class Transaction(ABC):
 TxT = TypeVar("TxT", bound=Transaction)
 
 
-class ReliabilityBackend(ABC, Generic[TxT]):
-    """Stores message stubs and the message log. An async context manager; close with aclose()."""
+class ReliabilityBackend(AsyncResource, ABC, Generic[TxT]):
+    """Stores message stubs and the message log. An async context manager; close with aclose().
+
+    Why one abstract class for every store: the relay, the scheduler, the idempotent consumer
+    and the Spark resend job are written once against it, and one contract test suite holds
+    memory, SQLite, PostgreSQL and MariaDB to the same behaviour.
+    """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
         self._commit_listeners: list[CommitListener] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""
@@ -205,7 +199,7 @@ class ReliabilityBackend(ABC, Generic[TxT]):
         offset_wait: float | None,
         limit: int,
     ) -> list[MessageStub]:
-        """The resend selection of seed 003 §5.1 (see ``docs/reliability.md``).
+        """The resend selection (docs/reliability.md "Resend scheduler and manual handling").
 
         status IN (UNCONFIRMED, UNKNOWN) AND send_count < max_sends AND next_resend_at <= now
         AND the id has no log row (for ``group``, or any group when None) AND (queue_offset IS
