@@ -52,6 +52,10 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True, slots=True)
 class GrpcBenchResult:
+    """One case's figures, with both processes' CPU (the broker's from /proc, this process's from
+    getrusage).
+    """
+
     case: str
     messages: int
     seconds: float
@@ -60,14 +64,17 @@ class GrpcBenchResult:
 
     @property
     def per_second(self) -> float:
+        """Messages per second of wall time."""
         return self.messages / self.seconds
 
     @property
     def broker_core_share(self) -> float:
+        """The broker's CPU as a share of one core: near 100 % means the broker limits."""
         return self.broker_cpu / self.seconds
 
     @property
     def client_core_share(self) -> float:
+        """This process's CPU as a share of one core: near 100 % means the client limits."""
         return self.client_cpu / self.seconds
 
 
@@ -381,6 +388,9 @@ def run_grpc_bench(
 
 
 def print_results(results: list[GrpcBenchResult], console: Console | None = None) -> None:
+    """The figures as a table, CPU per message beside the rate (the steadier guide on a shared
+    machine).
+    """
     table = Table(title="gRPC (official client) vs native, 1 broker process + 1 client process")
     columns = ("case", "messages", "seconds", "msg/s", "broker CPU", "client CPU",
                "broker µs/msg", "client µs/msg")  # fmt: skip
@@ -401,6 +411,9 @@ def print_results(results: list[GrpcBenchResult], console: Console | None = None
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line (``pocketmq bench grpc``): parse ``argv``, run every case, print the
+    table.
+    """
     parser = argparse.ArgumentParser(
         prog="pocketmq bench grpc", description=__doc__.split("\n\n")[0]
     )

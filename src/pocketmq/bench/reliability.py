@@ -28,11 +28,11 @@ from pocketmq.reliability.backends.redis import DEFAULT_REDIS_URL, RedisLeaseSto
 from pocketmq.reliability.backends.sql import SqlBackend, SqlTransaction
 from pocketmq.reliability.idempotent import IdempotentConsumer
 
-__all__ = ["BenchResult", "main", "run_benchmark"]
+__all__ = ["IdempotentBenchResult", "main", "run_benchmark"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class BenchResult:
+class IdempotentBenchResult:
     """One run's figures: first deliveries and redelivered duplicates, per second."""
 
     database: str
@@ -53,7 +53,7 @@ async def run_benchmark(
     messages: int = 5000,
     batch_size: int = 32,
     concurrency: int = 4,
-) -> BenchResult:
+) -> IdempotentBenchResult:
     """Consume ``messages`` once, then all of them again as duplicates; time both passes."""
     from sqlalchemy import Column, Integer, MetaData, String, Table
 
@@ -128,7 +128,7 @@ async def run_benchmark(
         await backend.aclose()
         if leases is not None:
             await leases.aclose()
-    return BenchResult(
+    return IdempotentBenchResult(
         database=backend.engine.dialect.name,
         redis=leases is not None,
         messages=messages,

@@ -203,7 +203,8 @@ def delivery_audit(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AuditSummary:
-    """Totals per (topic, consumer_group) of a written audit, and where it went."""
+    """Totals per (topic, consumer_group) of a written audit, and where it went: what the command
+    prints, read back from the written summary rather than computed twice."""
 
     rows: tuple[dict[str, object], ...]
     out: str

@@ -267,7 +267,8 @@ def dlq_report(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DlqSummary:
-    """The per-group summary rows of a written report, and where it went."""
+    """The per-group summary rows of a written report, and where it went: what the command
+    prints, read back from the written files."""
 
     rows: tuple[dict[str, object], ...]
     stuck: int

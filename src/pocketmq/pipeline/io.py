@@ -7,7 +7,7 @@ way SQLAlchemy (and so the reliability toolkit's configuration) writes them —
 ``sqlite:///relative.db``, ``sqlite:////absolute.db`` — or directly as ``jdbc:...`` URLs.
 :func:`jdbc_source` turns them into what Spark's JDBC reader needs.
 
-JDBC facts this module encodes (measured, see the project's Spark notes): the ``driver`` option is
+JDBC facts this module encodes (measured; docs/pipeline.md "Inputs"): the ``driver`` option is
 always set, because a jar on ``spark.jars`` alone gives "No suitable driver"; the fetch size is at
 least 10 000 (drivers default to 0/10 rows per round trip); a large table is read in parallel
 ranges of an integer column when one is named; aggregate push-down is enabled so ``MAX()`` by
@@ -58,7 +58,7 @@ _PYTHON_ONLY_PARAMETERS: Final = frozenset({"charset"})
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JdbcSource:
-    """A database as Spark's JDBC reader sees it.
+    """A database as Spark's JDBC reader sees it, translated once from the URL the toolkit uses.
 
     ``url`` is the JDBC URL without credentials; ``user``/``password`` travel as options so they
     do not end up in logs that print the URL. ``dialect`` is ``postgresql``, ``mariadb`` or
@@ -266,7 +266,8 @@ def normalise_timestamps(df: DataFrame, columns: Iterable[str]) -> DataFrame:
 
 
 def write_parquet(df: DataFrame, path: str, *, mode: str = "overwrite") -> None:
-    """Write ``df`` as Parquet under ``path`` (replacing what is there by default)."""
+    """Write ``df`` as Parquet under ``path``, replacing what is there by default: a re-run of a
+    job must leave its latest result, not a mix."""
     df.write.mode(mode).parquet(path)
 
 

@@ -77,6 +77,9 @@ class ProducerSender:
         self._producer: Producer | None = None
 
     async def send(self, message: Message) -> SendResult:
+        """Send with the stub's id, starting the producer on the first send, in this partition's
+        event loop.
+        """
         if self._producer is None:
             producer = Producer(servers=self._servers)
             await producer.start()

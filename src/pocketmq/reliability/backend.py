@@ -51,7 +51,8 @@ CommitListener = Callable[[Sequence[Message]], None]
 
 
 class StubConfirmation(enum.Enum):
-    """What :meth:`Transaction.confirm_stub` found."""
+    """What :meth:`Transaction.confirm_stub` found: the consumer treats an already confirmed stub
+    as a duplicate whose log row was pruned, so it must tell that from "no stub"."""
 
     CONFIRMED = "CONFIRMED"  # this transaction moved the stub to CONFIRMED
     ALREADY_CONFIRMED = "ALREADY_CONFIRMED"
@@ -87,6 +88,9 @@ class Transaction(ABC):
 
     @property
     def staged_stubs(self) -> tuple[MessageStub, ...]:
+        """The stubs to insert when this transaction commits (each backend writes them in its commit
+        step).
+        """
         return tuple(stub for _, stub in self._staged)
 
     def on_commit(self, callback: Callable[[], object]) -> None:
@@ -152,6 +156,9 @@ class ReliabilityBackend(AsyncResource, ABC, Generic[TxT]):
         self._commit_listeners.append(listener)
 
     def remove_commit_listener(self, listener: CommitListener) -> None:
+        """Stop calling ``listener``: a relay that closes unregisters itself, so a closed relay
+        is not woken.
+        """
         if listener in self._commit_listeners:
             self._commit_listeners.remove(listener)
 
@@ -169,7 +176,10 @@ class ReliabilityBackend(AsyncResource, ABC, Generic[TxT]):
     # -- stubs -------------------------------------------------------------------------------
 
     @abstractmethod
-    async def get_stub(self, message_id: str) -> MessageStub | None: ...
+    async def get_stub(self, message_id: str) -> MessageStub | None:
+        """The stub with this id, or None (operators and tests; the workers select stubs in
+        pages).
+        """
 
     @abstractmethod
     async def stub_status(self, message_id: str) -> StubStatus | None:
@@ -289,7 +299,10 @@ class ReliabilityBackend(AsyncResource, ABC, Generic[TxT]):
         return [entries[m.message_id] for m in messages]
 
     @abstractmethod
-    async def get_log(self, group: str, message_id: str) -> LogEntry | None: ...
+    async def get_log(self, group: str, message_id: str) -> LogEntry | None:
+        """The log row of (group, message id), or None: the consumer re-reads it after a failed
+        handler to tell a lost race from a failure.
+        """
 
     @abstractmethod
     async def list_log(self, *, group: str | None = None, limit: int = 100) -> list[LogEntry]:
@@ -305,7 +318,12 @@ class ReliabilityBackend(AsyncResource, ABC, Generic[TxT]):
 
 
 class LeaseStore(ABC):
-    """Short-lived exclusive leases on (group, message id): the duplicate-work fast path."""
+    """Short-lived exclusive leases on (group, message id): the duplicate-work fast path.
+
+    Only an optimisation: it keeps two workers from running one handler at the same time, while
+    the database's conditional update decides correctness (docs/reliability.md, "Consumer: the
+    idempotent wrapper").
+    """
 
     @abstractmethod
     async def acquire(self, group: str, message_id: str, ttl: float) -> str | None:

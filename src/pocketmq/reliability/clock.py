@@ -38,15 +38,18 @@ def as_of(now: datetime | None) -> datetime:
 
 @runtime_checkable
 class Clock(Protocol):
-    """A source of the current time as a naive UTC ``datetime``."""
+    """A source of the current time as a naive UTC ``datetime``, so timing rules can be tested
+    with a :class:`FakeClock` instead of sleeping."""
 
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """The current time, naive UTC (the tables' representation)."""
 
 
 class SystemClock:
     """The wall clock."""
 
     def now(self) -> datetime:
+        """The wall clock, naive UTC."""
         return utcnow()
 
     def __repr__(self) -> str:
@@ -63,6 +66,7 @@ class FakeClock:
         self._now = utc_naive(start) if start is not None else datetime(2026, 1, 1)
 
     def now(self) -> datetime:
+        """The time this clock was set or advanced to."""
         return self._now
 
     def advance(self, seconds: float) -> datetime:

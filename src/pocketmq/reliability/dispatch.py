@@ -43,7 +43,8 @@ _log = logging.getLogger("pocketmq.reliability.dispatch")
 
 
 class SendAttempt(enum.Enum):
-    """How one attempt to send a stub ended."""
+    """How one attempt to send a stub ended (the relay, the scheduler and the Spark job count
+    them the same way)."""
 
     SENT = "SENT"
     UNKNOWN = "UNKNOWN"  # may or may not be stored

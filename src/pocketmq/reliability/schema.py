@@ -98,7 +98,8 @@ def _blob() -> TypeEngine[Any]:
 
 @dataclass(frozen=True, slots=True)
 class ReliabilityTables:
-    """The stub and log tables bound to one :class:`~sqlalchemy.MetaData`."""
+    """The stub and log tables bound to one :class:`~sqlalchemy.MetaData`, so that they are
+    created and dropped together."""
 
     metadata: MetaData
     stub: Table

@@ -24,9 +24,16 @@ __all__ = ["InMemorySender", "MessageSender"]
 
 @runtime_checkable
 class MessageSender(Protocol):
-    """Sends one message and returns where the broker stored it."""
+    """Sends one message and returns where the broker stored it.
 
-    async def send(self, message: Message) -> SendResult: ...
+    The one method the toolkit needs from a producer, as a protocol: the SDK's ``Producer`` fits
+    it as is, and so can a gateway client or a test double.
+    """
+
+    async def send(self, message: Message) -> SendResult:
+        """Send ``message`` keeping its id; raise ``SendOutcomeUnknownError`` when it may have been
+        stored, anything else when it was not.
+        """
 
 
 class InMemorySender:
@@ -63,6 +70,9 @@ class InMemorySender:
         return [message for message, _ in self.sent]
 
     async def send(self, message: Message) -> SendResult:
+        """Store the message on the next queue of its topic (round-robin) at the next offset, or
+        raise what ``fail`` says.
+        """
         if not message.message_id:
             raise InvalidArgumentError("the outbox always sends with a message id")
         error = self.fail.get(message.message_id)

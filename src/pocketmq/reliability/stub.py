@@ -47,7 +47,8 @@ MANUAL_PREFIX = "manual:"
 
 
 class StubStatus(enum.Enum):
-    """Where a stubbed message stands (the ``message_stub.status`` column)."""
+    """Where a stubbed message stands (the ``message_stub.status`` column); the resend rule and
+    the operators' commands decide by it."""
 
     UNCONFIRMED = "UNCONFIRMED"
     CONFIRMED = "CONFIRMED"
@@ -72,7 +73,8 @@ def keys_from_column(value: str | None) -> tuple[str, ...]:
 
 
 class LogStatus(enum.Enum):
-    """The consumer's progress on one message (the ``message_log.status`` column)."""
+    """The consumer's progress on one message (the ``message_log.status`` column): RECEIVED is
+    proof of arrival for the resend rule, CONSUMED is the idempotency record."""
 
     RECEIVED = "RECEIVED"
     CONSUMED = "CONSUMED"
@@ -80,7 +82,11 @@ class LogStatus(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MessageStub:
-    """One row of ``message_stub``. Times are naive UTC."""
+    """One row of ``message_stub``, the producer's durable copy of a message. Times are naive UTC.
+
+    A frozen value, so that what a sender selected (its ``send_count`` and ``next_resend_at``)
+    can be compared with the row when it claims it.
+    """
 
     message_id: str
     topic: str
@@ -196,7 +202,7 @@ def stub_for(message: Message, now: datetime) -> tuple[Message, MessageStub]:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LogEntry:
-    """One row of ``message_log``. Times are naive UTC."""
+    """One row of ``message_log``, the consumer's receipt of a message. Times are naive UTC."""
 
     consumer_group: str
     message_id: str

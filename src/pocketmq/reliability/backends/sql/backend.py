@@ -94,10 +94,16 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         return f"SqlBackend({self.engine.url!r}, stub={self.tables.stub.name!r})"
 
     async def aclose(self) -> None:
+        """Dispose of the engine if this backend created it (``from_url``); an engine passed in
+        stays the caller's.
+        """
         if self._owns_engine:
             await self.engine.dispose()
 
     async def create_schema(self) -> None:
+        """``metadata.create_all``: creates missing tables and leaves existing ones alone, so it is
+        safe at every start.
+        """
         async with self.engine.begin() as conn:
             await conn.run_sync(self.tables.metadata.create_all)
 
@@ -110,6 +116,9 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlTransaction]:
+        """One connection and one database transaction for the toolkit's rows and the application's;
+        commit on exit.
+        """
         async with self.engine.connect() as conn:
             tx = SqlTransaction(self, conn)
             try:
@@ -152,11 +161,13 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
     # -- stubs -------------------------------------------------------------------------------
 
     async def get_stub(self, message_id: str) -> MessageStub | None:
+        """The stub with this id, or None."""
         stub = self.tables.stub
         found = await self._fetch_stubs(select(stub).where(stub.c.message_id == message_id))
         return found[0] if found else None
 
     async def stub_status(self, message_id: str) -> StubStatus | None:
+        """The status column alone: confirming a message must not load its body."""
         stub = self.tables.stub
         async with reading(self.engine) as conn:
             found = await conn.scalar(select(stub.c.status).where(stub.c.message_id == message_id))
@@ -169,11 +180,13 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         alerted: bool | None = None,
         limit: int = 100,
     ) -> list[MessageStub]:
+        """``stub_statements.listed`` on a read connection."""
         return await self._fetch_stubs(
             statements.listed(self.tables.stub, status=status, alerted=alerted, limit=limit)
         )
 
     async def stubs_for_relay(self, now: datetime, *, limit: int) -> list[MessageStub]:
+        """``stub_statements.due_for_relay`` on a read connection."""
         return await self._fetch_stubs(statements.due_for_relay(self.tables.stub, now, limit=limit))
 
     async def stubs_for_resend(
@@ -185,6 +198,7 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         offset_wait: float | None,
         limit: int,
     ) -> list[MessageStub]:
+        """The resend rule as one SQL statement (``stub_statements.due_for_resend``)."""
         return await self._fetch_stubs(
             statements.due_for_resend(
                 self.tables,
@@ -197,6 +211,9 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         )
 
     async def claim_stub(self, stub: MessageStub, *, until: datetime, now: datetime) -> bool:
+        """One compare-and-set UPDATE in its own transaction: exactly one of several claimers
+        changes the row.
+        """
         claim = statements.claim(
             self.tables.stub, stub, until=until, now=now, dialect=self._dialect
         )
@@ -205,6 +222,9 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
     async def record_sent(
         self, message_id: str, result: SendResult, *, next_resend_at: datetime, now: datetime
     ) -> None:
+        """One UPDATE, in autocommit where the database allows it
+        (``stub_statements.record_sent``).
+        """
         await self._execute(
             statements.record_sent(
                 self.tables.stub, message_id, result, next_resend_at=next_resend_at, now=now
@@ -220,6 +240,9 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         next_resend_at: datetime,
         now: datetime,
     ) -> None:
+        """One UPDATE, in autocommit where the database allows it
+        (``stub_statements.record_send_failed``).
+        """
         await self._execute(
             statements.record_send_failed(
                 self.tables.stub,
@@ -234,17 +257,20 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
     async def stubs_exhausted(
         self, now: datetime, *, max_sends: int, limit: int
     ) -> list[MessageStub]:
+        """``stub_statements.exhausted`` on a read connection."""
         return await self._fetch_stubs(
             statements.exhausted(self.tables.stub, now, max_sends=max_sends, limit=limit)
         )
 
     async def mark_manual(self, message_id: str, note: str, now: datetime) -> bool:
+        """A compare-and-set UPDATE, so that several schedulers alert once."""
         return (
             await self._execute(statements.mark_manual(self.tables.stub, message_id, note, now))
             == 1
         )
 
     async def clear_manual(self, message_id: str, restore: str | None, now: datetime) -> None:
+        """Undo :meth:`mark_manual` when every alert hook failed."""
         await self._execute(statements.clear_manual(self.tables.stub, message_id, restore, now))
 
     async def _operator_update(
@@ -261,16 +287,19 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         return current
 
     async def void_stub(self, message_id: str, now: datetime) -> MessageStub:
+        """Operator: stop resending (refused for a CONFIRMED stub, which is done)."""
         return await self._operator_update(
             message_id, "void", {"status": StubStatus.VOID.value, "updated_at": now}
         )
 
     async def reschedule_stub(self, message_id: str, now: datetime) -> MessageStub:
+        """Operator: due now with a fresh budget of sends (refused for a CONFIRMED stub)."""
         return await self._operator_update(message_id, "resend", statements.reschedule_values(now))
 
     # -- message log -------------------------------------------------------------------------
 
     async def log_receipt(self, group: str, message: MessageView, now: datetime) -> LogEntry:
+        """A batch of one (see :meth:`log_receipts`)."""
         return (await self.log_receipts(group, [message], now))[0]
 
     async def log_receipts(
@@ -280,6 +309,7 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         return await receipts.log_receipts(self.engine, self.tables, group, messages, now)
 
     async def get_log(self, group: str, message_id: str) -> LogEntry | None:
+        """The log row of (group, message id), read without waiting for writers."""
         log = self.tables.log
         statement = select(log).where(log.c.consumer_group == group, log.c.message_id == message_id)
         async with reading(self.engine) as conn:
@@ -287,6 +317,7 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         return None if row is None else LogEntry.from_row(row)
 
     async def list_log(self, *, group: str | None = None, limit: int = 100) -> list[LogEntry]:
+        """Log rows by first receipt, then group and id."""
         log = self.tables.log
         statement = select(log)
         if group is not None:
@@ -299,6 +330,9 @@ class SqlBackend(ReliabilityBackend[SqlTransaction]):
         return [LogEntry.from_row(row) for row in rows]
 
     async def prune_log(self, *, older_than: datetime, group: str | None = None) -> int:
+        """See :func:`.receipts.prune_log`: old CONSUMED rows go, the rows the resend rule needs
+        stay.
+        """
         return await receipts.prune_log(
             self.engine, self.tables, older_than=older_than, group=group
         )

@@ -52,6 +52,9 @@ class SqlTransaction(Transaction):
         return self._session
 
     async def claim_log(self, group: str, message_id: str, now: datetime) -> bool:
+        """RECEIVED -> CONSUMED as a conditional UPDATE: the row stays locked until commit, so a
+        racing duplicate waits and then sees the outcome.
+        """
         log = self._tables.log
         result = await self.connection.execute(
             update(log)
@@ -65,6 +68,9 @@ class SqlTransaction(Transaction):
         return rowcount(result) == 1
 
     async def confirm_stub(self, message_id: str, now: datetime) -> StubConfirmation:
+        """CONFIRMED as a conditional UPDATE in the handler's transaction; tells an already
+        confirmed stub from a missing one.
+        """
         stub = self._tables.stub
         result = await self.connection.execute(
             update(stub)
@@ -77,6 +83,7 @@ class SqlTransaction(Transaction):
         return StubConfirmation.NO_STUB if found is None else StubConfirmation.ALREADY_CONFIRMED
 
     async def stub_status(self, message_id: str) -> StubStatus | None:
+        """The status as this transaction sees it (its own uncommitted changes included)."""
         stub = self._tables.stub
         found = await self.connection.scalar(
             select(stub.c.status).where(stub.c.message_id == message_id)
