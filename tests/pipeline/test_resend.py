@@ -213,6 +213,7 @@ async def test_the_toolkits_backend_claims_each_selection_once(
     assert [m.message_id for m in sender.messages] == ["a"]
 
 
+@pytest.mark.spark
 def test_a_jdbc_stub_database_is_refused_before_spark_runs(spark: SparkSession) -> None:
     empty = spark.createDataFrame([], "message_id STRING")
     with pytest.raises(InvalidArgumentError, match="SQLAlchemy"):
