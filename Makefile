@@ -45,9 +45,9 @@ bench: $(STAMP)
 	$(VENV)/bin/pocketmq bench latency --record $(BENCH_LOG)
 	$(VENV)/bin/pocketmq bench delay --record $(BENCH_LOG)
 	$(VENV)/bin/pocketmq bench fifo --record $(BENCH_LOG)
-	$(PY) -m pocketmq.reliability.bench --url postgresql+psycopg://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
-	$(PY) -m pocketmq.bench.grpc
-	$(PY) -m pocketmq.pipeline.bench
+	$(VENV)/bin/pocketmq bench idempotent --url postgresql+psycopg://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
+	$(VENV)/bin/pocketmq bench grpc
+	$(VENV)/bin/pocketmq bench reconcile
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

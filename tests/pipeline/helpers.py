@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
 
 from pocketmq.pipeline.schemas import MESSAGE_LOG_SCHEMA, MESSAGE_STUB_SCHEMA
+from pocketmq.reliability.schema import reliability_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -115,7 +115,7 @@ def log_df(spark: SparkSession, rows: list[Row]) -> DataFrame:
 def reference_unsettled(
     stubs: Iterable[Row], log: Iterable[Row], now: datetime, group: str | None = None
 ) -> list[Row]:
-    """Seed 003 §5 written the obvious way, one row at a time."""
+    """The resend rule (docs/pipeline.md "The rule") written the obvious way, row by row."""
     logged = [r for r in log if group is None or r["consumer_group"] == group]
     max_offset: dict[tuple[str, str, int], int] = {}
     for r in logged:
@@ -156,44 +156,7 @@ def ids(df: DataFrame) -> set[str]:
     return {r["message_id"] for r in df.select("message_id").collect()}
 
 
-Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-
-
 def tables(suffix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
-    """The table contract of the reliability toolkit, under test-only names."""
-    md = sa.MetaData()
-    stubs = sa.Table(
-        f"pl_stub_{suffix}",
-        md,
-        sa.Column("message_id", sa.String(64), primary_key=True),
-        sa.Column("topic", sa.String(255), nullable=False),
-        sa.Column("tag", sa.String(255)),
-        sa.Column("keys", sa.Text),
-        sa.Column("content", sa.LargeBinary, nullable=False),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("send_count", sa.Integer, nullable=False),
-        sa.Column("broker_name", sa.String(255)),
-        sa.Column("queue_id", sa.Integer),
-        sa.Column("queue_offset", sa.BigInteger),
-        sa.Column("next_resend_at", Timestamp, nullable=False),
-        sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("updated_at", Timestamp, nullable=False),
-        sa.Column("last_error", sa.Text),
-    )
-    log = sa.Table(
-        f"pl_log_{suffix}",
-        md,
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("consumer_group", sa.String(255), nullable=False),
-        sa.Column("message_id", sa.String(64), nullable=False),
-        sa.Column("topic", sa.String(255), nullable=False),
-        sa.Column("broker_name", sa.String(255), nullable=False),
-        sa.Column("queue_id", sa.Integer, nullable=False),
-        sa.Column("queue_offset", sa.BigInteger, nullable=False),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("receive_count", sa.Integer, nullable=False),
-        sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("consumed_at", Timestamp),
-        sa.UniqueConstraint("consumer_group", "message_id"),
-    )
-    return md, stubs, log
+    """The reliability toolkit's own two tables (its DDL on every database), under test names."""
+    defined = reliability_tables(stub_table=f"pl_stub_{suffix}", log_table=f"pl_log_{suffix}")
+    return defined.metadata, defined.stub, defined.log

@@ -305,3 +305,25 @@ def test_send_with_refuses_a_jdbc_stub_url(tmp_path: Path) -> None:
     )
     assert code == 2
     assert "SQLAlchemy" in err
+
+
+@pytest.mark.parametrize("delay", ["0", "2h"])
+def test_resend_delay_must_fit_the_toolkits_policy(tmp_path: Path, delay: str) -> None:
+    """--resend-delay is the base interval of the toolkit's ResendPolicy (at most its 1 h cap)."""
+    code, _, err = run(
+        "pipeline",
+        "reconcile",
+        "--stubs",
+        f"sqlite:///{tmp_path / 'outbox.db'}",
+        "--log",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--send-with",
+        "os:getcwd",
+        "--resend-delay",
+        delay,
+    )
+    assert code == 2
+    assert "--resend-delay" in err
+    assert "at most 3600 s" in err

@@ -1,4 +1,5 @@
-"""Resending: claim before send, no double send on a re-run, stub updates on SQLite/PostgreSQL."""
+"""Resending the resend list with the toolkit's claim: no double send on a re-run, stub updates
+through the toolkit's backend on SQLite and PostgreSQL, and from Spark workers."""
 
 from __future__ import annotations
 
@@ -14,19 +15,19 @@ import sqlalchemy as sa
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from pocketmq.client import Message
+import pocketmq.pipeline
+import pocketmq.reliability
+from pocketmq.client import Message, SendResult
 from pocketmq.errors import InvalidArgumentError, SendOutcomeUnknownError, TooManyRequestsError
-from pocketmq.pipeline.reconcile import resend_candidates, run_reconcile
-from pocketmq.pipeline.resend import (
+from pocketmq.pipeline.reconcile import DEFAULT_MAX_SENDS, resend_candidates, run_reconcile
+from pocketmq.pipeline.resend import ResendOutcome, open_stub_backend, resend_stubs, run_resend
+from pocketmq.reliability import (
+    FakeClock,
     InMemorySender,
-    InMemoryStubStore,
-    MessageSender,
+    MemoryBackend,
+    MessageStub,
     ResendPolicy,
-    SqlStubStore,
-    message_from_stub,
-    resend_rows,
-    run_resend,
-    sync_url,
+    StubStatus,
 )
 
 from . import senders
@@ -35,95 +36,113 @@ from .helpers import T0, log_row, read_rows, stub, tables
 cloudpickle.register_pickle_by_value(senders)
 
 
-def pending(n: int) -> dict[str, dict[str, Any]]:
-    return {
-        f"m{i}": stub(f"m{i}", queue_offset=i, send_count=1 + i % 3, content=f"body-{i}".encode())
+def pending(n: int) -> list[MessageStub]:
+    return [
+        MessageStub.from_row(
+            stub(f"m{i}", queue_offset=i, send_count=1 + i % 3, content=f"body-{i}".encode())
+        )
         for i in range(n)
-    }
+    ]
 
 
-def test_message_from_stub_keeps_id_keys_and_tag() -> None:
-    msg = message_from_stub(stub("id-1", keys="order-1 customer-9", tag="paid", content=b"x"))
-    assert msg == Message(
-        topic="orders", body=b"x", tag="paid", keys=("order-1", "customer-9"), message_id="id-1"
-    )
-    assert message_from_stub(stub("id-2", keys=None)).keys == ()
+def memory_backend(stubs: list[MessageStub]) -> MemoryBackend:
+    backend = MemoryBackend(clock=FakeClock(T0))
+    backend.load_stubs(stubs)
+    return backend
 
 
-def test_in_memory_sender_satisfies_the_protocol() -> None:
-    assert isinstance(InMemorySender(), MessageSender)
+async def current(backend: MemoryBackend, message_id: str) -> MessageStub:
+    found = await backend.get_stub(message_id)
+    assert found is not None
+    return found
+
+
+def test_the_pipeline_uses_the_toolkits_types() -> None:
+    """One MessageSender, ResendPolicy and InMemorySender: the pipeline re-exports, not copies."""
+    for name in ("MessageSender", "ResendPolicy", "InMemorySender"):
+        assert getattr(pocketmq.pipeline, name) is getattr(pocketmq.reliability, name)
+    assert ResendPolicy().max_sends == DEFAULT_MAX_SENDS
 
 
 async def test_resend_claims_sends_and_records() -> None:
-    store = InMemoryStubStore(pending(5))
-    rows = [dict(s) for s in store.stubs.values()]
+    selected = pending(5)  # the resend list, as selected at T0
+    backend = memory_backend(selected)
     sender = InMemorySender()
-    policy = ResendPolicy(base_delay=10, max_delay=25)
-    outcome = await resend_rows(rows, sender, store, now=T0, policy=policy)
-    assert (outcome.sent, outcome.skipped, outcome.failed, outcome.unknown) == (5, 0, 0, 0)
-    assert [m.message_id for m in sender.sent] == [f"m{i}" for i in range(5)]
-    for i, s in enumerate(store.stubs.values()):
-        assert s["send_count"] == 2 + i % 3
-        assert s["broker_name"] == "broker-mem"
-        assert s["next_resend_at"] == T0 + timedelta(seconds=min(25, 10 * 2 ** (1 + i % 3)))
-        assert s["updated_at"] == T0
+    policy = ResendPolicy(base_interval=10, max_interval=25)
+    outcome = await resend_stubs(selected, sender, backend, policy=policy)
+    assert outcome == ResendOutcome(sent=5)
+    assert [m.message_id for m in sender.messages] == [f"m{i}" for i in range(5)]
+    for i in range(5):
+        s = await current(backend, f"m{i}")
+        assert s.send_count == 2 + i % 3
+        assert s.broker_name == "memory-broker"
+        assert s.next_resend_at == T0 + timedelta(seconds=min(25, 10 * 2 ** (1 + i % 3)))
+        assert s.updated_at == T0
 
     # The same selection again (a re-run, a retried task): every claim fails, nothing is sent.
-    again = await resend_rows(rows, sender, store, now=T0, policy=policy)
+    again = await resend_stubs(selected, sender, backend, policy=policy)
     assert (again.sent, again.skipped) == (0, 5)
     assert len(sender.sent) == 5
 
 
 async def test_a_stub_the_relay_is_sending_is_skipped() -> None:
     """The toolkit's relay claims a stub by moving next_resend_at on, not its send count."""
-    store = InMemoryStubStore(pending(2))
-    rows = [dict(s) for s in store.stubs.values()]  # the resend list, selected at T0
-    store.stubs["m0"]["next_resend_at"] = T0 + timedelta(seconds=30)  # the relay's claim
+    selected = pending(2)
+    backend = memory_backend(selected)
+    relay_claim = T0 + timedelta(seconds=30)
+    assert await backend.claim_stub(selected[0], until=relay_claim, now=T0)
     sender = InMemorySender()
-    outcome = await resend_rows(rows, sender, store, now=T0)
+    outcome = await resend_stubs(selected, sender, backend)
     assert (outcome.sent, outcome.skipped) == (1, 1)
-    assert [m.message_id for m in sender.sent] == ["m1"]
-    assert store.stubs["m0"]["send_count"] == rows[0]["send_count"]
-
-
-def test_sync_url_picks_the_installed_drivers() -> None:
-    assert sync_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
-    assert sync_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
-    assert sync_url("mysql://root@h/test") == "mysql+pymysql://root@h/test"
-    assert sync_url("mariadb://root@h/test") == "mysql+pymysql://root@h/test"
-    assert sync_url("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"
-    assert sync_url("sqlite:///x.db") == "sqlite:///x.db"
-    with pytest.raises(InvalidArgumentError, match="SQLAlchemy"):
-        sync_url("jdbc:postgresql://h/db")
+    assert [m.message_id for m in sender.messages] == ["m1"]
+    assert (await current(backend, "m0")).send_count == selected[0].send_count
 
 
 async def test_failures_are_recorded_and_unknown_outcomes_marked() -> None:
-    store = InMemoryStubStore(pending(3))
+    selected = pending(3)
+    backend = memory_backend(selected)
     sender = InMemorySender(
         fail={
             "m0": SendOutcomeUnknownError("timed out", message_id="m0"),
             "m1": TooManyRequestsError("busy"),
         }
     )
-    outcome = await resend_rows(list(store.stubs.values()), sender, store, now=T0)
+    outcome = await resend_stubs(selected, sender, backend)
     assert (outcome.sent, outcome.failed, outcome.unknown) == (1, 1, 1)
-    assert store.stubs["m0"]["status"] == "UNKNOWN"
-    assert store.stubs["m1"]["status"] == "UNCONFIRMED"
-    assert "TooManyRequestsError" in store.stubs["m1"]["last_error"]
-    assert store.stubs["m0"]["send_count"] == 2  # the claim counts as a send attempt
+    assert outcome.errors == (
+        "m0: SendOutcomeUnknownError: timed out",
+        "m1: TooManyRequestsError: busy",
+    )
+    m0, m1 = await current(backend, "m0"), await current(backend, "m1")
+    assert m0.status is StubStatus.UNKNOWN
+    assert m1.status is StubStatus.UNCONFIRMED
+    assert m1.last_error is not None
+    assert "TooManyRequestsError" in m1.last_error
+    assert m0.send_count == 2  # a failed send counts, so a hopeless stub ends in manual handling
 
 
 async def test_a_confirmation_during_the_send_is_not_overwritten() -> None:
-    store = InMemoryStubStore(pending(1))
+    (selected,) = pending(1)
+    backend = memory_backend([selected])
 
     class ConfirmingSender(InMemorySender):
-        async def send(self, message: Message) -> Any:
-            store.stubs["m0"]["status"] = "CONFIRMED"  # the consumer confirmed meanwhile
+        async def send(self, message: Message) -> SendResult:
+            async with backend.transaction() as tx:  # the consumer confirms meanwhile
+                await tx.confirm_stub("m0", T0)
             return await super().send(message)
 
-    await resend_rows([dict(store.stubs["m0"])], ConfirmingSender(), store, now=T0)
-    assert store.stubs["m0"]["status"] == "CONFIRMED"
-    assert store.stubs["m0"]["broker_name"] == "broker-a"
+    await resend_stubs([selected], ConfirmingSender(), backend)
+    assert (await current(backend, "m0")).status is StubStatus.CONFIRMED
+    # and a confirmed stub is settled: the same list again sends nothing
+    assert (await resend_stubs([selected], InMemorySender(), backend)).skipped == 1
+
+
+def test_outcomes_of_partitions_add_up() -> None:
+    one = ResendOutcome(sent=1, errors=tuple(f"a{i}" for i in range(15)))
+    two = ResendOutcome(skipped=2, failed=1, unknown=3, errors=tuple(f"b{i}" for i in range(15)))
+    total = sum([one, two], ResendOutcome())
+    assert (total.sent, total.skipped, total.failed, total.unknown) == (1, 2, 1, 3)
+    assert len(total.errors) == 20  # the driver gets a few examples, not every error
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -171,59 +190,34 @@ def fetch(url: str, table: str) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def test_sql_store_claims_once(stub_db: tuple[str, str, str]) -> None:
+async def test_the_toolkits_backend_claims_each_selection_once(
+    stub_db: tuple[str, str, str],
+) -> None:
+    """The backend the workers open on the pipeline's stub table (any name, as --stubs-table)."""
     url, table, _ = stub_db
     load(url, table, [stub("a", send_count=2), stub("b", status="CONFIRMED")])
-    store = SqlStubStore(url, table)
-    later = T0 + timedelta(minutes=4)
-    assert store.claim("a", 2, T0, now=T0, next_resend_at=later)
-    assert not store.claim("a", 2, T0, now=T0, next_resend_at=later)  # count moved on
-    assert not store.claim("a", 3, T0, now=T0, next_resend_at=later)  # resend time moved on
-    assert not store.claim("b", 1, T0, now=T0, next_resend_at=later)  # settled
-    assert not store.claim("nope", 1, T0, now=T0, next_resend_at=later)
-    from pocketmq.client import SendResult
-
-    store.record_sent(
-        "a",
-        3,
-        SendResult(message_id="a", topic="orders", queue_id=5, queue_offset=77, broker_name="b9"),
-        now=T0,
-    )
-    store.record_sent(  # a late writer from an older claim changes nothing
-        "a",
-        2,
-        SendResult(message_id="a", topic="orders", queue_id=1, queue_offset=1, broker_name="stale"),
-        now=T0,
-    )
-    store.close()
+    selected = [MessageStub.from_row(row) for row in fetch(url, table).values()]
+    selected.append(MessageStub.from_row(stub("gone")))
+    backend = open_stub_backend(url, table, FakeClock(T0))
+    sender = InMemorySender(broker_name="b9")
+    try:
+        outcome = await resend_stubs(selected, sender, backend)
+        assert (outcome.sent, outcome.skipped) == (1, 2)  # settled and missing ones skipped
+        again = await resend_stubs(selected, sender, backend)
+        assert (again.sent, again.skipped) == (0, 3)  # the count and resend time moved on
+    finally:
+        await backend.aclose()
     row = fetch(url, table)["a"]
-    assert (row["send_count"], row["queue_id"], row["queue_offset"], row["broker_name"]) == (
-        3,
-        5,
-        77,
-        "b9",
-    )
-    assert row["next_resend_at"] == later
+    assert (row["send_count"], row["broker_name"], row["updated_at"]) == (3, "b9", T0)
+    assert row["next_resend_at"] == T0 + timedelta(seconds=ResendPolicy().interval(3))
+    assert [m.message_id for m in sender.messages] == ["a"]
 
 
-def test_sqlite_claim_compares_instants_not_text(tmp_path: Path) -> None:
-    """A stub row written by another SQLite client, without fractional seconds, is claimable."""
-    url = f"sqlite:///{tmp_path / 'outbox.db'}"
-    engine = sa.create_engine(url)
-    md, stub_t, _ = tables("raw")
-    md.create_all(engine)
-    with engine.begin() as conn:
-        conn.execute(stub_t.insert(), [stub("a")])
-        conn.execute(sa.text(f"UPDATE {stub_t.name} SET next_resend_at = '2026-11-22 12:00:00'"))
-        assert conn.execute(sa.text(f"SELECT next_resend_at FROM {stub_t.name}")).scalar() == (
-            "2026-11-22 12:00:00"
-        )
-    engine.dispose()
-    store = SqlStubStore(url, stub_t.name)
-    later = T0 + timedelta(minutes=4)
-    assert not store.claim("a", 1, T0 + timedelta(seconds=1), now=T0, next_resend_at=later)
-    assert store.claim("a", 1, T0, now=T0, next_resend_at=later)
-    store.close()
+@pytest.mark.spark
+def test_a_jdbc_stub_database_is_refused_before_spark_runs(spark: SparkSession) -> None:
+    empty = spark.createDataFrame([], "message_id STRING")
+    with pytest.raises(InvalidArgumentError, match="SQLAlchemy"):
+        run_resend(empty, sender_factory=InMemorySender, stub_db="jdbc:postgresql://h/db")
 
 
 @pytest.mark.spark

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from pocketmq.client import Message, SendResult
-from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, SendOutcomeUnknownError
+from pocketmq.errors import (
+    BrokerConnectionError,
+    InvalidArgumentError,
+    SendOutcomeUnknownError,
+    TooManyRequestsError,
+)
 from pocketmq.reliability.alerts import ManualHandlingEvent
 from pocketmq.reliability.backend import ReliabilityBackend
 from pocketmq.reliability.clock import FakeClock
@@ -17,7 +22,7 @@ from pocketmq.reliability.dispatch import SendAttempt
 from pocketmq.reliability.outbox import Outbox, OutboxRelay
 from pocketmq.reliability.policy import ResendPolicy
 from pocketmq.reliability.resend import ResendScheduler
-from pocketmq.reliability.sender import InMemorySender
+from pocketmq.reliability.sender import InMemorySender, MessageSender
 from pocketmq.reliability.stub import MessageStub, StubStatus
 
 from .test_backend_contract import view
@@ -304,3 +309,17 @@ async def test_background_scheduler_survives_a_failing_step(clock: FakeClock) ->
                 break
             await asyncio.sleep(0.01)
     assert backend.calls >= 3
+
+
+async def test_in_memory_sender_fails_the_ids_it_is_told_to() -> None:
+    """The one test double of the relay, the scheduler and the Spark resend job."""
+    refused = TooManyRequestsError("busy")
+    sender = InMemorySender(fail={"bad": refused}, queues=2)
+    ok = await sender.send(Message(topic="t", body=b"1", message_id="good"))
+    with pytest.raises(TooManyRequestsError):
+        await sender.send(Message(topic="t", body=b"2", message_id="bad"))
+    with pytest.raises(TooManyRequestsError):  # every time, not once
+        await sender.send(Message(topic="t", body=b"2", message_id="bad"))
+    assert [m.message_id for m in sender.messages] == ["good"]
+    assert sender.sent == [(sender.messages[0], ok)]
+    assert isinstance(sender, MessageSender)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Integer, MetaData, Table, create_engine, func, select
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from sqlalchemy import Column, Integer, MetaData, Table, create_engine, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from pocketmq.client import Message
 from pocketmq.reliability import open_backend
 from pocketmq.reliability.backends.memory import MemoryBackend
-from pocketmq.reliability.backends.sql import SqlBackend, async_url
+from pocketmq.reliability.backends.sql import SqlBackend
 from pocketmq.reliability.stub import StubStatus
 
 
@@ -71,13 +74,6 @@ async def test_stub_insert_in_a_sync_session(sql_backend: SqlBackend) -> None:
         engine.dispose()
 
 
-def test_async_url_mapping() -> None:
-    assert async_url("sqlite:///./data/x.db") == "sqlite+aiosqlite:///./data/x.db"
-    assert async_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
-    assert async_url("mysql+pymysql://root@h:3306/test") == "mysql+asyncmy://root@h:3306/test"
-    assert async_url("sqlite+aiosqlite:///x") == "sqlite+aiosqlite:///x"
-
-
 async def test_open_backend(tmp_path: object) -> None:
     memory = open_backend("memory://")
     assert isinstance(memory, MemoryBackend)
@@ -89,3 +85,44 @@ async def test_open_backend(tmp_path: object) -> None:
         await sql.create_schema()  # idempotent
     finally:
         await sql.aclose()
+
+
+async def test_tables_can_be_named_outright(tmp_path: object) -> None:
+    """A database whose stub table someone else named (the pipeline's ``--stubs-table``)."""
+    backend = SqlBackend.from_url(
+        f"sqlite:///{tmp_path}/named.db", stub_table="outbox_stubs", log_table="receipts"
+    )
+    try:
+        assert (backend.tables.stub.name, backend.tables.log.name) == ("outbox_stubs", "receipts")
+        await backend.create_schema()
+        async with backend.transaction() as tx:
+            message = tx.add_message(Message(topic="t", body=b"x"))
+        assert message.message_id is not None
+        assert await backend.stub_status(message.message_id) is StubStatus.UNCONFIRMED
+    finally:
+        await backend.aclose()
+
+
+async def test_sqlite_claim_compares_instants_not_text(tmp_path: object) -> None:
+    """A stub row another SQLite client wrote, without fractional seconds, can be claimed."""
+    backend = SqlBackend.from_url(f"sqlite:///{tmp_path}/raw.db")
+    try:
+        await backend.create_schema()
+        async with backend.transaction() as tx:
+            message = tx.add_message(Message(topic="t", body=b"x"))
+        assert message.message_id is not None
+        stub_table = backend.tables.stub.name
+        async with backend.engine.begin() as conn:
+            await conn.execute(
+                text(f"UPDATE {stub_table} SET next_resend_at = '2026-11-22 12:00:00'")
+            )
+        stub = await backend.get_stub(message.message_id)
+        assert stub is not None
+        assert stub.next_resend_at == datetime(2026, 11, 22, 12, 0, 0)
+        later = stub.next_resend_at + timedelta(seconds=30)
+        moved = replace(stub, next_resend_at=stub.next_resend_at + timedelta(seconds=1))
+        assert not await backend.claim_stub(moved, until=later, now=later)
+        assert await backend.claim_stub(stub, until=later, now=later)
+        assert not await backend.claim_stub(stub, until=later, now=later)  # taken now
+    finally:
+        await backend.aclose()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -40,6 +39,10 @@ BODY = os.urandom(1024)
 
 @dataclass(slots=True)
 class BenchResult:
+    """One case's figures: both processes' CPU beside the rate, because one CPython process uses at
+    most one core and the ratio shows which side limits.
+    """
+
     case: str
     messages: int
     seconds: float
@@ -49,6 +52,7 @@ class BenchResult:
 
     @property
     def rate(self) -> float:
+        """Messages per second of wall time."""
         return self.messages / self.seconds if self.seconds else 0.0
 
 
@@ -98,6 +102,7 @@ class Meter:
         self.broker_cpu = (_process_cpu(self._pid) - self.broker) if self._pid else 0.0
 
     def result(self, case: str, messages: int, **extra: float) -> BenchResult:
+        """The figures of the measured section, for ``case``."""
         return BenchResult(case, messages, self.seconds, self.client_cpu, self.broker_cpu, extra)
 
 
@@ -140,6 +145,9 @@ async def _topic(
 
 
 async def run_produce(server: str | None = None, count: int = 100_000) -> list[BenchResult]:
+    """Send throughput: one at a time, pipelined, and auto-batched, so the cost of waiting and of
+    batching can be told apart.
+    """
     results: list[BenchResult] = []
     async with bench_broker(server) as (address, pid):
         await _topic(address, "bench-produce")
@@ -164,6 +172,9 @@ async def run_produce(server: str | None = None, count: int = 100_000) -> list[B
 
 
 async def run_consume(server: str | None = None, count: int = 100_000) -> list[BenchResult]:
+    """Consume throughput of a 100k backlog: push consumer with offset commits, and pop with batch
+    acks.
+    """
     results: list[BenchResult] = []
     async with bench_broker(server) as (address, pid):
         await _topic(address, "bench-consume", group="bench-push")
@@ -209,6 +220,9 @@ async def run_consume(server: str | None = None, count: int = 100_000) -> list[B
 async def run_latency(
     server: str | None = None, rate: int = 2000, seconds: float = 10.0
 ) -> list[BenchResult]:
+    """End-to-end latency at a steady send rate (not flat out): what a consumer sees under normal
+    load.
+    """
     async with bench_broker(server) as (address, pid):
         await _topic(address, "bench-latency", group="bench-latency", queues=4)
         latencies: list[float] = []
@@ -372,10 +386,6 @@ async def _fifo_case(
             await asyncio.wait_for(done.wait(), 600)
     label = f"{groups} groups, orderly push" + (", poison group on every queue" if poison else "")
     return meter.result(label, total)
-
-
-def latency_summary(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "max": max(values)}
 
 
 BENCHES: dict[str, Callable[..., Coroutine[Any, Any, list[BenchResult]]]] = {

@@ -17,7 +17,8 @@ Cases (1 KiB bodies by default):
   the same again with a 1 ms linger (the native producer then batches what is outstanding);
 - native ``SimpleConsumer``: ``receive(32)`` then one ``ack_many()`` per batch.
 
-Run ``python -m pocketmq.bench.grpc --help``; ``run_grpc_bench()`` returns the figures.
+Run ``pocketmq bench grpc --help`` (or ``python -m pocketmq.bench.grpc``); ``run_grpc_bench()``
+returns the figures.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True, slots=True)
 class GrpcBenchResult:
+    """One case's figures, with both processes' CPU (the broker's from /proc, this process's from
+    getrusage).
+    """
+
     case: str
     messages: int
     seconds: float
@@ -59,14 +64,17 @@ class GrpcBenchResult:
 
     @property
     def per_second(self) -> float:
+        """Messages per second of wall time."""
         return self.messages / self.seconds
 
     @property
     def broker_core_share(self) -> float:
+        """The broker's CPU as a share of one core: near 100 % means the broker limits."""
         return self.broker_cpu / self.seconds
 
     @property
     def client_core_share(self) -> float:
+        """This process's CPU as a share of one core: near 100 % means the client limits."""
         return self.client_cpu / self.seconds
 
 
@@ -380,6 +388,9 @@ def run_grpc_bench(
 
 
 def print_results(results: list[GrpcBenchResult], console: Console | None = None) -> None:
+    """The figures as a table, CPU per message beside the rate (the steadier guide on a shared
+    machine).
+    """
     table = Table(title="gRPC (official client) vs native, 1 broker process + 1 client process")
     columns = ("case", "messages", "seconds", "msg/s", "broker CPU", "client CPU",
                "broker µs/msg", "client µs/msg")  # fmt: skip
@@ -400,8 +411,11 @@ def print_results(results: list[GrpcBenchResult], console: Console | None = None
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line (``pocketmq bench grpc``): parse ``argv``, run every case, print the
+    table.
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m pocketmq.bench.grpc", description=__doc__.split("\n\n")[0]
+        prog="pocketmq bench grpc", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--messages", type=int, default=10_000, help="async sends (default 10000)")
     parser.add_argument("--sync-messages", type=int, default=2_000, help="sync sends")

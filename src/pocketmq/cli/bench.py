@@ -1,15 +1,25 @@
-"""``pocketmq bench store|produce|consume|latency|delay|fifo``: measured, not timed tests.
+"""``pocketmq bench ...``: every benchmark of pocketmq behind one command (docs/benchmarks.md).
 
-Each prints a table (rate, wall time, CPU of the client and of the broker process) and can
-append the figures as JSON lines to a file for docs/benchmarks.md.
+Why one command: the figures in docs/benchmarks.md must be reproducible by anyone with one
+``make bench``, so every benchmark — whatever part of pocketmq it measures — lives in
+:mod:`pocketmq.bench` and is started the same way:
+
+* ``store``, ``produce``, ``consume``, ``latency``, ``delay``, ``fifo`` print a table (rate, wall
+  time, CPU of the client and of the broker process) and can append the figures as JSON lines
+  to a file (``--record``);
+* ``idempotent`` (:mod:`pocketmq.bench.reliability`), ``grpc`` (:mod:`pocketmq.bench.grpc`) and
+  ``reconcile`` (:mod:`pocketmq.bench.pipeline`) keep their own options, which are passed
+  through unchanged (``pocketmq bench grpc --help`` lists them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import platform
 import time
+from collections.abc import Callable
 
 import click
 from rich.console import Console
@@ -34,7 +44,7 @@ def _record(path: str | None, name: str, rows: list[dict[str, object]]) -> None:
 
 @main.group()
 def bench() -> None:
-    """Benchmarks (a broker process is started unless --server is given)."""
+    """Benchmarks (docs/benchmarks.md); broker ones start a broker unless --server is given."""
 
 
 @bench.command("store")
@@ -108,3 +118,39 @@ def _broker_bench(name: str) -> None:
 
 for _name in BENCHES:
     _broker_bench(_name)
+
+
+#: Benchmarks with options of their own: command -> (module, what it measures).
+PASS_THROUGH: dict[str, tuple[str, str]] = {
+    "idempotent": (
+        "pocketmq.bench.reliability",
+        "Idempotent-consumption throughput of the reliability toolkit (SQL database, Redis).",
+    ),
+    "grpc": (
+        "pocketmq.bench.grpc",
+        "The official RocketMQ 5 Python client against pocketmq, beside the native SDK.",
+    ),
+    "reconcile": (
+        "pocketmq.bench.pipeline",
+        "The Spark reconcile job on 10M stubs against the same query in DuckDB.",
+    ),
+}
+
+
+def _pass_through(name: str, module: str, summary: str) -> None:
+    @bench.command(
+        name,
+        help=f"{summary} Options: pocketmq bench {name} --help.",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        add_help_option=False,
+    )
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        entry: Callable[[list[str]], int | None] = importlib.import_module(module).main
+        code = entry(list(args))
+        if code:
+            raise SystemExit(code)
+
+
+for _name, (_module, _summary) in PASS_THROUGH.items():
+    _pass_through(_name, _module, _summary)

@@ -1,4 +1,4 @@
-"""``pocketmq outbox``: look at and repair message stubs (manual handling, seed 003 §5.3).
+"""``pocketmq outbox``: look at and repair message stubs (docs/reliability.md "Operators").
 
 The commands talk to the database only, never to a broker: ``resend`` makes a stub due now with
 a fresh send budget and leaves the sending to the relay / resend scheduler of the application that
@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 import click
 
 from pocketmq.cli._app import main
+from pocketmq.reliability.database_url import DEFAULT_DATABASE_URL
 
 __all__ = ["outbox"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-_DEFAULT_URL = "sqlite:///./data/reliability.db"
 _STATUSES = ("UNCONFIRMED", "CONFIRMED", "VOID", "UNKNOWN", "MANUAL")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
@@ -39,8 +39,8 @@ def _db_options(func: F) -> F:
     )(func)
     return click.option(
         "--url",
-        default=lambda: os.environ.get("POCKETMQ_OUTBOX_URL", _DEFAULT_URL),
-        show_default=f"$POCKETMQ_OUTBOX_URL or {_DEFAULT_URL}",
+        default=lambda: os.environ.get("POCKETMQ_OUTBOX_URL", DEFAULT_DATABASE_URL),
+        show_default=f"$POCKETMQ_OUTBOX_URL or {DEFAULT_DATABASE_URL}",
         help="Database URL (sqlite:///..., postgresql+psycopg://..., mysql+pymysql://...).",
     )(func)
 

@@ -1,7 +1,8 @@
 """``pocketmq pipeline ...``: the Spark jobs from the command line.
 
-``reconcile``'s options are part of the stable CLI contract (DESIGN §4). Spark (and so Java) is
-only imported when a job runs, so ``pocketmq --help`` stays fast and works without Java.
+``reconcile``'s options are a stable interface (docs/pipeline.md "Command"): scripts and cron
+jobs call it, so options change only with the docs. Spark (and so Java) is only imported when a
+job runs, so ``pocketmq --help`` stays fast and works without Java.
 Summaries go to stdout as tables; errors go to stderr with exit status 1.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -17,6 +18,8 @@ import click
 
 from pocketmq.cli._app import main
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.reliability.clock import utc_naive
+from pocketmq.reliability.policy import ResendPolicy
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,9 +43,7 @@ class _Timestamp(click.ParamType[datetime, Any]):
             self.fail(
                 f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-22T12:00:00Z)", param, ctx
             )
-        if moment.tzinfo is not None:
-            moment = moment.astimezone(UTC).replace(tzinfo=None)
-        return moment
+        return utc_naive(moment)
 
 
 TIMESTAMP = _Timestamp()
@@ -110,9 +111,12 @@ def _job_errors() -> Iterator[None]:
         raise click.ClickException(f"{type(exc).__name__}: {first}") from exc
 
 
-def _session(master: str, app: str) -> SparkSession:
+def _session(master: str, app: str, *inputs: str) -> SparkSession:
+    """The job's Spark session, once its local inputs are known to exist (a missing file is
+    reported in a second, not after the JVM started)."""
     from pocketmq.pipeline.session import spark_session
 
+    _check_inputs(*inputs)
     return spark_session(master, app, quiet=True)
 
 
@@ -129,15 +133,25 @@ def _check_inputs(*sources: str) -> None:
 
 def _check_resend_stubs(stubs: str, option: str) -> None:
     """A resend updates the stubs, so they must be a database this process can write to."""
-    from pocketmq.pipeline.io import is_database_url
-    from pocketmq.pipeline.resend import sync_url
+    from pocketmq.reliability.database_url import is_database_url, parse_database_url
 
     if not is_database_url(stubs):
         raise click.UsageError(f"{option} needs --stubs to be a database URL (stubs get updated)")
     try:
-        sync_url(stubs)
+        parse_database_url(stubs)
     except InvalidArgumentError as exc:
         raise click.BadParameter(str(exc), param_hint="--stubs") from exc
+
+
+def _resend_policy(resend_delay: float) -> ResendPolicy:
+    """The toolkit's resend policy with ``--resend-delay`` as its base interval."""
+    longest = ResendPolicy().max_interval
+    if not 0 < resend_delay <= longest:
+        raise click.BadParameter(
+            f"must be more than 0 and at most {longest:g} s (the longest interval)",
+            param_hint="--resend-delay",
+        )
+    return ResendPolicy(base_interval=resend_delay)
 
 
 def _sender_factory(
@@ -174,6 +188,7 @@ def _load_factory(spec: str) -> Callable[[], Any]:
 
 
 def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    """A summary table on stdout (the commands' output; errors go to stderr)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -183,6 +198,11 @@ def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
     for row in rows:
         table.add_row(*[str(v) for v in row])
     Console(soft_wrap=True).print(table)
+
+
+def _print_written(where: str, seconds: float) -> None:
+    click.echo(f"written to {where}")
+    click.echo(f"took {seconds:.1f} s")
 
 
 @main.group("pipeline")
@@ -243,10 +263,10 @@ def pipeline() -> None:
 @click.option(
     "--resend-delay",
     type=DURATION,
-    default="60s",
+    default=f"{ResendPolicy().base_interval:g}s",
     show_default=True,
     help="With --resend-to/--send-with: base delay before a resent stub is due again (doubles "
-    "per send, at most 1h).",
+    "per send, at most 1h; the reliability toolkit's ResendPolicy).",
 )
 def reconcile_cmd(
     stubs: str,
@@ -271,11 +291,11 @@ def reconcile_cmd(
     that a re-run never sends it twice.
     """
     factory = _sender_factory(send_with, resend_to, stubs)
+    policy = _resend_policy(resend_delay) if factory is not None else None
     with _job_errors():
         from pocketmq.pipeline.reconcile import run_reconcile
 
-        _check_inputs(stubs, log_source)
-        spark = _session(master, "pocketmq-reconcile")
+        spark = _session(master, "pocketmq-reconcile", stubs, log_source)
         summary = run_reconcile(
             spark,
             stubs=stubs,
@@ -298,7 +318,7 @@ def reconcile_cmd(
     click.echo(f"took {summary.seconds:.1f} s")
     if factory is not None:
         with _job_errors():
-            from pocketmq.pipeline.resend import ResendPolicy, run_resend
+            from pocketmq.pipeline.resend import run_resend
 
             outcome = run_resend(
                 spark.read.parquet(summary.resend_path),
@@ -307,7 +327,7 @@ def reconcile_cmd(
                 table=stubs_table,
                 # The stub updates use the real clock: --now only chose what is due.
                 now=None,
-                policy=ResendPolicy(base_delay=resend_delay),
+                policy=policy,
             )
         click.echo(
             f"resent: sent {outcome.sent}, skipped {outcome.skipped} (already claimed), "
@@ -454,8 +474,7 @@ def audit_cmd(
     with _job_errors():
         from pocketmq.pipeline.audit import run_audit
 
-        _check_inputs(export_path, log_source)
-        spark = _session(master, "pocketmq-audit")
+        spark = _session(master, "pocketmq-audit", export_path, log_source)
         summary = run_audit(
             spark,
             export=export_path,
@@ -492,8 +511,7 @@ def audit_cmd(
         for r in summary.rows
     ]
     _print_table("delivery audit", headers, rows)
-    click.echo(f"written to {summary.out}/{{summary,lost,duplicated,late}}")
-    click.echo(f"took {summary.seconds:.1f} s")
+    _print_written(f"{summary.out}/{{summary,lost,duplicated,late}}", summary.seconds)
 
 
 @pipeline.command("dlq-report")
@@ -542,8 +560,7 @@ def dlq_report_cmd(
     with _job_errors():
         from pocketmq.pipeline.dlq import run_dlq_report
 
-        _check_inputs(dlq_path, attempts)
-        spark = _session(master, "pocketmq-dlq-report")
+        spark = _session(master, "pocketmq-dlq-report", dlq_path, attempts)
         summary = run_dlq_report(
             spark,
             dlq=dlq_path,
@@ -576,5 +593,4 @@ def dlq_report_cmd(
         for r in summary.rows
     ]
     _print_table("DLQ and retry report", headers, rows)
-    click.echo(f"written to {summary.out}/{{ageing,errors,stuck,summary}}")
-    click.echo(f"took {summary.seconds:.1f} s")
+    _print_written(f"{summary.out}/{{ageing,errors,stuck,summary}}", summary.seconds)

@@ -10,6 +10,10 @@ source of :mod:`pocketmq.pipeline.datasource` registered). :func:`export_to_parq
 export``) writes topics, DLQs and the attempt history as the Parquet the jobs read, with pyarrow
 alone. See ``docs/pipeline.md``.
 
+The resend step works with the reliability toolkit's own types: ``MessageSender``,
+``InMemorySender`` and ``ResendPolicy`` are re-exported here from :mod:`pocketmq.reliability`
+(the same objects), so a pipeline script needs one import line.
+
 Importing this package needs pyarrow (``pocketmq[spark]``) but does not start Spark or Java.
 """
 
@@ -26,15 +30,7 @@ from pocketmq.pipeline.reconcile import (
     run_reconcile,
     unsettled_stubs,
 )
-from pocketmq.pipeline.resend import (
-    BrokerSender,
-    InMemorySender,
-    MessageSender,
-    ResendOutcome,
-    ResendPolicy,
-    SenderFactory,
-    run_resend,
-)
+from pocketmq.pipeline.resend import BrokerSender, ResendOutcome, SenderFactory, run_resend
 from pocketmq.pipeline.schemas import (
     ATTEMPT_HISTORY_SCHEMA,
     MESSAGE_LOG_SCHEMA,
@@ -42,6 +38,8 @@ from pocketmq.pipeline.schemas import (
     TOPIC_EXPORT_SCHEMA,
 )
 from pocketmq.pipeline.session import spark_session
+from pocketmq.reliability.policy import ResendPolicy
+from pocketmq.reliability.sender import InMemorySender, MessageSender
 
 __all__ = [
     "ATTEMPT_HISTORY_SCHEMA",

@@ -25,17 +25,18 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from pocketmq.pipeline.io import read_export, read_table, write_parquet
-from pocketmq.pipeline.reconcile import timestamp_literal, utc_naive
+from pocketmq.pipeline.reconcile import timestamp_literal
 from pocketmq.pipeline.schemas import (
     DLQ_TOPIC_PREFIX,
     MESSAGE_LOG_SCHEMA,
     RETRY_TOPIC_PREFIX,
     TOPIC_EXPORT_SCHEMA,
 )
+from pocketmq.reliability.clock import as_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -202,7 +203,8 @@ def delivery_audit(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AuditSummary:
-    """Totals per (topic, consumer_group) of a written audit, and where it went."""
+    """Totals per (topic, consumer_group) of a written audit, and where it went: what the command
+    prints, read back from the written summary rather than computed twice."""
 
     rows: tuple[dict[str, object], ...]
     out: str
@@ -227,7 +229,7 @@ def run_audit(
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
-    moment = utc_naive(now) if now is not None else datetime.now(UTC).replace(tzinfo=None)
+    moment = as_of(now)
     export_df = read_export(spark, export, TOPIC_EXPORT_SCHEMA)
     log_df = read_table(spark, log, table=log_table, schema=MESSAGE_LOG_SCHEMA)
     audit = delivery_audit(

@@ -561,19 +561,31 @@ class PocketMQDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name Spark looks up: ``spark.read.format("pocketmq")``."""
         return DATA_SOURCE_NAME
 
     def schema(self) -> str:
+        """The export schema, so that a job written against ``pocketmq export`` files runs
+        unchanged on a live topic.
+        """
         return spark_ddl(TOPIC_EXPORT_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """Batch reads: the options are parsed once here, on the driver, and travel to the tasks as
+        plain values.
+        """
         return _BatchReader(_Options.parse(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Micro-batch reads; the offsets live in the query's checkpoint, not on the broker."""
         return _StreamReader(_Options.parse(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """Batch writes: every task sends its rows with a producer of its own."""
         return _BatchWriter(_Options.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Streaming writes, with ids a replayed micro-batch reproduces (see the module
+        documentation).
+        """
         return _StreamWriter(_Options.parse(self.options))

@@ -71,7 +71,8 @@ _ERRORS: Final = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DemoData:
-    """Where the generated data went and how much of it there is."""
+    """Where the generated data went and how much of it there is (and the clock and seed that
+    reproduce it)."""
 
     out: Path
     stubs: int

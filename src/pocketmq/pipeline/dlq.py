@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from pocketmq.pipeline.io import read_export, read_table, write_parquet
-from pocketmq.pipeline.reconcile import timestamp_literal, utc_naive
+from pocketmq.pipeline.reconcile import timestamp_literal
 from pocketmq.pipeline.schemas import (
     ATTEMPT_HISTORY_SCHEMA,
     DLQ_TOPIC_PREFIX,
@@ -34,6 +34,7 @@ from pocketmq.pipeline.schemas import (
     PROPERTY_RETRY_TOPIC,
     TOPIC_EXPORT_SCHEMA,
 )
+from pocketmq.reliability.clock import as_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -266,7 +267,8 @@ def dlq_report(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DlqSummary:
-    """The per-group summary rows of a written report, and where it went."""
+    """The per-group summary rows of a written report, and where it went: what the command
+    prints, read back from the written files."""
 
     rows: tuple[dict[str, object], ...]
     stuck: int
@@ -287,7 +289,7 @@ def run_dlq_report(
 ) -> DlqSummary:
     """Read the DLQ export and attempt history, write ``out/{ageing,errors,stuck,summary}``."""
     started = time.perf_counter()
-    moment = utc_naive(now) if now is not None else datetime.now(UTC).replace(tzinfo=None)
+    moment = as_of(now)
     dlq_df = read_export(spark, dlq, TOPIC_EXPORT_SCHEMA)
     attempts_df = read_table(
         spark, attempts, table="attempt_history", schema=ATTEMPT_HISTORY_SCHEMA

@@ -86,7 +86,8 @@ _EMPTY: Final = "empty.parquet"
 
 @dataclass(frozen=True, slots=True)
 class ExportedSource:
-    """What one run did for one topic, DLQ or the history."""
+    """What one run did for one topic, DLQ or the history; ``already`` shows that a re-run only
+    adds what is new."""
 
     kind: str  # "topic" | "dlq" | "history"
     topic: str
@@ -100,12 +101,17 @@ class ExportedSource:
 
 @dataclass(frozen=True, slots=True)
 class ExportSummary:
+    """What one ``pocketmq export`` run did: a line per source for the command's table, and the
+    totals.
+    """
+
     sources: tuple[ExportedSource, ...]
     out: str
     seconds: float
 
     @property
     def rows(self) -> int:
+        """Rows written by this run over every source (the command's headline figure)."""
         return sum(s.rows for s in self.sources)
 
 

@@ -7,7 +7,7 @@ way SQLAlchemy (and so the reliability toolkit's configuration) writes them —
 ``sqlite:///relative.db``, ``sqlite:////absolute.db`` — or directly as ``jdbc:...`` URLs.
 :func:`jdbc_source` turns them into what Spark's JDBC reader needs.
 
-JDBC facts this module encodes (measured, see the project's Spark notes): the ``driver`` option is
+JDBC facts this module encodes (measured; docs/pipeline.md "Inputs"): the ``driver`` option is
 always set, because a jar on ``spark.jars`` alone gives "No suitable driver"; the fetch size is at
 least 10 000 (drivers default to 0/10 rows per round trip); a large table is read in parallel
 ranges of an integer column when one is named; aggregate push-down is enabled so ``MAX()`` by
@@ -20,11 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyarrow as pa
 
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.reliability.database_url import (
+    database_family,
+    is_database_url,
+    parse_database_url,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,29 +46,19 @@ __all__ = [
 
 DEFAULT_FETCH_SIZE: Final = 10_000
 
-_DRIVERS: Final = {
-    "postgresql": "org.postgresql.Driver",
-    "mariadb": "org.mariadb.jdbc.Driver",
-    "sqlite": "org.sqlite.JDBC",
+#: Database family (``pocketmq.reliability.database_url``) -> Spark's JDBC dialect and driver.
+_JDBC: Final = {
+    "postgresql": ("postgresql", "org.postgresql.Driver"),
+    "mysql": ("mariadb", "org.mariadb.jdbc.Driver"),
+    "sqlite": ("sqlite", "org.sqlite.JDBC"),
 }
-_SCHEME_DIALECT: Final = {
-    "postgresql": "postgresql",
-    "postgres": "postgresql",
-    "mysql": "mariadb",
-    "mariadb": "mariadb",
-    "sqlite": "sqlite",
-}
-_DEFAULT_PORTS: Final = {"postgresql": 5432, "mariadb": 3306}
-# Database URL schemes we recognise but cannot read (so the error says so, instead of Spark
-# trying to open them as a file system).
-_OTHER_DATABASES: Final = frozenset(
-    {"oracle", "mssql", "sqlserver", "db2", "snowflake", "redshift", "clickhouse", "duckdb"}
-)
+#: Query parameters meaningful to Python drivers only (the JDBC drivers refuse them).
+_PYTHON_ONLY_PARAMETERS: Final = frozenset({"charset"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JdbcSource:
-    """A database as Spark's JDBC reader sees it.
+    """A database as Spark's JDBC reader sees it, translated once from the URL the toolkit uses.
 
     ``url`` is the JDBC URL without credentials; ``user``/``password`` travel as options so they
     do not end up in logs that print the URL. ``dialect`` is ``postgresql``, ``mariadb`` or
@@ -87,15 +81,6 @@ class JdbcSource:
         return opts
 
 
-def is_database_url(source: str) -> bool:
-    """Whether ``source`` names a database (SQLAlchemy-style or ``jdbc:``) rather than a path."""
-    if source.startswith("jdbc:"):
-        return True
-    scheme = source.split("://", 1)[0] if "://" in source else ""
-    scheme = scheme.split("+", 1)[0].lower()
-    return scheme in _SCHEME_DIALECT or scheme in _OTHER_DATABASES
-
-
 def jdbc_source(url: str) -> JdbcSource:
     """Translate a SQLAlchemy-style database URL (or a JDBC URL) into a :class:`JdbcSource`.
 
@@ -105,55 +90,27 @@ def jdbc_source(url: str) -> JdbcSource:
     'jdbc:sqlite:/var/lib/app/outbox.db'
     """
     if url.startswith("jdbc:"):
-        rest = url[len("jdbc:") :]
-        vendor = rest.split(":", 1)[0].lower()
-        dialect = _SCHEME_DIALECT.get(vendor)
-        if dialect is None:
+        family = database_family(url)
+        if family is None:
             raise InvalidArgumentError(
                 f"unsupported JDBC URL {url!r} (postgresql, mysql/mariadb, sqlite)"
             )
-        return JdbcSource(url=url, driver=_DRIVERS[dialect], dialect=dialect)
+        dialect, driver = _JDBC[family]
+        return JdbcSource(url=url, driver=driver, dialect=dialect)
 
-    if "://" not in url:
-        raise InvalidArgumentError(f"not a database URL: {url!r}")
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
-    dialect = _SCHEME_DIALECT.get(scheme)
-    if dialect is None:
-        raise InvalidArgumentError(
-            f"unsupported database URL scheme {scheme!r} in {url!r} "
-            "(use postgresql://, mysql://, mariadb:// or sqlite:///)"
-        )
-
-    if dialect == "sqlite":
-        path = url.split("://", 1)[1]
-        if not path.startswith("/") or path == "/":
-            raise InvalidArgumentError(
-                "SQLite URL needs a file: sqlite:///relative.db or sqlite:////absolute.db, "
-                f"got {url!r}"
-            )
-        path = path[1:]  # sqlite:///x.db -> x.db ; sqlite:////abs/x.db -> /abs/x.db
-        path = path.split("?", 1)[0]
-        return JdbcSource(url=f"jdbc:sqlite:{path}", driver=_DRIVERS[dialect], dialect=dialect)
-
-    parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    port = parts.port or _DEFAULT_PORTS[dialect]
-    database = parts.path.lstrip("/")
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in {"charset"}]
+    parsed = parse_database_url(url)
+    dialect, driver = _JDBC[parsed.family]
+    if parsed.family == "sqlite":
+        return JdbcSource(url=f"jdbc:sqlite:{parsed.database}", driver=driver, dialect=dialect)
     # MariaDB's driver accepts jdbc:mysql: URLs, and only that prefix selects Spark's MySQL dialect
     # (backtick quoting); under jdbc:mariadb: Spark would quote names with double quotes.
-    vendor = "mysql" if dialect == "mariadb" else dialect
-    jdbc = f"jdbc:{vendor}://{host}:{port}/{database}"
+    vendor = "mysql" if parsed.family == "mysql" else parsed.family
+    jdbc = f"jdbc:{vendor}://{parsed.address}/{parsed.database}"
+    query = [(k, v) for k, v in parsed.query if k not in _PYTHON_ONLY_PARAMETERS]
     if query:
         jdbc += "?" + "&".join(f"{k}={v}" for k, v in query)
     return JdbcSource(
-        url=jdbc,
-        driver=_DRIVERS[dialect],
-        dialect=dialect,
-        user=unquote(parts.username) if parts.username is not None else None,
-        password=unquote(parts.password) if parts.password is not None else None,
+        url=jdbc, driver=driver, dialect=dialect, user=parsed.user, password=parsed.password
     )
 
 
@@ -309,7 +266,8 @@ def normalise_timestamps(df: DataFrame, columns: Iterable[str]) -> DataFrame:
 
 
 def write_parquet(df: DataFrame, path: str, *, mode: str = "overwrite") -> None:
-    """Write ``df`` as Parquet under ``path`` (replacing what is there by default)."""
+    """Write ``df`` as Parquet under ``path``, replacing what is there by default: a re-run of a
+    job must leave its latest result, not a mix."""
     df.write.mode(mode).parquet(path)
 
 

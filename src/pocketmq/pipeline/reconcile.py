@@ -1,6 +1,8 @@
 """Reconciling the outbox with the consumers' receipt log: which messages to send again.
 
-The rule (seed 003 §5, adapted to pocketmq's tables). A stub is *unsettled* when all hold:
+The rule is the reliability toolkit's resend rule (docs/reliability.md "Resend scheduler and manual
+handling"), evaluated over whole tables at once (docs/pipeline.md "The rule"). A stub is
+*unsettled* when all hold:
 
 1. ``status`` is ``UNCONFIRMED`` or ``UNKNOWN`` (CONFIRMED and VOID are settled);
 2. ``next_resend_at <= now`` (due; exactly at the boundary counts as due);
@@ -27,12 +29,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.pipeline.io import read_table, write_parquet
 from pocketmq.pipeline.schemas import MESSAGE_LOG_SCHEMA, MESSAGE_STUB_SCHEMA
+from pocketmq.reliability.clock import as_of, utc_naive
+from pocketmq.reliability.policy import ResendPolicy
+from pocketmq.reliability.stub import PENDING_STATUS_VALUES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -52,8 +57,10 @@ __all__ = [
     "utc_naive",
 ]
 
-DEFAULT_MAX_SENDS: Final = 5
-RESEND_STATUSES: Final = ("UNCONFIRMED", "UNKNOWN")
+#: Sends before manual handling: the toolkit's default, so both lists agree with its scheduler.
+DEFAULT_MAX_SENDS: Final = ResendPolicy().max_sends
+#: Statuses still worked on (UNCONFIRMED, UNKNOWN), as stored in ``message_stub.status``.
+RESEND_STATUSES: Final = PENDING_STATUS_VALUES
 #: The columns that identify a queue.
 QUEUE_KEY: Final = ("topic", "broker_name", "queue_id")
 
@@ -74,13 +81,6 @@ _UNIQUE_VALUED_COLUMNS: Final = (
 #: creation order that is nearly every value (~10 % of the write). A min/max over unique ids,
 #: keys and payloads prunes nothing, so the lists are written without them.
 _NO_STATISTICS_COLUMNS: Final = ("message_id", "keys", "content")
-
-
-def utc_naive(moment: datetime) -> datetime:
-    """``moment`` as a naive UTC datetime (naive input is taken to be UTC already)."""
-    if moment.tzinfo is not None:
-        return moment.astimezone(UTC).replace(tzinfo=None)
-    return moment
 
 
 def timestamp_literal(moment: datetime) -> Column:
@@ -240,7 +240,7 @@ def run_reconcile(
     if max_sends < 1:
         raise InvalidArgumentError(f"max_sends must be at least 1, got {max_sends}")
     started = time.perf_counter()
-    moment = utc_naive(now) if now is not None else datetime.now(UTC).replace(tzinfo=None)
+    moment = as_of(now)
     stub_df = read_table(
         spark, stubs, table=stubs_table, schema=MESSAGE_STUB_SCHEMA, partition_column="queue_offset"
     )

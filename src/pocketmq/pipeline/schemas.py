@@ -23,7 +23,9 @@ from typing import Final
 
 import pyarrow as pa
 
+from pocketmq import names
 from pocketmq import properties as props
+from pocketmq.reliability.stub import LogStatus, StubStatus
 
 __all__ = [
     "ATTEMPT_HISTORY_SCHEMA",
@@ -44,10 +46,10 @@ __all__ = [
     "spark_ddl",
 ]
 
-#: ``message_stub.status`` values.
-STUB_STATUSES: Final = ("UNCONFIRMED", "CONFIRMED", "VOID", "UNKNOWN")
-#: ``message_log.status`` values.
-LOG_STATUSES: Final = ("RECEIVED", "CONSUMED")
+#: ``message_stub.status`` values (the toolkit's :class:`~pocketmq.reliability.StubStatus`).
+STUB_STATUSES: Final = tuple(status.value for status in StubStatus)
+#: ``message_log.status`` values (the toolkit's :class:`~pocketmq.reliability.LogStatus`).
+LOG_STATUSES: Final = tuple(status.value for status in LogStatus)
 
 MESSAGE_STUB_SCHEMA: Final = pa.schema(
     [
@@ -105,12 +107,13 @@ TOPIC_EXPORT_SCHEMA: Final = pa.schema(
 )
 TOPIC_EXPORT_PARTITIONING: Final = ("topic", "date")
 
-#: Prefixes of the per-group system topics (DESIGN §2).
-RETRY_TOPIC_PREFIX: Final = "%RETRY%"
-DLQ_TOPIC_PREFIX: Final = "%DLQ%"
+#: Prefixes of the per-group system topics (docs/semantics.md "Consumer retry, delays and dead
+#: letters").
+RETRY_TOPIC_PREFIX: Final = names.RETRY_PREFIX
+DLQ_TOPIC_PREFIX: Final = names.DLQ_PREFIX
 #: Properties the broker sets on a message it moves to a retry or DLQ topic.
-PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+PROPERTY_RETRY_TOPIC: Final = props.RETRY_TOPIC
+PROPERTY_ORIGIN_MESSAGE_ID: Final = props.ORIGIN_MESSAGE_ID
 #: Why the broker dead-lettered a message (set on the copy in ``%DLQ%<group>``).
 PROPERTY_DLQ_REASON: Final = props.DLQ_REASON
 #: The broker's attempt ledger: one queue per broker, each record an ``AttemptRecord``.

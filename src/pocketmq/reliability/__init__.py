@@ -1,4 +1,4 @@
-"""Exactly-once business effects on top of at-least-once messaging (seed 003).
+"""Exactly-once business effects on top of at-least-once messaging (docs/reliability.md).
 
 The producer writes each message as a *stub* in the same transaction as the business change
 (:class:`Outbox`); a relay sends it after the commit and a :class:`ResendScheduler` resends what
@@ -9,51 +9,60 @@ a conditional database update, committed with the handler's effects, decide.
 
 Storage is pluggable (:class:`ReliabilityBackend`): :class:`MemoryBackend` always, ``SqlBackend``
 (SQLite, PostgreSQL, MariaDB/MySQL; needs the ``sql`` extra) and ``RedisLeaseStore`` (needs the
-``redis`` extra). Those two are loaded on first access so that importing this package does not
-require SQLAlchemy or redis-py. ``docs/reliability.md`` has the whole story.
+``redis`` extra). ``docs/reliability.md`` has the whole story.
+
+Every name is loaded on first access: importing the package (or one of its small modules, such as
+:mod:`~pocketmq.reliability.database_url` for the command line, or
+:mod:`~pocketmq.reliability.policy` for the Spark jobs) needs neither SQLAlchemy nor redis-py, and
+does not pay for the alert hooks' mail and HTTP modules.
 """
 
 import typing
 
-from pocketmq.reliability.alerts import (
-    Alert,
-    EmailAlert,
-    LoggingAlert,
-    ManualHandlingEvent,
-    WebhookAlert,
-)
-from pocketmq.reliability.backend import (
-    LeaseStore,
-    ReliabilityBackend,
-    StubConfirmation,
-    Transaction,
-)
-from pocketmq.reliability.backends import open_backend
-from pocketmq.reliability.backends.memory import MemoryBackend, MemoryLeaseStore
-from pocketmq.reliability.clock import Clock, FakeClock, SystemClock
-from pocketmq.reliability.dispatch import SendAttempt
-from pocketmq.reliability.errors import (
-    DuplicateMessageIdError,
-    ReliabilityError,
-    StubNotFoundError,
-    StubStateError,
-)
-from pocketmq.reliability.idempotent import (
-    ConsumeOutcome,
-    ConsumerStatistics,
-    Handler,
-    IdempotentConsumer,
-)
-from pocketmq.reliability.outbox import Outbox, OutboxRelay
-from pocketmq.reliability.policy import BacklogEstimator, NoBacklog, ResendPolicy
-from pocketmq.reliability.resend import ResendReport, ResendScheduler
-from pocketmq.reliability.sender import InMemorySender, MessageSender
-from pocketmq.reliability.stub import LogEntry, LogStatus, MessageStub, StubStatus, new_message_id
-
 if typing.TYPE_CHECKING:
+    from pocketmq.reliability.alerts import (
+        Alert,
+        EmailAlert,
+        LoggingAlert,
+        ManualHandlingEvent,
+        WebhookAlert,
+    )
+    from pocketmq.reliability.backend import (
+        LeaseStore,
+        ReliabilityBackend,
+        StubConfirmation,
+        Transaction,
+    )
+    from pocketmq.reliability.backends import open_backend
+    from pocketmq.reliability.backends.memory import MemoryBackend, MemoryLeaseStore
     from pocketmq.reliability.backends.redis import RedisLeaseStore
     from pocketmq.reliability.backends.sql import SqlBackend, SqlTransaction
+    from pocketmq.reliability.clock import Clock, FakeClock, SystemClock
+    from pocketmq.reliability.dispatch import SendAttempt
+    from pocketmq.reliability.errors import (
+        DuplicateMessageIdError,
+        ReliabilityError,
+        StubNotFoundError,
+        StubStateError,
+    )
+    from pocketmq.reliability.idempotent import (
+        ConsumeOutcome,
+        ConsumerStatistics,
+        Handler,
+        IdempotentConsumer,
+    )
+    from pocketmq.reliability.outbox import Outbox, OutboxRelay
+    from pocketmq.reliability.policy import BacklogEstimator, NoBacklog, ResendPolicy
+    from pocketmq.reliability.resend import ResendReport, ResendScheduler
     from pocketmq.reliability.schema import ReliabilityTables, reliability_tables
+    from pocketmq.reliability.sender import InMemorySender, MessageSender
+    from pocketmq.reliability.stub import (
+        LogEntry,
+        LogStatus,
+        MessageStub,
+        StubStatus,
+        new_message_id,
+    )
 
 __all__ = [
     "Alert",
@@ -101,21 +110,63 @@ __all__ = [
     "reliability_tables",
 ]
 
-_LAZY = {
-    "SqlBackend": "pocketmq.reliability.backends.sql",
-    "SqlTransaction": "pocketmq.reliability.backends.sql",
-    "RedisLeaseStore": "pocketmq.reliability.backends.redis",
-    "ReliabilityTables": "pocketmq.reliability.schema",
-    "reliability_tables": "pocketmq.reliability.schema",
+_MODULES = {
+    "Alert": "alerts",
+    "EmailAlert": "alerts",
+    "LoggingAlert": "alerts",
+    "ManualHandlingEvent": "alerts",
+    "WebhookAlert": "alerts",
+    "LeaseStore": "backend",
+    "ReliabilityBackend": "backend",
+    "StubConfirmation": "backend",
+    "Transaction": "backend",
+    "open_backend": "backends",
+    "MemoryBackend": "backends.memory",
+    "MemoryLeaseStore": "backends.memory",
+    "RedisLeaseStore": "backends.redis",
+    "SqlBackend": "backends.sql",
+    "SqlTransaction": "backends.sql",
+    "Clock": "clock",
+    "FakeClock": "clock",
+    "SystemClock": "clock",
+    "SendAttempt": "dispatch",
+    "DuplicateMessageIdError": "errors",
+    "ReliabilityError": "errors",
+    "StubNotFoundError": "errors",
+    "StubStateError": "errors",
+    "ConsumeOutcome": "idempotent",
+    "ConsumerStatistics": "idempotent",
+    "Handler": "idempotent",
+    "IdempotentConsumer": "idempotent",
+    "Outbox": "outbox",
+    "OutboxRelay": "outbox",
+    "BacklogEstimator": "policy",
+    "NoBacklog": "policy",
+    "ResendPolicy": "policy",
+    "ResendReport": "resend",
+    "ResendScheduler": "resend",
+    "ReliabilityTables": "schema",
+    "reliability_tables": "schema",
+    "InMemorySender": "sender",
+    "MessageSender": "sender",
+    "LogEntry": "stub",
+    "LogStatus": "stub",
+    "MessageStub": "stub",
+    "StubStatus": "stub",
+    "new_message_id": "stub",
 }
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
+    module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module 'pocketmq.reliability' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(f"pocketmq.reliability.{module}"), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,8 +1,8 @@
 """A background task that runs one step now and then: the shape shared by relay and scheduler.
 
-Why one base: both are resources (DESIGN convention 5: async context managers with ``aclose()``
-and a lifecycle enum) that run ``run_once()`` in a loop, sleep for an interval or until woken,
-and must survive a failing step (the database restarts, the broker is away) without dying
+Why one base: both are resources (docs/reliability.md "Resources": async context managers with
+``aclose()`` and a lifecycle) that run ``run_once()`` in a loop, sleep for an interval or until
+woken, and must survive a failing step (the database restarts, the broker is away) without dying
 silently. Tests never use the loop: they call ``run_once()`` with a fake clock.
 """
 
@@ -13,21 +13,22 @@ import contextlib
 import enum
 import logging
 from abc import ABC, abstractmethod
-from types import TracebackType
-from typing import Self
 
 from pocketmq.errors import ClosedError, InvalidArgumentError
+from pocketmq.reliability._resource import AsyncResource
 
 __all__ = ["Lifecycle", "PeriodicWorker"]
 
 
 class Lifecycle(enum.Enum):
+    """Where a worker is: created, running its loop, or closed for good."""
+
     CREATED = "CREATED"
     RUNNING = "RUNNING"
     CLOSED = "CLOSED"
 
 
-class PeriodicWorker(ABC):
+class PeriodicWorker(AsyncResource, ABC):
     """Runs :meth:`run_once` every ``interval`` seconds, or sooner after :meth:`wakeup`."""
 
     name = "worker"
@@ -50,6 +51,7 @@ class PeriodicWorker(ABC):
         self._wake.set()
 
     async def start(self) -> None:
+        """Start the loop (again a no-op while it runs; a closed worker cannot restart)."""
         if self.lifecycle is Lifecycle.CLOSED:
             raise ClosedError(f"{self.name} is closed")
         if self.lifecycle is Lifecycle.RUNNING:
@@ -58,13 +60,14 @@ class PeriodicWorker(ABC):
         self.lifecycle = Lifecycle.RUNNING
         self._task = asyncio.create_task(self._loop(), name=f"pocketmq-{self.name}")
 
-    def _on_start(self) -> None:  # noqa: B027 - optional hook
+    def _on_start(self) -> None:
         """Hook for subclasses (register listeners)."""
 
-    def _on_close(self) -> None:  # noqa: B027 - optional hook
+    def _on_close(self) -> None:
         """Hook for subclasses (unregister listeners)."""
 
     async def aclose(self) -> None:
+        """Stop the loop for good, waiting for a step in progress to be cancelled."""
         if self.lifecycle is Lifecycle.CLOSED:
             return
         was_running = self.lifecycle is Lifecycle.RUNNING
@@ -76,18 +79,6 @@ class PeriodicWorker(ABC):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def _loop(self) -> None:
         while True:

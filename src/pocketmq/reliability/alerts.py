@@ -1,4 +1,5 @@
-"""Manual handling (seed 003 §5.3): tell a human when a stub ran out of sends.
+"""Manual handling: tell a human when a stub ran out of sends (docs/reliability.md "Resend
+scheduler and manual handling").
 
 Why hooks rather than one mechanism: where alerts go is an operations decision (a log line picked
 up by monitoring, a chat webhook, e-mail to the on-call address). The scheduler calls every
@@ -31,7 +32,10 @@ __all__ = ["Alert", "EmailAlert", "LoggingAlert", "ManualHandlingEvent", "Webhoo
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ManualHandlingEvent:
-    """A stub that used up its sends without being confirmed."""
+    """A stub that used up its sends without being confirmed: what every alert hook is told.
+
+    One value for all hooks, so a log line, a webhook and a mail say the same thing.
+    """
 
     stub: MessageStub
     max_sends: int
@@ -39,6 +43,9 @@ class ManualHandlingEvent:
 
     @property
     def summary(self) -> str:
+        """One sentence for a log line, a mail subject or a chat message: what is stuck and why a
+        human is needed.
+        """
         s = self.stub
         return (
             f"message {s.message_id} to topic {s.topic!r} is still {s.status.value} after "
@@ -74,19 +81,32 @@ class ManualHandlingEvent:
 
 @runtime_checkable
 class Alert(Protocol):
-    """Delivers one manual-handling event; raise to have the scheduler try again later."""
+    """Delivers one manual-handling event; raise to have the scheduler try again later.
 
-    async def notify(self, event: ManualHandlingEvent) -> None: ...
+    A protocol, not a base class: where alerts go is an operations decision, and any object with
+    ``notify`` (a pager client, a ticket system) plugs in.
+    """
+
+    async def notify(self, event: ManualHandlingEvent) -> None:
+        """Deliver the event; raise when it reached no one, so the scheduler keeps the stub for its
+        next run.
+        """
 
 
 class LoggingAlert:
-    """Logs the event (default: logger ``pocketmq.reliability.alerts`` at ERROR)."""
+    """Logs the event (default: logger ``pocketmq.reliability.alerts`` at ERROR).
+
+    The default hook: every deployment has logs, and log-based monitoring can page from there.
+    """
 
     def __init__(self, logger: logging.Logger | None = None, *, level: int = logging.ERROR) -> None:
         self.logger = logger if logger is not None else logging.getLogger(__name__)
         self.level = level
 
     async def notify(self, event: ManualHandlingEvent) -> None:
+        """Log one line with the event attached (``extra["pocketmq_event"]``) for log-based
+        monitoring to pick up.
+        """
         self.logger.log(self.level, "%s", event.summary, extra={"pocketmq_event": event.to_dict()})
 
     def __repr__(self) -> str:
@@ -109,6 +129,7 @@ class WebhookAlert:
         return f"WebhookAlert({self.url!r})"
 
     async def notify(self, event: ManualHandlingEvent) -> None:
+        """POST the event from a worker thread, so a slow endpoint never stalls the event loop."""
         await asyncio.to_thread(self._post, json.dumps(event.to_dict()).encode())
 
     def _post(self, payload: bytes) -> None:
@@ -155,6 +176,9 @@ class EmailAlert:
         return f"EmailAlert({self.host}:{self.port} -> {', '.join(self.recipients)})"
 
     def build(self, event: ManualHandlingEvent) -> EmailMessage:
+        """The mail for ``event``, built apart from sending so that it can be checked without a
+        server.
+        """
         mail = EmailMessage()
         mail["From"] = self.sender
         mail["To"] = ", ".join(self.recipients)
@@ -166,6 +190,7 @@ class EmailAlert:
         return mail
 
     async def notify(self, event: ManualHandlingEvent) -> None:
+        """Send the mail from a worker thread (``smtplib`` blocks)."""
         await asyncio.to_thread(self._send, self.build(event))
 
     def _send(self, mail: EmailMessage) -> None:

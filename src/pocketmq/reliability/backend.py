@@ -1,4 +1,4 @@
-"""The storage contract every reliability backend implements (DESIGN convention 10).
+"""The storage contract every reliability backend implements (docs/reliability.md "Backends").
 
 Why an ABC rather than SQL everywhere: the in-memory backend lets applications unit-test their
 outbox and consumer code without a database, and one contract test suite
@@ -28,10 +28,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Generic, TypeVar
 
 from pocketmq.client import Message, MessageView, SendResult
+from pocketmq.reliability._resource import AsyncResource
 from pocketmq.reliability.clock import SYSTEM_CLOCK, Clock
 from pocketmq.reliability.stub import LogEntry, MessageStub, StubStatus, stub_for
 
@@ -51,7 +51,8 @@ CommitListener = Callable[[Sequence[Message]], None]
 
 
 class StubConfirmation(enum.Enum):
-    """What :meth:`Transaction.confirm_stub` found."""
+    """What :meth:`Transaction.confirm_stub` found: the consumer treats an already confirmed stub
+    as a duplicate whose log row was pruned, so it must tell that from "no stub"."""
 
     CONFIRMED = "CONFIRMED"  # this transaction moved the stub to CONFIRMED
     ALREADY_CONFIRMED = "ALREADY_CONFIRMED"
@@ -87,6 +88,9 @@ class Transaction(ABC):
 
     @property
     def staged_stubs(self) -> tuple[MessageStub, ...]:
+        """The stubs to insert when this transaction commits (each backend writes them in its commit
+        step).
+        """
         return tuple(stub for _, stub in self._staged)
 
     def on_commit(self, callback: Callable[[], object]) -> None:
@@ -120,25 +124,19 @@ class Transaction(ABC):
 TxT = TypeVar("TxT", bound=Transaction)
 
 
-class ReliabilityBackend(ABC, Generic[TxT]):
-    """Stores message stubs and the message log. An async context manager; close with aclose()."""
+class ReliabilityBackend(AsyncResource, ABC, Generic[TxT]):
+    """Stores message stubs and the message log. An async context manager; close with aclose().
+
+    Why one abstract class for every store: the relay, the scheduler, the idempotent consumer
+    and the Spark resend job are written once against it, and one contract test suite holds
+    memory, SQLite, PostgreSQL and MariaDB to the same behaviour.
+    """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
         self._commit_listeners: list[CommitListener] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""
@@ -158,6 +156,9 @@ class ReliabilityBackend(ABC, Generic[TxT]):
         self._commit_listeners.append(listener)
 
     def remove_commit_listener(self, listener: CommitListener) -> None:
+        """Stop calling ``listener``: a relay that closes unregisters itself, so a closed relay
+        is not woken.
+        """
         if listener in self._commit_listeners:
             self._commit_listeners.remove(listener)
 
@@ -175,7 +176,10 @@ class ReliabilityBackend(ABC, Generic[TxT]):
     # -- stubs -------------------------------------------------------------------------------
 
     @abstractmethod
-    async def get_stub(self, message_id: str) -> MessageStub | None: ...
+    async def get_stub(self, message_id: str) -> MessageStub | None:
+        """The stub with this id, or None (operators and tests; the workers select stubs in
+        pages).
+        """
 
     @abstractmethod
     async def stub_status(self, message_id: str) -> StubStatus | None:
@@ -205,7 +209,7 @@ class ReliabilityBackend(ABC, Generic[TxT]):
         offset_wait: float | None,
         limit: int,
     ) -> list[MessageStub]:
-        """The resend selection of seed 003 §5.1 (see ``docs/reliability.md``).
+        """The resend selection (docs/reliability.md "Resend scheduler and manual handling").
 
         status IN (UNCONFIRMED, UNKNOWN) AND send_count < max_sends AND next_resend_at <= now
         AND the id has no log row (for ``group``, or any group when None) AND (queue_offset IS
@@ -295,7 +299,10 @@ class ReliabilityBackend(ABC, Generic[TxT]):
         return [entries[m.message_id] for m in messages]
 
     @abstractmethod
-    async def get_log(self, group: str, message_id: str) -> LogEntry | None: ...
+    async def get_log(self, group: str, message_id: str) -> LogEntry | None:
+        """The log row of (group, message id), or None: the consumer re-reads it after a failed
+        handler to tell a lost race from a failure.
+        """
 
     @abstractmethod
     async def list_log(self, *, group: str | None = None, limit: int = 100) -> list[LogEntry]:
@@ -311,7 +318,12 @@ class ReliabilityBackend(ABC, Generic[TxT]):
 
 
 class LeaseStore(ABC):
-    """Short-lived exclusive leases on (group, message id): the duplicate-work fast path."""
+    """Short-lived exclusive leases on (group, message id): the duplicate-work fast path.
+
+    Only an optimisation: it keeps two workers from running one handler at the same time, while
+    the database's conditional update decides correctness (docs/reliability.md, "Consumer: the
+    idempotent wrapper").
+    """
 
     @abstractmethod
     async def acquire(self, group: str, message_id: str, ttl: float) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "FakeClock", "SystemClock", "utcnow"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "FakeClock", "SystemClock", "as_of", "utc_naive", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -20,17 +20,36 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def utc_naive(moment: datetime) -> datetime:
+    """``moment`` in the tables' representation: naive UTC (naive input is taken as UTC)."""
+    if moment.tzinfo is not None:
+        return moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
+
+
+def as_of(now: datetime | None) -> datetime:
+    """The instant a job evaluates at: ``now`` as naive UTC, or the current time when None.
+
+    Why a function: every batch job (reconcile, audit, DLQ report) takes an optional ``--now``
+    so that a run can be reproduced, and all of them must read it the same way.
+    """
+    return utcnow() if now is None else utc_naive(now)
+
+
 @runtime_checkable
 class Clock(Protocol):
-    """A source of the current time as a naive UTC ``datetime``."""
+    """A source of the current time as a naive UTC ``datetime``, so timing rules can be tested
+    with a :class:`FakeClock` instead of sleeping."""
 
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """The current time, naive UTC (the tables' representation)."""
 
 
 class SystemClock:
     """The wall clock."""
 
     def now(self) -> datetime:
+        """The wall clock, naive UTC."""
         return utcnow()
 
     def __repr__(self) -> str:
@@ -44,11 +63,10 @@ class FakeClock:
     """A clock that moves only when told to (for tests and simulations)."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._now = start if start is not None else datetime(2026, 1, 1)
-        if self._now.tzinfo is not None:
-            self._now = self._now.astimezone(UTC).replace(tzinfo=None)
+        self._now = utc_naive(start) if start is not None else datetime(2026, 1, 1)
 
     def now(self) -> datetime:
+        """The time this clock was set or advanced to."""
         return self._now
 
     def advance(self, seconds: float) -> datetime:

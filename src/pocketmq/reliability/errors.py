@@ -31,7 +31,7 @@ class ReliabilityError(PocketMQError):
 
 
 class StubNotFoundError(ReliabilityError, LookupError):
-    """No message stub has this message id."""
+    """No message stub has this message id (also a ``LookupError``, for generic handlers)."""
 
     def __init__(self, message_id: str) -> None:
         super().__init__(f"no message stub with id {message_id!r}")

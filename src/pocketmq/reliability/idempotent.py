@@ -1,6 +1,7 @@
 """The idempotent consumer: at-least-once delivery in, exactly-once business effects out.
 
-Seed 003 §3–4, as a wrapper around a push-consumer listener. For every message of a batch:
+The consumer side of docs/reliability.md ("Consumer: the idempotent wrapper"), as a wrapper
+around a push-consumer listener. For every message of a batch:
 
 1. **Log the receipt**, for the whole batch in one multi-row statement and its own short
    transaction: insert a ``RECEIVED`` row for (group, id) or add one to its ``receive_count``.
@@ -11,13 +12,13 @@ Seed 003 §3–4, as a wrapper around a push-consumer listener. For every messag
    *busy* below. If Redis itself fails, the wrapper carries on with the database alone.
 3. **Business handler** ``await handler(message, tx)`` inside a transaction: it writes its
    effects through ``tx`` (``tx.connection`` / ``tx.session`` with the SQL backend).
-4. **Decide and commit**, still in that transaction — this is seed 003's database check, made
-   atomic: ``UPDATE message_log SET status='CONSUMED' WHERE ... AND status='RECEIVED'`` and, where
-   the stub table is shared (``confirm_stubs=True``), the stub to ``CONFIRMED``. One log row
-   changed and the stub not confirmed before: commit effects, log row and stub together. Zero
-   log rows: another worker won the race; roll back our effects and report success (a duplicate).
-   A stub that was already ``CONFIRMED`` means the message was consumed long ago and its log row
-   pruned since: roll back, mark the new log row ``CONSUMED``, report a duplicate.
+4. **Decide and commit**, still in that transaction — the database check of the message log,
+   made atomic: ``UPDATE message_log SET status='CONSUMED' WHERE ... AND status='RECEIVED'``
+   and, where the stub table is shared (``confirm_stubs=True``), the stub to ``CONFIRMED``. One
+   log row changed and the stub not confirmed before: commit effects, log row and stub together.
+   Zero log rows: another worker won the race; roll back our effects and report success (a
+   duplicate). A stub that was already ``CONFIRMED`` means the message was consumed long ago and
+   its log row pruned since: roll back, mark the new log row ``CONSUMED``, report a duplicate.
 5. **Failure** (exception from the handler or the database): everything rolls back, the lease is
    released so the redelivery is not mistaken for a busy duplicate, and the batch returns
    ``RECONSUME_LATER`` — unless the log row turns out to be ``CONSUMED`` by then (a racing worker
@@ -29,12 +30,13 @@ handler would lock the log row for the handler's whole run — and every receipt
 (step 1) writes that row, so each would queue behind the handler. Updating last holds the lock
 only for the commit. Keeping racers from running the handler at all is the lease's job.
 
-*Busy* (lease held by someone else): the seed acknowledges such a duplicate as consumed. That
+*Busy* (lease held by someone else): the classic design acknowledges such a duplicate as
+consumed (docs/reliability.md "Deviations", 3). That
 loses the message when the holder's attempt then fails and its own copy is not redelivered (a
 handler that crashed and left the key until its TTL, while the broker redelivers sooner). The
 wrapper therefore answers ``RECONSUME_LATER`` by default (``busy_status``): the duplicate comes
 back later and finds the row ``CONSUMED``. Pass ``busy_status=ConsumeStatus.SUCCESS`` for the
-seed's literal behaviour.
+classic behaviour.
 
 Without a lease store (Redis-free mode) only the database decides (step 4); that is equally
 correct, but concurrent duplicates may both run the handler before one of them rolls back.
@@ -63,7 +65,7 @@ Handler = Callable[[MessageView, TxT], Awaitable[None]]
 
 
 class ConsumeOutcome(enum.Enum):
-    """What happened to one message."""
+    """What happened to one message; the listener turns it into SUCCESS or RECONSUME_LATER."""
 
     HANDLED = "HANDLED"  # the handler ran and its transaction committed
     DUPLICATE = "DUPLICATE"  # already consumed: acknowledged without running the handler
@@ -73,7 +75,8 @@ class ConsumeOutcome(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConsumerStatistics:
-    """Counts since the wrapper was created."""
+    """Counts since the wrapper was created, so that duplicates and lease trouble are visible
+    in metrics instead of silent."""
 
     received: int
     handled: int
@@ -135,6 +138,9 @@ class IdempotentConsumer(Generic[TxT]):
         return f"IdempotentConsumer(group={self.group!r}, {mode})"
 
     def statistics(self) -> ConsumerStatistics:
+        """Counts since the wrapper was created, for metrics and for tests to check what
+        happened.
+        """
         return ConsumerStatistics(**self._counts)
 
     async def __call__(self, messages: Sequence[MessageView]) -> ConsumeStatus:

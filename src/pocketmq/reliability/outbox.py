@@ -1,10 +1,11 @@
 """The transactional outbox: write the stub with the business change, send it after the commit.
 
-Why an outbox at all (seed 003 §1.1): a business that commits "order paid" and then sends "order
-paid" can crash in between, or the broker can lose the message; either way the effect elsewhere
-never happens. Writing the message as a *stub* in the same database transaction as the business
-change makes "the change happened" and "the message will be delivered" one fact. A relay sends
-stubs after the commit; the resend scheduler (``resend.py``) retries the ones that got lost.
+Why an outbox at all (docs/reliability.md "Exactly-once business effects"): a business that commits
+"order paid" and then sends "order paid" can crash in between, or the broker can lose the message;
+either way the effect elsewhere never happens. Writing the message as a *stub* in the same database
+transaction as the business change makes "the change happened" and "the message will be delivered"
+one fact. A relay sends stubs after the commit; the resend scheduler (``resend.py``) retries the
+ones that got lost.
 
 Three ways to stage a message, all in the business transaction:
 
@@ -29,25 +30,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from types import TracebackType
-from typing import Generic, Self
+from typing import Generic
 
 from pocketmq.client import Message
-from pocketmq.errors import InvalidArgumentError
-from pocketmq.reliability._worker import PeriodicWorker
+from pocketmq.reliability._resource import AsyncResource
 from pocketmq.reliability.alerts import Alert, LoggingAlert
 from pocketmq.reliability.backend import ReliabilityBackend, TxT
 from pocketmq.reliability.clock import Clock
-from pocketmq.reliability.dispatch import SendAttempt, send_stub
-from pocketmq.reliability.policy import BacklogEstimator, NoBacklog, ResendPolicy
+from pocketmq.reliability.dispatch import SendAttempt, StubWorker
+from pocketmq.reliability.policy import BacklogEstimator, ResendPolicy
 from pocketmq.reliability.resend import ResendScheduler
 from pocketmq.reliability.sender import MessageSender
 
 __all__ = ["Outbox", "OutboxRelay"]
 
 
-class OutboxRelay(PeriodicWorker):
-    """Sends never-sent stubs soon after their transaction commits."""
+class OutboxRelay(StubWorker):
+    """Sends never-sent stubs soon after their transaction commits.
+
+    Why a relay besides the scheduler: the first send should follow the commit within
+    milliseconds (it is woken by the commit), while the scheduler looks for lost messages only
+    every few seconds.
+    """
 
     name = "relay"
 
@@ -62,15 +66,15 @@ class OutboxRelay(PeriodicWorker):
         batch_size: int = 100,
         poll_interval: float = 1.0,
     ) -> None:
-        super().__init__(interval=poll_interval)
-        if batch_size < 1:
-            raise InvalidArgumentError("batch_size must be at least 1")
-        self.backend = backend
-        self.sender = sender
-        self.policy = policy if policy is not None else ResendPolicy()
-        self.estimator = estimator if estimator is not None else NoBacklog()
-        self.clock = clock if clock is not None else backend.clock
-        self.batch_size = batch_size
+        super().__init__(
+            backend,
+            sender,
+            policy=policy,
+            estimator=estimator,
+            clock=clock,
+            batch_size=batch_size,
+            interval=poll_interval,
+        )
 
     def __repr__(self) -> str:
         return f"OutboxRelay({self.backend!r}, {self.lifecycle.value})"
@@ -86,27 +90,12 @@ class OutboxRelay(PeriodicWorker):
 
     async def run_once(self) -> dict[SendAttempt, int]:
         """Send every due never-sent stub; return how the attempts ended."""
-        counts = dict.fromkeys(SendAttempt, 0)
-        while True:
-            stubs = await self.backend.stubs_for_relay(self.clock.now(), limit=self.batch_size)
-            progressed = False
-            for stub in stubs:
-                attempt = await send_stub(
-                    self.backend,
-                    self.sender,
-                    stub,
-                    policy=self.policy,
-                    estimator=self.estimator,
-                    clock=self.clock,
-                )
-                counts[attempt] += 1
-                progressed = progressed or attempt is not SendAttempt.SKIPPED
-            # a full page may hold more; stop anyway if nothing on it could be claimed
-            if len(stubs) < self.batch_size or not progressed:
-                return counts
+        return await self._send_pages(
+            lambda: self.backend.stubs_for_relay(self.clock.now(), limit=self.batch_size)
+        )
 
 
-class Outbox(Generic[TxT]):
+class Outbox(AsyncResource, Generic[TxT]):
     """The producer side in one resource: transactions that stage messages, a relay, a scheduler.
 
     ::
@@ -164,6 +153,7 @@ class Outbox(Generic[TxT]):
         return self.backend.transaction()
 
     async def start(self) -> None:
+        """Start the relay and, unless ``run_scheduler=False``, the resend scheduler."""
         await self.relay.start()
         if self.scheduler is not None:
             await self.scheduler.start()
@@ -173,15 +163,3 @@ class Outbox(Generic[TxT]):
         await self.relay.aclose()
         if self.scheduler is not None:
             await self.scheduler.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -1,7 +1,8 @@
 """When to send a stub again, and when to give up and call a human.
 
-Seed 003 §2.1.1 asks that the next resend time include how long the message may sit queued behind
-a consumer backlog, "or it may be resent before it was even consumed". So the rule has two parts:
+The next resend time must include how long the message may sit queued behind a consumer
+backlog, or it may be resent before it was even consumed (docs/reliability.md "Resend scheduler
+and manual handling"). So the rule has two parts:
 
 * an exponential interval by send count: ``base_interval * multiplier ** (send_count - 1)``,
   capped at ``max_interval`` (defaults 30 s, ×2, 1 h: 30 s, 1 min, 2 min, 4 min, 8 min ...);
@@ -10,10 +11,11 @@ a consumer backlog, "or it may be resent before it was even consumed". So the ru
   lag on that queue and divides by the group's consume rate.
 
 ``max_sends`` (default 5) bounds the attempts; a stub that reaches it goes to manual handling.
-``offset_wait`` is the liveness fallback described in ``docs/reliability.md``: the seed resends a
-stored-but-lost message only once the consumer has logged a *later* offset on the same queue, which
-never happens if the lost message was the last one on its queue; after ``offset_wait`` seconds past
-its resend time the stub is resent anyway (``None`` restores the strict seed rule).
+``offset_wait`` is the liveness fallback of docs/reliability.md ("Deviations", 5): the strict rule
+resends a stored-but-lost message only once the consumer has logged a *later* offset on the same
+queue, which never happens if the lost message was the last one on its queue; after
+``offset_wait`` seconds past its resend time the stub is resent anyway (``None`` restores the
+strict rule).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ __all__ = ["BacklogEstimator", "NoBacklog", "ResendPolicy"]
 
 @runtime_checkable
 class BacklogEstimator(Protocol):
-    """Estimates how long a newly stored message waits before its consumer reaches it."""
+    """Estimates how long a newly stored message waits before its consumer reaches it.
+
+    Without it a message queued behind a backlog would be resent before the consumer could
+    possibly have seen it (docs/reliability.md, "Resend scheduler and manual handling").
+    """
 
     async def estimated_delay(self, topic: str, broker_name: str, queue_id: int) -> float:
         """Seconds of consumer backlog on this queue (0 when unknown)."""
@@ -37,9 +43,11 @@ class BacklogEstimator(Protocol):
 
 
 class NoBacklog:
-    """The default estimator: assumes consumers keep up (0 s)."""
+    """The default estimator: assumes consumers keep up (0 s), until a real estimate is plugged
+    in."""
 
     async def estimated_delay(self, topic: str, broker_name: str, queue_id: int) -> float:
+        """Always 0 s: without a real estimate, resend on the exponential schedule alone."""
         return 0.0
 
     def __repr__(self) -> str:
@@ -48,7 +56,12 @@ class NoBacklog:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ResendPolicy:
-    """The timing rules of the relay and the resend scheduler. Seconds are floats."""
+    """The timing rules of the relay, the resend scheduler and the Spark resend job.
+
+    One policy for every sender of a stub table, so that a stub's next resend time does not
+    depend on which of them sent it last. Seconds are floats; the defaults are docs/reliability.md
+    "Defaults".
+    """
 
     max_sends: int = 5
     base_interval: float = 30.0

@@ -1,4 +1,6 @@
-"""The resend scheduler (seed 003 §5): find lost messages, send them again, escalate the hopeless.
+"""The resend scheduler: find lost messages, send them again, escalate the hopeless.
+
+The rules are docs/reliability.md "Resend scheduler and manual handling".
 
 Each run does two things:
 
@@ -23,13 +25,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pocketmq.errors import InvalidArgumentError
-from pocketmq.reliability._worker import PeriodicWorker
 from pocketmq.reliability.alerts import Alert, LoggingAlert, ManualHandlingEvent
 from pocketmq.reliability.backend import ReliabilityBackend, TxT
 from pocketmq.reliability.clock import Clock
-from pocketmq.reliability.dispatch import SendAttempt, send_stub
-from pocketmq.reliability.policy import BacklogEstimator, NoBacklog, ResendPolicy
+from pocketmq.reliability.dispatch import SendAttempt, StubWorker
+from pocketmq.reliability.policy import BacklogEstimator, ResendPolicy
 from pocketmq.reliability.sender import MessageSender
 
 __all__ = ["ResendReport", "ResendScheduler"]
@@ -39,7 +39,7 @@ _log = logging.getLogger("pocketmq.reliability.resend")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ResendReport:
-    """What one scheduler run did."""
+    """What one scheduler run did: sends by outcome, and the hand-overs to a human."""
 
     sent: int = 0
     unknown: int = 0
@@ -50,11 +50,16 @@ class ResendReport:
 
     @property
     def attempted(self) -> int:
+        """Stubs actually sent (whatever the outcome); skipped ones were someone else's."""
         return self.sent + self.unknown + self.failed
 
 
-class ResendScheduler(PeriodicWorker):
-    """Resends lost stubs and escalates exhausted ones, every ``interval`` seconds."""
+class ResendScheduler(StubWorker):
+    """Resends lost stubs and escalates exhausted ones, every ``interval`` seconds.
+
+    Why a separate worker from the relay: finding *lost* messages needs the consumers' log and
+    a wait long enough for them to have been consumed, so it runs on its own, slower schedule.
+    """
 
     name = "resend"
 
@@ -71,47 +76,33 @@ class ResendScheduler(PeriodicWorker):
         batch_size: int = 100,
         interval: float = 5.0,
     ) -> None:
-        super().__init__(interval=interval)
-        if batch_size < 1:
-            raise InvalidArgumentError("batch_size must be at least 1")
-        self.backend = backend
-        self.sender = sender
+        super().__init__(
+            backend,
+            sender,
+            policy=policy,
+            estimator=estimator,
+            clock=clock,
+            batch_size=batch_size,
+            interval=interval,
+        )
         self.group = group
-        self.policy = policy if policy is not None else ResendPolicy()
-        self.estimator = estimator if estimator is not None else NoBacklog()
         self.alerts = tuple(alerts)
-        self.clock = clock if clock is not None else backend.clock
-        self.batch_size = batch_size
 
     def __repr__(self) -> str:
         return f"ResendScheduler(group={self.group!r}, {self.lifecycle.value})"
 
     async def run_once(self) -> ResendReport:
-        counts = dict.fromkeys(SendAttempt, 0)
+        """One pass: resend every lost stub that is due, then escalate the exhausted ones."""
         policy = self.policy
-        while True:
-            stubs = await self.backend.stubs_for_resend(
+        counts = await self._send_pages(
+            lambda: self.backend.stubs_for_resend(
                 self.clock.now(),
                 max_sends=policy.max_sends,
                 group=self.group,
                 offset_wait=policy.offset_wait,
                 limit=self.batch_size,
             )
-            progressed = False
-            for stub in stubs:
-                attempt = await send_stub(
-                    self.backend,
-                    self.sender,
-                    stub,
-                    policy=policy,
-                    estimator=self.estimator,
-                    clock=self.clock,
-                )
-                counts[attempt] += 1
-                progressed = progressed or attempt is not SendAttempt.SKIPPED
-            # a full page may hold more; stop anyway if nothing on it could be claimed
-            if len(stubs) < self.batch_size or not progressed:
-                break
+        )
         alerted, alert_failures = await self._escalate()
         return ResendReport(
             sent=counts[SendAttempt.SENT],

@@ -14,7 +14,9 @@ that the same definitions work on SQLite, PostgreSQL and MariaDB/MySQL:
   collation (the default collations ignore case, so ``order-1`` and ``ORDER-1`` would collide).
 
 ``table_prefix`` lets several independent sets of tables share one database (tests use a unique
-prefix per test; applications normally leave it empty). Schema creation is
+prefix per test; applications normally leave it empty); ``stub_table`` and ``log_table`` name the
+tables outright, for a database whose tables were named by someone else (the Spark pipeline's
+``--stubs-table``). Schema creation is
 ``metadata.create_all`` (``SqlBackend.create_schema()`` or ``pocketmq outbox init-db``); it creates
 missing tables and leaves existing ones alone, so it is safe to run at every start.
 """
@@ -96,7 +98,8 @@ def _blob() -> TypeEngine[Any]:
 
 @dataclass(frozen=True, slots=True)
 class ReliabilityTables:
-    """The stub and log tables bound to one :class:`~sqlalchemy.MetaData`."""
+    """The stub and log tables bound to one :class:`~sqlalchemy.MetaData`, so that they are
+    created and dropped together."""
 
     metadata: MetaData
     stub: Table
@@ -104,14 +107,25 @@ class ReliabilityTables:
 
 
 def reliability_tables(
-    metadata: MetaData | None = None, *, table_prefix: str = "", schema: str | None = None
+    metadata: MetaData | None = None,
+    *,
+    table_prefix: str = "",
+    schema: str | None = None,
+    stub_table: str | None = None,
+    log_table: str | None = None,
 ) -> ReliabilityTables:
-    """Define ``<prefix>message_stub`` and ``<prefix>message_log`` on ``metadata``."""
+    """Define ``<prefix>message_stub`` and ``<prefix>message_log`` on ``metadata``.
+
+    ``stub_table`` / ``log_table`` replace the prefixed default names as they are (SQLAlchemy
+    quotes them where the database needs it).
+    """
     if not _PREFIX.match(table_prefix):
         raise InvalidArgumentError("table_prefix may hold only letters, digits and '_' (≤ 40)")
+    if stub_table == "" or log_table == "":
+        raise InvalidArgumentError("a table name must not be empty")
     metadata = metadata if metadata is not None else MetaData()
-    stub_name = f"{table_prefix}message_stub"
-    log_name = f"{table_prefix}message_log"
+    stub_name = stub_table or f"{table_prefix}message_stub"
+    log_name = log_table or f"{table_prefix}message_log"
     stub = Table(
         stub_name,
         metadata,

@@ -13,6 +13,7 @@ consumer recognise a resend as a duplicate. A send that may or may not have been
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from pocketmq.client import Message, SendResult
@@ -23,30 +24,60 @@ __all__ = ["InMemorySender", "MessageSender"]
 
 @runtime_checkable
 class MessageSender(Protocol):
-    """Sends one message and returns where the broker stored it."""
+    """Sends one message and returns where the broker stored it.
 
-    async def send(self, message: Message) -> SendResult: ...
+    The one method the toolkit needs from a producer, as a protocol: the SDK's ``Producer`` fits
+    it as is, and so can a gateway client or a test double.
+    """
+
+    async def send(self, message: Message) -> SendResult:
+        """Send ``message`` keeping its id; raise ``SendOutcomeUnknownError`` when it may have been
+        stored, anything else when it was not.
+        """
 
 
 class InMemorySender:
     """Records every send and assigns offsets per (topic, queue), like a one-broker cluster.
 
-    Queues are chosen round-robin per topic. ``sent`` keeps every message in send order,
-    including resends of the same id.
+    Why it exists: the relay, the resend scheduler and the Spark resend job all need a sender
+    to be tested without a broker, and one double means their tests agree on what a send does.
+    Queues are chosen round-robin per topic. ``sent`` keeps every message with its result in
+    send order, including resends of the same id. ``fail`` maps a message id to the exception
+    each send of it raises (``SendOutcomeUnknownError`` for "may be stored", anything else for
+    "not stored"); such sends are not recorded. Plain data only, so it pickles (a Spark worker
+    can build one per partition).
     """
 
-    def __init__(self, *, broker_name: str = "memory-broker", queues: int = 4) -> None:
+    def __init__(
+        self,
+        *,
+        broker_name: str = "memory-broker",
+        queues: int = 4,
+        fail: Mapping[str, BaseException] | None = None,
+    ) -> None:
         if queues < 1:
             raise InvalidArgumentError("queues must be at least 1")
         self.broker_name = broker_name
         self.queues = queues
+        self.fail = dict(fail or {})
         self.sent: list[tuple[Message, SendResult]] = []
         self._next_queue: dict[str, int] = defaultdict(int)
         self._next_offset: dict[tuple[str, int], int] = defaultdict(int)
 
+    @property
+    def messages(self) -> list[Message]:
+        """The messages sent, in order (``sent`` without the results)."""
+        return [message for message, _ in self.sent]
+
     async def send(self, message: Message) -> SendResult:
+        """Store the message on the next queue of its topic (round-robin) at the next offset, or
+        raise what ``fail`` says.
+        """
         if not message.message_id:
             raise InvalidArgumentError("the outbox always sends with a message id")
+        error = self.fail.get(message.message_id)
+        if error is not None:
+            raise error
         queue_id = self._next_queue[message.topic] % self.queues
         self._next_queue[message.topic] += 1
         offset = self._next_offset[(message.topic, queue_id)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -54,7 +54,8 @@ class _State:
 
 
 class MemoryTransaction(Transaction):
-    """A transaction over :class:`MemoryBackend`'s dictionaries."""
+    """A transaction over :class:`MemoryBackend`'s dictionaries, with row locks held to the end
+    (see the module docstring for why a test double models them)."""
 
     _ids: Final = itertools.count(1)
 
@@ -83,6 +84,9 @@ class MemoryTransaction(Transaction):
             self._state.cond.notify_all()
 
     async def claim_log(self, group: str, message_id: str, now: datetime) -> bool:
+        """Lock the log row until the end of the transaction, as a SQL row lock would, and stage
+        RECEIVED -> CONSUMED for the commit.
+        """
         await self._lock(("log", group, message_id))
         key = (group, message_id)
         entry = self._state.log.get(key)
@@ -98,6 +102,9 @@ class MemoryTransaction(Transaction):
         return True
 
     async def confirm_stub(self, message_id: str, now: datetime) -> StubConfirmation:
+        """Lock the stub and stage CONFIRMED, applied field by field at commit (a concurrent
+        resend's send count survives).
+        """
         await self._lock(("stub", message_id))
         stub = self._state.stubs.get(message_id)
         if stub is None:
@@ -116,6 +123,7 @@ class MemoryTransaction(Transaction):
         return StubConfirmation.CONFIRMED
 
     async def stub_status(self, message_id: str) -> StubStatus | None:
+        """The committed status: a dictionary holds no uncommitted state to show."""
         stub = self._state.stubs.get(message_id)
         return None if stub is None else stub.status
 
@@ -132,7 +140,11 @@ class MemoryTransaction(Transaction):
 
 
 class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
-    """Stubs and log rows in dictionaries; lost when the process ends."""
+    """Stubs and log rows in dictionaries; lost when the process ends.
+
+    The contract's reference implementation: applications unit-test their outbox and consumer
+    code against it without a database, and the contract suite holds the SQL backend to it.
+    """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(clock=clock)
@@ -141,11 +153,26 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
     def __repr__(self) -> str:
         return f"MemoryBackend(stubs={len(self._state.stubs)}, log={len(self._state.log)})"
 
+    def load_stubs(self, stubs: Iterable[MessageStub]) -> None:
+        """Put stubs in as they are, replacing any with the same id.
+
+        Why: a test of code that *reads* stubs (a resend job, an operator tool) needs rows in
+        every state — sent three times, UNKNOWN, alerted — and reaching each through the
+        outbox and fake sends would test the outbox instead. SQL tests insert rows; this is the
+        memory backend's equivalent.
+        """
+        for stub in stubs:
+            self._state.stubs[stub.message_id] = stub
+
     async def create_schema(self) -> None:
+        """Nothing to create: the dictionaries exist from the start."""
         return None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:
+        """A transaction whose staged changes apply at commit and vanish on an exception, locks
+        released either way.
+        """
         tx = MemoryTransaction(self._state, self.clock)
         try:
             yield tx
@@ -163,9 +190,11 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return stub
 
     async def get_stub(self, message_id: str) -> MessageStub | None:
+        """The stub with this id, or None."""
         return self._state.stubs.get(message_id)
 
     async def stub_status(self, message_id: str) -> StubStatus | None:
+        """The stub's status, or None (no body to skip loading in memory)."""
         stub = self._state.stubs.get(message_id)
         return None if stub is None else stub.status
 
@@ -176,6 +205,7 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         alerted: bool | None = None,
         limit: int = 100,
     ) -> list[MessageStub]:
+        """The contract's listing in plain Python: by creation time, then id."""
         found = [
             s
             for s in self._state.stubs.values()
@@ -185,6 +215,9 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return found[:limit]
 
     async def stubs_for_relay(self, now: datetime, *, limit: int) -> list[MessageStub]:
+        """Never-sent due stubs in plain Python: the reference the SQL statement is tested
+        against.
+        """
         found = [
             s
             for s in self._state.stubs.values()
@@ -202,6 +235,9 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         offset_wait: float | None,
         limit: int,
     ) -> list[MessageStub]:
+        """The resend rule in plain Python, one stub at a time: the reference the SQL statement is
+        tested against.
+        """
         logged_ids: set[str] = set()
         max_offset: dict[tuple[str, str, int], int] = {}
         for (g, message_id), entry in self._state.log.items():
@@ -229,6 +265,9 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return found[:limit]
 
     async def claim_stub(self, stub: MessageStub, *, until: datetime, now: datetime) -> bool:
+        """Compare-and-set on the entry; one coroutine runs at a time, so the check and the update
+        cannot interleave.
+        """
         current = self._state.stubs.get(stub.message_id)
         if (
             current is None
@@ -243,6 +282,9 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
     async def record_sent(
         self, message_id: str, result: SendResult, *, next_resend_at: datetime, now: datetime
     ) -> None:
+        """Count the send and keep where it went; UNKNOWN becomes UNCONFIRMED, a settled status
+        stays.
+        """
         current = self._require(message_id)
         status = StubStatus.UNCONFIRMED if current.status is StubStatus.UNKNOWN else current.status
         self._state.stubs[message_id] = replace(
@@ -266,6 +308,9 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         next_resend_at: datetime,
         now: datetime,
     ) -> None:
+        """Count the failed send too, so a hopeless stub reaches manual handling; a possibly
+        stored one becomes UNKNOWN.
+        """
         current = self._require(message_id)
         status = current.status
         if outcome_unknown and status in PENDING_STATUSES:
@@ -282,6 +327,7 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
     async def stubs_exhausted(
         self, now: datetime, *, max_sends: int, limit: int
     ) -> list[MessageStub]:
+        """Pending stubs out of sends and past their last resend time, not yet handed to a human."""
         found = [
             s
             for s in self._state.stubs.values()
@@ -294,6 +340,7 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return found[:limit]
 
     async def mark_manual(self, message_id: str, note: str, now: datetime) -> bool:
+        """Compare-and-set the ``manual:`` marker, so that several schedulers alert once."""
         current = self._state.stubs.get(message_id)
         if current is None or current.alerted:
             return False
@@ -303,11 +350,13 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return True
 
     async def clear_manual(self, message_id: str, restore: str | None, now: datetime) -> None:
+        """Take the marker back when every alert hook failed, so the next run tries again."""
         current = self._state.stubs.get(message_id)
         if current is not None and current.alerted:
             self._state.stubs[message_id] = replace(current, last_error=restore, updated_at=now)
 
     async def void_stub(self, message_id: str, now: datetime) -> MessageStub:
+        """Operator: stop resending (refused for a CONFIRMED stub, which is done)."""
         current = self._require(message_id)
         if current.status is StubStatus.CONFIRMED:
             raise StubStateError(message_id, current.status.value, "void")
@@ -316,6 +365,7 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return updated
 
     async def reschedule_stub(self, message_id: str, now: datetime) -> MessageStub:
+        """Operator: due now with a fresh budget of sends (refused for a CONFIRMED stub)."""
         current = self._require(message_id)
         if current.status is StubStatus.CONFIRMED:
             raise StubStateError(message_id, current.status.value, "resend")
@@ -336,6 +386,7 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
     # -- message log -------------------------------------------------------------------------
 
     async def log_receipt(self, group: str, message: MessageView, now: datetime) -> LogEntry:
+        """Insert a RECEIVED entry or count one more receipt on the existing one."""
         key = (group, message.message_id)
         current = self._state.log.get(key)
         if current is None:
@@ -356,9 +407,11 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return entry
 
     async def get_log(self, group: str, message_id: str) -> LogEntry | None:
+        """The entry of (group, message id), or None."""
         return self._state.log.get((group, message_id))
 
     async def list_log(self, *, group: str | None = None, limit: int = 100) -> list[LogEntry]:
+        """Entries by first receipt, then group and id."""
         found = [e for e in self._state.log.values() if group is None or e.consumer_group == group]
         found.sort(key=lambda e: (e.created_at, e.consumer_group, e.message_id))
         return found[:limit]
@@ -369,6 +422,9 @@ class MemoryBackend(ReliabilityBackend[MemoryTransaction]):
         return stub is not None and stub.status in PENDING_STATUSES
 
     async def prune_log(self, *, older_than: datetime, group: str | None = None) -> int:
+        """Delete old CONSUMED entries, keeping each queue's highest and those of pending stubs (the
+        resend rule needs them).
+        """
         keep: dict[tuple[str, str, str, int], LogEntry] = {}
         for entry in self._state.log.values():
             queue = (entry.consumer_group, entry.topic, entry.broker_name, entry.queue_id)
@@ -399,6 +455,7 @@ class MemoryLeaseStore(LeaseStore):
         self._leases: dict[tuple[str, str], tuple[str, datetime]] = {}
 
     async def acquire(self, group: str, message_id: str, ttl: float) -> str | None:
+        """Take the lease unless someone holds an unexpired one."""
         now = self._clock.now()
         key = (group, message_id)
         held = self._leases.get(key)
@@ -409,6 +466,9 @@ class MemoryLeaseStore(LeaseStore):
         return token
 
     async def release(self, group: str, message_id: str, token: str) -> bool:
+        """Give the lease back only with the token that took it, as Redis's compare-and-delete
+        does.
+        """
         key = (group, message_id)
         held = self._leases.get(key)
         if held is None or held[0] != token:

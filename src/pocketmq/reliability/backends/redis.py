@@ -1,4 +1,5 @@
-"""The Redis lease store: seed 003's ``SETNX`` fast path, done safely.
+"""The Redis lease store: the ``SETNX`` fast path of the idempotent consumer, done safely
+(docs/reliability.md "Consumer: the idempotent wrapper", step 2).
 
 Why a lease and not a bare flag: the key is set with ``SET key token NX PX ttl`` — atomic, with an
 expiry, so a worker that dies mid-handler does not block the message forever — and released with
@@ -35,7 +36,11 @@ return 0
 
 
 class RedisLeaseStore(LeaseStore):
-    """Leases as Redis keys with a TTL, through ``redis.asyncio``."""
+    """Leases as Redis keys with a TTL, through ``redis.asyncio``.
+
+    Redis because a lease is checked on every message: an in-memory key with an expiry answers
+    in a fraction of a database round trip, and it expires by itself when a worker dies.
+    """
 
     def __init__(
         self,
@@ -63,9 +68,13 @@ class RedisLeaseStore(LeaseStore):
         return f"RedisLeaseStore(prefix={self.prefix!r})"
 
     def key(self, group: str, message_id: str) -> str:
+        """The Redis key of a lease: one namespace per prefix, so several applications can share a
+        Redis.
+        """
         return f"{self.prefix}{group}:{message_id}"
 
     async def acquire(self, group: str, message_id: str, ttl: float) -> str | None:
+        """``SET key token NX PX ttl``: atomic, and it expires if the holder dies."""
         if ttl <= 0:
             raise InvalidArgumentError("lease ttl must be positive")
         token = secrets.token_hex(8)
@@ -75,9 +84,15 @@ class RedisLeaseStore(LeaseStore):
         return token if ok else None
 
     async def release(self, group: str, message_id: str, token: str) -> bool:
+        """Compare-and-delete in one script: a holder whose lease expired cannot delete a newer
+        holder's lease.
+        """
         deleted = await self._release(keys=[self.key(group, message_id)], args=[token])
         return bool(deleted)
 
     async def aclose(self) -> None:
+        """Close the client if this store created it (``from_url``); a client passed in stays the
+        caller's.
+        """
         if self._owns_client:
             await self.client.aclose()

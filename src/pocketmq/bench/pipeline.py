@@ -1,9 +1,14 @@
 """Benchmark: the reconcile job on Spark against the same query in DuckDB, in one run.
 
-``python -m pocketmq.pipeline.bench`` generates (once, cached under ``bench-results/``) a stub
-table of 10M rows and a log of ~9M rows as Parquet, then runs the reconcile — read both inputs,
-compute the resend and manual-handling lists, write both as Parquet — on Spark ``local[2]`` and
-in DuckDB with 2 threads, and checks both engines produce the same lists.
+Why DuckDB beside Spark: a single-machine engine running the same query on the same Parquet is
+the yardstick that says whether Spark's plan is good, independent of how fast the machine is
+that day (docs/benchmarks.md "Pipelines").
+
+``pocketmq bench reconcile`` (or ``python -m pocketmq.bench.pipeline``) generates (once, cached
+under ``bench-results/``) a stub table of 10M rows and a log of ~9M rows as Parquet, then runs
+the reconcile — read both inputs, compute the resend and manual-handling lists, write both as
+Parquet — on Spark ``local[2]`` and in DuckDB with 2 threads, and checks both engines produce
+the same lists.
 
 What each figure includes:
 
@@ -45,6 +50,8 @@ _RESEND_STATUSES = "('UNCONFIRMED', 'UNKNOWN')"
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SparkResult:
+    """Spark's figures: session start, the cold first run, the warm runs after it."""
+
     session_start_s: float
     first_run_s: float
     warm_runs_s: list[float]
@@ -54,6 +61,8 @@ class SparkResult:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DuckDBResult:
+    """DuckDB's figures for the same query: the first run and the warm runs."""
+
     first_run_s: float
     warm_runs_s: list[float]
     resend: int
@@ -119,8 +128,9 @@ def _ids(path: Path) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; exit status 1 when the two engines' lists differ."""
     parser = argparse.ArgumentParser(
-        prog="python -m pocketmq.pipeline.bench", description=__doc__.split("\n\n")[0]
+        prog="pocketmq bench reconcile", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--stubs", type=int, default=10_000_000)
     parser.add_argument("--log-ratio", type=float, default=0.9)
@@ -154,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     max_sends = 5
     conf = dict(item.split("=", 1) for item in args.conf)
 
+    from pyspark.sql import SparkSession
+
     from pocketmq.pipeline.reconcile import run_reconcile
     from pocketmq.pipeline.session import spark_session
 
@@ -161,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     # Spark session start, then the runs interleaved (DuckDB, Spark, DuckDB, Spark, ...) so both
     # engines see the same background load on a shared machine.
     started = time.perf_counter()
+    borrowed = SparkSession.getActiveSession() is not None  # a notebook's: not ours to stop
     session = spark_session(
         args.master, "pocketmq-bench", quiet=True, driver_memory=args.driver_memory, conf=conf
     )
@@ -191,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             s_counts = (summary.resend, summary.manual)
             print(f"  spark run: {s_times[-1]:.2f} s", file=sys.stderr)
     finally:
-        session.stop()
+        if not borrowed:
+            session.stop()
     spark = SparkResult(
         session_start_s=session_s,
         first_run_s=s_times[0],

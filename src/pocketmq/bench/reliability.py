@@ -1,4 +1,9 @@
-"""Idempotent-consumption throughput: ``python -m pocketmq.reliability.bench``.
+"""Idempotent-consumption throughput: ``pocketmq bench idempotent`` (or
+``python -m pocketmq.bench.reliability``).
+
+Why it exists: the idempotent consumer's cost is database round trips per message, and only a
+measurement against the real databases says whether a change (one receipt upsert per batch,
+autocommit single statements) helped; docs/benchmarks.md "Reliability toolkit" has the figures.
 
 What it measures: messages per second through :class:`IdempotentConsumer`, end to end on one
 event loop — receipt logged, Redis lease (when configured), handler inserting one business row,
@@ -6,8 +11,7 @@ conditional log update and stub confirmation committed together. Each message ha
 beforehand, as in production. A second pass redelivers every message to measure how fast
 duplicates are turned away. Tables get a unique prefix and are dropped afterwards.
 
-:func:`run_benchmark` is the entry point for ``pocketmq bench idempotent``; results are recorded
-in ``docs/benchmarks.md``.
+:func:`run_benchmark` returns the figures; :func:`main` is the command line.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from pocketmq.reliability.backends.redis import DEFAULT_REDIS_URL, RedisLeaseSto
 from pocketmq.reliability.backends.sql import SqlBackend, SqlTransaction
 from pocketmq.reliability.idempotent import IdempotentConsumer
 
-__all__ = ["BenchResult", "main", "run_benchmark"]
+__all__ = ["IdempotentBenchResult", "main", "run_benchmark"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class BenchResult:
+class IdempotentBenchResult:
+    """One run's figures: first deliveries and redelivered duplicates, per second."""
+
     database: str
     redis: bool
     messages: int
@@ -47,7 +53,7 @@ async def run_benchmark(
     messages: int = 5000,
     batch_size: int = 32,
     concurrency: int = 4,
-) -> BenchResult:
+) -> IdempotentBenchResult:
     """Consume ``messages`` once, then all of them again as duplicates; time both passes."""
     from sqlalchemy import Column, Integer, MetaData, String, Table
 
@@ -122,7 +128,7 @@ async def run_benchmark(
         await backend.aclose()
         if leases is not None:
             await leases.aclose()
-    return BenchResult(
+    return IdempotentBenchResult(
         database=backend.engine.dialect.name,
         redis=leases is not None,
         messages=messages,
@@ -136,7 +142,10 @@ async def run_benchmark(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    """The command line: parse ``argv``, run once, print a line (or JSON with ``--json``)."""
+    parser = argparse.ArgumentParser(
+        prog="pocketmq bench idempotent", description="Idempotent-consumption throughput."
+    )
     parser.add_argument("--url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     parser.add_argument(
         "--redis", default=DEFAULT_REDIS_URL, help="Redis URL, or 'none' for database-only mode"

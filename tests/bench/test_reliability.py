@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pocketmq.reliability.bench import main, run_benchmark
+from pocketmq.bench.reliability import main, run_benchmark
 
 
 async def test_benchmark_on_sqlite(tmp_path: Path) -> None:

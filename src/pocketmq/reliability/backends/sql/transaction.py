@@ -1,0 +1,108 @@
+"""The SQL transaction the application and the toolkit share.
+
+Why the application gets the connection itself: the idempotent consumer's guarantee is that the
+handler's business rows, the log row's ``CONSUMED`` and the stub's ``CONFIRMED`` commit together
+or not at all (docs/reliability.md "Consumer: the idempotent wrapper"), and the outbox's is that
+the stub commits with the business change ("Producer: outbox and relay"). Both need the business
+writes on the very connection that holds the toolkit's rows, so the transaction hands it out —
+as a Core ``AsyncConnection`` and, for ORM code, an ``AsyncSession`` bound to it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from pocketmq.reliability.backend import StubConfirmation, Transaction
+from pocketmq.reliability.backends.sql.engine import rowcount
+from pocketmq.reliability.errors import DuplicateMessageIdError
+from pocketmq.reliability.stub import LogStatus, StubStatus
+
+if TYPE_CHECKING:
+    from pocketmq.reliability.backends.sql.backend import SqlBackend
+
+__all__ = ["SqlTransaction"]
+
+
+class SqlTransaction(Transaction):
+    """A transaction on one database connection, shared with the application.
+
+    ``connection`` is the SQLAlchemy :class:`~sqlalchemy.ext.asyncio.AsyncConnection` inside the
+    transaction: write business rows with it (``await tx.connection.execute(...)``). ORM users take
+    ``session``, an :class:`~sqlalchemy.ext.asyncio.AsyncSession` bound to the same connection; it
+    is flushed before the commit. Do not commit either yourself: leaving the ``async with`` block
+    commits, an exception rolls back.
+    """
+
+    def __init__(self, backend: SqlBackend, connection: AsyncConnection) -> None:
+        super().__init__(backend.clock)
+        self._tables = backend.tables
+        self.connection = connection
+        self._session: AsyncSession | None = None
+
+    @property
+    def session(self) -> AsyncSession:
+        """An ORM session on this transaction's connection (created on first use)."""
+        if self._session is None:
+            self._session = AsyncSession(bind=self.connection, expire_on_commit=False)
+        return self._session
+
+    async def claim_log(self, group: str, message_id: str, now: datetime) -> bool:
+        """RECEIVED -> CONSUMED as a conditional UPDATE: the row stays locked until commit, so a
+        racing duplicate waits and then sees the outcome.
+        """
+        log = self._tables.log
+        result = await self.connection.execute(
+            update(log)
+            .where(
+                log.c.consumer_group == group,
+                log.c.message_id == message_id,
+                log.c.status == LogStatus.RECEIVED.value,
+            )
+            .values(status=LogStatus.CONSUMED.value, consumed_at=now)
+        )
+        return rowcount(result) == 1
+
+    async def confirm_stub(self, message_id: str, now: datetime) -> StubConfirmation:
+        """CONFIRMED as a conditional UPDATE in the handler's transaction; tells an already
+        confirmed stub from a missing one.
+        """
+        stub = self._tables.stub
+        result = await self.connection.execute(
+            update(stub)
+            .where(stub.c.message_id == message_id, stub.c.status != StubStatus.CONFIRMED.value)
+            .values(status=StubStatus.CONFIRMED.value, updated_at=now)
+        )
+        if rowcount(result) == 1:
+            return StubConfirmation.CONFIRMED
+        found = await self.stub_status(message_id)
+        return StubConfirmation.NO_STUB if found is None else StubConfirmation.ALREADY_CONFIRMED
+
+    async def stub_status(self, message_id: str) -> StubStatus | None:
+        """The status as this transaction sees it (its own uncommitted changes included)."""
+        stub = self._tables.stub
+        found = await self.connection.scalar(
+            select(stub.c.status).where(stub.c.message_id == message_id)
+        )
+        return None if found is None else StubStatus(found)
+
+    async def _before_commit(self) -> None:
+        if self._session is not None:
+            await self._session.flush()
+        stubs = self.staged_stubs
+        if stubs:
+            try:
+                await self.connection.execute(
+                    insert(self._tables.stub), [s.to_row() for s in stubs]
+                )
+            except IntegrityError as exc:
+                raise DuplicateMessageIdError(tuple(s.message_id for s in stubs)) from exc
+
+    async def _close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
