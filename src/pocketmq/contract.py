@@ -72,9 +72,10 @@ class MessageKind(enum.Enum):
 
 
 ACCEPTED_KINDS: Final[Mapping[str, frozenset[MessageKind]]] = {
-    # a normal topic also takes delayed and transactional messages, as every topic did before
-    # RocketMQ 5 typed them (4.x sent delay levels and half messages to any topic)
-    "normal": frozenset({MessageKind.NORMAL, MessageKind.DELAY, MessageKind.TRANSACTION}),
+    # a normal topic takes every kind, as every topic did before RocketMQ 5 typed them (4.x
+    # sent delay levels, half messages and ordered messages with a sharding key to any topic);
+    # a typed topic takes only its own kind
+    "normal": frozenset(MessageKind),
     "fifo": frozenset({MessageKind.FIFO}),
     "delay": frozenset({MessageKind.DELAY}),
     "transaction": frozenset({MessageKind.TRANSACTION}),

@@ -81,7 +81,12 @@ def test_consumer_settings_for_an_unknown_group(stub: Any) -> None:
 def test_query_route_per_topic_type(stub: Any, admin: SyncAdmin, broker: BrokerProcess) -> None:
     host, port = broker.grpc.rsplit(":", 1)
     expected = {
-        "normal": [d.MessageType.NORMAL, d.MessageType.DELAY, d.MessageType.TRANSACTION],
+        "normal": [
+            d.MessageType.NORMAL,
+            d.MessageType.FIFO,
+            d.MessageType.DELAY,
+            d.MessageType.TRANSACTION,
+        ],
         "fifo": [d.MessageType.FIFO],
         "delay": [d.MessageType.DELAY],
         "transaction": [d.MessageType.TRANSACTION],

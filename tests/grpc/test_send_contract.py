@@ -40,7 +40,7 @@ def _message(topic: str, body: bytes = b"body", **system: Any) -> Any:
         ),
         ("fifo", b"x", {"message_type": MT.NORMAL}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
         (
-            "normal",
+            "delay",
             b"x",
             {"message_type": MT.FIFO, "message_group": "g"},
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
@@ -68,6 +68,7 @@ def test_a_refused_message_gets_its_rules_code_and_the_others_are_stored(
         "normal": {"message_type": MT.NORMAL},
         "fifo": {"message_type": MT.FIFO, "message_group": "g"},
         "transaction": None,  # needs a transaction: the refusal alone is checked
+        "delay": None,
     }[topic_type]
     messages = [_message(topic, body, **system)]
     if fine is not None:

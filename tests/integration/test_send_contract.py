@@ -22,7 +22,7 @@ from .conftest import create
         ("fifo", {"delivery_time": time.time() + 60}, "accepts fifo messages, not a delay"),
         ("fifo", {}, "not a normal message"),
         ("delay", {}, "not a normal message"),
-        ("normal", {"message_group": "g"}, "not a fifo message"),
+        ("transaction", {}, "not a normal message"),
     ],
 )
 async def test_a_message_its_topic_does_not_accept_is_refused(
