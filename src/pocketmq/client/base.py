@@ -23,6 +23,8 @@ T = TypeVar("T")
 def resolve_config(
     servers: Sequence[str] | str | None, client: ClientConfig | None
 ) -> ClientConfig:
+    """The client config with ``servers`` applied: every resource takes both, so that the
+    common case needs only ``servers="host:port"``."""
     client = client or ClientConfig()
     if servers is None:
         return client
@@ -32,12 +34,24 @@ def resolve_config(
 
 
 class ClientBase:
+    """The connections and routes of one SDK resource (producer, consumer, admin client).
+
+    Each resource has its own pool, so closing one never breaks another's requests.
+    ``on_push`` receives the one-way requests brokers send (group changes, transaction checks).
+    """
+
     def __init__(self, config: ClientConfig, on_push: PushHandler | None = None) -> None:
         self.client_config = config
         self.pool = ConnectionPool(config.client_id, config.connect_timeout, on_push)
         self.routes = RouteCache(self.pool, config)
 
-    async def call_any(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
+    def listen(self, on_push: PushHandler) -> None:
+        """Hand brokers' one-way requests to ``on_push`` from now on: for code that builds on
+        this resource (the transaction producer answers checks arriving on its producer's
+        connections). Call it before the first connection is opened."""
+        self.pool.on_push = on_push
+
+    async def _call_any(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
         """Send a request to the first configured server that answers."""
         last: BrokerConnectionError | None = None
         for server in self.client_config.servers:
@@ -51,12 +65,15 @@ class ClientBase:
         assert last is not None
         raise last
 
-    async def call(
+    async def _call(
         self, address: str, code: RequestCode, body: msgspec.Struct, reply: type[T]
     ) -> T:
+        """One raw request to ``address``. Private: applications use the typed methods; tests
+        that need raw frames (hostile input) call it on an :class:`~pocketmq.client.Admin`."""
         connection: ClientConnection = await self.pool.get(address)
         return await connection.request(code, body, reply, self.client_config.request_timeout)
 
     async def close_base(self) -> None:
+        """Stop refreshing routes and close every connection."""
         await self.routes.close()
         await self.pool.close()

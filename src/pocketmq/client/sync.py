@@ -12,18 +12,20 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
-from pocketmq.client.admin import Admin, GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.admin import Admin
+from pocketmq.client.admin_types import GroupInfo, QueueInfo, TopicInfo
 from pocketmq.client.config import ClientConfig
+from pocketmq.client.consumer.config import PushConsumerConfig
+from pocketmq.client.consumer.push import PushConsumer
+from pocketmq.client.consumer.simple import SimpleConsumer
 from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult
 from pocketmq.client.producer import Producer, ProducerConfig
-from pocketmq.client.push import PushConsumer, PushConsumerConfig
-from pocketmq.client.simple import SimpleConsumer
-from pocketmq.client.transaction import (
+from pocketmq.client.producer.outcomes import (
     TransactionChecker,
-    TransactionProducer,
     TransactionResolution,
     TransactionResult,
 )
+from pocketmq.client.producer.transaction import TransactionProducer
 
 __all__ = [
     "LoopThread",

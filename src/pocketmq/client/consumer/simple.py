@@ -15,31 +15,22 @@ from typing import Self
 
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
+from pocketmq.client.consumer.config import normalize_subscriptions
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
 from pocketmq.errors import ClosedError, InvalidArgumentError, error_from_code
-from pocketmq.names import validate_group_name, validate_stored_topic
+from pocketmq.names import validate_group_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
 __all__ = ["SimpleConsumer"]
 
 
-def normalize_subscriptions(
-    subscriptions: Mapping[str, str] | Sequence[str] | str,
-) -> dict[str, str]:
-    if isinstance(subscriptions, str):
-        normalized = {subscriptions: "*"}
-    elif isinstance(subscriptions, Mapping):
-        normalized = dict(subscriptions)
-    else:
-        normalized = {topic: "*" for topic in subscriptions}
-    for topic in normalized:
-        validate_stored_topic(topic)
-    return normalized
-
-
 class SimpleConsumer(ClientBase):
+    """Receives messages of ``subscriptions`` for consumer group ``group`` in pop mode: the
+    application decides when to receive and acknowledges each message itself (see the module
+    docstring). Use as ``async with SimpleConsumer(...)``."""
+
     def __init__(
         self,
         group: str,
@@ -64,6 +55,7 @@ class SimpleConsumer(ClientBase):
         self._closed = False
 
     async def start(self) -> None:
+        """Fetch the subscribed topics' routes (a missing topic raises here)."""
         if self._closed:
             raise ClosedError("consumer was closed")
         for topic in self.subscriptions:
@@ -73,6 +65,7 @@ class SimpleConsumer(ClientBase):
         self._started = True
 
     async def aclose(self) -> None:
+        """Close the connections; messages received and not acknowledged come back later."""
         self._closed = True
         await self.close_base()
 
@@ -149,7 +142,7 @@ class SimpleConsumer(ClientBase):
             by_address.setdefault(self._address(message), []).append(message)
         replies = await asyncio.gather(
             *(
-                self.call(
+                self._call(
                     address,
                     RequestCode.ACK,
                     w.AckRequest(
@@ -173,7 +166,7 @@ class SimpleConsumer(ClientBase):
         """Hide ``message`` for ``seconds`` from now; returns it with its new receipt handle."""
         if seconds < 0:
             raise InvalidArgumentError("invisible duration must not be negative")
-        reply = await self.call(
+        reply = await self._call(
             self._address(message),
             RequestCode.CHANGE_INVISIBLE,
             w.ChangeInvisibleRequest(
