@@ -121,8 +121,8 @@ class BrokerInfo:
 
 @dataclass(frozen=True, slots=True)
 class BrokerStatus:
-    """A broker's counters and store state, as ``pocketmq broker status`` prints them
-    (docs/operations.md lists the counters)."""
+    """A broker's counters and store state, as ``pocketmq broker status`` prints them: what an
+    operator watches (docs/operations.md, docs/transactions.md §6 name the counters)."""
 
     address: str
     broker_name: str

@@ -1,4 +1,4 @@
-"""The consumers, one concept per module (docs/design.md, "Client"):
+"""The consumers, one concept per module (docs/design.md, "Clients"):
 
 - :mod:`.push`: the :class:`PushConsumer` front, wiring the parts below;
 - :mod:`.config`: its settings, the context listeners get, its statistics;

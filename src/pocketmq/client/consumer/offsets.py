@@ -70,6 +70,9 @@ class BrokerOffsetStore(OffsetStore):
     """Clustering: offsets are committed to the broker holding each queue."""
 
     async def persist(self, only: set[QueueKey] | None = None) -> None:
+        """Commit the changed offsets, one request per broker; a broker that fails keeps its
+        offsets dirty for the next round.
+        """
         keys = self._take_dirty(only)
         if not keys:
             return
@@ -110,6 +113,7 @@ class LocalOffsetStore(OffsetStore):
         self.path = path
 
     def load(self) -> None:
+        """Read the file; a missing or unreadable file means no progress yet."""
         try:
             raw = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -119,11 +123,13 @@ class LocalOffsetStore(OffsetStore):
             self.offsets[(broker, topic, int(queue))] = int(offset)
 
     async def initial_offset(self, pq: ProcessQueue) -> int:
+        """The offset in the file, else the broker's answer."""
         if pq.key in self.offsets:
             return self.offsets[pq.key]
         return await super().initial_offset(pq)
 
     async def persist(self, only: set[QueueKey] | None = None) -> None:
+        """Rewrite the whole file atomically (temporary file, then rename)."""
         keys = self._take_dirty(only)
         if not keys:
             return

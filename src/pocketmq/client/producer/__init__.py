@@ -1,4 +1,4 @@
-"""The producer, split the way aiokafka splits its own (docs/design.md, "Client"):
+"""The producer, split the way aiokafka splits its own (docs/design.md, "Clients"):
 
 - :mod:`.producer`: the :class:`Producer` front (lifecycle, send variants, statistics);
 - :mod:`.accumulator`: auto-batching (``linger``);

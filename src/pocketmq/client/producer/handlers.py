@@ -182,10 +182,12 @@ class SendMessages(Request[list[SendResult]]):
         self.producer_group = producer_group
 
     def body(self, queue: QueueRef) -> w.SendRequest:
+        """The messages, addressed to ``queue``."""
         queue_id = queue.queue_id
         return w.SendRequest([with_queue(m, queue_id) for m in self.wires], self.producer_group)
 
     def outcome(self, response: w.SendResponse, queue: QueueRef) -> list[SendResult]:
+        """One result per message; a message the broker did not store fails the attempt."""
         results: list[SendResult] = []
         broker_name = response.broker_name or queue.broker_name
         for wire, item in zip(self.wires, response.results, strict=True):
@@ -208,6 +210,9 @@ class SendMessages(Request[list[SendResult]]):
         return results
 
     def next_step(self, failure: AttemptFailed, attempt: int) -> Next:
+        """Stale route: refresh; flow control: back off; other retriable errors: elsewhere
+        (FIFO: again, on its own queue); anything else: stop.
+        """
         error = failure.error
         if isinstance(error, TopicNotFoundError) and attempt == 0:
             return Next.REFRESH_ROUTE  # the route may be stale: ask again once
@@ -218,6 +223,7 @@ class SendMessages(Request[list[SendResult]]):
         return Next.AGAIN if self.group else Next.ISOLATE
 
     def give_up(self, last: AttemptFailed | None, unknown: bool) -> PocketMQError:
+        """The last error if no attempt may have stored the messages, else an unknown outcome."""
         if last is not None and not unknown:
             return last.error
         cause = last.error if last is not None else None
@@ -256,9 +262,11 @@ class SendHalfMessage(Request[SendResult]):
         self.message_id = wire.properties.get(props.MESSAGE_ID, "")
 
     def body(self, queue: QueueRef) -> w.SendRequest:
+        """The half message, addressed to ``queue``."""
         return w.SendRequest([with_queue(self.wire, queue.queue_id)], self.producer_group)
 
     def outcome(self, response: w.SendResponse, queue: QueueRef) -> SendResult:
+        """The half message's result, with its transaction id."""
         [item] = response.results
         status = _STORED.get(item.code)
         if status is None:
@@ -274,9 +282,11 @@ class SendHalfMessage(Request[SendResult]):
         )
 
     def next_step(self, failure: AttemptFailed, attempt: int) -> Next:
+        """Again elsewhere only while the request never left; otherwise stop."""
         return Next.ELSEWHERE if failure.kind is Failure.NOT_SENT else Next.STOP
 
     def give_up(self, last: AttemptFailed | None, unknown: bool) -> PocketMQError:
+        """An unknown outcome if it may be stored, else the last error."""
         if last is None:
             return SendOutcomeUnknownError(
                 f"half message {self.message_id} was not sent within {self.send_timeout:.1f}s",
@@ -307,15 +317,19 @@ class EndTransaction(Request[None]):
         self.request = request
 
     def body(self, queue: QueueRef) -> w.EndTransactionRequest:
+        """The end request as given."""
         return self.request
 
     def outcome(self, response: w.EndTransactionResponse, queue: QueueRef) -> None:
+        """Nothing: an answer means the broker recorded the end."""
         return None
 
     def next_step(self, failure: AttemptFailed, attempt: int) -> Next:
+        """Again at once for any retriable error (a repeated end is a duplicate)."""
         return Next.AGAIN if failure.error.retriable else Next.STOP
 
     def give_up(self, last: AttemptFailed | None, unknown: bool) -> PocketMQError:
+        """The last error, or a timeout if no attempt was made."""
         if last is not None:
             return last.error
         return BrokerConnectionError(f"END_TRANSACTION to {self.address} timed out")
