@@ -3,8 +3,9 @@
 A failed message is first *sent back*: the broker stores it in ``%RETRY%<group>`` after a
 growing delay, or in ``%DLQ%<group>`` once the group's retries are used up. If the broker cannot
 take it back, the consumer re-sends it to the retry topic itself, as a plain message carrying
-the retry properties (delay level ``3 + reconsume times``, or -1 for the dead-letter queue),
-through a :class:`~pocketmq.client.producer.sender.Sender` without retries. If that fails too,
+the retry properties (delay level ``3 + reconsume times``, or -1 for the dead-letter queue).
+Both requests go through a :class:`~pocketmq.client.producer.sender.Sender` configured without
+retries: one attempt each, the next step being the fallback. If that fails too,
 the message stays in the process queue and is consumed again after ``local_retry_delay``
 (5 s); the committed offset never passes it (docs/semantics.md, "send-back fails").
 """
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 from pocketmq import properties as props
 from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.client.consumer.state import ConsumerState
+from pocketmq.client.producer.handlers import SendBack
 from pocketmq.client.producer.sender import Sender
 from pocketmq.errors import ClosedError, PocketMQError
-from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
 __all__ = ["FailedAttempt", "RetryHandBack"]
@@ -52,24 +53,20 @@ class RetryHandBack:
         state = self._state
         message = attempt.message
         message_id = message.properties.get(props.MESSAGE_ID, "")
+        request = w.SendBackRequest(
+            state.group,
+            message.physical_offset,
+            message_id,
+            delay_level,
+            state.config.max_reconsume_times,
+            message.properties.get(props.RETRY_TOPIC, message.topic),
+            attempt.error,
+            state.client_id,
+            attempt.outcome,
+            int(attempt.started * 1000),
+        )
         try:
-            await state.call(
-                pq.address,
-                RequestCode.SEND_BACK,
-                w.SendBackRequest(
-                    state.group,
-                    message.physical_offset,
-                    message_id,
-                    delay_level,
-                    state.config.max_reconsume_times,
-                    message.properties.get(props.RETRY_TOPIC, message.topic),
-                    attempt.error,
-                    state.client_id,
-                    attempt.outcome,
-                    int(attempt.started * 1000),
-                ),
-                w.Empty,
-            )
+            await self._sender.run(SendBack(pq.address, request))
             state.counters.sent_back += 1
             return True
         except PocketMQError as exc:

@@ -47,6 +47,7 @@ __all__ = [
     "Next",
     "Prepare",
     "Request",
+    "SendBack",
     "SendHalfMessage",
     "SendMessages",
     "with_queue",
@@ -333,3 +334,35 @@ class EndTransaction(Request[None]):
         if last is not None:
             return last.error
         return BrokerConnectionError(f"END_TRANSACTION to {self.address} timed out")
+
+
+class SendBack(Request[None]):
+    """SEND_BACK of a message a consumer failed, to the broker it came from: the broker stores
+    it for a later retry (or dead-letters it). Never repeated: if it fails, the consumer re-sends
+    the message to its retry topic instead (docs/semantics.md, "send-back fails")."""
+
+    code = RequestCode.SEND_BACK
+    reply = w.Empty
+
+    def __init__(self, address: str, request: w.SendBackRequest) -> None:
+        super().__init__(topic=request.origin_topic, fixed=QueueRef("", address, -1, 0))
+        self.address = address
+        self.request = request
+
+    def body(self, queue: QueueRef) -> w.SendBackRequest:
+        """The send-back request as given."""
+        return self.request
+
+    def outcome(self, response: w.Empty, queue: QueueRef) -> None:
+        """Nothing: an answer means the broker took the message back."""
+        return None
+
+    def next_step(self, failure: AttemptFailed, attempt: int) -> Next:
+        """Stop: the fallback is a re-send, not the same request again."""
+        return Next.STOP
+
+    def give_up(self, last: AttemptFailed | None, unknown: bool) -> PocketMQError:
+        """The last error, or a timeout if no attempt was made."""
+        if last is not None:
+            return last.error
+        return BrokerConnectionError(f"SEND_BACK to {self.address} timed out")

@@ -1,7 +1,7 @@
 """The sender: the one retry loop for everything a producer asks of a broker.
 
-Plain sends, half messages, transaction ends and a push consumer's re-sends to its retry topic
-all go through :meth:`Sender.run`; what differs between them is in their handlers
+Plain sends, half messages, transaction ends, and a push consumer's send-backs and re-sends to
+its retry topic all go through :meth:`Sender.run`; what differs between them is in their handlers
 (:mod:`pocketmq.client.producer.handlers`). The loop's rules (docs/semantics.md, "Producer"):
 
 - every attempt fits in one overall budget, ``send_timeout`` (3 s), checked before each attempt;
@@ -49,7 +49,7 @@ class Sender:
 
     A :class:`~pocketmq.client.Producer` has one; the transaction producer uses its producer's
     sender for half messages and transaction ends, and a push consumer has one without retries
-    for re-sending failed messages to its retry topic.
+    for handing failed messages back.
     """
 
     def __init__(
