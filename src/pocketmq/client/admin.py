@@ -7,7 +7,6 @@ Every answer is a typed value of :mod:`pocketmq.client.admin_types`; the raw req
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Self
 
 import msgspec
 
@@ -37,20 +36,7 @@ from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.checks import retry_policy_problem
 
-__all__ = [
-    "Admin",
-    "BrokerInfo",
-    "BrokerStatus",
-    "DeadLetter",
-    "DeliveryAttempt",
-    "GroupInfo",
-    "QueueInfo",
-    "RedriveItem",
-    "RedriveReport",
-    "StoredMessage",
-    "TopicInfo",
-    "TransactionInfo",
-]
+__all__ = ["Admin"]
 
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
 
@@ -77,12 +63,6 @@ class Admin(ClientBase):
         self, *, servers: Sequence[str] | str | None = None, client: ClientConfig | None = None
     ) -> None:
         super().__init__(resolve_config(servers, client))
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the connections."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import ClassVar, Self, TypeVar
 
 import msgspec
 
@@ -12,10 +12,10 @@ from pocketmq.client.config import ClientConfig, parse_servers
 from pocketmq.client.connection import ClientConnection, PushHandler
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.routes import RouteCache
-from pocketmq.errors import BrokerConnectionError
+from pocketmq.errors import BrokerConnectionError, ClosedError
 from pocketmq.protocol import RequestCode
 
-__all__ = ["ClientBase", "resolve_config"]
+__all__ = ["AsyncResource", "ClientBase", "resolve_config"]
 
 T = TypeVar("T")
 
@@ -33,7 +33,39 @@ def resolve_config(
     return replace(client, servers=servers)
 
 
-class ClientBase:
+class AsyncResource:
+    """Something an application starts, uses and closes: usable as ``async with``, and
+    :meth:`_check_open` is the one place that refuses work before the start or after the close
+    (:class:`~pocketmq.errors.ClosedError`). Subclasses set ``_started`` and ``_closed``."""
+
+    _what: ClassVar[str] = "client"
+    _started: bool = False
+    _closed: bool = False
+
+    async def start(self) -> None:
+        """Get ready to work; ``async with`` calls it."""
+
+    async def aclose(self) -> None:
+        """Finish and release everything; ``async with`` calls it."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self._what} was closed")
+
+    def _check_open(self) -> None:
+        self._check_not_closed()
+        if not self._started:
+            raise ClosedError(f"{self._what} not started: use `async with` or await start()")
+
+
+class ClientBase(AsyncResource):
     """The connections and routes of one SDK resource (producer, consumer, admin client).
 
     Each resource has its own pool, so closing one never breaks another's requests.

@@ -15,12 +15,9 @@ import time
 
 from pocketmq import properties as props
 from pocketmq.client.consumer.config import ConsumeContext
-from pocketmq.client.consumer.listener import ListenerCall
-from pocketmq.client.consumer.offsets import OffsetStore
+from pocketmq.client.consumer.consumption import Consumption
 from pocketmq.client.consumer.process_queue import ProcessQueue
-from pocketmq.client.consumer.reports import OutcomeReports
-from pocketmq.client.consumer.retry import FailedAttempt, RetryHandBack
-from pocketmq.client.consumer.state import ConsumerState
+from pocketmq.client.consumer.retry import FailedAttempt
 from pocketmq.client.message import ConsumeStatus
 from pocketmq.protocol import structs as w
 
@@ -29,22 +26,8 @@ __all__ = ["ConcurrentConsumer"]
 log = logging.getLogger("pocketmq.client")
 
 
-class ConcurrentConsumer:
+class ConcurrentConsumer(Consumption):
     """The workers of a concurrent push consumer."""
-
-    def __init__(
-        self,
-        state: ConsumerState,
-        listener: ListenerCall,
-        reports: OutcomeReports,
-        retry: RetryHandBack,
-        offsets: OffsetStore,
-    ) -> None:
-        self._state = state
-        self._listener = listener
-        self._reports = reports
-        self._retry = retry
-        self._offsets = offsets
 
     async def worker(self) -> None:
         """Take batches off the work queue and consume them, until cancelled."""

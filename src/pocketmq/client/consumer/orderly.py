@@ -17,16 +17,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import time
 
 from pocketmq import properties as props
 from pocketmq.client.consumer.config import ConsumeContext, QueueKey
-from pocketmq.client.consumer.listener import ListenerCall
-from pocketmq.client.consumer.offsets import OffsetStore
+from pocketmq.client.consumer.consumption import Consumption
 from pocketmq.client.consumer.process_queue import ProcessQueue
-from pocketmq.client.consumer.reports import OutcomeReports
-from pocketmq.client.consumer.retry import FailedAttempt, RetryHandBack
+from pocketmq.client.consumer.retry import FailedAttempt
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.client.message import ConsumeStatus
 from pocketmq.errors import PocketMQError
@@ -83,24 +82,15 @@ class QueueLocks:
             await state.call(pq.address, RequestCode.UNLOCK_QUEUES, request, w.Empty)
 
 
-class Lanes:
+class Lanes(Consumption):
     """The message-group lanes of every owned queue."""
 
-    def __init__(
-        self,
-        state: ConsumerState,
-        listener: ListenerCall,
-        reports: OutcomeReports,
-        retry: RetryHandBack,
-        offsets: OffsetStore,
-    ) -> None:
-        self._state = state
-        self._listener = listener
-        self._reports = reports
-        self._retry = retry
-        self._offsets = offsets
-        self._slots = asyncio.Semaphore(state.config.concurrency)
-        self._max_retries = _DEFAULT_MAX_RETRIES
+    _max_retries = _DEFAULT_MAX_RETRIES
+
+    @functools.cached_property
+    def _slots(self) -> asyncio.Semaphore:
+        """At most ``concurrency`` listener calls at once, over every lane."""
+        return asyncio.Semaphore(self._state.config.concurrency)
 
     async def load_max_retries(self) -> None:
         """Read the group's max retries: when a lane gives a message up to the DLQ."""

@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Self
 
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
@@ -57,7 +56,7 @@ from pocketmq.client.consumer.retry import RetryHandBack
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.client.producer.config import ProducerConfig
 from pocketmq.client.producer.sender import Sender
-from pocketmq.errors import ClosedError, InvalidArgumentError
+from pocketmq.errors import InvalidArgumentError
 from pocketmq.names import validate_group_name
 from pocketmq.protocol import RequestCode
 
@@ -72,6 +71,8 @@ class PushConsumer(ClientBase):
     Use as ``async with PushConsumer(...)``: messages flow from ``start`` until ``aclose``, which
     finishes the messages in hand (up to ``close_timeout``) and commits the offsets.
     """
+
+    _what = "consumer"
 
     def __init__(
         self,
@@ -121,7 +122,6 @@ class PushConsumer(ClientBase):
             orderly=(self._locks, self._lanes) if self._locks and self._lanes else None,
         )
         self._tasks: list[asyncio.Task[None]] = []
-        self._closing = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -129,8 +129,7 @@ class PushConsumer(ClientBase):
         """Join the group, take this consumer's share of the queues and start consuming.
         Raises if a subscribed topic has no route or the group is unknown."""
         state = self._state
-        if self._closing:
-            raise ClosedError("consumer was closed")
+        self._check_not_closed()
         if state.started:
             return
         self._offsets.load()
@@ -159,9 +158,9 @@ class PushConsumer(ClientBase):
     async def aclose(self) -> None:
         """Stop pulling, finish the messages in hand (up to ``close_timeout``), commit the
         offsets, give back queue locks, leave the group and close the connections."""
-        if self._closing:
+        if self._closed:
             return
-        self._closing = True
+        self._closed = True
         state = self._state
         for pq in state.queues.values():  # stop pulling, finish what is in hand
             if pq.pull_task is not None:
@@ -186,13 +185,6 @@ class PushConsumer(ClientBase):
                 await self._locks.unlock(pq)
         await self._membership.unregister()
         await self.close_base()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def statistics(self) -> ConsumerStatistics:
         """Where messages went so far, and the queues and messages in hand now."""

@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Self
 
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.consumer.config import normalize_subscriptions
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
-from pocketmq.errors import ClosedError, InvalidArgumentError, error_from_code
+from pocketmq.errors import InvalidArgumentError, error_from_code
 from pocketmq.names import validate_group_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -30,6 +29,8 @@ class SimpleConsumer(ClientBase):
     """Receives messages of ``subscriptions`` for consumer group ``group`` in pop mode: the
     application decides when to receive and acknowledges each message itself (see the module
     docstring). Use as ``async with SimpleConsumer(...)``."""
+
+    _what = "consumer"
 
     def __init__(
         self,
@@ -51,13 +52,10 @@ class SimpleConsumer(ClientBase):
         self.await_duration = await_duration
         self._turn = 0
         self._addresses: dict[str, str] = {}
-        self._started = False
-        self._closed = False
 
     async def start(self) -> None:
         """Fetch the subscribed topics' routes (a missing topic raises here)."""
-        if self._closed:
-            raise ClosedError("consumer was closed")
+        self._check_not_closed()
         for topic in self.subscriptions:
             route = await self.routes.get(topic)
             self._addresses.update(route.addresses)
@@ -68,13 +66,6 @@ class SimpleConsumer(ClientBase):
         """Close the connections; messages received and not acknowledged come back later."""
         self._closed = True
         await self.close_base()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def _targets(self) -> list[tuple[str, str, str]]:
         targets: list[tuple[str, str, str]] = []
@@ -90,8 +81,7 @@ class SimpleConsumer(ClientBase):
         self, max_messages: int = 16, invisible_duration: float = 30.0
     ) -> list[MessageView]:
         """Up to ``max_messages``, waiting up to ``await_duration`` when none is ready."""
-        if not self._started or self._closed:
-            raise ClosedError("consumer is not running: use `async with` or await start()")
+        self._check_open()
         if not 1 <= max_messages <= 1024:
             raise InvalidArgumentError("max_messages must be between 1 and 1024")
         if invisible_duration <= 0:

@@ -305,7 +305,30 @@ class SendHalfMessage(Request[SendResult]):
         )
 
 
-class EndTransaction(Request[None]):
+class _ToBroker(Request[None]):
+    """A request to one given broker whose answer only says "done"."""
+
+    def __init__(self, address: str, request: msgspec.Struct, topic: str) -> None:
+        super().__init__(topic=topic, fixed=QueueRef("", address, -1, 0))
+        self.address = address
+        self.request = request
+
+    def body(self, queue: QueueRef) -> msgspec.Struct:
+        """The request as given."""
+        return self.request
+
+    def outcome(self, response: Any, queue: QueueRef) -> None:
+        """Nothing: an answer means the broker did it."""
+        return None
+
+    def give_up(self, last: AttemptFailed | None, unknown: bool) -> PocketMQError:
+        """The last error, or a timeout if no attempt was made."""
+        if last is not None:
+            return last.error
+        return BrokerConnectionError(f"{self.code.name} to {self.address} timed out")
+
+
+class EndTransaction(_ToBroker):
     """END_TRANSACTION to the broker holding the half message. The broker treats a repeated end
     as a duplicate, so every retriable failure is repeated at once."""
 
@@ -313,30 +336,14 @@ class EndTransaction(Request[None]):
     reply = w.EndTransactionResponse
 
     def __init__(self, address: str, request: w.EndTransactionRequest) -> None:
-        super().__init__(topic=request.topic, fixed=QueueRef("", address, -1, 0))
-        self.address = address
-        self.request = request
-
-    def body(self, queue: QueueRef) -> w.EndTransactionRequest:
-        """The end request as given."""
-        return self.request
-
-    def outcome(self, response: w.EndTransactionResponse, queue: QueueRef) -> None:
-        """Nothing: an answer means the broker recorded the end."""
-        return None
+        super().__init__(address, request, request.topic)
 
     def next_step(self, failure: AttemptFailed, attempt: int) -> Next:
         """Again at once for any retriable error (a repeated end is a duplicate)."""
         return Next.AGAIN if failure.error.retriable else Next.STOP
 
-    def give_up(self, last: AttemptFailed | None, unknown: bool) -> PocketMQError:
-        """The last error, or a timeout if no attempt was made."""
-        if last is not None:
-            return last.error
-        return BrokerConnectionError(f"END_TRANSACTION to {self.address} timed out")
 
-
-class SendBack(Request[None]):
+class SendBack(_ToBroker):
     """SEND_BACK of a message a consumer failed, to the broker it came from: the broker stores
     it for a later retry (or dead-letters it). Never repeated: if it fails, the consumer re-sends
     the message to its retry topic instead (docs/semantics.md, "send-back fails")."""
@@ -345,24 +352,8 @@ class SendBack(Request[None]):
     reply = w.Empty
 
     def __init__(self, address: str, request: w.SendBackRequest) -> None:
-        super().__init__(topic=request.origin_topic, fixed=QueueRef("", address, -1, 0))
-        self.address = address
-        self.request = request
-
-    def body(self, queue: QueueRef) -> w.SendBackRequest:
-        """The send-back request as given."""
-        return self.request
-
-    def outcome(self, response: w.Empty, queue: QueueRef) -> None:
-        """Nothing: an answer means the broker took the message back."""
-        return None
+        super().__init__(address, request, request.origin_topic)
 
     def next_step(self, failure: AttemptFailed, attempt: int) -> Next:
         """Stop: the fallback is a re-send, not the same request again."""
         return Next.STOP
-
-    def give_up(self, last: AttemptFailed | None, unknown: bool) -> PocketMQError:
-        """The last error, or a timeout if no attempt was made."""
-        if last is not None:
-            return last.error
-        return BrokerConnectionError(f"SEND_BACK to {self.address} timed out")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
-from typing import Self
 
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
@@ -25,7 +24,7 @@ from pocketmq.client.message import Message, SendResult
 from pocketmq.client.producer.accumulator import Accumulator
 from pocketmq.client.producer.config import ProducerConfig, ProducerStatistics, SendCallback
 from pocketmq.client.producer.sender import Sender
-from pocketmq.errors import ClosedError, InvalidArgumentError
+from pocketmq.errors import InvalidArgumentError
 
 __all__ = ["Producer"]
 
@@ -36,6 +35,8 @@ class Producer(ClientBase):
     ``sender`` is the retry loop every send goes through; code built on a producer (the
     transaction producer) sends through it too, so there is one place that decides retries.
     """
+
+    _what = "producer"
 
     def __init__(
         self,
@@ -50,15 +51,12 @@ class Producer(ClientBase):
         self.sender = Sender(self.pool, self.routes, self.config, rng)
         self._accumulator = Accumulator(self.config, self.sender.send)
         self._tasks: set[asyncio.Task[SendResult]] = set()
-        self._started = False
-        self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start refreshing routes; ``async with`` calls it. A closed producer stays closed."""
-        if self._closed:
-            raise ClosedError("producer was closed")
+        self._check_not_closed()
         if not self._started:
             self._started = True
             self.routes.start()
@@ -73,19 +71,6 @@ class Producer(ClientBase):
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         await self.close_base()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError("producer was closed")
-        if not self._started:
-            raise ClosedError("producer not started: use `async with` or await start()")
 
     # -- sending --------------------------------------------------------------------------
 

@@ -36,11 +36,11 @@ import contextlib
 import logging
 import random
 from collections.abc import Iterable, Sequence
-from typing import Self
 
 import msgspec
 
 from pocketmq import properties as props
+from pocketmq.client.base import AsyncResource
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_wire, validate_message
 from pocketmq.client.message import Message, SendResult, SendStatus
@@ -62,7 +62,6 @@ from pocketmq.client.routes import RouteCache
 from pocketmq.errors import (
     BrokerConnectionError,
     BrokerError,
-    ClosedError,
     FlushDiskTimeoutError,
     InvalidArgumentError,
     PocketMQError,
@@ -82,7 +81,7 @@ __all__ = [
 log = logging.getLogger("pocketmq.client")
 
 
-class TransactionProducer:
+class TransactionProducer(AsyncResource):
     """Sends transactional messages and answers the broker's checks for its producer group.
 
     ``config.group`` (the producer group) is required. ``topics`` are fetched and heartbeated at
@@ -90,6 +89,8 @@ class TransactionProducer:
     before it sends anything. It sends plain messages too (``send`` and friends, as
     :class:`Producer`).
     """
+
+    _what = "producer"
 
     def __init__(
         self,
@@ -122,8 +123,6 @@ class TransactionProducer:
             max_pending_checks=max_pending_checks,
         )
         self._producer.listen(self._checks.on_push)
-        self._started = False
-        self._closing = False
         self._committed = self._rolled_back = self._unknown_local = 0
 
     @property
@@ -146,8 +145,7 @@ class TransactionProducer:
     async def start(self) -> None:
         """Start the producer, fetch the topics' routes and heartbeat their brokers; a topic
         without a route fails the start (and closes the producer)."""
-        if self._closing:
-            raise ClosedError("producer was closed")
+        self._check_not_closed()
         if self._started:
             return
         await self._producer.start()
@@ -160,26 +158,13 @@ class TransactionProducer:
 
     async def aclose(self) -> None:
         """Stop answering checks, unregister the group, then close the producer."""
-        if self._closing:
+        if self._closed:
             return
-        self._closing = True
+        self._closed = True
         await self._checks.stop()
         await self._heartbeat.stop()
         await self._heartbeat.unregister()
         await self._producer.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def _check_open(self) -> None:
-        if self._closing:
-            raise ClosedError("producer was closed")
-        if not self._started:
-            raise ClosedError("producer not started: use `async with` or await start()")
 
     # -- plain sends ----------------------------------------------------------------------
 
