@@ -60,7 +60,8 @@ class AsyncResource:
             raise ClosedError(f"{self._what} was closed")
 
     def _check_open(self) -> None:
-        self._check_not_closed()
+        if self._closed:
+            raise ClosedError(f"{self._what} was closed")
         if not self._started:
             raise ClosedError(f"{self._what} not started: use `async with` or await start()")
 

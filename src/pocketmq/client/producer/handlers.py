@@ -105,21 +105,13 @@ class Request(Generic[R]):
 
     code: ClassVar[RequestCode]
     reply: ClassVar[type[Any]]
-
-    def __init__(
-        self,
-        *,
-        topic: str = "",
-        messages: int = 0,
-        group: str | None = None,
-        fixed: QueueRef | None = None,
-        prepare: Prepare | None = None,
-    ) -> None:
-        self.topic = topic
-        self.messages = messages
-        self.group = group
-        self.fixed = fixed
-        self.prepare = prepare
+    # what most requests leave as is; a handler's __init__ sets the others (no super() call:
+    # a handler is built for every send, on the hot path)
+    topic: str = ""
+    messages: int = 0
+    group: str | None = None
+    fixed: QueueRef | None = None
+    prepare: Prepare | None = None
 
     def body(self, queue: QueueRef) -> msgspec.Struct:
         """The request body for an attempt on ``queue``."""
@@ -178,7 +170,10 @@ class SendMessages(Request[list[SendResult]]):
         group: str | None = None,
         queue: QueueRef | None = None,
     ) -> None:
-        super().__init__(topic=topic, messages=len(wires), group=group, fixed=queue)
+        self.topic = topic
+        self.messages = len(wires)
+        self.group = group
+        self.fixed = queue
         self.wires = wires
         self.producer_group = producer_group
 
@@ -256,7 +251,10 @@ class SendHalfMessage(Request[SendResult]):
         group: str | None = None,
         prepare: Prepare | None = None,
     ) -> None:
-        super().__init__(topic=wire.topic, messages=1, group=group, prepare=prepare)
+        self.topic = wire.topic
+        self.messages = 1
+        self.group = group
+        self.prepare = prepare
         self.wire = wire
         self.producer_group = producer_group
         self.send_timeout = send_timeout
@@ -309,7 +307,8 @@ class _ToBroker(Request[None]):
     """A request to one given broker whose answer only says "done"."""
 
     def __init__(self, address: str, request: msgspec.Struct, topic: str) -> None:
-        super().__init__(topic=topic, fixed=QueueRef("", address, -1, 0))
+        self.topic = topic
+        self.fixed = QueueRef("", address, -1, 0)
         self.address = address
         self.request = request
 
