@@ -101,25 +101,26 @@ class PushConsumer(ClientBase):
             topics["%RETRY%" + group] = "*"
         self._offsets = offset_store_for(state)
         self._reports = OutcomeReports(state)
-        # re-sends to the retry topic: one attempt each (the 5 s local retry is the fallback)
-        resend = ProducerConfig(retries=0, send_timeout=self.client_config.request_timeout)
-        retry = RetryHandBack(state, Sender(self.pool, self.routes, resend))
+        # send-backs and re-sends to the retry topic: one attempt each, the next step being
+        # the fallback (docs/semantics.md, "send-back fails")
+        hand_back = ProducerConfig(retries=0, send_timeout=self.client_config.request_timeout)
+        retry = RetryHandBack(state, Sender(self.pool, self.routes, hand_back))
         call = ListenerCall(listener, self.config.consume_timeout)
         self._membership = Membership(state, topics, self.subscriptions)
         self._workers = ConcurrentConsumer(state, call, self._reports, retry, self._offsets)
-        self._locks: QueueLocks | None = None
-        self._lanes: Lanes | None = None
+        orderly: tuple[QueueLocks, Lanes] | None = None
         if self.config.orderly:
-            self._locks = QueueLocks(state)
-            self._lanes = Lanes(state, call, self._reports, retry, self._offsets)
+            orderly = (QueueLocks(state), Lanes(state, call, self._reports, retry, self._offsets))
+        self._locks: QueueLocks | None = orderly[0] if orderly else None
+        self._lanes: Lanes | None = orderly[1] if orderly else None
         self._rebalancer = Rebalancer(
             state,
             topics=topics,
             subscriptions=self.subscriptions,
             membership=self._membership,
             offsets=self._offsets,
-            puller=Puller(state, self._offsets, self._lanes.dispatch if self._lanes else None),
-            orderly=(self._locks, self._lanes) if self._locks and self._lanes else None,
+            puller=Puller(state, self._offsets, orderly[1].dispatch if orderly else None),
+            orderly=orderly,
         )
         self._tasks: list[asyncio.Task[None]] = []
 
