@@ -29,9 +29,12 @@ NOT_FOR_A_SEND = (
     "pocketmq.reliability",
     "pocketmq.bench",
     "pocketmq.client.admin",
-    "pocketmq.client.push",
-    "pocketmq.client.simple",
-    "pocketmq.client.transaction",
+    "pocketmq.client.admin_types",
+    "pocketmq.client.consumer",
+    "pocketmq.client.producer.transaction",
+    "pocketmq.client.producer.outcomes",
+    "pocketmq.client.producer.checks",
+    "pocketmq.client.producer.heartbeat",
     "pocketmq.client.sync",
 )
 

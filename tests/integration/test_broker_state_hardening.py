@@ -14,7 +14,7 @@ import pytest
 
 from pocketmq import Message, MessageView
 from pocketmq import properties as props
-from pocketmq.client import Admin, ClientConfig, Producer, SimpleConsumer
+from pocketmq.client import Admin, ClientConfig, Producer, SimpleConsumer, StoredMessage
 from pocketmq.errors import BrokerConnectionError, MessageIllegalError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -46,13 +46,13 @@ async def test_an_offset_commit_naming_a_topic_with_at_is_refused_and_restarts_w
         async with Admin(servers=broker.address) as admin:  # raw frames: the SDK refuses early
             for topic in ("a@b", "x" * 128):
                 with pytest.raises(MessageIllegalError, match="topic name"):
-                    await admin.call(
+                    await admin._call(
                         broker.address,
                         RequestCode.COMMIT_OFFSET,
                         w.CommitOffsetRequest("g", [w.OffsetEntry(topic, 0, 5)]),
                         w.Empty,
                     )
-            await admin.call(
+            await admin._call(
                 broker.address,
                 RequestCode.COMMIT_OFFSET,
                 w.CommitOffsetRequest("g", [w.OffsetEntry("orders", 0, 1)]),
@@ -123,7 +123,7 @@ async def _receive_delayed(broker: BrokerProcess, level_2: bool = True) -> list[
     if level_2:
         async with Admin(servers=broker.address) as admin:
             wire = w.WireMessage("later", b"level-2", {props.DELAY_LEVEL: "2"})
-            reply = await admin.call(
+            reply = await admin._call(
                 broker.address, RequestCode.SEND, w.SendRequest([wire]), w.SendResponse
             )
             assert reply.results[0].code == 0
@@ -177,7 +177,7 @@ async def _dead_letters(broker: BrokerProcess, count: int) -> list[int]:
                 )
                 for n in range(start, min(count, start + 256))
             ]
-            reply = await admin.call(
+            reply = await admin._call(
                 broker.address, RequestCode.SEND, w.SendRequest(wires), w.SendResponse
             )
             assert {r.code for r in reply.results} == {0}
@@ -189,16 +189,12 @@ async def _dead_letters(broker: BrokerProcess, count: int) -> list[int]:
 async def _copies(broker: BrokerProcess) -> collections.Counter[str]:
     async with Admin(servers=broker.address) as admin:
         [queue] = await admin.queues("orders")
-        found: list[w.DeliveredMessage] = []
+        found: list[StoredMessage] = []
         while len(found) < queue.max_offset:
-            reply = await admin.call(
-                broker.address,
-                RequestCode.BROWSE,
-                w.BrowseRequest("orders", 0, len(found), 1024),
-                w.QueryMessageResponse,
+            found += await admin.browse(
+                "orders", address=broker.address, offset=len(found), max_count=1024
             )
-            found += reply.messages
-    return collections.Counter(m.properties[props.MESSAGE_ID] for m in found)
+    return collections.Counter(m.message_id for m in found)
 
 
 async def test_concurrent_redrives_resend_each_dead_letter_once(tmp_path: Path) -> None:

@@ -269,7 +269,7 @@ async def test_committed_offset_never_passes_an_unfinished_message(
     consumer = PushConsumer(group, topic, listener, servers=broker.address)
     await consumer.start()
     await eventually(lambda: len(finished) == 5)
-    await consumer._persist_offsets()  # what the 5 s timer would do
+    await consumer._offsets.persist()  # what the 5 s timer would do
     async with Admin(servers=broker.address) as admin:
         [queue] = await admin.queues(topic, group)
     assert queue.committed_offset == 0  # offsets 1..5 are done, 0 is not

@@ -1,4 +1,5 @@
-"""Pure pieces of the broker and SDK: retry policies, hashing, allocation, filters, pop state."""
+"""Pure pieces of the broker: retry policies, hashing, filters, pop state (the SDK's queue
+allocation is tested in tests/client/consumer/test_rebalance.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import pytest
 from pocketmq.broker import DEFAULT_DELAY_LEVELS, RetryPolicy
 from pocketmq.broker.filtering import parse_tag_expression
 from pocketmq.broker.pop import Handle, PopQueue
-from pocketmq.client.push import allocate_average
-from pocketmq.client.routes import QueueRef
 from pocketmq.errors import InvalidArgumentError, InvalidReceiptHandleError
 from pocketmq.routing import jump_hash, queue_for_group
 
@@ -50,17 +49,6 @@ def test_group_to_queue_is_stable_across_processes() -> None:
     spread = {queue_for_group(f"order-{n}", 8) for n in range(200)}
     assert spread == set(range(8))
     assert queue_for_group("order-42", 1) == 0
-
-
-def test_allocation_is_contiguous_complete_and_disjoint() -> None:
-    queues = [QueueRef("b", "addr", n, 6) for n in range(10)]
-    members = ["c1", "c2", "c3"]
-    shares = [allocate_average(queues, members, m) for m in members]
-    assert [len(s) for s in shares] == [4, 3, 3]
-    assert [q for share in shares for q in share] == queues
-    assert allocate_average(queues, members, "stranger") == []
-    many = [f"c{n:02d}" for n in range(12)]
-    assert sum(len(allocate_average(queues, many, m)) for m in many) == 10
 
 
 def test_tag_expressions() -> None:

@@ -1,7 +1,7 @@
 """Topic and group names are checked on every path that can store them (issue 14, items 7, 10):
 a group whose %RETRY%/%DLQ% topic would not fit the store, and a topic containing '@', are
-refused with InvalidArgumentError by the broker core (native and gRPC both call it) and by the
-SDK before anything is sent."""
+refused with InvalidArgumentError by the broker core (native and gRPC both call it); the SDK
+refuses them before anything is sent (tests/client/test_names.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pocketmq import Message
 from pocketmq.broker import Broker, BrokerConfig, GroupConfig
 from pocketmq.broker.topics import dlq_topic, retry_topic
-from pocketmq.client import Admin, Producer, PushConsumer, SimpleConsumer
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.names import MAX_GROUP_LENGTH, is_storable_topic
 
@@ -86,34 +84,3 @@ async def test_a_group_too_long_for_its_retry_topic_in_groups_json_is_skipped(
         assert sum(long_name[:20] in r.getMessage() for r in caplog.records) == 1
     finally:
         await broker.close()
-
-
-# -- the SDK refuses the same names before it connects (nothing listens on port 1) ------------
-
-
-async def test_sdk_consumers_refuse_bad_group_and_topic_names() -> None:
-    async def listener(messages: object) -> None:
-        return None
-
-    for bad_group in ("g" * 125, "a@b", ""):
-        with pytest.raises(InvalidArgumentError):
-            PushConsumer(bad_group, "orders", listener, servers="127.0.0.1:1")
-        with pytest.raises(InvalidArgumentError):
-            SimpleConsumer(bad_group, "orders", servers="127.0.0.1:1")
-    with pytest.raises(InvalidArgumentError, match="topic name"):
-        PushConsumer("g", ["orders", "a@b"], listener, servers="127.0.0.1:1")
-    with pytest.raises(InvalidArgumentError, match="topic name"):
-        SimpleConsumer("g", {"x" * 128: "*"}, servers="127.0.0.1:1")
-
-
-async def test_sdk_producer_and_admin_refuse_bad_names_before_sending() -> None:
-    async with Producer(servers="127.0.0.1:1") as producer:
-        with pytest.raises(InvalidArgumentError, match="topic name"):
-            await producer.send(Message(topic="a@b", body=b"x"))
-    async with Admin(servers="127.0.0.1:1") as admin:
-        with pytest.raises(InvalidArgumentError, match="retry and dead-letter topics"):
-            await admin.create_group("g" * 121)
-        with pytest.raises(InvalidArgumentError, match="topic name"):
-            await admin.create_topic("a@b")
-        with pytest.raises(InvalidArgumentError, match="reserved prefix"):
-            await admin.create_topic("%SYS%mine")

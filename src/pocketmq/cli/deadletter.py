@@ -18,9 +18,8 @@ from rich.table import Table
 
 from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors, message_json
-from pocketmq.client import Admin, DeadLetter
+from pocketmq.client import Admin, DeadLetter, RedriveReport
 from pocketmq.client.sync import SyncAdmin
-from pocketmq.protocol.structs import RedriveResponse
 
 __all__ = ["DeadLetterFilter"]
 
@@ -222,8 +221,8 @@ def dlq_show(group: str, message_id: str, server: str) -> None:
 
 def _redrive(
     address: str, group: str, offsets: list[int], target: str
-) -> Callable[[Admin], Awaitable[RedriveResponse]]:
-    def call(admin: Admin) -> Awaitable[RedriveResponse]:
+) -> Callable[[Admin], Awaitable[RedriveReport]]:
+    def call(admin: Admin) -> Awaitable[RedriveReport]:
         return admin.redrive(address, group, offsets, target=target)
 
     return call

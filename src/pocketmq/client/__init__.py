@@ -8,43 +8,52 @@ The names are loaded on first use (PEP 562): a program that needs only the produ
 import typing
 
 if typing.TYPE_CHECKING:
-    from pocketmq.client.admin import (
-        Admin,
+    from pocketmq.client.admin import Admin
+    from pocketmq.client.admin_types import (
+        BrokerInfo,
+        BrokerStatus,
         DeadLetter,
+        DeliveryAttempt,
         GroupInfo,
         QueueInfo,
+        RedriveItem,
+        RedriveReport,
+        StoredMessage,
         TopicInfo,
         TransactionInfo,
     )
     from pocketmq.client.backoff import Backoff
     from pocketmq.client.config import ClientConfig
-    from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult, SendStatus
-    from pocketmq.client.producer import Producer, ProducerConfig, ProducerStatistics
-    from pocketmq.client.push import (
+    from pocketmq.client.consumer.config import (
         ConsumeContext,
         ConsumerStatistics,
         MessageModel,
-        PushConsumer,
         PushConsumerConfig,
     )
-    from pocketmq.client.simple import SimpleConsumer
-    from pocketmq.client.transaction import (
+    from pocketmq.client.consumer.push import PushConsumer
+    from pocketmq.client.consumer.simple import SimpleConsumer
+    from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult, SendStatus
+    from pocketmq.client.producer import Producer, ProducerConfig, ProducerStatistics
+    from pocketmq.client.producer.outcomes import (
         LocalTransaction,
         TransactionChecker,
-        TransactionProducer,
         TransactionResolution,
         TransactionResult,
         TransactionStatistics,
     )
+    from pocketmq.client.producer.transaction import TransactionProducer
 
 __all__ = [
     "Admin",
     "Backoff",
+    "BrokerInfo",
+    "BrokerStatus",
     "ClientConfig",
     "ConsumeContext",
     "ConsumeStatus",
     "ConsumerStatistics",
     "DeadLetter",
+    "DeliveryAttempt",
     "GroupInfo",
     "LocalTransaction",
     "Message",
@@ -56,9 +65,12 @@ __all__ = [
     "PushConsumer",
     "PushConsumerConfig",
     "QueueInfo",
+    "RedriveItem",
+    "RedriveReport",
     "SendResult",
     "SendStatus",
     "SimpleConsumer",
+    "StoredMessage",
     "TopicInfo",
     "TransactionChecker",
     "TransactionInfo",
@@ -70,11 +82,17 @@ __all__ = [
 
 _MODULES = {
     "Admin": "admin",
-    "DeadLetter": "admin",
-    "GroupInfo": "admin",
-    "QueueInfo": "admin",
-    "TopicInfo": "admin",
-    "TransactionInfo": "admin",
+    "BrokerInfo": "admin_types",
+    "BrokerStatus": "admin_types",
+    "DeadLetter": "admin_types",
+    "DeliveryAttempt": "admin_types",
+    "GroupInfo": "admin_types",
+    "QueueInfo": "admin_types",
+    "RedriveItem": "admin_types",
+    "RedriveReport": "admin_types",
+    "StoredMessage": "admin_types",
+    "TopicInfo": "admin_types",
+    "TransactionInfo": "admin_types",
     "Backoff": "backoff",
     "ClientConfig": "config",
     "ConsumeStatus": "message",
@@ -85,18 +103,18 @@ _MODULES = {
     "Producer": "producer",
     "ProducerConfig": "producer",
     "ProducerStatistics": "producer",
-    "ConsumeContext": "push",
-    "ConsumerStatistics": "push",
-    "MessageModel": "push",
-    "PushConsumer": "push",
-    "PushConsumerConfig": "push",
-    "SimpleConsumer": "simple",
-    "LocalTransaction": "transaction",
-    "TransactionChecker": "transaction",
-    "TransactionProducer": "transaction",
-    "TransactionResolution": "transaction",
-    "TransactionResult": "transaction",
-    "TransactionStatistics": "transaction",
+    "ConsumeContext": "consumer.config",
+    "ConsumerStatistics": "consumer.config",
+    "MessageModel": "consumer.config",
+    "PushConsumerConfig": "consumer.config",
+    "PushConsumer": "consumer.push",
+    "SimpleConsumer": "consumer.simple",
+    "LocalTransaction": "producer.outcomes",
+    "TransactionChecker": "producer.outcomes",
+    "TransactionResolution": "producer.outcomes",
+    "TransactionResult": "producer.outcomes",
+    "TransactionStatistics": "producer.outcomes",
+    "TransactionProducer": "producer.transaction",
 }
 
 

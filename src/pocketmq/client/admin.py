@@ -1,14 +1,31 @@
-"""Administration: topics, groups, offsets, message lookup and broker status."""
+"""Administration: topics, groups, offsets, message lookup, dead letters and broker status.
+
+Every answer is a typed value of :mod:`pocketmq.client.admin_types`; the raw request is private
+(``_call``), so nothing outside the SDK depends on the wire format.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Self
 
 import msgspec
 
 from pocketmq import properties as props
+from pocketmq.client.admin_types import (
+    BrokerInfo,
+    BrokerStatus,
+    DeadLetter,
+    DeliveryAttempt,
+    GroupInfo,
+    QueueInfo,
+    RedriveItem,
+    RedriveReport,
+    StoredMessage,
+    TopicInfo,
+    TransactionInfo,
+    attempt_from_wire,
+    stored_from_wire,
+)
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
@@ -19,75 +36,9 @@ from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.checks import retry_policy_problem
 
-__all__ = ["Admin", "DeadLetter", "GroupInfo", "QueueInfo", "TopicInfo", "TransactionInfo"]
+__all__ = ["Admin"]
 
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    queues: int
-    topic_type: str
-    perm: int
-
-
-@dataclass(frozen=True, slots=True)
-class GroupInfo:
-    name: str
-    fifo: bool
-    broadcast: bool
-    max_retries: int
-    retry_delays: tuple[float, ...]
-    consume_from: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A message in a dead-letter queue, with where it came from and why it is there."""
-
-    address: str
-    dlq_offset: int
-    origin_topic: str
-    reason: str
-    message: MessageView
-
-
-@dataclass(frozen=True, slots=True)
-class TransactionInfo:
-    """A broker's record of one transaction (times are epoch seconds).
-
-    ``state``: PREPARED, COMMITTED, ROLLED_BACK or DISCARDED (no outcome after the maximum
-    number of checks). ``source`` says who decided: client, check, broker or recovery.
-    """
-
-    address: str
-    message_id: str
-    transaction_id: str
-    producer_group: str
-    topic: str
-    queue_id: int
-    state: str
-    checks: int
-    prepared_at: float
-    updated_at: float
-    source: str
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    broker_name: str
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    committed_offset: int
-
-    @property
-    def lag(self) -> int:
-        if self.committed_offset < 0:
-            return self.max_offset - self.min_offset
-        return max(0, self.max_offset - self.committed_offset)
 
 
 # delays travel as int64 milliseconds; no retry delay is anywhere near this (about 292 years)
@@ -113,30 +64,30 @@ class Admin(ClientBase):
     ) -> None:
         super().__init__(resolve_config(servers, client))
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
+        """Close the connections."""
         await self.close_base()
 
-    async def brokers(self) -> list[w.BrokerAddress]:
+    async def brokers(self) -> list[BrokerInfo]:
         """Every live broker of the cluster (a lone broker answers with itself)."""
-        reply = await self.call_any(RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse)
-        return reply.brokers
+        reply = await self._call_any(RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse)
+        return [BrokerInfo(b.name, b.address, b.grpc_address) for b in reply.brokers]
 
     async def _brokers(self) -> list[str]:
+        """The addresses to ask for cluster-wide facts: every live broker, or the configured
+        servers when none answers with a list."""
         return [b.address for b in await self.brokers()] or list(self.client_config.servers)
 
     async def _on_every_broker(self, code: RequestCode, body: msgspec.Struct) -> None:
+        """Make a change on every broker: topics and groups exist per broker."""
         for address in await self._brokers():
-            await self.call(address, code, body, w.Empty)
+            await self._call(address, code, body, w.Empty)
 
     async def create_topic(
         self, name: str, *, queues: int = 8, topic_type: str = "normal", perm: int = 6
     ) -> None:
+        """Create topic ``name`` with ``queues`` queues on every broker (``topic_type``:
+        normal, fifo, delay or transaction; ``perm``: 4 read + 2 write)."""
         validate_topic_name(name)
         if topic_type not in TOPIC_TYPES:
             raise InvalidArgumentError(f"topic type must be one of {', '.join(TOPIC_TYPES)}")
@@ -146,11 +97,13 @@ class Admin(ClientBase):
         self.routes.invalidate(name)
 
     async def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` on every broker."""
         await self._on_every_broker(RequestCode.DELETE_TOPIC, w.NameRequest(name))
         self.routes.invalidate(name)
 
     async def list_topics(self) -> list[TopicInfo]:
-        reply = await self.call_any(RequestCode.LIST_TOPICS, w.Empty(), w.ListTopicsResponse)
+        """The topics the first answering server knows."""
+        reply = await self._call_any(RequestCode.LIST_TOPICS, w.Empty(), w.ListTopicsResponse)
         return [TopicInfo(t.name, t.queues, t.topic_type, t.perm) for t in reply.topics]
 
     async def create_group(
@@ -166,6 +119,10 @@ class Admin(ClientBase):
         retry_multiplier: float = 2.0,
         retry_max: float = 0.0,
     ) -> None:
+        """Create consumer group ``name`` on every broker, with its retry policy: the default
+        delay levels, customized ``retry_delays`` (seconds), or exponential (``retry_initial``
+        > 0, ``retry_multiplier``, ``retry_max``). An unworkable policy is refused here, before
+        anything is sent (docs/semantics.md, "retry policy bounds")."""
         validate_group_name(name)
         if isinstance(retry_multiplier, bool) or not isinstance(retry_multiplier, int | float):
             raise InvalidArgumentError("retry_multiplier must be a number")
@@ -186,10 +143,12 @@ class Admin(ClientBase):
         await self._on_every_broker(RequestCode.CREATE_GROUP, spec)
 
     async def delete_group(self, name: str) -> None:
+        """Delete consumer group ``name`` on every broker."""
         await self._on_every_broker(RequestCode.DELETE_GROUP, w.NameRequest(name))
 
     async def list_groups(self) -> list[GroupInfo]:
-        reply = await self.call_any(RequestCode.LIST_GROUPS, w.Empty(), w.ListGroupsResponse)
+        """The consumer groups the first answering server knows."""
+        reply = await self._call_any(RequestCode.LIST_GROUPS, w.Empty(), w.ListGroupsResponse)
         return [
             GroupInfo(
                 g.name,
@@ -207,25 +166,29 @@ class Admin(ClientBase):
         route = await self.routes.get(topic, refresh=True)
         out: list[QueueInfo] = []
         for broker, address in sorted(route.addresses.items()):
-            reply = await self.call(
+            reply = await self._call(
                 address,
                 RequestCode.QUEUE_STATUS,
                 w.QueueStatusRequest(topic, group),
                 w.QueueStatusResponse,
             )
             out.extend(
-                QueueInfo(broker, q.queue_id, q.min_offset, q.max_offset, q.committed_offset)
+                QueueInfo(
+                    broker, q.queue_id, q.min_offset, q.max_offset, q.committed_offset, address
+                )
                 for q in reply.queues
             )
         return out
 
     async def query_message(self, message_id: str) -> list[MessageView]:
+        """Every stored copy of the message (original, retries, dead letter) on every broker."""
         found: list[MessageView] = []
         for address in await self._brokers():
             found += await self._query_pages(address, w.QueryMessageRequest(message_id=message_id))
         return found
 
     async def query_by_key(self, topic: str, key: str, max_count: int = 32) -> list[MessageView]:
+        """Messages of ``topic`` with business key ``key``, up to ``max_count`` per broker."""
         found: list[MessageView] = []
         for address in await self._brokers():
             request = w.QueryMessageRequest(topic=topic, key=key, max_count=max_count)
@@ -236,7 +199,7 @@ class Admin(ClientBase):
         """Every page of one broker's answer: a page is cut to fit in a frame (``more``)."""
         found: list[MessageView] = []
         while True:
-            reply = await self.call(
+            reply = await self._call(
                 address, RequestCode.QUERY_MESSAGE, request, w.QueryMessageResponse
             )
             found.extend(to_view(m) for m in reply.messages)
@@ -247,24 +210,24 @@ class Admin(ClientBase):
                 request, max_count=wanted, skip=request.skip + len(reply.messages)
             )
 
-    async def message_history(self, message_id: str) -> list[w.AttemptRecord]:
+    async def message_history(self, message_id: str) -> list[DeliveryAttempt]:
         """Every recorded delivery attempt of the message, across brokers, oldest first."""
-        found: list[w.AttemptRecord] = []
+        found: list[DeliveryAttempt] = []
         for address in await self._brokers():
-            reply = await self.call(
+            reply = await self._call(
                 address,
                 RequestCode.MESSAGE_HISTORY,
                 w.MessageHistoryRequest(message_id),
                 w.MessageHistoryResponse,
             )
-            found.extend(reply.attempts)
+            found.extend(attempt_from_wire(a) for a in reply.attempts)
         return sorted(found, key=lambda a: (a.delivered_at, a.attempt, a.finished_at))
 
     async def transaction_state(self, message_id: str) -> TransactionInfo | None:
         """The transaction of a transactional message, from the broker that holds it."""
         for address in await self._brokers():
             try:
-                reply = await self.call(
+                reply = await self._call(
                     address,
                     RequestCode.QUERY_TRANSACTION,
                     w.TransactionStateRequest(message_id),
@@ -288,6 +251,67 @@ class Admin(ClientBase):
             )
         return None
 
+    async def queue_status(self, topic: str, group: str = "") -> list[QueueInfo]:
+        """Every queue of ``topic`` on every broker, with its offsets (and ``group``'s progress),
+        sorted by broker and queue.
+
+        Unlike :meth:`queues`, each broker is asked directly rather than through the topic's
+        route, so topics without a route work too: dead-letter topics and the broker's ledgers
+        ``%SYS%HISTORY`` and ``%SYS%REDRIVE``. Brokers without the topic are skipped; if none
+        has it, :class:`~pocketmq.errors.TopicNotFoundError`.
+        """
+        found: list[QueueInfo] = []
+        for address in await self._brokers():
+            try:
+                reply = await self._call(
+                    address,
+                    RequestCode.QUEUE_STATUS,
+                    w.QueueStatusRequest(topic, group),
+                    w.QueueStatusResponse,
+                )
+            except TopicNotFoundError:
+                continue
+            found.extend(
+                QueueInfo(
+                    reply.broker_name,
+                    q.queue_id,
+                    q.min_offset,
+                    q.max_offset,
+                    q.committed_offset,
+                    address,
+                )
+                for q in reply.queues
+            )
+        if not found:
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker")
+        return sorted(found, key=lambda q: (q.broker_name, q.queue_id))
+
+    async def browse(
+        self, topic: str, *, address: str, queue_id: int = 0, offset: int = 0, max_count: int = 32
+    ) -> list[StoredMessage]:
+        """Up to ``max_count`` messages of one queue from ``offset`` on, as the broker at
+        ``address`` stores them, without consuming: no group's offset moves, nothing becomes
+        invisible. Any topic can be read, dead-letter topics and the ledgers ``%SYS%HISTORY``
+        (records: :meth:`DeliveryAttempt.from_ledger`) and ``%SYS%REDRIVE`` included.
+
+        Offsets below the queue's minimum (removed by retention) are skipped: the page starts at
+        the first message still stored. A page holds at most 1024 messages and fits in a frame;
+        read on from the last message's ``queue_offset + 1``. An empty page is the queue's end.
+        """
+        messages = await self._browse(address, topic, queue_id, offset, max_count)
+        return [stored_from_wire(m) for m in messages]
+
+    async def _browse(
+        self, address: str, topic: str, queue_id: int, offset: int, max_count: int
+    ) -> list[w.DeliveredMessage]:
+        reply = await self._call(
+            address,
+            RequestCode.BROWSE,
+            w.BrowseRequest(topic, queue_id, offset, max_count),
+            w.QueryMessageResponse,
+        )
+        return reply.messages
+
     async def dead_letters(self, group: str, max_count: int = 10_000) -> list[DeadLetter]:
         """Every message in ``%DLQ%<group>`` on every broker, oldest first per broker."""
         out: list[DeadLetter] = []
@@ -295,41 +319,56 @@ class Admin(ClientBase):
             offset = 0
             while len(out) < max_count:
                 try:
-                    reply = await self.call(
-                        address,
-                        RequestCode.BROWSE,
-                        w.BrowseRequest("%DLQ%" + group, 0, offset, 256),
-                        w.QueryMessageResponse,
-                    )
+                    messages = await self._browse(address, "%DLQ%" + group, 0, offset, 256)
                 except TopicNotFoundError:
                     break
-                if not reply.messages:
+                if not messages:
                     break
                 out.extend(
                     DeadLetter(
                         address=address,
                         dlq_offset=m.queue_offset,
-                        origin_topic=m.properties.get("RETRY_TOPIC", ""),
+                        origin_topic=m.properties.get(props.RETRY_TOPIC, ""),
                         reason=m.properties.get(props.DLQ_REASON, ""),
                         message=to_view(m),
                     )
-                    for m in reply.messages
+                    for m in messages
                 )
-                offset = reply.messages[-1].queue_offset + 1
+                offset = messages[-1].queue_offset + 1
         return out[:max_count]
 
     async def redrive(
         self, address: str, group: str, offsets: Sequence[int], *, target: str = "origin"
-    ) -> w.RedriveResponse:
-        return await self.call(
+    ) -> RedriveReport:
+        """Re-send the dead letters of ``group`` at ``offsets`` of the DLQ on the broker at
+        ``address`` (see :meth:`dead_letters`), each once, with their original message ids:
+        to their original topic (``target="origin"``) or to the group's retry topic only
+        (``"retry"``). Dead letters resent before are reported ``already``
+        (docs/semantics.md, "DLQ redrive")."""
+        reply = await self._call(
             address,
             RequestCode.REDRIVE,
             w.RedriveRequest(group, list(offsets), target, self.client_config.client_id),
             w.RedriveResponse,
         )
+        return RedriveReport(
+            items=tuple(
+                RedriveItem(
+                    i.dlq_offset, i.message_id, i.status, i.topic, i.queue_id, i.queue_offset
+                )
+                for i in reply.items
+            ),
+            already_redriven=tuple(reply.already_redriven),
+        )
 
-    async def broker_status(self) -> list[w.BrokerStatusResponse]:
-        return [
-            await self.call(address, RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse)
-            for address in await self._brokers()
-        ]
+    async def broker_status(self) -> list[BrokerStatus]:
+        """Each broker's counters and store state."""
+        found: list[BrokerStatus] = []
+        for address in await self._brokers():
+            reply = await self._call(
+                address, RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse
+            )
+            found.append(
+                BrokerStatus(address, reply.broker_name, reply.version, reply.counters, reply.store)
+            )
+        return found

@@ -1,4 +1,5 @@
-"""Retry spacing for flow control, following seed 004 (gRPC's connection-backoff algorithm).
+"""Retry spacing for flow control: gRPC's connection-backoff algorithm (docs/semantics.md,
+"Producer"; gRPC's "Connection Backoff Protocol" document).
 
 Each attempt starts with a deadline: ``now + 1 s`` for the first, then ``now + backoff ± 20 %``
 with the backoff growing 1.6× per attempt up to 120 s. An attempt may run until
@@ -20,6 +21,10 @@ __all__ = ["Backoff", "BackoffSchedule"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Backoff:
+    """How flow-control refusals are spaced (defaults: gRPC's connection backoff); a
+    ``ProducerConfig`` field, so tests and impatient callers can shorten it.
+    """
+
     initial: float = 1.0
     multiplier: float = 1.6
     jitter: float = 0.2
@@ -27,10 +32,13 @@ class Backoff:
     min_connect_timeout: float = 20.0
 
     def schedule(self, rng: random.Random | None = None) -> BackoffSchedule:
+        """A fresh schedule for one send (each send backs off on its own)."""
         return BackoffSchedule(self, rng or random.Random())
 
 
 class BackoffSchedule:
+    """The deadlines of one send's attempts; pure, so a fake clock can drive it."""
+
     def __init__(self, policy: Backoff, rng: random.Random) -> None:
         self._policy = policy
         self._rng = rng
@@ -50,4 +58,5 @@ class BackoffSchedule:
 
     @property
     def current_backoff(self) -> float | None:
+        """The backoff of the latest attempt (None before the first)."""
         return self._backoff

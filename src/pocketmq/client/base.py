@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import ClassVar, Self, TypeVar
 
 import msgspec
 
@@ -12,10 +12,10 @@ from pocketmq.client.config import ClientConfig, parse_servers
 from pocketmq.client.connection import ClientConnection, PushHandler
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.routes import RouteCache
-from pocketmq.errors import BrokerConnectionError
+from pocketmq.errors import BrokerConnectionError, ClosedError
 from pocketmq.protocol import RequestCode
 
-__all__ = ["ClientBase", "resolve_config"]
+__all__ = ["AsyncResource", "ClientBase", "resolve_config"]
 
 T = TypeVar("T")
 
@@ -23,6 +23,8 @@ T = TypeVar("T")
 def resolve_config(
     servers: Sequence[str] | str | None, client: ClientConfig | None
 ) -> ClientConfig:
+    """The client config with ``servers`` applied: every resource takes both, so that the
+    common case needs only ``servers="host:port"``."""
     client = client or ClientConfig()
     if servers is None:
         return client
@@ -31,13 +33,58 @@ def resolve_config(
     return replace(client, servers=servers)
 
 
-class ClientBase:
+class AsyncResource:
+    """Something an application starts, uses and closes: usable as ``async with``, and
+    :meth:`_check_open` is the one place that refuses work before the start or after the close
+    (:class:`~pocketmq.errors.ClosedError`). Subclasses set ``_started`` and ``_closed``."""
+
+    _what: ClassVar[str] = "client"
+    _started: bool = False
+    _closed: bool = False
+
+    async def start(self) -> None:
+        """Get ready to work; ``async with`` calls it."""
+
+    async def aclose(self) -> None:
+        """Finish and release everything; ``async with`` calls it."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self._what} was closed")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self._what} was closed")
+        if not self._started:
+            raise ClosedError(f"{self._what} not started: use `async with` or await start()")
+
+
+class ClientBase(AsyncResource):
+    """The connections and routes of one SDK resource (producer, consumer, admin client).
+
+    Each resource has its own pool, so closing one never breaks another's requests.
+    ``on_push`` receives the one-way requests brokers send (group changes, transaction checks).
+    """
+
     def __init__(self, config: ClientConfig, on_push: PushHandler | None = None) -> None:
         self.client_config = config
         self.pool = ConnectionPool(config.client_id, config.connect_timeout, on_push)
         self.routes = RouteCache(self.pool, config)
 
-    async def call_any(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
+    def listen(self, on_push: PushHandler) -> None:
+        """Hand brokers' one-way requests to ``on_push`` from now on: for code that builds on
+        this resource (the transaction producer answers checks arriving on its producer's
+        connections). Call it before the first connection is opened."""
+        self.pool.on_push = on_push
+
+    async def _call_any(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
         """Send a request to the first configured server that answers."""
         last: BrokerConnectionError | None = None
         for server in self.client_config.servers:
@@ -51,12 +98,15 @@ class ClientBase:
         assert last is not None
         raise last
 
-    async def call(
+    async def _call(
         self, address: str, code: RequestCode, body: msgspec.Struct, reply: type[T]
     ) -> T:
+        """One raw request to ``address``. Private: applications use the typed methods; tests
+        that need raw frames (hostile input) call it on an :class:`~pocketmq.client.Admin`."""
         connection: ClientConnection = await self.pool.get(address)
         return await connection.request(code, body, reply, self.client_config.request_timeout)
 
     async def close_base(self) -> None:
+        """Stop refreshing routes and close every connection."""
         await self.routes.close()
         await self.pool.close()

@@ -15,10 +15,14 @@ def parse_servers(raw: str) -> tuple[str, ...]:
 
 
 def default_servers() -> tuple[str, ...]:
+    """Where to connect when nothing is configured: ``POCKETMQ_SERVER``, else the local broker."""
     return parse_servers(os.environ.get("POCKETMQ_SERVER", "127.0.0.1:10911"))
 
 
 def default_client_id() -> str:
+    """A client id unique per process and resource (host, pid, random): the broker tells
+    consumers of a group apart by it.
+    """
     return f"{socket.gethostname()}@{os.getpid()}@{os.urandom(3).hex()}"
 
 

@@ -53,6 +53,8 @@ CLIENT_VERSION: Final = VERSION
 
 
 class ClientConnection(asyncio.Protocol):
+    """One connection to a broker or name server (see the module docstring)."""
+
     def __init__(self, address: str, on_push: PushHandler | None) -> None:
         self.address = address
         self._on_push = on_push
@@ -73,11 +75,15 @@ class ClientConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """asyncio: the socket is connected."""
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         self._closed = asyncio.get_running_loop().create_future()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """asyncio: the socket closed; every waiting request fails at once, with the broker's
+        reason when it gave one.
+        """
         if self._idle_check is not None:
             self._idle_check.cancel()
             self._idle_check = None
@@ -91,12 +97,15 @@ class ClientConnection(asyncio.Protocol):
             self._closed.set_result(None)
 
     def pause_writing(self) -> None:
+        """asyncio: the socket buffer is full; new requests wait (backpressure)."""
         self._can_write.clear()
 
     def resume_writing(self) -> None:
+        """asyncio: the socket buffer drained."""
         self._can_write.set()
 
     def data_received(self, data: bytes) -> None:
+        """asyncio: bytes arrived; complete frames answer requests or go to the push handler."""
         self._last_active = asyncio.get_running_loop().time()
         try:
             frames = self._decoder.feed(data)
@@ -175,6 +184,7 @@ class ClientConnection(asyncio.Protocol):
 
     @property
     def is_open(self) -> bool:
+        """Whether requests can be written now."""
         return self._transport is not None and not self._transport.is_closing()
 
     def _next_id(self) -> int:
@@ -199,6 +209,9 @@ class ClientConnection(asyncio.Protocol):
     async def request(
         self, code: RequestCode, body: msgspec.Struct, reply: type[T], timeout: float
     ) -> T:
+        """Send a request and wait up to ``timeout`` for its answer, decoded as ``reply``; an
+        error answer raises its typed error, no answer :class:`RequestTimeoutError`.
+        """
         if not self._can_write.is_set():
             await self._can_write.wait()
         future = self.send_request(code, body, reply)
@@ -211,6 +224,7 @@ class ClientConnection(asyncio.Protocol):
             timer.cancel()
 
     def oneway(self, code: RequestCode, body: msgspec.Struct) -> None:
+        """Write a request that gets no answer (reports, fire-and-forget sends)."""
         if not self.is_open:
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
         assert self._transport is not None
@@ -234,10 +248,12 @@ class ClientConnection(asyncio.Protocol):
                 future.set_exception(error)
 
     def close(self) -> None:
+        """Close the socket; waiting requests fail with a connection error."""
         if self._transport is not None:
             self._transport.close()
 
     async def wait_closed(self) -> None:
+        """Wait until the socket is closed."""
         if self._closed is not None:
             await self._closed
 
@@ -281,6 +297,7 @@ async def connect(
 
 
 async def close_quietly(connection: ClientConnection) -> None:
+    """Close ``connection`` and wait a little for it, ignoring errors: for shutdown paths."""
     connection.close()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(connection.wait_closed(), 1.0)

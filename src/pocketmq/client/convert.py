@@ -34,6 +34,9 @@ def _check_text(value: str, what: str) -> None:
 
 
 def validate_message(message: Message, max_size: int | None = None) -> None:
+    """Refuse a message the broker would refuse, before anything is sent: a clear
+    :class:`InvalidArgumentError` instead of a failure deep in a send.
+    """
     if not isinstance(message, Message):
         raise InvalidArgumentError(f"expected a pocketmq.Message, got {type(message).__name__}")
     if not isinstance(message.topic, str) or not message.topic:
@@ -84,6 +87,9 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
 
 
 def to_wire(message: Message, message_id: str | None = None) -> w.WireMessage:
+    """``message`` as the wire carries it: id, tag, keys, group and delivery time become
+    properties; the id is assigned here once, so retries keep it.
+    """
     properties = dict(message.properties)
     properties[props.MESSAGE_ID] = message_id or message.message_id or new_message_id()
     if message.tag:
@@ -100,6 +106,9 @@ def to_wire(message: Message, message_id: str | None = None) -> w.WireMessage:
 
 
 def to_view(message: w.DeliveredMessage) -> MessageView:
+    """A delivered message as applications see it: the original topic of a retry, system
+    properties hidden.
+    """
     properties = message.properties
     topic = message.topic
     if topic.startswith("%RETRY%"):

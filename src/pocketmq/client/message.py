@@ -81,6 +81,7 @@ class MessageView:
 
     @property
     def reconsume_times(self) -> int:
+        """RocketMQ's name for the number of earlier deliveries."""
         return self.delivery_attempt - 1
 
 

@@ -13,23 +13,27 @@ __all__ = ["ConnectionPool"]
 
 
 class ConnectionPool:
+    """The connections of one SDK resource, by address (see the module docstring)."""
+
     def __init__(
         self, client_id: str, connect_timeout: float, on_push: PushHandler | None = None
     ) -> None:
         self.client_id = client_id
         self._timeout = connect_timeout
-        self._on_push = on_push
+        self.on_push = on_push
+        """Receives brokers' one-way requests on connections opened from now on."""
         self._connections: dict[str, ClientConnection] = {}
         self._connecting: dict[str, asyncio.Task[ClientConnection]] = {}
 
     async def get(self, address: str) -> ClientConnection:
+        """The open connection to ``address``, connecting (once, however many ask) if needed."""
         connection = self._connections.get(address)
         if connection is not None and connection.is_open:
             return connection
         task = self._connecting.get(address)
         if task is None:
             task = asyncio.create_task(
-                connect(address, self.client_id, timeout=self._timeout, on_push=self._on_push)
+                connect(address, self.client_id, timeout=self._timeout, on_push=self.on_push)
             )
             self._connecting[address] = task
             task.add_done_callback(lambda _: self._connecting.pop(address, None))
@@ -38,9 +42,11 @@ class ConnectionPool:
         return connection
 
     def open_connections(self) -> list[ClientConnection]:
+        """The connections still open: where a closing consumer says goodbye."""
         return [c for c in self._connections.values() if c.is_open]
 
     async def close(self) -> None:
+        """Cancel connection attempts and close every connection."""
         for task in list(self._connecting.values()):
             task.cancel()
         connections, self._connections = self._connections, {}

@@ -26,6 +26,8 @@ PERM_WRITE = 2
 
 @dataclass(frozen=True, slots=True)
 class QueueRef:
+    """One queue of a topic on one broker, with the broker's address and the queue's permissions."""
+
     broker_name: str
     address: str
     queue_id: int
@@ -33,11 +35,16 @@ class QueueRef:
 
     @property
     def key(self) -> tuple[str, int]:
+        """``(broker name, queue id)``: the order every consumer sorts queues in."""
         return (self.broker_name, self.queue_id)
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
+    """A topic's queues and brokers at one moment; ``writable``/``readable`` are precomputed
+    because every send and rebalance asks.
+    """
+
     topic: str
     topic_type: str
     queues: tuple[QueueRef, ...]
@@ -52,6 +59,8 @@ class Route:
 
 
 class RouteCache:
+    """Routes by topic, fetched on first use and refreshed in the background."""
+
     def __init__(self, pool: ConnectionPool, config: ClientConfig) -> None:
         self._pool = pool
         self._config = config
@@ -59,9 +68,11 @@ class RouteCache:
         self._refresher: asyncio.Task[None] | None = None
 
     def cached(self, topic: str) -> Route | None:
+        """The cached route, without I/O: the send hot path tries this first."""
         return self._routes.get(topic)
 
     async def get(self, topic: str, *, refresh: bool = False) -> Route:
+        """The route of ``topic``, fetched if not cached (or if ``refresh``)."""
         route = self._routes.get(topic)
         if route is None or refresh:
             route = await self._fetch(topic)
@@ -69,6 +80,7 @@ class RouteCache:
         return route
 
     def invalidate(self, topic: str) -> None:
+        """Forget ``topic``'s route: a send or a change found it stale."""
         self._routes.pop(topic, None)
 
     async def _fetch(self, topic: str) -> Route:
@@ -97,6 +109,7 @@ class RouteCache:
         raise TopicNotFoundError(f"no server configured to ask for topic {topic!r}")
 
     def start(self) -> None:
+        """Refresh every cached route every ``route_refresh_interval`` (30 s)."""
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_forever())
 
@@ -108,6 +121,7 @@ class RouteCache:
                     self._routes[topic] = await self._fetch(topic)
 
     async def close(self) -> None:
+        """Stop refreshing."""
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -12,18 +12,20 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
-from pocketmq.client.admin import Admin, GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.admin import Admin
+from pocketmq.client.admin_types import GroupInfo, QueueInfo, TopicInfo
 from pocketmq.client.config import ClientConfig
+from pocketmq.client.consumer.config import PushConsumerConfig
+from pocketmq.client.consumer.push import PushConsumer
+from pocketmq.client.consumer.simple import SimpleConsumer
 from pocketmq.client.message import ConsumeStatus, Message, MessageView, SendResult
 from pocketmq.client.producer import Producer, ProducerConfig
-from pocketmq.client.push import PushConsumer, PushConsumerConfig
-from pocketmq.client.simple import SimpleConsumer
-from pocketmq.client.transaction import (
+from pocketmq.client.producer.outcomes import (
     TransactionChecker,
-    TransactionProducer,
     TransactionResolution,
     TransactionResult,
 )
+from pocketmq.client.producer.transaction import TransactionProducer
 
 __all__ = [
     "LoopThread",
@@ -50,12 +52,15 @@ class LoopThread:
         self.loop.run_forever()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the loop; returns a future the calling thread can wait on."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (up to ``timeout``)."""
         return self.submit(coro).result(timeout)
 
     def stop(self) -> None:
+        """Stop the loop and its thread."""
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
@@ -87,6 +92,8 @@ class _SyncResource:
 
 
 class SyncProducer(_SyncResource):
+    """A :class:`Producer` for blocking code (scripts, the CLI, Spark drivers)."""
+
     def __init__(
         self,
         *,
@@ -102,18 +109,23 @@ class SyncProducer(_SyncResource):
         self._loop.run(self._producer.start())
 
     def send(self, message: Message) -> SendResult:
+        """Blocking :meth:`Producer.send`."""
         return self._loop.run(self._producer.send(message))
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Blocking :meth:`Producer.send_batch`."""
         return self._loop.run(self._producer.send_batch(messages))
 
     def send_oneway(self, message: Message) -> None:
+        """Blocking :meth:`Producer.send_oneway`."""
         self._loop.run(self._producer.send_oneway(message))
 
     def send_async(self, message: Message) -> concurrent.futures.Future[SendResult]:
+        """Start a send; the returned future completes in the background."""
         return self._loop.submit(self._producer.send(message))
 
     def close(self) -> None:
+        """Close the producer (and the loop thread, if it owns it)."""
         self._loop.run(self._producer.aclose())
         self._close_loop()
 
@@ -148,6 +160,7 @@ class SyncTransactionProducer(_SyncResource):
 
     @property
     def producer(self) -> TransactionProducer:
+        """The async producer underneath (its statistics, its pool)."""
         return self._producer
 
     def send_in_transaction(
@@ -163,22 +176,28 @@ class SyncTransactionProducer(_SyncResource):
         return TransactionResult(send_result=result, resolution=resolution, confirmed=confirmed)
 
     def send_half_message(self, message: Message) -> SendResult:
+        """Blocking :meth:`TransactionProducer.send_half_message`."""
         return self._loop.run(self._producer.send_half_message(message))
 
     def end_transaction(
         self, result: SendResult | TransactionResult, resolution: TransactionResolution
     ) -> bool:
+        """Blocking :meth:`TransactionProducer.end_transaction`."""
         return self._loop.run(self._producer.end_transaction(result, resolution))
 
     def send(self, message: Message) -> SendResult:
+        """Blocking plain send."""
         return self._loop.run(self._producer.send(message))
 
     def close(self) -> None:
+        """Close the producer (and the loop thread, if it owns it)."""
         self._loop.run(self._producer.aclose())
         self._close_loop()
 
 
 class SyncSimpleConsumer(_SyncResource):
+    """A :class:`SimpleConsumer` for blocking code."""
+
     def __init__(
         self,
         group: str,
@@ -206,18 +225,23 @@ class SyncSimpleConsumer(_SyncResource):
     def receive(
         self, max_messages: int = 16, invisible_duration: float = 30.0
     ) -> list[MessageView]:
+        """Blocking :meth:`SimpleConsumer.receive`."""
         return self._loop.run(self._consumer.receive(max_messages, invisible_duration))
 
     def ack(self, message: MessageView) -> None:
+        """Blocking :meth:`SimpleConsumer.ack`."""
         self._loop.run(self._consumer.ack(message))
 
     def ack_many(self, messages: Sequence[MessageView]) -> None:
+        """Blocking :meth:`SimpleConsumer.ack_many`."""
         self._loop.run(self._consumer.ack_many(messages))
 
     def change_invisible_duration(self, message: MessageView, seconds: float) -> MessageView:
+        """Blocking :meth:`SimpleConsumer.change_invisible_duration`."""
         return self._loop.run(self._consumer.change_invisible_duration(message, seconds))
 
     def close(self) -> None:
+        """Close the consumer (and the loop thread, if it owns it)."""
         self._loop.run(self._consumer.aclose())
         self._close_loop()
 
@@ -248,14 +272,18 @@ class SyncPushConsumer(_SyncResource):
 
     @property
     def consumer(self) -> PushConsumer:
+        """The async consumer underneath (its statistics, its queues)."""
         return self._consumer
 
     def close(self) -> None:
+        """Close the consumer (and the loop thread, if it owns it)."""
         self._loop.run(self._consumer.aclose())
         self._close_loop()
 
 
 class SyncAdmin(_SyncResource):
+    """An :class:`Admin` for blocking code; :meth:`run` reaches every admin call."""
+
     def __init__(
         self,
         *,
@@ -275,20 +303,26 @@ class SyncAdmin(_SyncResource):
         return self._loop.run(invoke())
 
     def create_topic(self, name: str, *, queues: int = 8, topic_type: str = "normal") -> None:
+        """Blocking :meth:`Admin.create_topic`."""
         self.run(lambda a: a.create_topic(name, queues=queues, topic_type=topic_type))
 
     def list_topics(self) -> list[TopicInfo]:
+        """Blocking :meth:`Admin.list_topics`."""
         return self.run(lambda a: a.list_topics())
 
     def create_group(self, name: str, **options: Any) -> None:
+        """Blocking :meth:`Admin.create_group`."""
         self.run(lambda a: a.create_group(name, **options))
 
     def list_groups(self) -> list[GroupInfo]:
+        """Blocking :meth:`Admin.list_groups`."""
         return self.run(lambda a: a.list_groups())
 
     def queues(self, topic: str, group: str = "") -> list[QueueInfo]:
+        """Blocking :meth:`Admin.queues`."""
         return self.run(lambda a: a.queues(topic, group))
 
     def close(self) -> None:
+        """Close the admin client (and the loop thread, if it owns it)."""
         self._loop.run(self.admin.aclose())
         self._close_loop()

@@ -5,7 +5,8 @@ Why not a consumer: a consumer group moves offsets, takes part in rebalancing an
 topics it subscribes to. Exports and Spark jobs want something else — "every message of queue 3
 on broker-a from offset 1200 to 1500", repeatable, with no side effect on any group — and they
 want dead-letter topics and the broker's internal attempt history too. So this module asks each
-broker for its queues' offset ranges (``QUEUE_STATUS``) and reads ranges with ``BROWSE`` in pages.
+broker for its queues' offset ranges (:meth:`Admin.queue_status`) and reads ranges in pages
+(:meth:`Admin.browse`).
 
 Everything here is blocking (:class:`~pocketmq.client.sync.SyncAdmin`): the callers are the CLI
 and Spark tasks, which run in plain threads and processes. Nothing here keeps a connection beyond
@@ -22,12 +23,10 @@ from typing import Any, Final
 import pyarrow as pa
 
 from pocketmq import properties as props
-from pocketmq.client import Admin
+from pocketmq.client import Admin, DeliveryAttempt, QueueInfo, StoredMessage
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import TopicNotFoundError
 from pocketmq.pipeline.schemas import ATTEMPT_HISTORY_SCHEMA, TOPIC_EXPORT_SCHEMA
-from pocketmq.protocol import RequestCode
-from pocketmq.protocol import structs as w
 
 __all__ = [
     "COLUMN_PROPERTIES",
@@ -66,36 +65,24 @@ class QueueSpan:
 def queue_spans(admin: SyncAdmin, topic: str, *, missing_ok: bool = False) -> list[QueueSpan]:
     """Every queue of ``topic`` on every broker of the cluster, sorted by broker and queue.
 
-    Each broker is asked directly (``QUEUE_STATUS``), so topics without a route — dead-letter
-    topics and the internal ``%SYS%HISTORY`` — work too. Brokers that do not have the topic are
-    skipped; if none has it, :class:`TopicNotFoundError` (or ``[]`` with ``missing_ok``).
+    Each broker is asked directly (:meth:`Admin.queue_status`), so topics without a route —
+    dead-letter topics and the internal ``%SYS%HISTORY`` — work too. Brokers that do not have
+    the topic are skipped; if none has it, :class:`TopicNotFoundError` (or ``[]`` with
+    ``missing_ok``).
     """
 
-    async def ask(admin_: Admin) -> list[QueueSpan]:
-        brokers = [(b.name, b.address) for b in await admin_.brokers()]
-        if not brokers:
-            brokers = [("", s) for s in admin_.client_config.servers]
-        spans: list[QueueSpan] = []
-        for _, address in brokers:
-            try:
-                reply = await admin_.call(
-                    address,
-                    RequestCode.QUEUE_STATUS,
-                    w.QueueStatusRequest(topic),
-                    w.QueueStatusResponse,
-                )
-            except TopicNotFoundError:
-                continue
-            spans.extend(
-                QueueSpan(reply.broker_name, address, q.queue_id, q.min_offset, q.max_offset)
-                for q in reply.queues
-            )
-        return sorted(spans, key=lambda s: (s.broker_name, s.queue_id))
+    async def ask(admin_: Admin) -> list[QueueInfo]:
+        try:
+            return await admin_.queue_status(topic)
+        except TopicNotFoundError:
+            if missing_ok:
+                return []
+            raise
 
-    spans = admin.run(ask)
-    if not spans and not missing_ok:
-        raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker")
-    return spans
+    return [
+        QueueSpan(q.broker_name, q.address, q.queue_id, q.min_offset, q.max_offset)
+        for q in admin.run(ask)
+    ]
 
 
 def browse_range(
@@ -107,7 +94,7 @@ def browse_range(
     end: int,
     *,
     page_size: int = DEFAULT_PAGE_SIZE,
-) -> Iterator[list[w.DeliveredMessage]]:
+) -> Iterator[list[StoredMessage]]:
     """Pages of the messages of one queue with ``start <= queue_offset < end``, in offset order.
 
     Offsets below the queue's minimum (removed by retention) are skipped silently; the pages
@@ -116,13 +103,16 @@ def browse_range(
     offset = start
     page_size = max(1, min(page_size, 1024))
     while offset < end:
-        request = w.BrowseRequest(topic, queue_id, offset, min(page_size, end - offset))
+        count = min(page_size, end - offset)
 
-        async def call(admin_: Admin, request: w.BrowseRequest = request) -> w.QueryMessageResponse:
-            return await admin_.call(address, RequestCode.BROWSE, request, w.QueryMessageResponse)
+        async def read(
+            admin_: Admin, offset: int = offset, count: int = count
+        ) -> list[StoredMessage]:
+            return await admin_.browse(
+                topic, address=address, queue_id=queue_id, offset=offset, max_count=count
+            )
 
-        reply = admin.run(call)
-        page = [m for m in reply.messages if offset <= m.queue_offset < end]
+        page = [m for m in admin.run(read) if offset <= m.queue_offset < end]
         if not page:
             return
         yield page
@@ -140,7 +130,7 @@ def utc_date(ms: int, _cache: dict[int, str] = {}) -> str:  # noqa: B006 (a deli
     return text
 
 
-def messages_table(messages: Iterable[w.DeliveredMessage], broker_name: str = "") -> pa.Table:
+def messages_table(messages: Iterable[StoredMessage], broker_name: str = "") -> pa.Table:
     """Messages as a table of :data:`~pocketmq.pipeline.schemas.TOPIC_EXPORT_SCHEMA`.
 
     ``topic`` is the topic the message is stored in (``%DLQ%<group>`` for a dead letter, whose
@@ -167,9 +157,9 @@ def messages_table(messages: Iterable[w.DeliveredMessage], broker_name: str = ""
     return pa.table(cols, schema=TOPIC_EXPORT_SCHEMA)
 
 
-def attempts_table(records: Iterable[w.AttemptRecord]) -> pa.Table:
-    """Attempt records (the bodies of ``%SYS%HISTORY``, decoded with
-    ``decode_body(body, AttemptRecord)``) as a table of
+def attempts_table(records: Iterable[DeliveryAttempt]) -> pa.Table:
+    """Attempt records (the records of ``%SYS%HISTORY``, decoded with
+    :meth:`DeliveryAttempt.from_ledger`) as a table of
     :data:`~pocketmq.pipeline.schemas.ATTEMPT_HISTORY_SCHEMA`.
 
     Empty texts (no consumer, no error, no FIFO group) become nulls, as the schema documents.

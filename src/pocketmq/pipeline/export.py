@@ -42,6 +42,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pocketmq.client import DeliveryAttempt, StoredMessage
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import InvalidArgumentError
@@ -61,8 +62,6 @@ from pocketmq.pipeline.schemas import (
     TOPIC_EXPORT_PARTITIONING,
     TOPIC_EXPORT_SCHEMA,
 )
-from pocketmq.protocol import decode_body
-from pocketmq.protocol import structs as w
 
 __all__ = [
     "DLQ_DIR",
@@ -171,10 +170,10 @@ class _Run:
     """Consecutive messages of one queue, contiguous in offset, of one date: one file."""
 
     def __init__(self) -> None:
-        self.items: list[w.DeliveredMessage] = []
+        self.items: list[StoredMessage] = []
         self.date = ""
 
-    def fits(self, message: w.DeliveredMessage, date: str, limit: int) -> bool:
+    def fits(self, message: StoredMessage, date: str, limit: int) -> bool:
         if not self.items:
             return True
         return (
@@ -191,8 +190,8 @@ def _export_queue(
     covered: Sequence[tuple[int, int]],
     *,
     directory: Path,
-    date_of: Callable[[w.DeliveredMessage], tuple[str, int]],
-    to_table: Callable[[list[w.DeliveredMessage]], pa.Table],
+    date_of: Callable[[StoredMessage], tuple[str, int]],
+    to_table: Callable[[list[StoredMessage]], pa.Table],
     since_ms: int | None,
     page_size: int,
     rows_per_file: int,
@@ -230,21 +229,21 @@ def _export_queue(
     return rows, files, skipped
 
 
-def _topic_date(message: w.DeliveredMessage) -> tuple[str, int]:
+def _topic_date(message: StoredMessage) -> tuple[str, int]:
     return utc_date(message.store_timestamp), message.store_timestamp
 
 
-def _history_date(message: w.DeliveredMessage) -> tuple[str, int]:
-    delivered = decode_body(message.body, w.AttemptRecord).delivered_at
+def _history_date(message: StoredMessage) -> tuple[str, int]:
+    delivered = DeliveryAttempt.from_ledger(message).delivered_at
     return utc_date(delivered), delivered
 
 
-def _topic_table(messages: list[w.DeliveredMessage]) -> pa.Table:
+def _topic_table(messages: list[StoredMessage]) -> pa.Table:
     return messages_table(messages).drop_columns(list(TOPIC_EXPORT_PARTITIONING))
 
 
-def _history_table(messages: list[w.DeliveredMessage]) -> pa.Table:
-    return attempts_table([decode_body(m.body, w.AttemptRecord) for m in messages])
+def _history_table(messages: list[StoredMessage]) -> pa.Table:
+    return attempts_table([DeliveryAttempt.from_ledger(m) for m in messages])
 
 
 def _export_source(

@@ -11,35 +11,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Self
 
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
+from pocketmq.client.consumer.config import normalize_subscriptions
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
-from pocketmq.errors import ClosedError, InvalidArgumentError, error_from_code
-from pocketmq.names import validate_group_name, validate_stored_topic
+from pocketmq.errors import InvalidArgumentError, error_from_code
+from pocketmq.names import validate_group_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
 __all__ = ["SimpleConsumer"]
 
 
-def normalize_subscriptions(
-    subscriptions: Mapping[str, str] | Sequence[str] | str,
-) -> dict[str, str]:
-    if isinstance(subscriptions, str):
-        normalized = {subscriptions: "*"}
-    elif isinstance(subscriptions, Mapping):
-        normalized = dict(subscriptions)
-    else:
-        normalized = {topic: "*" for topic in subscriptions}
-    for topic in normalized:
-        validate_stored_topic(topic)
-    return normalized
-
-
 class SimpleConsumer(ClientBase):
+    """Receives messages of ``subscriptions`` for consumer group ``group`` in pop mode: the
+    application decides when to receive and acknowledges each message itself (see the module
+    docstring). Use as ``async with SimpleConsumer(...)``."""
+
+    _what = "consumer"
+
     def __init__(
         self,
         group: str,
@@ -60,12 +52,10 @@ class SimpleConsumer(ClientBase):
         self.await_duration = await_duration
         self._turn = 0
         self._addresses: dict[str, str] = {}
-        self._started = False
-        self._closed = False
 
     async def start(self) -> None:
-        if self._closed:
-            raise ClosedError("consumer was closed")
+        """Fetch the subscribed topics' routes (a missing topic raises here)."""
+        self._check_not_closed()
         for topic in self.subscriptions:
             route = await self.routes.get(topic)
             self._addresses.update(route.addresses)
@@ -73,15 +63,9 @@ class SimpleConsumer(ClientBase):
         self._started = True
 
     async def aclose(self) -> None:
+        """Close the connections; messages received and not acknowledged come back later."""
         self._closed = True
         await self.close_base()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def _targets(self) -> list[tuple[str, str, str]]:
         targets: list[tuple[str, str, str]] = []
@@ -97,8 +81,7 @@ class SimpleConsumer(ClientBase):
         self, max_messages: int = 16, invisible_duration: float = 30.0
     ) -> list[MessageView]:
         """Up to ``max_messages``, waiting up to ``await_duration`` when none is ready."""
-        if not self._started or self._closed:
-            raise ClosedError("consumer is not running: use `async with` or await start()")
+        self._check_open()
         if not 1 <= max_messages <= 1024:
             raise InvalidArgumentError("max_messages must be between 1 and 1024")
         if invisible_duration <= 0:
@@ -149,7 +132,7 @@ class SimpleConsumer(ClientBase):
             by_address.setdefault(self._address(message), []).append(message)
         replies = await asyncio.gather(
             *(
-                self.call(
+                self._call(
                     address,
                     RequestCode.ACK,
                     w.AckRequest(
@@ -173,7 +156,7 @@ class SimpleConsumer(ClientBase):
         """Hide ``message`` for ``seconds`` from now; returns it with its new receipt handle."""
         if seconds < 0:
             raise InvalidArgumentError("invisible duration must not be negative")
-        reply = await self.call(
+        reply = await self._call(
             self._address(message),
             RequestCode.CHANGE_INVISIBLE,
             w.ChangeInvisibleRequest(

@@ -1,4 +1,5 @@
-"""Seed 004's ConnectWithBackoff, driven by a fake clock and a seeded random source."""
+"""The flow-control backoff (gRPC's ConnectWithBackoff, docs/semantics.md "Producer"), driven by
+a fake clock and a seeded random source."""
 
 from __future__ import annotations
 

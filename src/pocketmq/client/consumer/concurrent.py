@@ -1,0 +1,89 @@
+"""Concurrent consumption: ``concurrency`` workers call the listener with batches, in any order.
+
+A batch's messages up to ``ConsumeContext.ack_index`` succeeded when the listener returns
+SUCCESS; the rest failed (docs/semantics.md, "batch semantics"). Failures are handed back to the
+broker (clustering) or logged and dropped (broadcasting never retries). Either way a message
+leaves its process queue only once it is finished, and the offset store then learns the new
+commit offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from pocketmq import properties as props
+from pocketmq.client.consumer.config import ConsumeContext
+from pocketmq.client.consumer.consumption import Consumption
+from pocketmq.client.consumer.process_queue import ProcessQueue
+from pocketmq.client.consumer.retry import FailedAttempt
+from pocketmq.client.message import ConsumeStatus
+from pocketmq.protocol import structs as w
+
+__all__ = ["ConcurrentConsumer"]
+
+log = logging.getLogger("pocketmq.client")
+
+
+class ConcurrentConsumer(Consumption):
+    """The workers of a concurrent push consumer."""
+
+    async def worker(self) -> None:
+        """Take batches off the work queue and consume them, until cancelled."""
+        work = self._state.work
+        assert work is not None
+        while True:
+            pq, batch = await work.get()
+            try:
+                if not pq.dropped:
+                    await self.consume(pq, batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consuming a batch failed unexpectedly")
+            finally:
+                work.task_done()
+
+    async def consume(self, pq: ProcessQueue, batch: list[w.DeliveredMessage]) -> None:
+        """One listener call for ``batch``, then finish or hand back each message."""
+        state = self._state
+        counters = state.counters
+        views = [pq.view(m) for m in batch]
+        context = ConsumeContext(ack_index=len(batch) - 1, queue=pq.key)
+        started = time.time()
+        status, outcome, error = await self._listener(views, context)
+        if status is ConsumeStatus.SUCCESS:
+            cut = max(-1, min(context.ack_index, len(batch) - 1)) + 1
+        else:
+            cut = 0
+        succeeded, failed = batch[:cut], batch[cut:]
+        counters.consumed += len(succeeded)
+        counters.failed += len(failed)
+        if status is ConsumeStatus.SUCCESS and failed:
+            outcome, error = "RECONSUME_LATER", "after the ack index of a successful batch"
+        self._reports.record(pq, views[:cut], started)
+        finished = [m.queue_offset for m in succeeded]
+        if failed:
+            if not state.clustering:
+                for message in failed:
+                    log.warning(
+                        "broadcast message %s failed and is dropped (broadcasting never retries)",
+                        message.properties.get(props.MESSAGE_ID),
+                    )
+                counters.broadcast_drops += len(failed)
+                finished += [m.queue_offset for m in failed]
+            else:
+                kept: list[w.DeliveredMessage] = []
+                for message in failed:
+                    attempt = FailedAttempt(message, outcome, error, started)
+                    if await self._retry.hand_back(pq, attempt, context.delay_level):
+                        finished.append(message.queue_offset)
+                    else:
+                        kept.append(message)
+                if kept:
+                    self._retry.later(pq, kept)
+        if pq.dropped:
+            return
+        pq.remove(finished)
+        self._offsets.mark(pq)

@@ -1,0 +1,81 @@
+"""Calling the application's listener, and turning whatever it does into a verdict.
+
+Returning ``RECONSUME_LATER``, returning ``None`` or anything that is not a
+:class:`ConsumeStatus`, raising, or running past ``consume_timeout`` all count as a failure
+(docs/semantics.md, "Consumer retry, delays and dead letters"); the verdict also names the
+outcome and the error text the attempt history records. Async listeners run on the loop, sync
+ones in a worker thread, so a blocking listener never stalls pulling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple, cast
+
+from pocketmq.client.consumer.config import ConsumeContext, Listener
+from pocketmq.client.message import ConsumeStatus, MessageView
+
+__all__ = ["ListenerCall", "Verdict"]
+
+log = logging.getLogger("pocketmq.client")
+
+
+class Verdict(NamedTuple):
+    """A listener call's result: the status, the outcome name for the attempt history
+    (``SUCCESS``, ``RECONSUME_LATER``, ``EXCEPTION``, ``TIMEOUT``) and an error text."""
+
+    status: ConsumeStatus
+    outcome: str
+    error: str
+
+
+class ListenerCall:
+    """The listener with what is known about it: async or not, wanting a context or not."""
+
+    def __init__(self, listener: Listener, consume_timeout: float) -> None:
+        self._listener = listener
+        self._timeout = consume_timeout
+        self._async = _is_async(listener)
+        try:
+            self._wants_context = len(inspect.signature(listener).parameters) >= 2
+        except (TypeError, ValueError):
+            self._wants_context = False
+
+    async def __call__(self, views: list[MessageView], context: ConsumeContext) -> Verdict:
+        """Call the listener with ``views`` (and ``context``) and judge what it did."""
+        args: tuple[Any, ...] = (views, context) if self._wants_context else (views,)
+        try:
+            if self._async:
+                pending = cast(Awaitable[ConsumeStatus | None], self._listener(*args))
+                async with asyncio.timeout(self._timeout):  # no extra task
+                    result = await pending
+            else:
+                call = cast(Callable[..., ConsumeStatus | None], self._listener)
+                async with asyncio.timeout(self._timeout):
+                    result = await asyncio.to_thread(call, *args)
+        except TimeoutError:
+            log.warning("listener ran past the consume timeout (%.0fs)", self._timeout)
+            return Verdict(ConsumeStatus.RECONSUME_LATER, "TIMEOUT", "consume timeout exceeded")
+        except Exception as exc:
+            log.exception("listener raised; the batch will be retried")
+            return Verdict(
+                ConsumeStatus.RECONSUME_LATER, "EXCEPTION", f"{type(exc).__name__}: {exc}"
+            )
+        if isinstance(result, ConsumeStatus):
+            return Verdict(result, result.value, "")
+        if result is not None:
+            log.warning("listener returned %r, not a ConsumeStatus; retrying the batch", result)
+            return Verdict(
+                ConsumeStatus.RECONSUME_LATER, "RECONSUME_LATER", f"listener returned {result!r}"
+            )
+        return Verdict(ConsumeStatus.RECONSUME_LATER, "RECONSUME_LATER", "listener returned None")
+
+
+def _is_async(listener: Listener) -> bool:
+    if inspect.iscoroutinefunction(listener):
+        return True
+    call = getattr(listener, "__call__", None)  # noqa: B004 - an object with async __call__
+    return call is not None and inspect.iscoroutinefunction(call)

@@ -1,0 +1,105 @@
+"""The pull loop of one owned queue: long polls that feed its process queue.
+
+Each owned queue has one loop. It starts at the offset store's initial offset, asks the broker
+for up to ``pull_batch`` messages, waiting up to ``long_poll`` seconds for new ones (the broker
+answers as soon as one arrives), and hands what it got on: to the workers in batches of
+``batch_size`` (concurrent consumers), or to the message groups' lanes (orderly consumers).
+It stops pulling while ``max_cached_per_queue`` messages are in hand, so a slow listener bounds
+the memory it costs. A failed pull is tried again after a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from pocketmq.client.consumer.offsets import OffsetStore
+from pocketmq.client.consumer.process_queue import ProcessQueue
+from pocketmq.client.consumer.state import ConsumerState
+from pocketmq.errors import PocketMQError
+from pocketmq.protocol import RequestCode
+from pocketmq.protocol import structs as w
+
+__all__ = ["Puller"]
+
+log = logging.getLogger("pocketmq.client")
+
+Dispatch = Callable[[ProcessQueue, list[w.DeliveredMessage]], None]
+
+
+class Puller:
+    """Runs pull loops; ``lanes`` (orderly consumers) takes new messages instead of the
+    workers' queue."""
+
+    def __init__(
+        self, state: ConsumerState, offsets: OffsetStore, lanes: Dispatch | None = None
+    ) -> None:
+        self._state = state
+        self._offsets = offsets
+        self._lanes = lanes
+
+    async def run(self, pq: ProcessQueue) -> None:
+        """Pull ``pq`` until it is dropped (or the task is cancelled)."""
+        state = self._state
+        work = state.work
+        assert work is not None
+        _, topic, queue_id = pq.key
+        config = state.config
+        wait_ms = int(config.long_poll * 1000)
+        pool = state.client.pool
+        timeout = config.long_poll + state.client.client_config.request_timeout
+        while not pq.dropped:
+            try:
+                if pq.next_offset < 0:
+                    pq.next_offset = await self._offsets.initial_offset(pq)
+                if len(pq.messages) >= config.max_cached_per_queue:
+                    pq.space.clear()
+                    await pq.space.wait()
+                    continue
+                connection = await pool.get(pq.address)
+                reply = await connection.request(
+                    RequestCode.PULL,
+                    w.PullRequest(
+                        state.group,
+                        topic,
+                        queue_id,
+                        pq.next_offset,
+                        config.pull_batch,
+                        pq.expression,
+                        wait_ms,
+                    ),
+                    w.PullResponse,
+                    timeout,
+                )
+            except asyncio.CancelledError:
+                raise
+            except PocketMQError as exc:
+                log.warning("pull from %s %s/%d failed: %s", pq.address, topic, queue_id, exc)
+                await asyncio.sleep(1.0)
+                continue
+            if pq.dropped:
+                return
+            if reply.status == "FOUND":
+                fresh = [m for m in reply.messages if m.queue_offset not in pq.messages]
+                for message in fresh:
+                    pq.messages[message.queue_offset] = message
+                pq.next_offset = reply.next_offset
+                if self._lanes is not None:
+                    self._lanes(pq, fresh)
+                    continue
+                size = config.batch_size
+                for start in range(0, len(fresh), size):
+                    await work.put((pq, fresh[start : start + size]))
+            else:
+                if reply.status == "OFFSET_ILLEGAL":
+                    log.warning(
+                        "offset %d of %s/%d is out of range; moving to %d",
+                        pq.next_offset,
+                        topic,
+                        queue_id,
+                        reply.next_offset,
+                    )
+                pq.next_offset = reply.next_offset
+                if not pq.messages:
+                    self._offsets.mark(pq)

@@ -1,0 +1,59 @@
+"""What a producer is configured with, and what it counts.
+
+Kept apart from the producer itself so that the sender, the accumulator and the transaction
+producer can share one definition without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pocketmq.client.backoff import Backoff
+from pocketmq.client.message import SendResult
+
+__all__ = ["ProducerConfig", "ProducerStatistics", "SendCallback"]
+
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+"""Called once a ``send_async`` ends: ``(result, None)`` or ``(None, error)``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProducerConfig:
+    """How a producer sends.
+
+    ``group`` is the producer group (required only for transactions: the broker checks unfinished
+    transactions back with a producer of that group). A send is tried ``retries + 1`` times at
+    most, all inside ``send_timeout`` seconds; flow-control refusals wait out ``backoff``.
+    ``linger`` turns on auto-batching: messages without a message group wait up to that many
+    seconds to fill a batch of ``max_batch`` messages or ``max_batch_bytes`` bytes.
+    ``max_message_size`` refuses bigger bodies before anything is sent.
+    """
+
+    group: str = ""
+    retries: int = 2
+    send_timeout: float = 3.0
+    backoff: Backoff = field(default_factory=Backoff)
+    linger: float | None = None
+    """Auto-batching: wait up to this many seconds to fill a batch (None: send at once)."""
+    max_batch: int = 256
+    max_batch_bytes: int = 4 * 1024 * 1024
+    max_message_size: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProducerStatistics:
+    """Counts since the producer was created, to tell a healthy producer from a struggling one.
+
+    ``sent`` and ``failed`` count messages; ``retries`` counts attempts after the first;
+    ``backoffs`` counts flow-control refusals waited out; ``unknown_outcomes`` counts messages
+    whose send ended in :class:`~pocketmq.errors.SendOutcomeUnknownError`; ``batches`` counts
+    send requests the brokers answered.
+    """
+
+    sent: int
+    failed: int
+    retries: int
+    backoffs: int
+    unknown_outcomes: int
+    batches: int
