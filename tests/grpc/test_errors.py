@@ -15,6 +15,7 @@ from rocketmq.v5.exception import (
     NotFoundException,
 )
 
+from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
 
 from .conftest import MAX_MESSAGE_SIZE, ClientLog, OfficialClients, message, unique, wait_until
@@ -78,16 +79,20 @@ def test_unknown_consumer_group(
 
 
 def test_reserved_property_and_type_conflicts(
-    official: OfficialClients, client_log: ClientLog, stub, topic: str
+    official: OfficialClients, client_log: ClientLog, stub, topic: str, admin: SyncAdmin
 ) -> None:
     client_log.expect("send message exception", "failed to send message")
     producer = official.producer(topic)
     with pytest.raises(BadRequestException) as error:
         producer.send(message(topic, b"x", properties={"UNIQ_KEY": "mine"}))
     assert error.value.code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY
-    fifo = _send(stub, topic, b"x", message_type=definition_pb2.MessageType.FIFO, message_group="g")
+    delay_topic = unique("delay")
+    admin.create_topic(delay_topic, queues=2, topic_type="delay")
+    fifo = _send(
+        stub, delay_topic, b"x", message_type=definition_pb2.MessageType.FIFO, message_group="g"
+    )
     assert fifo.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    assert "normal topic" in fifo.status.message
+    assert "delay topic" in fifo.status.message
     no_group = _send(stub, topic, b"x", message_type=definition_pb2.MessageType.FIFO)
     assert no_group.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
     far = _send(

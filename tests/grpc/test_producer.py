@@ -89,10 +89,16 @@ def test_fifo_groups_keep_their_queue_and_order(
         assert sequence == sorted(sequence)  # and in send order
 
 
-def test_a_fifo_message_needs_a_fifo_topic(official: OfficialClients, topic: str) -> None:
-    producer = official.producer(topic)
+def test_a_typed_topic_takes_only_its_own_message_type(
+    official: OfficialClients, admin: SyncAdmin
+) -> None:
+    """The route lists what each queue accepts; the client checks it before sending (a normal
+    topic takes every type: docs/semantics.md, "Messages")."""
+    delay_topic = unique("delay")
+    admin.create_topic(delay_topic, queues=2, topic_type="delay")
+    producer = official.producer(delay_topic)
     with pytest.raises(IllegalArgumentException, match="accept message types"):
-        producer.send(message(topic, b"x", message_group="g"))
+        producer.send(message(delay_topic, b"x", message_group="g"))
 
 
 def test_delay_message_arrives_when_due(

@@ -68,9 +68,9 @@ async def test_a_native_pop_retried_with_its_attempt_id_gets_the_same_messages(
             await producer.send(Message(topic=topic, body=b"%d" % i))
     request = w.PopRequest(group, topic, max_count=2, invisible_ms=30_000, attempt_id="a-1")
     async with Admin(servers=broker.address) as admin:
-        first = await admin.call(broker.address, RequestCode.POP, request, w.PopResponse)
-        again = await admin.call(broker.address, RequestCode.POP, request, w.PopResponse)
-        fresh = await admin.call(
+        first = await admin._call(broker.address, RequestCode.POP, request, w.PopResponse)
+        again = await admin._call(broker.address, RequestCode.POP, request, w.PopResponse)
+        fresh = await admin._call(
             broker.address,
             RequestCode.POP,
             w.PopRequest(group, topic, max_count=2, invisible_ms=30_000, attempt_id="a-2"),
