@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"broker", "protocol"},
     "client": {"protocol"},
     "reliability": {"client"},  # never the wire protocol: it works through the SDK
-    "pipeline": {"client", "protocol", "reliability"},
+    "pipeline": {"client", "reliability"},  # through the SDK and the toolkit only
     "testing": {"server", "broker", "store", "client", "protocol"},
     "cli": {"*"},
     "bench": {"*"},

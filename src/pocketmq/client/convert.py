@@ -7,6 +7,7 @@ from typing import Final
 
 from pocketmq import properties as props
 from pocketmq.client.message import Message, MessageView
+from pocketmq.contract import check_keys, check_message, check_user_properties
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.ids import new_message_id
 from pocketmq.names import validate_stored_topic
@@ -36,45 +37,30 @@ def _check_text(value: str, what: str) -> None:
 def validate_message(message: Message, max_size: int | None = None) -> None:
     """Refuse a message the broker would refuse, before anything is sent: a clear
     :class:`InvalidArgumentError` instead of a failure deep in a send.
+
+    The Python-level checks (types, text the wire can carry) are the SDK's; the rules after
+    them are the broker's own send contract (pocketmq.contract), checked again on arrival.
     """
     if not isinstance(message, Message):
         raise InvalidArgumentError(f"expected a pocketmq.Message, got {type(message).__name__}")
     if not isinstance(message.topic, str) or not message.topic:
         raise InvalidArgumentError("message topic must be a non-empty string")
-    validate_stored_topic(message.topic)
     if not isinstance(message.body, bytes | bytearray | memoryview):
         raise InvalidArgumentError(
             f"message body must be bytes, got {type(message.body).__name__} "
             "(encode text with .encode())"
         )
-    if not message.body:
-        raise InvalidArgumentError("message body must not be empty")
-    if max_size is not None and len(message.body) > max_size:
-        raise InvalidArgumentError(
-            f"message body is {len(message.body)} bytes; the broker accepts at most {max_size}"
-        )
-    if message.tag is not None:
-        if not isinstance(message.tag, str) or "||" in message.tag:
-            raise InvalidArgumentError("tag must be a string without '||'")
-        _check_text(message.tag, "tag")
+    if message.tag is not None and not isinstance(message.tag, str):
+        raise InvalidArgumentError("tag must be a string")
     for key in message.keys:
-        if not isinstance(key, str) or not key or any(c.isspace() for c in key):
-            raise InvalidArgumentError(f"key {key!r} must be a non-empty string without spaces")
-        _check_text(key, "key")
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"key {key!r} must be a string")
     for name, value in message.properties.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise InvalidArgumentError("properties must map strings to strings")
-        if not name:
-            raise InvalidArgumentError("a property name must not be empty")
-        if name in SYSTEM_PROPERTIES:
-            raise InvalidArgumentError(f"property {name!r} is reserved")
-        _check_text(name, "property name")
-        _check_text(value, f"property {name!r}")
     for text, what in ((message.message_group, "message group"), (message.message_id, "id")):
-        if text is not None:
-            if not isinstance(text, str):
-                raise InvalidArgumentError(f"message {what} must be a string")
-            _check_text(text, f"message {what}")
+        if text is not None and not isinstance(text, str):
+            raise InvalidArgumentError(f"message {what} must be a string")
     delivery = message.delivery_time
     if delivery is not None and (
         isinstance(delivery, bool)
@@ -84,6 +70,29 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
         raise InvalidArgumentError(
             f"delivery_time must be epoch seconds (a finite, non-negative number), got {delivery!r}"
         )
+    validate_stored_topic(message.topic)
+    for text, what in (
+        (message.tag, "tag"),
+        (message.message_group, "message group"),
+        (message.message_id, "message id"),
+        *((key, "key") for key in message.keys),
+        *((name, "property name") for name in message.properties),
+        *((value, f"property {name!r}") for name, value in message.properties.items()),
+    ):
+        if text:
+            _check_text(text, what)
+    violation = (
+        check_keys(message.keys)
+        or check_user_properties(message.properties)
+        or check_message(
+            message.topic,
+            len(message.body),
+            {props.TAGS: message.tag} if message.tag else {},
+            max_body=max_size if max_size is not None else len(message.body),
+        )
+    )
+    if violation is not None:
+        raise InvalidArgumentError(violation.text)
 
 
 def to_wire(message: Message, message_id: str | None = None) -> w.WireMessage:
