@@ -120,7 +120,9 @@ def test_serve_prints_one_ready_line_and_exits_0_on_sigterm(tmp_path: Path) -> N
         assert process.stdout is not None
         line = process.stdout.readline()
         assert re.fullmatch(
-            r"pocketmq ready native=127\.0\.0\.1:\d+ grpc=\S+ namesrv=127\.0\.0\.1:\d+\n", line
+            r"pocketmq ready native=127\.0\.0\.1:\d+ grpc=\S+ namesrv=127\.0\.0\.1:\d+"
+            r" ha=127\.0\.0\.1:\d+ role=master\n",
+            line,
         ), line
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 0

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pocketmq.broker.catalog import Catalog
 from pocketmq.broker.config import BrokerConfig
@@ -31,13 +33,14 @@ from pocketmq.broker.history import AttemptHistory
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.membership import Membership
-from pocketmq.broker.offsets import OffsetManager
+from pocketmq.broker.offsets import OffsetManager, parse_queue_key
 from pocketmq.broker.parts import BrokerPart, Shared
 from pocketmq.broker.persist import OffLoopWriter
 from pocketmq.broker.pop import PopManager
 from pocketmq.broker.popping import PopPath
 from pocketmq.broker.pulling import PullPath
 from pocketmq.broker.redrive import RedriveService
+from pocketmq.broker.replica_log import ReplicaLog
 from pocketmq.broker.replication import Replication, ReplicationMode, Role
 from pocketmq.broker.schedule import ScheduleService
 from pocketmq.broker.sendback import SendBack
@@ -46,6 +49,7 @@ from pocketmq.broker.topics import TopicManager
 from pocketmq.broker.transactions import EndOutcome, TransactionService, TransactionStatus
 from pocketmq.errors import ServiceUnavailableError
 from pocketmq.store import MessageStore
+from pocketmq.store.files import atomic_write
 
 __all__ = ["Broker"]
 
@@ -116,41 +120,12 @@ class Broker:
             sync_timeout=config.ha_sync_timeout,
             wake=steps.wake_readers,
         )
+        self.replica_log = ReplicaLog(self.store, self.name)
         self.sending = SendPath(shared)
-        self.redrives = RedriveService(
-            self.store,
-            config_dir,
-            send_now=self.sending.send_now,
-            append_now=steps._append_now,
-            settle=self.sending.settle,
-            history=self.history,
-            clock=clock,
-        )
-        self.dead_letters = DeadLetters(shared, self.redrives)
-        self.schedule = shared.schedule = ScheduleService(
-            self.store,
-            config_dir,
-            config.delay_levels,
-            steps.append_internal,
-            clock,
-            counters=self.counters,
-            dead_letter=lambda group, message, reason: (
-                self.dead_letters.dead_letter(group, message, reason=reason).status.stored
-            ),
-        )
-        self.transactions = shared.transactions = TransactionService(
-            self.store,
-            config_dir,
-            timeout=config.transaction_timeout,
-            check_interval=config.transaction_check_interval,
-            check_max=config.transaction_check_max,
-            producer_expiry=config.consumer_expiry,
-            append=steps._append_now,
-            durable=steps._await_durable,
-            history=self.history,
-            counters=self.counters,
-            clock=clock,
-        )
+        self._config_dir = config_dir
+        self._steps = steps
+        self.dead_letters = DeadLetters(shared)
+        self._build_master_services()
         self.send_backs = SendBack(shared, self.dead_letters)
         self.pulls = PullPath(shared)
         self.pops = PopPath(shared, self.dead_letters)
@@ -163,6 +138,46 @@ class Broker:
             if self.store.epochs.current is None:
                 self.store.epochs.begin(1, self.store.write_position)
         self._bind()
+
+    def _build_master_services(self) -> None:
+        """The services that write on their own: the schedule, the transaction checker, DLQ
+        redrives. Built from the state files, at start and again at a promotion (a slave's
+        files are its master's latest)."""
+        shared, steps, config, clock = self._shared, self._steps, self.config, self._clock
+        self.redrives = RedriveService(
+            self.store,
+            self._config_dir,
+            send_now=self.sending.send_now,
+            append_now=steps._append_now,
+            settle=self.sending.settle,
+            history=self.history,
+            clock=clock,
+        )
+        self.dead_letters.redrives = self.redrives
+        self.schedule = shared.schedule = ScheduleService(
+            self.store,
+            self._config_dir,
+            config.delay_levels,
+            steps.append_internal,
+            clock,
+            counters=self.counters,
+            dead_letter=lambda group, message, reason: (
+                self.dead_letters.dead_letter(group, message, reason=reason).status.stored
+            ),
+        )
+        self.transactions = shared.transactions = TransactionService(
+            self.store,
+            self._config_dir,
+            timeout=config.transaction_timeout,
+            check_interval=config.transaction_check_interval,
+            check_max=config.transaction_check_max,
+            producer_expiry=config.consumer_expiry,
+            append=steps._append_now,
+            durable=steps._await_durable,
+            history=self.history,
+            counters=self.counters,
+            clock=clock,
+        )
 
     def _bind(self) -> None:
         """The operations adapters call, taken from the concept that implements each."""
@@ -203,6 +218,47 @@ class Broker:
         self.consumer_ids = membership.consumer_ids
         self.heartbeat_producer = membership.heartbeat_producer
         self.unregister_producer = membership.unregister_producer
+        for name in self.MASTER_ONLY:
+            setattr(self, name, self._master_only(name, getattr(self, name)))
+
+    MASTER_ONLY = (
+        "send_back",
+        "pop",
+        "pop_now",
+        "ack",
+        "change_invisible",
+        "dead_letter",
+        "forward_to_dead_letter",
+        "redrive",
+        "create_topic",
+        "delete_topic",
+        "create_group",
+        "delete_group",
+    )
+    """Operations that write the log or the state a master owns (docs/replication.md §5): a
+    slave refuses them, like sends, and the client goes to a master."""
+
+    def _master_only(self, name: str, operation: Callable[..., Any]) -> Callable[..., Any]:
+        def refuse() -> ServiceUnavailableError:
+            return ServiceUnavailableError(
+                f"broker {self.name!r} is a slave: {name.replace('_', ' ')} goes to its master"
+            )
+
+        if inspect.iscoroutinefunction(operation):
+
+            async def checked_async(*args: Any, **kwargs: Any) -> Any:
+                if self.replication.role is Role.SLAVE:
+                    raise refuse()
+                return await operation(*args, **kwargs)
+
+            return checked_async
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            if self.replication.role is Role.SLAVE:
+                raise refuse()
+            return operation(*args, **kwargs)
+
+        return checked
 
     def _protect_consumed_positions(self) -> None:
         """After a crash that lost the tail of a queue, the queue must not hand out again the
@@ -279,6 +335,94 @@ class Broker:
             except Exception:  # keep the loop alive; the next round retries
                 log.exception("broker housekeeping failed")
 
+    # -- roles (docs/replication.md §5-§6) -----------------------------------------------
+
+    STATE_FILES = (
+        "topics.json",
+        "groups.json",
+        "offsets.json",
+        "pop.json",
+        "schedule.json",
+        "transactions.json",
+        "redrive.json",
+    )
+    """The state files a master copies to its slaves (docs/storage-format.md §10)."""
+
+    def metadata(self) -> dict[str, bytes]:
+        """The state files as they are on disk now, for a slave."""
+        files: dict[str, bytes] = {}
+        for name in self.STATE_FILES:
+            try:
+                with open(os.path.join(self._config_dir, name), "rb") as handle:
+                    files[name] = handle.read()
+            except FileNotFoundError:
+                continue
+        return files
+
+    def apply_metadata(self, files: dict[str, bytes]) -> None:
+        """A slave: take its master's state files. Topics and groups are the master's; offsets
+        are merged (consumers reading from this slave may have committed further); the rest is
+        read when this broker becomes master."""
+        if self.role is not Role.SLAVE:
+            return
+        for name, data in files.items():
+            if name not in self.STATE_FILES:
+                continue
+            if name == "offsets.json":
+                self.offsets.persist(force=True)  # our own commits first, then merged
+            atomic_write(os.path.join(self._config_dir, name), data)
+        self.topics.reload()
+        self.groups.reload()
+        self.offsets.merge_file()
+
+    def merge_offsets(self, offsets: dict[str, int]) -> None:
+        """Offsets consumers committed on a slave while it served reads for this master
+        (``group@topic@queue`` keys): kept where they are further than ours."""
+        parsed = {}
+        for key, offset in offsets.items():
+            queue = parse_queue_key(key)
+            if queue is not None and offset >= 0:
+                parsed[queue] = offset
+        self.offsets.merge(parsed)
+
+    def offsets_for_master(self) -> dict[str, int]:
+        """A slave's committed offsets, keyed for :meth:`merge_offsets` on its master."""
+        return {f"{g}@{t}@{q}": o for (g, t, q), o in self.offsets.snapshot().items()}
+
+    async def promote(self) -> int:
+        """Become the master of the group: a new epoch at the log's end, the state the master
+        last sent, and the services that write. Returns the new epoch."""
+        if self.role is Role.MASTER:
+            current = self.store.epochs.current
+            return current.number if current else 0
+        epochs = self.store.epochs
+        current = epochs.current
+        epochs.truncate(self.store.write_position)  # terms whose records never reached us
+        epoch = epochs.begin(
+            (current.number if current else 0) + 1, self.store.write_position
+        ).number
+        self.topics.reload()
+        self.groups.reload()
+        self.offsets.merge_file()
+        self.pop_state.reload()
+        self.replication.role = Role.MASTER
+        self.history.enabled = self.config.record_history
+        self._build_master_services()
+        await self._start_master_services()
+        log.warning("promoted to master of group %r at epoch %d", self.name, epoch)
+        return epoch
+
+    async def demote(self) -> None:
+        """Become a slave: another broker holds a newer epoch of this group (the caller then
+        replicates from it, which cuts what this log has beyond their shared history)."""
+        if self.role is Role.SLAVE:
+            return
+        self.replication.role = Role.SLAVE
+        self.history.enabled = False
+        await self.schedule.close()
+        await self.transactions.close()
+        log.warning("demoted to slave of group %r", self.name)
+
     # -- transactions (broker/transactions.py) --------------------------------------------
 
     async def end_transaction(
@@ -295,6 +439,10 @@ class Broker:
         again is answered as a duplicate, a different one raises TransactionStateError."""
         if self._shared.closed:
             raise ServiceUnavailableError("the broker is shutting down")
+        if self.role is Role.SLAVE:
+            raise ServiceUnavailableError(
+                f"broker {self.name!r} is a slave: end transactions on its master"
+            )
         return await self.transactions.end(
             producer_group,
             message_id,

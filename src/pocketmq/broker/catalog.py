@@ -116,6 +116,27 @@ class Catalog(BrokerPart):
             )
         return rows
 
+    def _replication_status(self) -> dict[str, object]:
+        replication = self.replication
+        epoch = self.store.epochs.current
+        return {
+            "role": replication.role.value,
+            "mode": replication.mode.value,
+            "epoch": epoch.number if epoch is not None else 0,
+            "log_end": self.store.write_position,
+            "confirmed": replication.confirmed,
+            "lag_bytes": replication.lag_bytes(),
+            "slaves": [
+                {"broker_id": s.broker_id, "address": s.address, "acked": s.acked}
+                for s in replication.slaves.values()
+            ],
+            "in_sync": len(replication.in_sync()),
+            "master": replication.master_address,
+            "gap_bytes": replication.gap(),
+            "last_contact": replication.contact_at,
+            "link_error": replication.link_error,
+        }
+
     def status(self) -> dict[str, object]:
         stats = self.store.statistics()
         return {
@@ -135,4 +156,5 @@ class Catalog(BrokerPart):
                 "recovered_truncated_bytes": stats.recovered_truncated_bytes,
                 "open_queue_files": stats.open_queue_files,
             },
+            "replication": self._replication_status(),
         }

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pocketmq import properties as props
 from pocketmq.broker.history import Outcome
 from pocketmq.broker.model import SendOutcome
-from pocketmq.broker.parts import BrokerPart, Shared, require_dead_letter_stored
+from pocketmq.broker.parts import BrokerPart, require_dead_letter_stored
 from pocketmq.broker.pop import Handle, InFlight, PopQueue
 from pocketmq.broker.redrive import RedriveService
 from pocketmq.broker.topics import (
@@ -39,9 +39,9 @@ log = logging.getLogger("pocketmq.broker")
 class DeadLetters(BrokerPart):
     """Copies messages into dead-letter topics and redrives them out again."""
 
-    def __init__(self, shared: Shared, redrives: RedriveService) -> None:
-        super().__init__(shared)
-        self.redrives = redrives
+    redrives: RedriveService
+    """Set by the broker once it has built the redrive service (it sends through the broker's
+    send path, built after this)."""
 
     def dead_letter(self, group: str, message: StoredMessage, *, reason: str) -> PutResult:
         """Store a copy of ``message`` in ``%DLQ%<group>`` (write-only for consumers)."""

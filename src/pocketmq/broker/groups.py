@@ -82,6 +82,10 @@ class GroupManager:
                 self._groups[group.name] = group
         state.finish()
 
+    def reload(self) -> None:
+        """Read groups.json again (a slave, after its master's metadata arrived)."""
+        self._groups = GroupManager(os.path.dirname(self._path))._groups
+
     def get(self, name: str) -> GroupConfig | None:
         return self._groups.get(name)
 

@@ -76,6 +76,21 @@ class OffsetManager:
             if offset < 0:
                 raise InvalidArgumentError(f"offset {offset} must not be negative")
 
+    def merge_file(self) -> None:
+        """Take offsets.json's offsets where they are further than ours (a slave, after its
+        master's metadata arrived: its own consumers' commits are kept too)."""
+        self.merge(OffsetManager(os.path.dirname(self._path)).snapshot())
+
+    def merge(self, offsets: dict[tuple[str, str, int], int]) -> None:
+        """Keep, per queue, the further of ours and ``offsets`` (a commit never goes back)."""
+        for key, offset in offsets.items():
+            if offset > self._offsets.get(key, -1):
+                self._offsets[key] = offset
+                self._dirty = True
+
+    def snapshot(self) -> dict[tuple[str, str, int], int]:
+        return dict(self._offsets)
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed on this queue."""
         return self._offsets.get((group, topic, queue_id), -1)

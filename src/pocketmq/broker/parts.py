@@ -303,8 +303,10 @@ class BrokerPart:
         if any(key[0] in SCHEDULE_TOPICS for key in touched):
             self.schedule.notify()
         replication = self._shared.replication
-        if replication is not None and end and replication.defer(end, touched):
-            return
+        if replication is not None and end:
+            replication.grew()
+            if replication.defer(end, touched):
+                return
         self.wake_readers(touched)
 
     def wake_readers(self, touched: set[tuple[str, int]]) -> None:

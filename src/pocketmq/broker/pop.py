@@ -263,3 +263,8 @@ class PopManager:
             for (g, t, q), s in self._queues.items()
         }
         save_json(self._path, snapshot, sink)
+
+    def reload(self) -> None:
+        """Read pop.json again (a slave promoted to master takes its master's last state)."""
+        self._queues = PopManager(os.path.dirname(self._path))._queues
+        self.dirty = False

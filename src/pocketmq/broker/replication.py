@@ -13,6 +13,7 @@ decides with it (docs/replication.md):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 from collections import deque
@@ -77,6 +78,29 @@ class Replication:
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
         self.confirmed = -1  # -1: no limit (no slave in sync, or async replication)
+        self._growth: asyncio.Future[None] | None = None
+        # a slave's view of its master, kept current by its replication link (server/ha)
+        self.master_address = ""  # the replication address while linked ("" otherwise)
+        self.master_end = -1  # the master's end of log at the last contact (-1: never met)
+        self.contact_at = 0.0  # time.time() of the last contact
+        self.link_error = ""  # why the last link ended, if it failed
+
+    # -- a slave's progress ---------------------------------------------------------------
+
+    def heard_from_master(self, master_end: int) -> None:
+        self.master_end = master_end
+        self.contact_at = time.time()
+
+    def gap(self) -> int:
+        """A slave: how far behind its master it was at the last contact (-1: never met)."""
+        if self.master_end < 0:
+            return -1
+        return max(0, self.master_end - self.store.write_position)
+
+    def caught_up(self) -> bool:
+        """A slave: whether it held all but ``max_gap`` bytes of its master's log at the last
+        contact (what a promotion asks, docs/replication.md §6)."""
+        return 0 <= self.gap() <= self.max_gap
 
     # -- slaves ---------------------------------------------------------------------------
 
@@ -100,6 +124,22 @@ class Replication:
     def in_sync(self) -> list[SlaveProgress]:
         end = self.store.write_position
         return [s for s in self.slaves.values() if end - s.acked <= self.max_gap]
+
+    def grew(self) -> None:
+        """The log grew: wake the senders streaming it to slaves."""
+        growth = self._growth
+        if growth is not None and not growth.done():
+            growth.set_result(None)
+
+    async def wait_for_log(self, position: int, timeout: float) -> None:
+        """Return once the log ends beyond ``position``, or after ``timeout``."""
+        if self.store.write_position > position:
+            return
+        growth = self._growth
+        if growth is None or growth.done():
+            growth = self._growth = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(growth), timeout)
 
     # -- sending --------------------------------------------------------------------------
 

@@ -88,6 +88,10 @@ class TopicManager:
                 self._topics[topic.name] = topic
         state.finish()
 
+    def reload(self) -> None:
+        """Read topics.json again (a slave, after its master's metadata arrived)."""
+        self._topics = TopicManager(os.path.dirname(self._path))._topics
+
     def get(self, name: str) -> TopicConfig | None:
         return self._topics.get(name)
 

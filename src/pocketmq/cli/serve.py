@@ -64,6 +64,10 @@ def build_config(
     namesrv: str | None,
     broker_name: str | None,
     flush: str | None,
+    broker_id: int | None = None,
+    role: str | None = None,
+    master: str | None = None,
+    ha_port: int | None = None,
 ) -> AppConfig:
     """Defaults, then the config file, then command-line options (the last word wins)."""
     raw: dict[str, Any] = {}
@@ -84,6 +88,12 @@ def build_config(
         broker = replace(broker, data_dir=data_dir)
     if broker_name is not None:
         broker = replace(broker, broker_name=broker_name)
+    if broker_id is not None:
+        broker = replace(broker, broker_id=broker_id)
+        if role is None and broker_id > 0:
+            role = "slave"  # RocketMQ's convention: id 0 is the master
+    if role is not None:
+        broker = replace(broker, role=role)
     app = _apply(AppConfig(), app_values, "server")
     overrides: dict[str, Any] = {"broker": broker}
     for key, value in (
@@ -98,6 +108,11 @@ def build_config(
         _split(namesrv, "--namesrv")
         overrides["namesrv"] = namesrv
         overrides["namesrv_port"] = None
+    if master is not None:
+        _split(master, "--master")
+        overrides["master"] = master
+    if ha_port is not None:
+        overrides["ha_port"] = ha_port
     config = replace(app, **overrides)
     try:
         config.connection_limits()
@@ -143,7 +158,14 @@ def _logging(level: str) -> None:
 @click.option(
     "--namesrv", help="Use an external name server host:port instead of the embedded one."
 )
-@click.option("--broker-name", help="Name of this broker in the cluster.  [default: broker-a]")
+@click.option(
+    "--broker-name",
+    help="This broker's group (the brokers of a group replicate).  [default: broker-a]",
+)
+@click.option("--broker-id", type=int, help="Id in the group: 0 master, >= 1 slaves.  [default: 0]")
+@click.option("--role", type=click.Choice(["master", "slave"]), help="[default: from --broker-id]")
+@click.option("--master", help="A slave's master, as its replication address host:port.")
+@click.option("--ha-port", type=int, help="A master's replication port.  [default: --port + 1]")
 @click.option(
     "--flush", type=click.Choice(["sync", "async"]), help="Flush policy.  [default: async]"
 )
@@ -162,6 +184,10 @@ def serve(
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
+    broker_id: int | None,
+    role: str | None,
+    master: str | None,
+    ha_port: int | None,
     flush: str | None,
     config_file: Path | None,
     log_level: str,
@@ -178,6 +204,10 @@ def serve(
         namesrv=namesrv,
         broker_name=broker_name,
         flush=flush,
+        broker_id=broker_id,
+        role=role,
+        master=master,
+        ha_port=ha_port,
     )
     if no_grpc:
         config = replace(config, grpc_port=None)

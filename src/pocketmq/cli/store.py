@@ -159,7 +159,7 @@ def broker() -> None:
 @server_option
 @handle_errors
 def status(server: str) -> None:
-    """The broker's counters and store state, as JSON (one object per broker)."""
+    """The broker's counters, store state and replication, as JSON (one object per broker)."""
     with SyncAdmin(servers=server) as admin:
         for item in admin.run(lambda a: a.broker_status()):
             click.echo(
@@ -169,6 +169,20 @@ def status(server: str) -> None:
                         "version": item.version,
                         "counters": item.counters,
                         "store": item.store,
+                        "replication": item.replication,
                     }
                 )
             )
+
+
+@broker.command()
+@server_option
+@click.option("--force", is_flag=True, help="Promote even a slave not known to be in sync.")
+@handle_errors
+def promote(server: str, force: bool) -> None:
+    """Make the slave at --server the master of its group (docs/replication.md §6)."""
+    with SyncAdmin(servers=server) as admin:
+        result = admin.run(lambda a: a.promote(force=force))
+    click.echo(
+        f"{result.address} is the master now (epoch {result.epoch}, log end {result.log_end})"
+    )

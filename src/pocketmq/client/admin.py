@@ -17,6 +17,7 @@ from pocketmq.client.admin_types import (
     DeadLetter,
     DeliveryAttempt,
     GroupInfo,
+    Promotion,
     QueueInfo,
     RedriveItem,
     RedriveReport,
@@ -71,12 +72,16 @@ class Admin(ClientBase):
     async def brokers(self) -> list[BrokerInfo]:
         """Every live broker of the cluster (a lone broker answers with itself)."""
         reply = await self._call_any(RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse)
-        return [BrokerInfo(b.name, b.address, b.grpc_address) for b in reply.brokers]
+        return [
+            BrokerInfo(b.name, b.address, b.grpc_address, b.broker_id, b.role, b.epoch)
+            for b in reply.brokers
+        ]
 
     async def _brokers(self) -> list[str]:
-        """The addresses to ask for cluster-wide facts: every live broker, or the configured
-        servers when none answers with a list."""
-        return [b.address for b in await self.brokers()] or list(self.client_config.servers)
+        """The addresses to make cluster-wide changes on: every live master (slaves copy their
+        master's topics and groups), or the configured servers when none answers with a list."""
+        masters = [b.address for b in await self.brokers() if b.role == "master"]
+        return masters or list(self.client_config.servers)
 
     async def _on_every_broker(self, code: RequestCode, body: msgspec.Struct) -> None:
         """Make a change on every broker: topics and groups exist per broker."""
@@ -361,14 +366,32 @@ class Admin(ClientBase):
             already_redriven=tuple(reply.already_redriven),
         )
 
+    async def promote(self, address: str | None = None, *, force: bool = False) -> Promotion:
+        """Make the slave at ``address`` (default: the first configured server) the master of
+        its group. Refused when the slave is not known to be in sync with its master, unless
+        ``force`` (then what it does not have is lost: docs/replication.md §6)."""
+        target = address or self.client_config.servers[0]
+        reply = await self._call(
+            target, RequestCode.PROMOTE, w.PromoteRequest(force), w.PromoteResponse
+        )
+        return Promotion(target, reply.epoch, reply.log_end)
+
     async def broker_status(self) -> list[BrokerStatus]:
-        """Each broker's counters and store state."""
+        """Each broker's counters and store state, slaves included."""
         found: list[BrokerStatus] = []
-        for address in await self._brokers():
+        everyone = [b.address for b in await self.brokers()]
+        for address in everyone or list(self.client_config.servers):
             reply = await self._call(
                 address, RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse
             )
             found.append(
-                BrokerStatus(address, reply.broker_name, reply.version, reply.counters, reply.store)
+                BrokerStatus(
+                    address,
+                    reply.broker_name,
+                    reply.version,
+                    reply.counters,
+                    reply.store,
+                    reply.replication,
+                )
             )
         return found

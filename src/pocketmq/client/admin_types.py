@@ -112,11 +112,15 @@ class TransactionInfo:
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
-    """A live broker of the cluster: its name, native address and gRPC address (if any)."""
+    """A live broker of the cluster: its group name, native address, gRPC address (if any),
+    and its place in the group (docs/replication.md §1)."""
 
     name: str
     address: str
     grpc_address: str = ""
+    broker_id: int = 0
+    role: str = "master"
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,17 @@ class BrokerStatus:
     version: str
     counters: Mapping[str, int]
     store: Mapping[str, Any]
+    replication: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """A slave made master of its group: its address, its new epoch, and the end of its log
+    (everything before it is what the group now holds: docs/replication.md §6)."""
+
+    address: str
+    epoch: int
+    log_end: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,10 +35,15 @@ class Message:
 
 
 class SendStatus(enum.Enum):
-    """How a send ended. Anything other than ``OK`` still means the message was stored."""
+    """How a send ended. Anything other than ``OK`` still means the message was stored, with a
+    weaker guarantee: not yet known on disk (``FLUSH_DISK_TIMEOUT``), or on the master only
+    (``SLAVE_NOT_AVAILABLE``, ``FLUSH_SLAVE_TIMEOUT``: docs/replication.md §3). None of them is
+    retried: a retry would store a second copy."""
 
     OK = "OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

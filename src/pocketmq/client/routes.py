@@ -2,7 +2,9 @@
 
 A route is asked of the configured servers in turn (brokers answer with the cluster view they get
 from their name server). Routes are cached and refreshed every 30 s in the background, and
-dropped at once when a send or pull finds them wrong.
+dropped at once when a send or pull finds them wrong. Each group is reached at the first broker
+the route lists for it: its master, or a slave (read-only queues) while the group has no master
+(docs/replication.md §5).
 """
 
 from __future__ import annotations
@@ -97,7 +99,9 @@ class RouteCache:
             except BrokerConnectionError as exc:
                 last = exc
                 continue
-            addresses = {b.name: b.address for b in reply.brokers}
+            addresses: dict[str, str] = {}
+            for broker in reply.brokers:  # a group's master first, then its slaves
+                addresses.setdefault(broker.name, broker.address)
             queues = tuple(
                 QueueRef(q.broker_name, addresses[q.broker_name], q.queue_id, q.perm)
                 for q in sorted(reply.queues, key=lambda q: (q.broker_name, q.queue_id))

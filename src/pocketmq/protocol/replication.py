@@ -47,10 +47,12 @@ class HaHelloReply(_Body, frozen=True):
 
 
 class HaData(_Body, frozen=True):
-    """Raw commit-log bytes: whole records of one segment, at ``offset``."""
+    """Raw commit-log bytes: whole records of one segment, at ``offset``; ``log_end`` is the
+    master's end of log when it sent them (no data: a heartbeat of an idle link)."""
 
     offset: int
     data: bytes
+    log_end: int = 0
 
 
 class HaAck(_Body, frozen=True):

@@ -470,6 +470,7 @@ class BrokerStatusResponse(_Body, frozen=True):
     version: str
     counters: dict[str, int]
     store: dict[str, Any]
+    replication: dict[str, Any] = {}
 
 
 class QueueStatusRequest(_Body, frozen=True):

@@ -19,6 +19,7 @@ from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNo
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
+from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
 from pocketmq.server.native.connection import ServerConnection
@@ -61,6 +62,10 @@ class AppConfig:
     max_frame_before_hello: int = MAX_FRAME_BEFORE_HELLO
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    # replication (docs/replication.md): where this master's slaves connect (None: the native
+    # port + 1, or any free port when the native port is 0), and a slave's master
+    ha_port: int | None = None
+    master: str | None = None
 
     def connection_limits(self) -> ConnectionLimits:
         """The ``[server]`` connection settings, validated (InvalidArgumentError if not); also
@@ -87,6 +92,7 @@ class BrokerApp:
         self._grpc: GrpcServer | None = None
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
+        self.group: GroupRole | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.grpc_address = ""
 
@@ -119,12 +125,22 @@ class BrokerApp:
                 self.namesrv = NameServer(limits=limits)
                 await self.namesrv.start(config.host, config.namesrv_port)
             handlers = broker_handlers(
-                self.broker, self._route, self._list_brokers, self._topics_changed
+                self.broker, self._route, self._list_brokers, self._topics_changed, self._promote
             )
             self._native = FrameServer(handlers, on_close=self._connection_closed, limits=limits)
             await self._native.start(config.host, config.port)
             if config.grpc_port is not None:
                 await self._start_grpc(config.grpc_port)
+            self.group = GroupRole(
+                self.broker,
+                host=config.host,
+                ha_port=self._ha_port(),
+                master=config.master,
+                own_address=lambda: self.native_address,
+                advertise=lambda host, port: f"{self._advertised_host()}:{port}",
+                on_change=self._register,
+            )
+            await self.group.start()
             if self.namesrv_address:
                 self._link = NameServerLink(self.namesrv_address, f"broker:{self.broker.name}")
                 await self._register()
@@ -145,11 +161,22 @@ class BrokerApp:
         self._grpc = server
         self.grpc_address = f"{self._advertised_host()}:{server.port}"
 
+    def _ha_port(self) -> int:
+        if self.config.ha_port is not None:
+            return self.config.ha_port
+        return self.config.port + 1 if self.config.port else 0
+
+    async def _promote(self, force: bool) -> int:
+        assert self.group is not None
+        return await self.group.promote(force=force)
+
     def ready_line(self) -> str:
         grpc = self.grpc_address or "disabled"
+        ha = self.group.ha_address if self.group is not None else ""
+        role = self.broker.role.value if self.broker is not None else "master"
         return (
             f"pocketmq ready native={self.native_address} grpc={grpc} "
-            f"namesrv={self.namesrv_address or 'none'}"
+            f"namesrv={self.namesrv_address or 'none'} ha={ha or 'none'} role={role}"
         )
 
     # -- routing and registration ---------------------------------------------------------
@@ -163,11 +190,19 @@ class BrokerApp:
         return w.RegisterBrokerRequest(self._self_address(), topics)
 
     async def _register(self) -> None:
-        assert self._link is not None
+        if self._link is None:
+            return
         try:
-            await self._link.call(RequestCode.REGISTER_BROKER, self._registration(), w.Empty)
+            reply = await self._link.call(
+                RequestCode.REGISTER_BROKER, self._registration(), w.RegisterBrokerResponse
+            )
         except BrokerConnectionError as exc:
             log.warning("registration with the name server failed: %s", exc)
+            return
+        if self.group is not None:
+            await self.group.learned(
+                reply.master_address, reply.master_ha_address, reply.master_epoch
+            )
 
     async def _register_forever(self) -> None:
         while True:
@@ -181,8 +216,17 @@ class BrokerApp:
             task.add_done_callback(self._pending.discard)
 
     def _self_address(self) -> w.BrokerAddress:
-        assert self.broker is not None
-        return w.BrokerAddress(self.broker.name, self.native_address, self.grpc_address)
+        broker = self.broker
+        assert broker is not None
+        return w.BrokerAddress(
+            broker.name,
+            self.native_address,
+            self.grpc_address,
+            broker.config.broker_id,
+            broker.role.value,
+            broker.replica_log.current_epoch(),
+            self.group.ha_address if self.group is not None else "",
+        )
 
     async def _list_brokers(self) -> w.ListBrokersResponse:
         if self._link is not None:
@@ -235,6 +279,8 @@ class BrokerApp:
             self._registrar.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._registrar
+        if self.group is not None:
+            await self.group.close()
         if self._native is not None:
             await self._native.close()
         if self._grpc is not None:

@@ -63,11 +63,10 @@ class EpochLog:
         self._save([*self.entries, epoch])
         return epoch
 
-    def adopt(self, entries: list[Epoch], up_to: int) -> None:
-        """Take the master's epochs for the part of the log this store holds (a slave)."""
-        kept = [e for e in entries if e.start <= up_to] or entries[:1]
-        if kept != self.entries:
-            self._save(kept)
+    def adopt(self, entries: list[Epoch]) -> None:
+        """Take the master's epochs (a slave: its log is the master's, as far as it goes)."""
+        if entries != self.entries:
+            self._save(list(entries))
 
     def truncate(self, end: int) -> None:
         """Forget the epochs that began at or after ``end`` (the log was cut there)."""

@@ -48,7 +48,7 @@ from pocketmq.store.record import (
     valid_topic,
 )
 from pocketmq.store.recovery import Recovery, RecoveryReport, set_aside
-from pocketmq.store.replica import ReplicaWriter
+from pocketmq.store.replica import ReplicaError, ReplicaWriter
 from pocketmq.store.status import PutStatus
 from pocketmq.store.writer import Writer
 
@@ -320,6 +320,17 @@ class MessageStore:
         return self._commitlog.write_position
 
     @property
+    def flushed_position(self) -> int:
+        """Everything below it is fsynced."""
+        flusher = self.flusher
+        return flusher.flushed if flusher is not None else self._commitlog.flushed_position
+
+    @property
+    def min_physical_offset(self) -> int:
+        """The oldest log offset still stored (retention deletes whole segments)."""
+        return self._commitlog.min_offset
+
+    @property
     def failure(self) -> str:
         """Why the store stopped accepting writes ("" while it accepts them)."""
         return self._failure
@@ -424,6 +435,17 @@ class MessageStore:
         """A slave: drop the log from ``offset`` on (bytes its new master never had)."""
         with self._lock:
             return self._replica.cut(offset, reason)
+
+    def start_replica_at(self, offset: int) -> None:
+        """An empty slave whose master's log begins at ``offset`` (older segments were removed
+        by retention) begins its own log there."""
+        with self._lock:
+            commitlog = self._commitlog
+            if commitlog.segments or commitlog.write_position:
+                raise ReplicaError("only an empty store can begin its log elsewhere")
+            if offset % self.config.segment_size:
+                raise ReplicaError(f"{offset} is not the start of a segment")
+            commitlog.write_position = commitlog.flushed_position = offset
 
     def read_log(self, offset: int, max_bytes: int) -> bytes:
         """Raw log bytes from ``offset`` (a record boundary) for a slave: whole records of one

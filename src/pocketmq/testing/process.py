@@ -20,7 +20,9 @@ from typing import Any
 
 __all__ = ["BrokerProcess", "NameServerProcess", "write_config"]
 
-_READY = re.compile(r"pocketmq ready native=(\S+) grpc=(\S+) namesrv=(\S+)")
+_READY = re.compile(
+    r"pocketmq ready native=(\S+) grpc=(\S+) namesrv=(\S+)(?: ha=(\S+))?(?: role=(\S+))?"
+)
 _NAMESRV_READY = re.compile(r"pocketmq namesrv ready namesrv=(\S+)")
 
 
@@ -88,6 +90,7 @@ class BrokerProcess:
         port: int = 0,
         grpc_port: int | None = 0,
         namesrv_port: int = 0,
+        ha_port: int | None = None,
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = 30.0,
     ) -> None:
@@ -100,10 +103,12 @@ class BrokerProcess:
         self._port = port
         self._grpc_port = grpc_port
         self._namesrv_port = namesrv_port
+        self._ha_port = ha_port
         self._extra = extra_args
         self._timeout = startup_timeout
         self.process: subprocess.Popen[str] | None = None
-        self.native = self.grpc = self.namesrv = ""
+        self.native = self.grpc = self.namesrv = self.ha = ""
+        self.role = "master"
         self.log_path = self.data_dir / "broker.log"
         self._start()
 
@@ -128,6 +133,8 @@ class BrokerProcess:
             command += ["--namesrv-port", str(self._namesrv_port)]
         if self._broker_name:
             command += ["--broker-name", self._broker_name]
+        if self._ha_port is not None:
+            command += ["--ha-port", str(self._ha_port)]
         if self._flush:
             command += ["--flush", self._flush]
         if self._config:
@@ -151,11 +158,15 @@ class BrokerProcess:
         except BaseException:
             self._close_pipes()  # the process exited (or was killed): do not leak its pipe
             raise
-        self.native, self.grpc, self.namesrv = match.groups()
+        self.native, self.grpc, self.namesrv, ha, role = match.groups()
+        self.ha = "" if ha in (None, "none") else ha
+        self.role = role or "master"
         # restarts keep the same ports so clients can reconnect
         self._port = int(self.native.rsplit(":", 1)[1])
         if self.grpc != "disabled":
             self._grpc_port = int(self.grpc.rsplit(":", 1)[1])
+        if self.ha:
+            self._ha_port = int(self.ha.rsplit(":", 1)[1])
         if self._namesrv is None and self.namesrv != "none":
             self._namesrv_port = int(self.namesrv.rsplit(":", 1)[1])
 

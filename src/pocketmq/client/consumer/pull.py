@@ -5,7 +5,8 @@ for up to ``pull_batch`` messages, waiting up to ``long_poll`` seconds for new o
 answers as soon as one arrives), and hands what it got on: to the workers in batches of
 ``batch_size`` (concurrent consumers), or to the message groups' lanes (orderly consumers).
 It stops pulling while ``max_cached_per_queue`` messages are in hand, so a slow listener bounds
-the memory it costs. A failed pull is tried again after a second.
+the memory it costs. A failed pull is tried again after a second; one that cannot reach its
+broker asks for a rebalance, which fetches the route again (a slave may serve the queue now).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pocketmq.client.consumer.offsets import OffsetStore
 from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.client.consumer.state import ConsumerState
-from pocketmq.errors import PocketMQError
+from pocketmq.errors import BrokerConnectionError, PocketMQError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
@@ -38,6 +39,8 @@ class Puller:
         self._state = state
         self._offsets = offsets
         self._lanes = lanes
+        self.broker_lost: Callable[[], None] | None = None
+        """Called when a pull cannot reach its broker: the route may have moved to a slave."""
 
     async def run(self, pq: ProcessQueue) -> None:
         """Pull ``pq`` until it is dropped (or the task is cancelled)."""
@@ -76,6 +79,8 @@ class Puller:
                 raise
             except PocketMQError as exc:
                 log.warning("pull from %s %s/%d failed: %s", pq.address, topic, queue_id, exc)
+                if isinstance(exc, BrokerConnectionError) and self.broker_lost is not None:
+                    self.broker_lost()
                 await asyncio.sleep(1.0)
                 continue
             if pq.dropped:

@@ -113,15 +113,17 @@ class PushConsumer(ClientBase):
             orderly = (QueueLocks(state), Lanes(state, call, self._reports, retry, self._offsets))
         self._locks: QueueLocks | None = orderly[0] if orderly else None
         self._lanes: Lanes | None = orderly[1] if orderly else None
+        puller = Puller(state, self._offsets, orderly[1].dispatch if orderly else None)
         self._rebalancer = Rebalancer(
             state,
             topics=topics,
             subscriptions=self.subscriptions,
             membership=self._membership,
             offsets=self._offsets,
-            puller=Puller(state, self._offsets, orderly[1].dispatch if orderly else None),
+            puller=puller,
             orderly=orderly,
         )
+        puller.broker_lost = self._rebalancer.soon
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -107,6 +107,11 @@ class Rebalancer:
                     )
             for key in [k for k in state.queues if k not in desired]:
                 await self.drop(key)
+            for key, pq in state.queues.items():
+                address = desired[key][0]
+                if pq.address != address:  # the group's master is gone, or back
+                    log.info("reading %s from %s now (was %s)", key, address, pq.address)
+                    pq.address = address
             wanted = {k: v for k, v in desired.items() if k not in state.queues}
             if self._orderly is not None and wanted:
                 wanted = await self._orderly[0].lock(wanted)

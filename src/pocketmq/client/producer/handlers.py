@@ -148,6 +148,8 @@ def with_queue(message: w.WireMessage, queue_id: int) -> w.WireMessage:
 _STORED: Final[dict[int, SendStatus]] = {
     Code.SUCCESS: SendStatus.OK,
     Code.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    Code.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+    Code.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
 }
 
 

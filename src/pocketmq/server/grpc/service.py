@@ -103,6 +103,16 @@ def _host_port(host: str) -> str:
     return host if ":" in host else f"{host}:0"
 
 
+def grpc_addresses(route: w.RouteResponse) -> dict[str, str]:
+    """Each group's gRPC endpoint: the first broker the route lists with one (the master
+    while the group has one, else a slave serving reads: docs/replication.md §5)."""
+    addresses: dict[str, str] = {}
+    for broker in route.brokers:
+        if broker.grpc_address:
+            addresses.setdefault(broker.name, broker.grpc_address)
+    return addresses
+
+
 class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     def __init__(
         self,
@@ -136,7 +146,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     @staticmethod
     def _queues(route: w.RouteResponse, namespace: str) -> list[Any]:
-        addresses = {b.name: b.grpc_address for b in route.brokers if b.grpc_address}
+        addresses = grpc_addresses(route)
         accepted = ACCEPTED_TYPES.get(route.topic_type, (MT.NORMAL,))
         resource = {"name": route.topic, "resource_namespace": namespace}
         return [
@@ -162,7 +172,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             for queue in route.queues:
                 if queue.perm & 4:
                     readable[queue.broker_name] = readable.get(queue.broker_name, 0) | queue.perm
-            addresses = {b.name: b.grpc_address for b in route.brokers if b.grpc_address}
+            addresses = grpc_addresses(route)
             accepted = ACCEPTED_TYPES.get(route.topic_type, (MT.NORMAL,))
             resource = {"name": topic, "resource_namespace": request.topic.resource_namespace}
             assignments = [

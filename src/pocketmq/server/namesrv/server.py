@@ -1,22 +1,21 @@
-"""The name server: which broker serves which queues of a topic.
+"""The name server: which broker serves which queues of a topic (the table: routes.py).
 
 Brokers register their address and topics every 30 s; a broker silent for 120 s is dropped
-(RocketMQ's defaults). Clients — or brokers asking on a client's behalf — fetch a topic's route:
-the brokers that hold it and the queues each one serves. The name server keeps no disk state: a
-restarted name server is complete again after one registration round.
+(RocketMQ's defaults), and so is one whose connection closes. Clients — or brokers asking on a
+client's behalf — fetch a topic's route: the brokers that hold it and the queues each one serves.
+The name server keeps no disk state: a restarted name server is complete again after one
+registration round.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import logging
 
-from pocketmq.errors import TopicNotFoundError
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.server.namesrv.routes import BROKER_EXPIRY, RouteTable
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.limits import ConnectionLimits
 from pocketmq.server.native.tcp import FrameServer
@@ -24,57 +23,7 @@ from pocketmq.version import VERSION
 
 __all__ = ["BROKER_EXPIRY", "NameServer", "RouteTable"]
 
-BROKER_EXPIRY = 120.0
-
-
-@dataclass(slots=True)
-class _Registration:
-    broker: w.BrokerAddress
-    topics: dict[str, w.TopicSpec]
-    last_seen: float
-
-
-class RouteTable:
-    def __init__(self, expiry: float = BROKER_EXPIRY, clock: Callable[[], float] = time.monotonic):
-        self._expiry = expiry
-        self._clock = clock
-        self._brokers: dict[str, _Registration] = {}
-
-    def register(self, broker: w.BrokerAddress, topics: list[w.TopicSpec]) -> None:
-        self._brokers[broker.name] = _Registration(
-            broker, {t.name: t for t in topics}, self._clock()
-        )
-
-    def expire(self) -> list[str]:
-        now = self._clock()
-        gone = [n for n, r in self._brokers.items() if now - r.last_seen > self._expiry]
-        for name in gone:
-            del self._brokers[name]
-        return gone
-
-    def route(self, topic: str) -> w.RouteResponse:
-        self.expire()
-        brokers: list[w.BrokerAddress] = []
-        queues: list[w.QueueRoute] = []
-        topic_type = "normal"
-        for name in sorted(self._brokers):
-            registration = self._brokers[name]
-            spec = registration.topics.get(topic)
-            if spec is None:
-                continue
-            topic_type = spec.topic_type
-            brokers.append(registration.broker)
-            queues.extend(w.QueueRoute(name, q, spec.perm) for q in range(spec.queues))
-        if not brokers:
-            raise TopicNotFoundError(
-                f"topic {topic!r} does not exist on any broker; create it with "
-                f"`pocketmq topic create {topic}`"
-            )
-        return w.RouteResponse(topic, topic_type, brokers, queues)
-
-    def brokers(self) -> list[w.BrokerAddress]:
-        self.expire()
-        return [self._brokers[n].broker for n in sorted(self._brokers)]
+log = logging.getLogger("pocketmq.namesrv")
 
 
 class NameServer:
@@ -82,7 +31,7 @@ class NameServer:
         self, expiry: float = BROKER_EXPIRY, *, limits: ConnectionLimits | None = None
     ) -> None:
         self.routes = RouteTable(expiry)
-        self._server = FrameServer(self._handlers(), limits=limits)
+        self._server = FrameServer(self._handlers(), on_close=self._closed, limits=limits)
         self._sweeper: asyncio.Task[None] | None = None
 
     def _handlers(self) -> HandlerTable:
@@ -99,9 +48,10 @@ class NameServer:
                 int(conn.limits.idle_timeout * 1000),
             )
 
-        def register(conn: ServerConnection, req: w.RegisterBrokerRequest) -> w.Empty:
-            self.routes.register(req.broker, req.topics)
-            return w.Empty()
+        def register(
+            conn: ServerConnection, req: w.RegisterBrokerRequest
+        ) -> w.RegisterBrokerResponse:
+            return self.routes.register(req.broker, req.topics, conn)
 
         def get_route(conn: ServerConnection, req: w.GetRouteRequest) -> w.RouteResponse:
             return self.routes.route(req.topic)
@@ -115,6 +65,10 @@ class NameServer:
             RequestCode.GET_ROUTE: get_route,
             RequestCode.LIST_BROKERS: list_brokers,
         }
+
+    def _closed(self, conn: ServerConnection) -> None:
+        for name, broker_id in self.routes.disconnected(conn):
+            log.info("broker %s/%d disconnected: out of the routes", name, broker_id)
 
     async def start(self, host: str, port: int) -> None:
         await self._server.start(host, port)

@@ -29,6 +29,7 @@ from pocketmq.errors import (
     InvalidArgumentError,
     MessageNotFoundError,
     ProtocolError,
+    UnsupportedError,
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
@@ -125,12 +126,19 @@ def broker_handlers(
     route: RouteProvider,
     list_brokers: BrokerLister,
     topics_changed: Callable[[], None],
+    promote: Callable[[bool], Awaitable[int]] | None = None,
 ) -> HandlerTable:
     """``topics_changed`` is called after topics or groups change (the app re-registers with the
     name server at once, so routes never wait for the 30 s registration round)."""
     name = broker.name
     store_config = broker.config.store
     pop_bytes = pop_byte_budget(store_config.max_message_size, store_config.max_properties_size)
+
+    async def promote_broker(conn: ServerConnection, req: w.PromoteRequest) -> w.PromoteResponse:
+        if promote is None:
+            raise UnsupportedError("this broker cannot be promoted (no replication)")
+        epoch = await promote(req.force)
+        return w.PromoteResponse(epoch, broker.store.write_position)
 
     def hello(conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
         if req.protocol_version != PROTOCOL_VERSION:
@@ -396,7 +404,9 @@ def broker_handlers(
 
     def broker_status(conn: ServerConnection, req: w.Empty) -> w.BrokerStatusResponse:
         status: dict[str, Any] = broker.status()
-        return w.BrokerStatusResponse(name, VERSION, status["counters"], status["store"])
+        return w.BrokerStatusResponse(
+            name, VERSION, status["counters"], status["store"], status["replication"]
+        )
 
     def queue_status(conn: ServerConnection, req: w.QueueStatusRequest) -> w.QueueStatusResponse:
         rows = broker.queue_status(req.topic, req.group)
@@ -526,6 +536,7 @@ def broker_handlers(
         RequestCode.DELETE_GROUP: delete_group,
         RequestCode.LIST_GROUPS: list_groups,
         RequestCode.BROKER_STATUS: broker_status,
+        RequestCode.PROMOTE: promote_broker,
         RequestCode.QUEUE_STATUS: queue_status,
         RequestCode.GET_ROUTE: get_route,
         RequestCode.LIST_BROKERS: brokers,

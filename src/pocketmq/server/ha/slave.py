@@ -1,0 +1,174 @@
+"""The slave's side of replication: follow the master's log, and its state files.
+
+The link is kept up for as long as this broker is a slave: a lost connection, a master that
+restarts, a chunk that does not verify — each ends the link, and the next one resumes from the
+last record this slave stored (docs/replication.md §2). Every few seconds the master's state files
+come over the same link; when the link comes up, the offsets consumers committed here while the
+master was away go the other way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import msgspec
+
+from pocketmq.broker import Broker
+from pocketmq.broker.replica_log import FollowPlan, ReplicaRefused
+from pocketmq.broker.replication import Role
+from pocketmq.errors import Code, ProtocolError, StoreError
+from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
+from pocketmq.protocol import replication as ha
+from pocketmq.protocol import structs as w
+from pocketmq.server.ha.stream import FrameStream
+
+__all__ = ["HaClient"]
+
+log = logging.getLogger("pocketmq.server.ha")
+
+METADATA_INTERVAL = 3.0
+"""How often a slave copies its master's state files (RocketMQ's slave synchronisation)."""
+_RETRY_MIN, _RETRY_MAX = 0.1, 2.0
+
+MasterAddress = Callable[[], Awaitable[str | None]]
+
+
+class HaClient:
+    """Keeps one replication link to the group's master while the broker is a slave."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        master: MasterAddress,
+        own_address: Callable[[], str],
+        *,
+        metadata_interval: float = METADATA_INTERVAL,
+    ) -> None:
+        self._broker = broker
+        self._master = master
+        self._own_address = own_address
+        self._metadata_interval = metadata_interval
+        self._task: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[Frame]] = {}
+        self._progress = broker.replication
+        self.links = 0
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="replication-slave")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        delay = _RETRY_MIN
+        while self._broker.role is Role.SLAVE:
+            address = await self._master()
+            if address:
+                started = time.monotonic()
+                try:
+                    await self._follow(address)
+                except (ConnectionError, OSError, ProtocolError, StoreError, ReplicaRefused) as exc:
+                    if str(exc) != self._progress.link_error:
+                        log.warning("replication from %s: %s", address, exc)
+                    self._progress.link_error = str(exc)
+                finally:
+                    self._progress.master_address = ""
+                if time.monotonic() - started > 5:
+                    delay = _RETRY_MIN  # the link worked for a while: retry at once
+            await asyncio.sleep(delay)
+            delay = min(_RETRY_MAX, delay * 2)
+
+    async def _follow(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        stream = FrameStream(reader, writer)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            frames = stream.frames()
+            reply = await self._handshake(stream, frames)
+            self._broker.replica_log.follow(
+                FollowPlan(
+                    reply.cluster_id,
+                    [(e.number, e.start) for e in reply.epochs],
+                    reply.truncate_to,
+                    reply.start,
+                )
+            )
+            self._progress.master_address = address
+            self.links += 1
+            self._progress.link_error = ""
+            log.info("replicating from %s at offset %d", address, reply.start)
+            self._ack(stream)
+            tasks.append(asyncio.create_task(self._sync_metadata(stream)))
+            async for frame in frames:
+                if frame.kind == FrameKind.RESPONSE:
+                    waiter = self._pending.pop(frame.request_id, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(frame)
+                elif frame.code == RequestCode.HA_DATA:
+                    data = decode_body(frame.body, ha.HaData)
+                    self._progress.heard_from_master(data.log_end)
+                    if data.data:
+                        self._broker.replica_log.append(data.offset, data.data)
+                        self._ack(stream)
+            raise ConnectionError("the master closed the replication link")
+        finally:
+            for task in tasks:
+                task.cancel()
+            for waiter in self._pending.values():
+                waiter.cancel()
+            self._pending.clear()
+            await stream.close()
+
+    async def _handshake(
+        self, stream: FrameStream, frames: AsyncIterator[Frame]
+    ) -> ha.HaHelloReply:
+        replica_log = self._broker.replica_log
+        hello = ha.HaHello(
+            self._broker.name,
+            replica_log.cluster_id(),
+            self._broker.config.broker_id,
+            self._own_address(),
+            replica_log.end,
+            [ha.HaEpoch(number, start) for number, start in replica_log.epochs()],
+        )
+        request_id = stream.send(FrameKind.REQUEST, RequestCode.HA_HELLO, hello)
+        first = await anext(frames, None)
+        if first is None:
+            raise ConnectionError("the master closed the link during the handshake")
+        if first.request_id != request_id or first.kind != FrameKind.RESPONSE:
+            raise ReplicaRefused("the master did not answer the handshake")
+        if first.code != Code.SUCCESS:
+            raise ReplicaRefused(decode_body(first.body, w.ErrorBody).remark)
+        return decode_body(first.body, ha.HaHelloReply)
+
+    def _ack(self, stream: FrameStream) -> None:
+        replica_log = self._broker.replica_log
+        ack = ha.HaAck(replica_log.end, replica_log.flushed)
+        stream.send(FrameKind.ONEWAY, RequestCode.HA_ACK, ack)
+
+    async def _request(self, stream: FrameStream, code: RequestCode, body: msgspec.Struct) -> Frame:
+        request_id = stream.send(FrameKind.REQUEST, code, body)
+        waiter: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = waiter
+        await stream.drain()
+        return await asyncio.wait_for(waiter, 30.0)
+
+    async def _sync_metadata(self, stream: FrameStream) -> None:
+        """Send this slave's offsets once, then copy the master's state files regularly."""
+        offsets = ha.HaOffsets(self._broker.offsets_for_master())
+        await self._request(stream, RequestCode.HA_OFFSETS, offsets)
+        while True:
+            frame = await self._request(stream, RequestCode.HA_METADATA, w.Empty())
+            if frame.code == Code.SUCCESS:
+                self._broker.apply_metadata(decode_body(frame.body, ha.HaMetadata).files)
+            await asyncio.sleep(self._metadata_interval)

@@ -1,0 +1,121 @@
+"""The name server's table: which brokers of which groups hold which topics.
+
+Every broker of a group registers (its address, role, epoch and topics); a broker silent for
+``expiry`` (120 s, RocketMQ's default) is dropped, and so is one whose registering connection
+closes (RocketMQ's name server does the same when a broker's channel goes away): a master killed
+with its machine up is out of the routes at once, and consumers read from its slaves. A topic's
+route lists each group that holds it: its master first (the one with the highest epoch among those
+registered as master), then its slaves, and the queues as the master serves them — or, while a
+group has no live master, as its slaves do, read-only (docs/replication.md §5). A master that
+registers with a lower epoch than its group's master learns who the master is from the answer, and
+steps down (§6).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pocketmq.errors import TopicNotFoundError
+from pocketmq.protocol import structs as w
+
+__all__ = ["BROKER_EXPIRY", "RouteTable"]
+
+BROKER_EXPIRY = 120.0
+PERM_READ = 4
+
+
+@dataclass(slots=True)
+class _Registration:
+    broker: w.BrokerAddress
+    topics: dict[str, w.TopicSpec]
+    last_seen: float
+    channel: object = None
+
+
+class RouteTable:
+    """Registrations by (group, broker id), and the routes and masters derived from them."""
+
+    def __init__(self, expiry: float = BROKER_EXPIRY, clock: Callable[[], float] = time.monotonic):
+        self._expiry = expiry
+        self._clock = clock
+        self._brokers: dict[tuple[str, int], _Registration] = {}
+
+    def register(
+        self, broker: w.BrokerAddress, topics: list[w.TopicSpec], channel: object = None
+    ) -> w.RegisterBrokerResponse:
+        """Record a broker's registration (made over ``channel``, a connection); the answer
+        names its group's master."""
+        self._brokers[(broker.name, broker.broker_id)] = _Registration(
+            broker, {t.name: t for t in topics}, self._clock(), channel
+        )
+        master = self.master(broker.name)
+        if master is None:
+            return w.RegisterBrokerResponse()
+        return w.RegisterBrokerResponse(master.address, master.ha_address, master.epoch)
+
+    def expire(self) -> list[tuple[str, int]]:
+        now = self._clock()
+        gone = [k for k, r in self._brokers.items() if now - r.last_seen > self._expiry]
+        for key in gone:
+            del self._brokers[key]
+        return gone
+
+    def unregister(self, name: str, broker_id: int) -> None:
+        self._brokers.pop((name, broker_id), None)
+
+    def disconnected(self, channel: object) -> list[tuple[str, int]]:
+        """A connection closed: drop the brokers whose latest registration came over it."""
+        gone = [k for k, r in self._brokers.items() if channel is not None and r.channel is channel]
+        for key in gone:
+            del self._brokers[key]
+        return gone
+
+    def master(self, group: str) -> w.BrokerAddress | None:
+        """The group's master: the highest epoch among the brokers registered as master."""
+        masters = [
+            r.broker
+            for (name, _), r in self._brokers.items()
+            if name == group and r.broker.role == "master"
+        ]
+        return max(masters, key=lambda b: (b.epoch, -b.broker_id), default=None)
+
+    def _members(self, group: str) -> list[_Registration]:
+        """The group's registrations: its master first, then slaves by id."""
+        master = self.master(group)
+        members = [r for (name, _), r in self._brokers.items() if name == group]
+        return sorted(
+            members,
+            key=lambda r: (r.broker != master, r.broker.broker_id),
+        )
+
+    def route(self, topic: str) -> w.RouteResponse:
+        self.expire()
+        brokers: list[w.BrokerAddress] = []
+        queues: list[w.QueueRoute] = []
+        topic_type = "normal"
+        for group in sorted({name for name, _ in self._brokers}):
+            members = [r for r in self._members(group) if topic in r.topics]
+            if not members:
+                continue
+            master = self.master(group)
+            leader = members[0]
+            spec = leader.topics[topic]
+            topic_type = spec.topic_type
+            if master is not None and leader.broker != master:
+                # a stale master (a lower epoch) holds the topic, the real one not yet
+                continue
+            perm = spec.perm if leader.broker == master else spec.perm & PERM_READ
+            brokers.extend(r.broker for r in members)
+            queues.extend(w.QueueRoute(group, q, perm) for q in range(spec.queues))
+        if not brokers:
+            raise TopicNotFoundError(
+                f"topic {topic!r} does not exist on any broker; create it with "
+                f"`pocketmq topic create {topic}`"
+            )
+        return w.RouteResponse(topic, topic_type, brokers, queues)
+
+    def brokers(self) -> list[w.BrokerAddress]:
+        self.expire()
+        return [r.broker for _, r in sorted(self._brokers.items())]
