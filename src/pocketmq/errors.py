@@ -31,6 +31,7 @@ module; it imports nothing from pocketmq.
     │   ├── InvalidReceiptHandleError
     │   ├── MessageNotFoundError
     │   ├── TransactionStateError
+    │   ├── PreconditionFailedError     the broker's state forbids it now (promotion)
     │   └── UnsupportedError
     └── StoreError
         └── StoreCorruptedError         a record before the last checkpoint fails its CRC
@@ -59,6 +60,7 @@ __all__ = [
     "MessageTooLargeError",
     "NoPermissionError",
     "PocketMQError",
+    "PreconditionFailedError",
     "ProtocolError",
     "QueueFullError",
     "RequestTimeoutError",
@@ -99,6 +101,7 @@ class Code(IntEnum):
     MESSAGE_NOT_FOUND = 42
     TRANSACTION_STATE = 43
     STORAGE_FAILED = 44
+    PRECONDITION_FAILED = 45
     TOO_MANY_REQUESTS = 530
 
 
@@ -294,6 +297,13 @@ class UnsupportedError(BrokerError):
     code = Code.REQUEST_CODE_NOT_SUPPORTED
 
 
+class PreconditionFailedError(BrokerError):
+    """The broker's state forbids the request now (a slave not known to be in sync refuses a
+    promotion); the text says what would allow it."""
+
+    code = Code.PRECONDITION_FAILED
+
+
 class StoreError(PocketMQError):
     """The message store cannot continue."""
 
@@ -326,6 +336,7 @@ ERROR_BY_CODE: Final[dict[int, type[BrokerError]]] = {
         MessageNotFoundError,
         TransactionStateError,
         UnsupportedError,
+        PreconditionFailedError,
     )
 }
 ERROR_BY_CODE[int(Code.SYSTEM_BUSY)] = TooManyRequestsError

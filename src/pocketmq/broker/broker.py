@@ -249,6 +249,8 @@ class Broker:
             async def checked_async(*args: Any, **kwargs: Any) -> Any:
                 if self.replication.role is Role.SLAVE:
                     raise refuse()
+                if self.replication.fence:
+                    raise ServiceUnavailableError(self.replication.fence)
                 return await operation(*args, **kwargs)
 
             return checked_async
@@ -256,6 +258,8 @@ class Broker:
         def checked(*args: Any, **kwargs: Any) -> Any:
             if self.replication.role is Role.SLAVE:
                 raise refuse()
+            if self.replication.fence:
+                raise ServiceUnavailableError(self.replication.fence)
             return operation(*args, **kwargs)
 
         return checked
@@ -359,21 +363,35 @@ class Broker:
                 continue
         return files
 
-    def apply_metadata(self, files: dict[str, bytes]) -> None:
+    def apply_metadata(self, files: dict[str, bytes]) -> bool:
         """A slave: take its master's state files. Topics and groups are the master's; offsets
         are merged (consumers reading from this slave may have committed further); the rest is
-        read when this broker becomes master."""
+        read when this broker becomes master. Only files that differ are written. Returns
+        whether topics or groups changed (the name server should hear of it)."""
         if self.role is not Role.SLAVE:
-            return
+            return False
+        changed: set[str] = set()
         for name, data in files.items():
             if name not in self.STATE_FILES:
                 continue
+            path = os.path.join(self._config_dir, name)
+            try:
+                with open(path, "rb") as handle:
+                    if handle.read() == data:
+                        continue
+            except FileNotFoundError:
+                pass
             if name == "offsets.json":
                 self.offsets.persist(force=True)  # our own commits first, then merged
-            atomic_write(os.path.join(self._config_dir, name), data)
-        self.topics.reload()
-        self.groups.reload()
-        self.offsets.merge_file()
+            atomic_write(path, data)
+            changed.add(name)
+        if "topics.json" in changed:
+            self.topics.reload()
+        if "groups.json" in changed:
+            self.groups.reload()
+        if "offsets.json" in changed:
+            self.offsets.merge_file()
+        return bool(changed & {"topics.json", "groups.json"})
 
     def merge_offsets(self, offsets: dict[str, int]) -> None:
         """Offsets consumers committed on a slave while it served reads for this master

@@ -25,6 +25,7 @@ class BrokerConfig:
     replication: str = "async"
     ha_max_gap_bytes: int = 256 * 1024 * 1024
     ha_sync_timeout: float = 3.0
+    ha_metadata_interval: float = 3.0  # how often a slave copies its master's state files
     data_dir: str = "./data"
     store: StoreConfig = field(default_factory=StoreConfig)
     auto_create_topics: bool = False
@@ -65,7 +66,9 @@ class BrokerConfig:
             raise ValueError(f"role must be master or slave, not {self.role!r}")
         if self.replication not in ("async", "sync"):
             raise ValueError(f"replication must be async or sync, not {self.replication!r}")
-        if self.broker_id < 0 or self.ha_max_gap_bytes < 0 or self.ha_sync_timeout <= 0:
-            raise ValueError("broker_id, ha_max_gap_bytes must be >= 0, ha_sync_timeout > 0")
+        if self.broker_id < 0 or self.ha_max_gap_bytes < 0:
+            raise ValueError("broker_id and ha_max_gap_bytes must be >= 0")
+        if self.ha_sync_timeout <= 0 or self.ha_metadata_interval <= 0:
+            raise ValueError("ha_sync_timeout and ha_metadata_interval must be > 0")
         if self.default_queues < 1 or self.max_batch_messages < 1:
             raise ValueError("default_queues and max_batch_messages must be positive")

@@ -79,6 +79,9 @@ class Replication:
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
         self.confirmed = -1  # -1: no limit (no slave in sync, or async replication)
         self._growth: asyncio.Future[None] | None = None
+        # a master that has not yet heard from the name server that no newer master exists
+        # refuses writes with this reason ("" when it may write): docs/replication.md §6
+        self.fence = ""
         # a slave's view of its master, kept current by its replication link (server/ha)
         self.master_address = ""  # the replication address while linked ("" otherwise)
         self.master_end = -1  # the master's end of log at the last contact (-1: never met)

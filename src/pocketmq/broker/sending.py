@@ -101,6 +101,8 @@ class SendPath(BrokerPart):
             raise ServiceUnavailableError(
                 f"broker {self.config.broker_name!r} is a slave: send to its master"
             )
+        if replication.fence:
+            raise ServiceUnavailableError(replication.fence)
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
             self.flow.rejected += len(messages)

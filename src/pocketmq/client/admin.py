@@ -371,8 +371,8 @@ class Admin(ClientBase):
         its group. Refused when the slave is not known to be in sync with its master, unless
         ``force`` (then what it does not have is lost: docs/replication.md §6)."""
         target = address or self.client_config.servers[0]
-        reply = await self._call(
-            target, RequestCode.PROMOTE, w.PromoteRequest(force), w.PromoteResponse
+        reply = await self._call(  # the new master loads its state first: allow for it
+            target, RequestCode.PROMOTE, w.PromoteRequest(force), w.PromoteResponse, 30.0
         )
         return Promotion(target, reply.epoch, reply.log_end)
 

@@ -99,12 +99,20 @@ class ClientBase(AsyncResource):
         raise last
 
     async def _call(
-        self, address: str, code: RequestCode, body: msgspec.Struct, reply: type[T]
+        self,
+        address: str,
+        code: RequestCode,
+        body: msgspec.Struct,
+        reply: type[T],
+        timeout: float | None = None,
     ) -> T:
-        """One raw request to ``address``. Private: applications use the typed methods; tests
-        that need raw frames (hostile input) call it on an :class:`~pocketmq.client.Admin`."""
+        """One raw request to ``address`` (``timeout``: the client's request timeout unless
+        given). Private: applications use the typed methods; tests that need raw frames
+        (hostile input) call it on an :class:`~pocketmq.client.Admin`."""
         connection: ClientConnection = await self.pool.get(address)
-        return await connection.request(code, body, reply, self.client_config.request_timeout)
+        return await connection.request(
+            code, body, reply, timeout or self.client_config.request_timeout
+        )
 
     async def close_base(self) -> None:
         """Stop refreshing routes and close every connection."""

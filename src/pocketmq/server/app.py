@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker, BrokerConfig
+from pocketmq.broker.replication import Role
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNotFoundError
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO, RequestCode
 from pocketmq.protocol import structs as w
@@ -93,7 +94,6 @@ class BrokerApp:
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
         self.group: GroupRole | None = None
-        self._pending: set[asyncio.Task[None]] = set()
         self.grpc_address = ""
 
     @property
@@ -119,6 +119,13 @@ class BrokerApp:
         config = self.config
         limits = config.connection_limits()
         self.broker = Broker(config.broker)
+        if self.broker.role is Role.MASTER and config.namesrv:
+            # the group may have a newer master (this one was failed over while it was down):
+            # no writes until the name server has answered (docs/replication.md §6)
+            self.broker.replication.fence = (
+                f"broker {self.broker.name!r} is waiting for its name server to confirm it is "
+                "its group's master"
+            )
         await self.broker.start()
         try:
             if config.namesrv is None and config.namesrv_port is not None:
@@ -135,6 +142,7 @@ class BrokerApp:
                 self.broker,
                 host=config.host,
                 ha_port=self._ha_port(),
+                ha_port_fixed=config.ha_port is not None,
                 master=config.master,
                 own_address=lambda: self.native_address,
                 advertise=lambda host, port: f"{self._advertised_host()}:{port}",
@@ -203,17 +211,21 @@ class BrokerApp:
             await self.group.learned(
                 reply.master_address, reply.master_ha_address, reply.master_epoch
             )
+        if self.broker is not None and self.broker.replication.fence:
+            log.info("the name server answered: broker %s may take writes", self.broker.name)
+            self.broker.replication.fence = ""
 
     async def _register_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.config.register_interval)
+            fenced = self.broker is not None and self.broker.replication.fence
+            await asyncio.sleep(1.0 if fenced else self.config.register_interval)
             await self._register()
 
-    def _topics_changed(self) -> None:
+    async def _topics_changed(self) -> None:
+        if self.group is not None and self.group.server is not None:
+            self.group.server.push_metadata()  # slaves have them before the answer goes out
         if self._link is not None and self._registrar is not None:
-            task = asyncio.ensure_future(self._register())
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            await self._register()
 
     def _self_address(self) -> w.BrokerAddress:
         broker = self.broker
@@ -273,8 +285,6 @@ class BrokerApp:
     # -- shutdown -------------------------------------------------------------------------
 
     async def close(self) -> None:
-        for task in list(self._pending):
-            task.cancel()
         if self._registrar is not None:
             self._registrar.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -38,7 +38,10 @@ class QueueSelector:
         (tried already by this send) and the isolated ones while others are left."""
         queues = route.writable
         if not queues:
-            raise TopicNotFoundError(f"topic {route.topic!r} has no writable queue")
+            raise TopicNotFoundError(
+                f"topic {route.topic!r} has no writable queue now: no broker group holding it "
+                "has a master (a failover may be under way: docs/replication.md §6)"
+            )
         if group:
             return queues[queue_for_group(group, len(queues))]
         turn = self._turn.get(route.topic)

@@ -34,7 +34,7 @@ from pocketmq.client.producer.handlers import (
     with_queue,
 )
 from pocketmq.client.producer.selector import QueueSelector
-from pocketmq.client.routes import QueueRef, RouteCache
+from pocketmq.client.routes import QueueRef, Route, RouteCache
 from pocketmq.errors import BrokerConnectionError, BrokerError, SendOutcomeUnknownError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -42,6 +42,9 @@ from pocketmq.protocol import structs as w
 __all__ = ["Sender"]
 
 R = TypeVar("R")
+
+NO_MASTER_POLL = 0.2
+"""How often a send waiting for a group's new master asks for the route again (seconds)."""
 
 
 class Sender:
@@ -134,7 +137,9 @@ class Sender:
                 timeout = deadline - now
             queue = request.fixed
             if queue is None:
-                route = self.routes.cached(request.topic) or await self.routes.get(request.topic)
+                route = self.routes.cached(request.topic)
+                if route is None or not route.writable:
+                    route = await self._writable_route(request.topic, deadline)
                 queue = self.selector.pick(route, request.group, avoid)
             try:
                 response = await self._exchange(request, queue, timeout)
@@ -163,6 +168,8 @@ class Sender:
                     avoid.add(queue.broker_name)
                     if step is Next.ISOLATE:
                         self.selector.isolate(queue.broker_name)
+                    if request.fixed is None:  # the group may have a new master since
+                        self.routes.invalidate(request.topic)
                 continue
             self._sent += counted
             return result
@@ -172,6 +179,17 @@ class Sender:
             if isinstance(error, SendOutcomeUnknownError):
                 self._unknown += counted
         raise error
+
+    async def _writable_route(self, topic: str, deadline: float) -> Route:
+        """A fresh route of ``topic``. While it has no writable queue (its groups have no
+        master: one is failing over, docs/replication.md §6) it is fetched again every
+        :data:`NO_MASTER_POLL` seconds until ``deadline``; then the selector says so."""
+        loop = asyncio.get_running_loop()
+        while True:
+            route = await self.routes.get(topic, refresh=True)
+            if route.writable or loop.time() + NO_MASTER_POLL >= deadline:
+                return route
+            await asyncio.sleep(NO_MASTER_POLL)
 
     async def _exchange(self, request: Request[Any], queue: QueueRef, timeout: float) -> Any:
         """One attempt: the broker's answer, or :class:`AttemptFailed` saying how it failed."""

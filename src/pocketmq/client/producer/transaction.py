@@ -65,6 +65,7 @@ from pocketmq.errors import (
     FlushDiskTimeoutError,
     InvalidArgumentError,
     PocketMQError,
+    ServiceUnavailableError,
     TransactionStateError,
 )
 from pocketmq.protocol import structs as w
@@ -241,12 +242,18 @@ class TransactionProducer(AsyncResource):
             prepare=self._heartbeat.ensure,
         )
         result = await self._sender.run(request)
-        if result.status is not SendStatus.OK:
+        if result.status is not SendStatus.OK:  # RocketMQ's rule: only SEND_OK runs the local one
             with contextlib.suppress(PocketMQError):
                 await self._end(result, commit=False)
-            raise FlushDiskTimeoutError(
-                f"half message {result.message_id} was not flushed to disk in time; it was "
-                "rolled back (the local transaction did not run)"
+            if result.status is SendStatus.FLUSH_DISK_TIMEOUT:
+                raise FlushDiskTimeoutError(
+                    f"half message {result.message_id} was not flushed to disk in time; it was "
+                    "rolled back (the local transaction did not run)"
+                )
+            raise ServiceUnavailableError(
+                f"half message {result.message_id} was stored on the master only "
+                f"({result.status.value}: docs/replication.md §3); it was rolled back (the local "
+                "transaction did not run): try again"
             )
         return result
 

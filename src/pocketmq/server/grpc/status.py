@@ -47,6 +47,7 @@ _BY_CODE: Final[dict[int, int]] = {  # values are ints at run time (protobuf enu
     Code.MESSAGE_NOT_FOUND: C.NOT_FOUND,
     Code.TRANSACTION_STATE: C.INVALID_TRANSACTION_ID,
     Code.TOO_MANY_REQUESTS: C.TOO_MANY_REQUESTS,
+    Code.PRECONDITION_FAILED: C.PRECONDITION_FAILED,
 }
 
 

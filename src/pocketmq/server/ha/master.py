@@ -41,6 +41,7 @@ class HaServer:
         self._chunk = chunk_bytes
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.Task[None]] = set()
+        self._streams: dict[object, FrameStream] = {}
         self.port = 0
 
     async def start(self, host: str, port: int) -> None:
@@ -73,6 +74,7 @@ class HaServer:
                 return
             stream.send(FrameKind.RESPONSE, Code.SUCCESS, reply, first.request_id)
             broker.replication.slave_connected(key, hello.broker_id, hello.address, position)
+            self._streams[key] = stream
             log.info(
                 "slave %d (%s) replicating from offset %d", hello.broker_id, stream.peer, position
             )
@@ -87,6 +89,7 @@ class HaServer:
                 with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
                     await sender
             broker.replication.slave_gone(key)
+            self._streams.pop(key, None)
             await stream.close()
 
     def _hello(self, hello: ha.HaHello) -> tuple[ha.HaHelloReply, int]:
@@ -103,6 +106,16 @@ class HaServer:
             plan.start,
         )
         return reply, plan.start
+
+    def push_metadata(self) -> None:
+        """Send the state files to every slave now: topics or groups changed, and a failover
+        before the slave's next copy must not lose them."""
+        if not self._streams:
+            return
+        body = ha.HaMetadata(self._broker.metadata())
+        for stream in list(self._streams.values()):
+            with contextlib.suppress(ConnectionError, OSError):
+                stream.send(FrameKind.ONEWAY, RequestCode.HA_METADATA, body)
 
     def _handle(self, stream: FrameStream, key: object, frame: Frame) -> None:
         broker = self._broker

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
-from pocketmq.errors import InvalidArgumentError
+from pocketmq.errors import PreconditionFailedError
 from pocketmq.server.ha.master import HaServer
 from pocketmq.server.ha.slave import HaClient
 
@@ -32,6 +32,7 @@ class GroupRole:
         *,
         host: str,
         ha_port: int,
+        ha_port_fixed: bool = True,
         master: str | None,
         own_address: Callable[[], str],
         advertise: Callable[[str, int], str],
@@ -40,6 +41,7 @@ class GroupRole:
         self._broker = broker
         self._host = host
         self._ha_port = ha_port
+        self._ha_port_fixed = ha_port_fixed
         self._configured_master = master
         self._discovered_master = ""
         self._own_address = own_address
@@ -64,17 +66,33 @@ class GroupRole:
 
     async def _serve(self) -> None:
         server = HaServer(self._broker)
-        await server.start(self._host, self._ha_port)
+        try:
+            await server.start(self._host, self._ha_port)
+        except OSError as exc:
+            if self._ha_port_fixed or not self._ha_port:
+                raise
+            # the conventional port (native + 1) is taken: any port will do, the name server
+            # tells the slaves where it is
+            log.warning("replication port %d: %s; using a free port", self._ha_port, exc)
+            await server.start(self._host, 0)
         self.server = server
         log.info("replication port %s", self.ha_address)
 
     def _follow(self) -> None:
-        client = HaClient(self._broker, self._master_address, self._own_address)
+        client = HaClient(
+            self._broker,
+            self._master_address,
+            self._own_address,
+            metadata_interval=self._broker.config.ha_metadata_interval,
+            topics_changed=self._on_change,
+            link_lost=self._on_change,  # registering again names the group's master now
+        )
         client.start()
         self.client = client
 
     async def _master_address(self) -> str | None:
-        return self._configured_master or self._discovered_master or None
+        """The name server's word first (it follows failovers), else ``--master``."""
+        return self._discovered_master or self._configured_master or None
 
     # -- role changes ---------------------------------------------------------------------
 
@@ -106,7 +124,7 @@ class GroupRole:
         progress = broker.replication
         if not force and not progress.caught_up():
             gap = progress.gap()
-            raise InvalidArgumentError(
+            raise PreconditionFailedError(
                 "this slave is not known to be in sync with its master (last known gap: "
                 f"{'never connected' if gap < 0 else f'{gap} bytes'}); promoting it loses what "
                 "it does not have: use --force to promote anyway"

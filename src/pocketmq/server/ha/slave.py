@@ -47,8 +47,12 @@ class HaClient:
         own_address: Callable[[], str],
         *,
         metadata_interval: float = METADATA_INTERVAL,
+        topics_changed: Callable[[], Awaitable[None]] | None = None,
+        link_lost: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._broker = broker
+        self._topics_changed = topics_changed
+        self._link_lost = link_lost
         self._master = master
         self._own_address = own_address
         self._metadata_interval = metadata_interval
@@ -84,6 +88,9 @@ class HaClient:
                     self._progress.master_address = ""
                 if time.monotonic() - started > 5:
                     delay = _RETRY_MIN  # the link worked for a while: retry at once
+                if self._link_lost is not None:
+                    with contextlib.suppress(Exception):  # the master may have changed
+                        await self._link_lost()
             await asyncio.sleep(delay)
             delay = min(_RETRY_MAX, delay * 2)
 
@@ -114,6 +121,8 @@ class HaClient:
                     waiter = self._pending.pop(frame.request_id, None)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(frame)
+                elif frame.code == RequestCode.HA_METADATA:  # pushed: topics or groups changed
+                    await self._apply(decode_body(frame.body, ha.HaMetadata).files)
                 elif frame.code == RequestCode.HA_DATA:
                     data = decode_body(frame.body, ha.HaData)
                     self._progress.heard_from_master(data.log_end)
@@ -163,6 +172,10 @@ class HaClient:
         await stream.drain()
         return await asyncio.wait_for(waiter, 30.0)
 
+    async def _apply(self, files: dict[str, bytes]) -> None:
+        if self._broker.apply_metadata(files) and self._topics_changed is not None:
+            await self._topics_changed()  # the name server learns this slave's topics
+
     async def _sync_metadata(self, stream: FrameStream) -> None:
         """Send this slave's offsets once, then copy the master's state files regularly."""
         offsets = ha.HaOffsets(self._broker.offsets_for_master())
@@ -170,5 +183,5 @@ class HaClient:
         while True:
             frame = await self._request(stream, RequestCode.HA_METADATA, w.Empty())
             if frame.code == Code.SUCCESS:
-                self._broker.apply_metadata(decode_body(frame.body, ha.HaMetadata).files)
+                await self._apply(decode_body(frame.body, ha.HaMetadata).files)
             await asyncio.sleep(self._metadata_interval)

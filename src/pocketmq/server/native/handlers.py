@@ -125,11 +125,11 @@ def broker_handlers(
     broker: Broker,
     route: RouteProvider,
     list_brokers: BrokerLister,
-    topics_changed: Callable[[], None],
+    topics_changed: Callable[[], Awaitable[None]],
     promote: Callable[[bool], Awaitable[int]] | None = None,
 ) -> HandlerTable:
-    """``topics_changed`` is called after topics or groups change (the app re-registers with the
-    name server at once, so routes never wait for the 30 s registration round)."""
+    """``topics_changed`` is awaited after topics or groups change: the app re-registers with
+    the name server before answering, so a route is there as soon as the topic is created."""
     name = broker.name
     store_config = broker.config.store
     pop_bytes = pop_byte_budget(store_config.max_message_size, store_config.max_properties_size)
@@ -375,14 +375,14 @@ def broker_handlers(
         fitted = fit(page, RESPONSE_BUDGET)
         return w.QueryMessageResponse(fitted, len(fitted) < len(page))
 
-    def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.Empty:
+    async def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.Empty:
         broker.create_topic(req.name, queues=req.queues, topic_type=req.topic_type, perm=req.perm)
-        topics_changed()
+        await topics_changed()
         return w.Empty()
 
-    def delete_topic(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
+    async def delete_topic(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
         broker.delete_topic(req.name)
-        topics_changed()
+        await topics_changed()
         return w.Empty()
 
     def list_topics(conn: ServerConnection, req: w.Empty) -> w.ListTopicsResponse:
@@ -390,13 +390,14 @@ def broker_handlers(
             [w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm) for t in broker.topics.all()]
         )
 
-    def create_group(conn: ServerConnection, req: w.GroupSpec) -> w.Empty:
+    async def create_group(conn: ServerConnection, req: w.GroupSpec) -> w.Empty:
         broker.create_group(group_from_spec(req, broker.config.max_delay))
-        topics_changed()  # the group's retry topic
+        await topics_changed()  # the group's retry topic
         return w.Empty()
 
-    def delete_group(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
+    async def delete_group(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
         broker.delete_group(req.name)
+        await topics_changed()
         return w.Empty()
 
     def list_groups(conn: ServerConnection, req: w.Empty) -> w.ListGroupsResponse:
