@@ -1,7 +1,7 @@
 """Flow control: fail fast with TOO_MANY_REQUESTS (530) instead of queueing without bound.
 
-Seed 004: the broker sheds load when the store is under pressure or requests queue up; clients
-back off exponentially. A send is refused when
+The broker sheds load when the store is under pressure or requests queue up; clients back off
+exponentially (docs/semantics.md, "Flow control" and "Producer"). A send is refused when
 
 - the event loop is running behind by more than ``max_queue_wait`` (200 ms): requests are waiting
   that long before anyone looks at them (measured by a ticker that notices its own lateness);

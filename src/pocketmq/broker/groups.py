@@ -1,8 +1,9 @@
 """Consumer groups and their retry policy, persisted in ``config/groups.json``.
 
 A group's policy decides how often a failing message is retried and how long to wait in between
-(seed 000: 16 retries on the delay levels from level 3; seed 002: FIFO groups retry 17 times with
-1s 5s 10s 30s 1m ... 2h), and whether it consumes in order.
+(16 retries on the delay levels from level 3; FIFO groups retry 17 times with 1s 5s 10s 30s 1m
+... 2h: docs/semantics.md, "Consumer retry, delays and dead letters" and "Ordered messages"),
+and whether it consumes in order.
 """
 
 from __future__ import annotations

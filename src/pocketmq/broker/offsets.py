@@ -1,8 +1,8 @@
 """Committed consumer offsets per (group, topic, queue), persisted every few seconds.
 
-Clustering consumers commit here (seed 000: the broker keeps the table in memory and persists it
-on an interval, 5 s by default). A commit never moves an offset backwards unless asked to
-(operator resets go through ``reset``).
+Clustering consumers commit here; the broker keeps the table in memory and persists it on an
+interval, 5 s by default (docs/semantics.md, "Topics, groups, offsets"). A commit never moves an
+offset backwards unless asked to (operator resets go through ``reset``).
 
 ``offsets.json`` keys each entry ``group@topic@queue``, so every name that reaches this table is
 checked first (pocketmq.names: no ``@``, storable length): one bad commit must not make the file

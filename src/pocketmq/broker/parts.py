@@ -189,7 +189,8 @@ class BrokerPart:
     def create_group(self, group: GroupConfig) -> GroupConfig:
         retry = group.retry
         if group.fifo and not retry.delays and retry.initial <= 0:
-            # seed 002: FIFO groups retry on 1s 5s 10s 30s 1m ... 2h (the delay levels from 1)
+            # FIFO groups retry on 1s 5s 10s 30s 1m ... 2h, the delay levels from 1
+            # (docs/semantics.md, "Ordered messages")
             group = msgspec.structs.replace(
                 group, retry=msgspec.structs.replace(retry, delays=self.config.delay_levels)
             )

@@ -4,9 +4,10 @@ A delayed message is first stored in a schedule topic, with its real topic and q
 properties and its due time (epoch ms) in the consume-queue tag slot. When it is due, a copy goes
 to the real topic (same message id), and the schedule progress moves on.
 
-- **Delay levels** (seed 000): one queue of ``%SYS%SCHEDULE`` per level. Within a level every
-  message waits the same time, so due times only grow along the queue: the scheduler looks at
-  each queue's head and sleeps until the earliest head is due. Progress is one offset per level.
+- **Delay levels** (docs/semantics.md, "Consumer retry, delays and dead letters"): one queue of
+  ``%SYS%SCHEDULE`` per level. Within a level every message waits the same time, so due times
+  only grow along the queue: the scheduler looks at each queue's head and sleeps until the
+  earliest head is due. Progress is one offset per level.
 - **Delivery timestamps** (5.x delay messages, and retry delays that are not a level): one queue
   of ``%SYS%TIMER`` in arrival order. Due times are in any order, so the scheduler keeps a heap
   of pending entries, rebuilt on start from the consume queue alone (the due times are in the tag

@@ -1,4 +1,4 @@
-"""``pocketmq topic``, ``group``, ``send`` and ``consume`` (DESIGN §4).
+"""``pocketmq topic``, ``group``, ``send`` and ``consume`` (docs/cli.md).
 
 Every command talks to a broker through the SDK. Errors are printed to stderr and exit non-zero;
 ``--json`` output is one JSON object per line, for scripts. The SDK and rich are imported inside
@@ -64,7 +64,7 @@ def handle_errors(func: F) -> F:
 
 
 def message_json(message: MessageView) -> dict[str, Any]:
-    """The stable ``--json`` shape of a message (DESIGN §4)."""
+    """The stable ``--json`` shape of a message (docs/cli.md, "--json")."""
     out: dict[str, Any] = {
         "message_id": message.message_id,
         "topic": message.topic,
@@ -210,7 +210,8 @@ def group_create(
             )
         initial, maximum = parse_duration(parts[0]), parse_duration(parts[2])
     if fifo and not delays and not initial:
-        # seed 002: FIFO groups retry with 1s 5s 10s 30s 1m ... 2h, 17 attempts in all
+        # FIFO groups retry with 1s 5s 10s 30s 1m ... 2h, 17 attempts in all (docs/semantics.md,
+        # "Ordered messages")
         delays = (
             1,
             5,

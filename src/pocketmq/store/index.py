@@ -1,4 +1,4 @@
-"""Hash index files: message id and business key to physical offsets (storage-format §3).
+"""Hash index files: message id and business key to physical offsets (docs/storage-format.md §3).
 
 Memory-mapped, fixed-size files with a slot table and chained entries, so the index costs a
 bounded amount of memory however many messages the store holds, and survives restarts. Lookups

@@ -24,7 +24,7 @@ class PutStatus(enum.Enum):
     """The process ran out of file descriptors; nothing was stored, retry later."""
     STORE_FAILED = "STORE_FAILED"
     """An fsync or write failed: this batch may or may not be durable, and the store accepts no
-    more writes until it is restarted and recovers from the log (storage-format §5)."""
+    more writes until it is restarted and recovers from the log (docs/storage-format.md §5)."""
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
     @property

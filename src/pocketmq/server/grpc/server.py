@@ -2,7 +2,8 @@
 
 It shares the loop (and so the single core) with the native server: both call the same
 :class:`~pocketmq.broker.Broker`. gRPC costs far more CPU per request than the native protocol
-(DESIGN §1), which is why our own SDK does not use it.
+(docs/grpc.md; measured in docs/benchmarks.md, "gRPC compatibility"), which is why our own SDK
+does not use it.
 """
 
 from __future__ import annotations

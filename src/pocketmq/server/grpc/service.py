@@ -1,8 +1,8 @@
 """``apache.rocketmq.v2.MessagingService`` over the broker core.
 
 Every RPC answers with a v2 status instead of failing the gRPC call: the official clients read
-``status.code`` (contract §1.1) and treat a gRPC-level error as a transport failure. Choices the
-official clients force or allow (see docs/grpc.md):
+``status.code`` and treat a gRPC-level error as a transport failure (docs/grpc.md, "Status
+codes"). Choices the official clients force or allow (see docs/grpc.md, "Choices"):
 
 - **The queue in a ReceiveMessage is a hint.** The clients name a random queue on every receive;
   serving only that queue would long-poll empty queues while others hold a backlog, so the broker

@@ -3,8 +3,9 @@
 A client announces itself on its Telemetry stream (a ``Settings`` command: type, group,
 subscriptions or published topics) and then heartbeats every 10 s. The session keeps what the
 broker may need later: the subscriptions for heartbeats (v2 heartbeats carry only the group),
-and the stream to push commands on — the orphaned-transaction check-back of issue 6 goes to a
-producer that publishes the message's topic.
+and the stream to push commands on — an orphaned transaction's check-back goes to a producer
+that publishes the message's topic (docs/transactions.md, "4. Check-back" and "8. For protocol
+adapters").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Settings the broker answers on a client's Telemetry stream.
 
 The official clients take several decisions from this reply rather than from their own
-configuration (contract §1.2, §1.4):
+configuration (docs/grpc.md, "The settings the broker sends"):
 
 - producers copy ``publishing.max_body_size`` verbatim (absent = 0 = every send fails), and
   ``backoff_policy.max_attempts`` (the Python client uses nothing else of the policy);
@@ -33,7 +33,7 @@ CT = ClientType
 CONSUMER_TYPES: Final = frozenset({CT.PUSH_CONSUMER, CT.SIMPLE_CONSUMER, CT.PULL_CONSUMER})
 LONG_POLLING_TIMEOUT: Final = 20.0  # seconds; RocketMQ's default long poll
 RECEIVE_BATCH_SIZE: Final = 32
-PRODUCER_MAX_ATTEMPTS: Final = 3  # one send and two retries (seed 000/004)
+PRODUCER_MAX_ATTEMPTS: Final = 3  # one send and two retries (docs/semantics.md, "Producer")
 _MAX_INT32: Final = 2**31 - 1
 _MAX_LISTED_DELAYS: Final = 64  # clients reuse the last delay for later attempts
 
@@ -55,8 +55,9 @@ def producer_settings(request: Any, max_body_size: int) -> Any:
         "max_body_size": max_body_size,
         "validate_message_type": True,
     }
-    # Java clients wait this long before retrying a TOO_MANY_REQUESTS send (DESIGN §2 flow
-    # control); other failures are retried at once. Python 5.1.2 reads only max_attempts.
+    # Java clients wait this long before retrying a TOO_MANY_REQUESTS send (the SDK's flow-control
+    # backoff, docs/semantics.md "Producer"); other failures are retried at once. Python 5.1.2
+    # reads only max_attempts.
     reply["backoff_policy"] = {
         "max_attempts": PRODUCER_MAX_ATTEMPTS,
         "exponential_backoff": {
