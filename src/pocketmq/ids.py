@@ -22,5 +22,7 @@ _MASK: Final = 0xFFFFFFFFFFFF
 
 
 def new_message_id() -> str:
+    """A fresh id for a message about to be sent: time first so ids sort by creation, then the
+    process and a counter so two producers (or two threads) never collide."""
     millis = (time.time_ns() // 1_000_000) & _MASK
     return f"{millis:012X}{_PROCESS}{next(_counter) & _MASK:012X}"
