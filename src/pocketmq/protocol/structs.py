@@ -323,8 +323,9 @@ class PullRequest(_Body, frozen=True):
 
 
 class PullResponse(_Body, frozen=True):
-    """The messages read and where to read next; ``min_offset``/``max_offset`` let a consumer whose
-    offset fell out of retention move back into range."""
+    """The messages read and where to read next: after ``OFFSET_ILLEGAL`` (an offset that fell out
+    of retention) ``next_offset`` is the nearest valid one, so a consumer moves on instead of
+    failing; ``min_offset``/``max_offset`` are the queue's range, for lag."""
 
     status: str  # FOUND | NO_NEW_MESSAGE | NO_MATCHED_MESSAGE | OFFSET_ILLEGAL
     next_offset: int
