@@ -12,6 +12,9 @@ __all__ = ["GetStatus", "PutStatus"]
 
 
 class PutStatus(enum.Enum):
+    """The outcome of an append, one per message: the broker maps each to a response code, so a full
+    disk or an oversize message is an answer, not an exception."""
+
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
@@ -34,6 +37,9 @@ class PutStatus(enum.Enum):
 
 
 class GetStatus(enum.Enum):
+    """The outcome of a queue read, RocketMQ's names: tells a consumer whether to wait, move its
+    offset, or skip."""
+
     FOUND = "FOUND"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
