@@ -19,6 +19,9 @@ DEFAULT_DELAY_LEVELS: tuple[float, ...] = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BrokerConfig:
+    """Every broker setting, frozen and keyword-only; ``pocketmq serve --config`` fills it from the
+    ``[broker]`` section, and docs/semantics.md lists each default with where it comes from."""
+
     broker_name: str = "broker-a"
     # replication (docs/replication.md): the group is the broker name; id 0 is the master
     broker_id: int = 0

@@ -22,6 +22,9 @@ __all__ = ["FlowControl"]
 
 
 class FlowControl:
+    """The load signals a send is refused on (module doc), measured on the event loop so the answer
+    is immediate: TOO_MANY_REQUESTS, and the client backs off."""
+
     def __init__(
         self,
         *,
@@ -40,9 +43,11 @@ class FlowControl:
         self._ticker: asyncio.Task[None] | None = None
 
     def start(self, tick: float = 0.05) -> None:
+        """Start the ticker that measures event-loop lag every ``tick`` seconds."""
         self._ticker = asyncio.create_task(self._measure_lag(tick))
 
     async def stop(self) -> None:
+        """Stop the lag ticker (shutdown)."""
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):

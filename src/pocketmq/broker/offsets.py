@@ -45,6 +45,9 @@ def parse_queue_key(key: str) -> tuple[str, str, int] | None:
 
 
 class OffsetManager:
+    """Committed offsets (module doc), loaded leniently from ``offsets.json`` and saved every
+    ``offset_persist_interval`` and on shutdown."""
+
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "offsets.json")
         self._offsets: dict[tuple[str, str, int], int] = {}
@@ -81,6 +84,8 @@ class OffsetManager:
         return self._offsets.get((group, topic, queue_id), -1)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Move a group's offset forward; an older commit (a late or reordered one) never moves it
+        back."""
         key = (group, topic, queue_id)
         if offset > self._offsets.get(key, -1):
             self._offsets[key] = offset
@@ -100,20 +105,25 @@ class OffsetManager:
         return min(found) if found else -1
 
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set an offset to ``offset`` even backwards, for an operator's reset."""
         self._offsets[(group, topic, queue_id)] = offset
         self._dirty = True
 
     def forget_group(self, group: str) -> None:
+        """Drop a deleted group's offsets."""
         for key in [k for k in self._offsets if k[0] == group]:
             del self._offsets[key]
             self._dirty = True
 
     def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's offsets in every group."""
         for key in [k for k in self._offsets if k[1] == topic]:
             del self._offsets[key]
             self._dirty = True
 
     def persist(self, force: bool = False, sink: Sink | None = None) -> None:
+        """Save ``offsets.json`` when something changed (or ``force``), or hand the bytes to
+        ``sink`` to be written off the event loop."""
         if not (self._dirty or force):
             return
         self._dirty = False

@@ -385,6 +385,8 @@ class PopPath(BrokerPart):
         return min(times) if times else None
 
     def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        """Acknowledge a popped message: record the success, finish it, move the committed offset,
+        and wake pops waiting on a FIFO group it was holding back."""
         handle = Handle.parse(receipt_handle)
         state, entry = self.pop_state.lookup(group, topic, handle)
         self._record_entry(group, topic, entry, Outcome.SUCCESS)
