@@ -77,11 +77,15 @@ def seconds(value: Any) -> float:
 
 
 def duration(value: float) -> Any:
+    """Seconds as a ``google.protobuf.Duration`` (a dict the protobuf constructor accepts), for the
+    settings the clients read."""
     whole = int(value)
     return {"seconds": whole, "nanos": round((value - whole) * 1e9)}
 
 
 def timestamp(ms: int) -> Any:
+    """Epoch milliseconds as a ``google.protobuf.Timestamp`` (a dict the protobuf constructor
+    accepts)."""
     return {"seconds": ms // 1000, "nanos": (ms % 1000) * 1_000_000}
 
 

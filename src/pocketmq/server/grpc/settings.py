@@ -49,6 +49,8 @@ def _common(request: Any) -> dict[str, Any]:
 
 
 def producer_settings(request: Any, max_body_size: int) -> Any:
+    """The Settings reply to a producer: the broker's body limit (without it the client refuses
+    every send), message-type validation, and the retry policy (module doc)."""
     reply = _common(request)
     reply["publishing"] = {
         "topics": list(request.publishing.topics),
@@ -72,6 +74,8 @@ def producer_settings(request: Any, max_body_size: int) -> Any:
 def consumer_settings(
     request: Any, group: GroupConfig, delay_levels: tuple[float, ...], max_long_poll: float
 ) -> Any:
+    """The Settings reply to a consumer: FIFO or not, the long-polling timeout and the retry
+    schedule, all from its group, so the clients retry as ``pocketmq group create`` configured."""
     reply = _common(request)
     subscription = request.subscription
     polling = min(LONG_POLLING_TIMEOUT, max_long_poll)
