@@ -35,17 +35,23 @@ class _Registration:
 
 
 class RouteTable:
+    """The live brokers and their topics, as registrations report them; routes are computed from it
+    on every lookup."""
+
     def __init__(self, expiry: float = BROKER_EXPIRY, clock: Callable[[], float] = time.monotonic):
         self._expiry = expiry
         self._clock = clock
         self._brokers: dict[str, _Registration] = {}
 
     def register(self, broker: w.BrokerAddress, topics: list[w.TopicSpec]) -> None:
+        """Record a broker's address and topics, replacing its previous registration (a deleted
+        topic disappears with the next one)."""
         self._brokers[broker.name] = _Registration(
             broker, {t.name: t for t in topics}, self._clock()
         )
 
     def expire(self) -> list[str]:
+        """Drop brokers silent for longer than the expiry; returns their names, for the log."""
         now = self._clock()
         gone = [n for n, r in self._brokers.items() if now - r.last_seen > self._expiry]
         for name in gone:
@@ -53,6 +59,8 @@ class RouteTable:
         return gone
 
     def route(self, topic: str) -> w.RouteResponse:
+        """Every live broker holding ``topic`` and its queues; a topic no broker holds is
+        :class:`TopicNotFoundError`."""
         self.expire()
         brokers: list[w.BrokerAddress] = []
         queues: list[w.QueueRoute] = []
@@ -73,11 +81,15 @@ class RouteTable:
         return w.RouteResponse(topic, topic_type, brokers, queues)
 
     def brokers(self) -> list[w.BrokerAddress]:
+        """Every live broker, sorted by name."""
         self.expire()
         return [self._brokers[n].broker for n in sorted(self._brokers)]
 
 
 class NameServer:
+    """The route registry's server (module doc): the native protocol's HELLO, REGISTER_BROKER,
+    GET_ROUTE and LIST_BROKERS, nothing else."""
+
     def __init__(
         self, expiry: float = BROKER_EXPIRY, *, limits: ConnectionLimits | None = None
     ) -> None:
@@ -117,6 +129,7 @@ class NameServer:
         }
 
     async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` and start dropping silent brokers."""
         await self._server.start(host, port)
         self._sweeper = asyncio.create_task(self._sweep())
 
@@ -127,9 +140,11 @@ class NameServer:
 
     @property
     def address(self) -> str:
+        """``host:port`` as it listens (the real port when it was 0)."""
         return self._server.address
 
     async def close(self) -> None:
+        """Stop the expiry sweep and the listener."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
