@@ -3,8 +3,8 @@
 32 upper-case hex characters: 6 bytes of milliseconds since the epoch, 4 bytes identifying the
 process (a random value chosen at import, mixed with the pid), 6 bytes of a per-process counter.
 A producer assigns the id before the first attempt and keeps it across retries, so a consumer
-can recognise a retried duplicate (seed 004). ``itertools.count`` is atomic in CPython, so ids
-are unique across threads without a lock.
+can recognise a retried duplicate (docs/semantics.md, "Producer"). ``itertools.count`` is
+atomic in CPython, so ids are unique across threads without a lock.
 """
 
 from __future__ import annotations
@@ -22,5 +22,7 @@ _MASK: Final = 0xFFFFFFFFFFFF
 
 
 def new_message_id() -> str:
+    """A fresh id for a message about to be sent: time first so ids sort by creation, then the
+    process and a counter so two producers (or two threads) never collide."""
     millis = (time.time_ns() // 1_000_000) & _MASK
     return f"{millis:012X}{_PROCESS}{next(_counter) & _MASK:012X}"

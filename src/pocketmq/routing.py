@@ -27,5 +27,7 @@ def jump_hash(key: int, buckets: int) -> int:
 
 
 def queue_for_group(group: str, queues: int) -> int:
+    """The queue that every message of ``group`` goes to, the same in every process and every client
+    (gRPC and native), so one message group is read in order from one queue."""
     digest = hashlib.blake2b(group.encode(), digest_size=8).digest()
     return jump_hash(int.from_bytes(digest, "little"), queues)

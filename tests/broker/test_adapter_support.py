@@ -1,5 +1,6 @@
 """Broker-core operations the gRPC adapter needs: forward a popped message to the DLQ, recall a
-delayed message, look up a group, and the transaction stub until issue 6."""
+delayed message, look up a group, wake long polls, pop from every queue (docs/grpc.md,
+"Choices")."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ BROKER_CONFIG: dict[str, dict[str, Any]] = {
         "transaction_timeout": 0.5,
         "transaction_check_interval": 0.5,
         # a loaded 2-core CI machine stalls the broker's loop >200 ms at times; refusing sends
-        # then is flow control's job (tests/unit/test_flow_control.py), not these tests'
+        # then is flow control's job (tests/broker/test_flow_control.py), not these tests'
         "max_queue_wait": 5.0,
     },
     "store": {"max_message_size": MAX_MESSAGE_SIZE},

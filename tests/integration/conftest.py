@@ -25,7 +25,7 @@ FAST_BROKER: dict[str, dict[str, Any]] = {
         "delay_levels": FAST_LEVELS,
         "state_persist_interval": 0.2,
         # a loaded 2-core CI machine stalls the broker's loop >200 ms at times; refusing sends
-        # then is flow control's job (tests/unit/test_flow_control.py), not these tests'
+        # then is flow control's job (tests/broker/test_flow_control.py), not these tests'
         "max_queue_wait": 5.0,
     },
     "store": {"flush_interval": 0.05, "checkpoint_interval": 0.2},

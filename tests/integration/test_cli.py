@@ -1,4 +1,4 @@
-"""The command line against a real broker: the DESIGN §4 contract, run as a user would."""
+"""The command line against a real broker: the docs/cli.md contract, run as a user would."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from pocketmq.testing import BrokerProcess
+
+from .conftest import FAST_LEVELS
 
 pytestmark = pytest.mark.integration
 
@@ -31,6 +33,22 @@ def run(
         timeout=60,
         check=False,
     )
+
+
+def test_a_fifo_group_retries_on_the_brokers_delay_levels(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    """The FIFO retry schedule is the broker's rule (its delay levels from level 1), not a copy
+    in the CLI: this broker's levels are tenths of a second."""
+    group = names("g")
+    created = run(broker, "group", "create", group, "--fifo")
+    assert created.returncode == 0, created.stderr
+    groups = [
+        json.loads(line) for line in run(broker, "group", "list", "--json").stdout.splitlines()
+    ]
+    listed = next(g for g in groups if g["name"] == group)
+    assert listed["fifo"] is True
+    assert listed["retry_delays"] == FAST_LEVELS
 
 
 def test_topic_group_send_consume_round_trip(

@@ -167,7 +167,17 @@ def test_audit_and_dlq_report_commands(spark: SparkSession, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("text", "ok"), [("90", True), ("1.5m", True), ("2h", True), ("soon", False), ("-5s", False)]
+    ("text", "ok"),
+    [
+        ("90", True),
+        ("1.5m", True),
+        ("2h", True),
+        ("500ms", True),
+        ("soon", False),
+        ("-5s", False),
+        ("nan", False),
+        ("inf", False),
+    ],
 )
 def test_durations(tmp_path: Path, text: str, ok: bool) -> None:
     code, _, err = run(

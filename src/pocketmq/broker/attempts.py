@@ -25,6 +25,8 @@ class ReceiveAttempts:
         self._last: dict[tuple[str, str, str], tuple[str, float, list[Delivered]]] = {}
 
     def retry(self, key: tuple[str, str, str], attempt: str) -> list[Delivered] | None:
+        """The messages of the consumer's last receive when ``attempt`` repeats its attempt id and
+        their invisible time has not ended; None means pop anew."""
         if not attempt:
             return None
         last = self._last.get(key)
@@ -35,12 +37,15 @@ class ReceiveAttempts:
     def record(
         self, key: tuple[str, str, str], attempt: str, delivered: list[Delivered], invisible: float
     ) -> None:
+        """Remember a receive's messages under its attempt id until they become visible again (an
+        empty receive forgets the key: there is nothing to answer again)."""
         if not attempt or not delivered:
             self._last.pop(key, None)
             return
         self._last[key] = (attempt, self._clock() + invisible, delivered)
 
     def sweep(self) -> None:
+        """Drop attempts whose invisible time ended (housekeeping), so memory stays bounded."""
         now = self._clock()
         for key, (_, expires, _) in list(self._last.items()):
             if expires <= now:

@@ -284,9 +284,13 @@ class Broker:
 
     @property
     def role(self) -> Role:
+        """Master or slave: a slave stores only what its master replicates and runs no schedules or
+        checks of its own."""
         return self.replication.role
 
     async def start(self) -> None:
+        """Start the background work (schedules and transaction checks on a master, flow control,
+        housekeeping) after the state was recovered."""
         if self.role is Role.MASTER:  # a slave's schedules and checks run on its master
             await self._start_master_services()
         self.flow.start()
@@ -297,6 +301,8 @@ class Broker:
         await self.transactions.start()
 
     async def close(self) -> None:
+        """Stop the background work and persist offsets, pop state, schedule progress and the store,
+        so a restart continues where this one stopped."""
         if self._shared.closed:
             return
         self._shared.closed = True
@@ -471,4 +477,5 @@ class Broker:
         )
 
     def transaction_state(self, message_id: str) -> TransactionStatus | None:
+        """The broker's record of a message's transaction, or None (``QUERY_TRANSACTION``)."""
         return self.transactions.state(message_id)

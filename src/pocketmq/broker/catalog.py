@@ -27,6 +27,8 @@ class Catalog(BrokerPart):
     """Topics, groups, queries and status."""
 
     def delete_topic(self, name: str) -> None:
+        """Delete a user topic: a tombstone in the log first (so a restart does not bring its
+        messages back), then its definition; a refused tombstone leaves the topic as it was."""
         topic = self.topics.require(name)
         if topic.system:
             raise InvalidArgumentError(f"{name!r} is a system topic")
@@ -42,6 +44,8 @@ class Catalog(BrokerPart):
         self.pop_state.forget(topic=name)
 
     def delete_group(self, name: str) -> None:
+        """Delete a group with its committed offsets and pop state, so a group created later under
+        the same name starts clean."""
         self.groups.require(name)
         self.groups.delete(name)
         self.offsets.forget_group(name)
@@ -68,6 +72,8 @@ class Catalog(BrokerPart):
             )
 
     def message_history(self, message_id: str) -> list[Attempt]:
+        """Every recorded delivery attempt of a message, oldest first (``pocketmq message
+        history``)."""
         return self.history.query(message_id)
 
     def browse(
@@ -90,6 +96,8 @@ class Catalog(BrokerPart):
     def query_messages(
         self, *, message_id: str = "", topic: str = "", key: str = "", max_count: int = 32
     ) -> list[Delivered]:
+        """Messages by id, or by topic and business key, through the store's index: every stored
+        copy, retries and dead letters included."""
         if message_id:
             found = self.store.query_by_id(message_id, max_count)
         elif topic and key:
@@ -138,6 +146,8 @@ class Catalog(BrokerPart):
         }
 
     def status(self) -> dict[str, object]:
+        """The broker's counters and store figures as plain values, for ``pocketmq broker status``
+        and the benchmarks."""
         stats = self.store.statistics()
         return {
             "counters": {**self.counters, "transactions_pending": self.transactions.pending_count},

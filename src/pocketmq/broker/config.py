@@ -1,5 +1,5 @@
-"""Broker configuration: one frozen dataclass; every default with the seed it comes from is in
-docs/semantics.md."""
+"""Broker configuration: one frozen dataclass; every default, with where it comes from, is
+in docs/semantics.md."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pocketmq.store import StoreConfig
 
 __all__ = ["DEFAULT_DELAY_LEVELS", "BrokerConfig"]
 
-# 4.x delay levels 1..18 (seed 000): 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
+# 4.x delay levels 1..18: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
+# (docs/semantics.md, "Consumer retry, delays and dead letters")
 DEFAULT_DELAY_LEVELS: tuple[float, ...] = (
     1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
 )  # fmt: skip
@@ -18,6 +19,9 @@ DEFAULT_DELAY_LEVELS: tuple[float, ...] = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BrokerConfig:
+    """Every broker setting, frozen and keyword-only; ``pocketmq serve --config`` fills it from the
+    ``[broker]`` section, and docs/semantics.md lists each default with where it comes from."""
+
     broker_name: str = "broker-a"
     # replication (docs/replication.md): the group is the broker name; id 0 is the master
     broker_id: int = 0
@@ -41,7 +45,8 @@ class BrokerConfig:
     max_delay: float = 3 * 86400.0
     record_history: bool = True
     queue_lock_expiry: float = 60.0
-    # flow control (seed 004): shed sends with TOO_MANY_REQUESTS instead of queueing forever
+    # flow control: shed sends with TOO_MANY_REQUESTS instead of queueing forever
+    # (docs/semantics.md, "Flow control")
     max_queue_wait: float = 0.2
     max_pending_flushes: int = 20_000
     max_queue_backlog: int | None = None

@@ -18,6 +18,9 @@ Notify = Callable[[str], None]
 
 @dataclass(slots=True)
 class Registration:
+    """One live member of a consumer group: what it subscribed to, when it was last heard, and how
+    to tell it that the group changed."""
+
     client_id: str
     model: str
     subscriptions: dict[str, str]
@@ -26,6 +29,9 @@ class Registration:
 
 
 class ConsumerRegistry:
+    """The live members of every consumer group (module doc): what push consumers divide a group's
+    queues by."""
+
     def __init__(self, expiry: float) -> None:
         self._expiry = expiry
         self._groups: dict[str, dict[str, Registration]] = {}
@@ -39,6 +45,8 @@ class ConsumerRegistry:
         now: float,
         notify: Notify | None,
     ) -> None:
+        """Register or refresh a member; a new member, or one whose subscriptions changed, makes the
+        group rebalance."""
         members = self._groups.setdefault(group, {})
         existing = members.get(client_id)
         members[client_id] = Registration(client_id, model, subscriptions, now, notify)
@@ -46,12 +54,16 @@ class ConsumerRegistry:
             self._changed(group, except_client=client_id)
 
     def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
+        """Remove a client from its groups (all, or the named ones) at once, so its queues move
+        without waiting for the expiry."""
         for group in list(groups if groups is not None else self._groups):
             members = self._groups.get(group)
             if members and members.pop(client_id, None) is not None:
                 self._changed(group)
 
     def expire(self, now: float) -> list[tuple[str, str]]:
+        """Drop members silent for longer than the expiry and tell their groups; returns who was
+        dropped, for the log."""
         gone: list[tuple[str, str]] = []
         for group, members in self._groups.items():
             for client_id, registration in list(members.items()):
@@ -63,6 +75,7 @@ class ConsumerRegistry:
         return gone
 
     def client_ids(self, group: str) -> list[str]:
+        """A group's members, sorted, so every member computes the same division of the queues."""
         return sorted(self._groups.get(group, {}))
 
     def _changed(self, group: str, except_client: str | None = None) -> None:

@@ -97,6 +97,8 @@ class DeadLetters(BrokerPart):
         message: StoredMessage | None = None,
         entry: InFlight | None = None,
     ) -> None:
+        """Dead-letter a popped message that used up its attempts and finish it in its pop queue; if
+        the DLQ refuses it, it stays in flight and the move is retried when it expires again."""
         message = message or self._message_at(topic, queue_id, offset)
         if message is not None:
             result = self.dead_letter(group, message, reason="max delivery attempts reached")
@@ -145,4 +147,6 @@ class DeadLetters(BrokerPart):
         return await self.redrives.redrive(group, dlq_offsets, target, operator)
 
     def redriven(self, group: str) -> set[int]:
+        """The DLQ offsets of ``group`` already redriven, so an operator's listing and a second
+        redrive can skip them."""
         return self.redrives.ledger.offsets(group)

@@ -22,6 +22,9 @@ class _Durable(Protocol):
 
 
 class DurabilityWaiter:
+    """Group commit from the event loop (module doc): a sync-flush send waits here, and every waiter
+    of one loop iteration shares one request to the flusher."""
+
     def __init__(self, store: _Durable, flush_timeout: float) -> None:
         self._store = store
         self._flush_timeout = flush_timeout

@@ -1,7 +1,7 @@
 """Flow control: fail fast with TOO_MANY_REQUESTS (530) instead of queueing without bound.
 
-Seed 004: the broker sheds load when the store is under pressure or requests queue up; clients
-back off exponentially. A send is refused when
+The broker sheds load when the store is under pressure or requests queue up; clients back off
+exponentially (docs/semantics.md, "Flow control" and "Producer"). A send is refused when
 
 - the event loop is running behind by more than ``max_queue_wait`` (200 ms): requests are waiting
   that long before anyone looks at them (measured by a ticker that notices its own lateness);
@@ -22,6 +22,9 @@ __all__ = ["FlowControl"]
 
 
 class FlowControl:
+    """The load signals a send is refused on (module doc), measured on the event loop so the answer
+    is immediate: TOO_MANY_REQUESTS, and the client backs off."""
+
     def __init__(
         self,
         *,
@@ -40,9 +43,11 @@ class FlowControl:
         self._ticker: asyncio.Task[None] | None = None
 
     def start(self, tick: float = 0.05) -> None:
+        """Start the ticker that measures event-loop lag every ``tick`` seconds."""
         self._ticker = asyncio.create_task(self._measure_lag(tick))
 
     async def stop(self) -> None:
+        """Stop the lag ticker (shutdown)."""
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):

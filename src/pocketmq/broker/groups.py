@@ -1,8 +1,9 @@
 """Consumer groups and their retry policy, persisted in ``config/groups.json``.
 
 A group's policy decides how often a failing message is retried and how long to wait in between
-(seed 000: 16 retries on the delay levels from level 3; seed 002: FIFO groups retry 17 times with
-1s 5s 10s 30s 1m ... 2h), and whether it consumes in order.
+(16 retries on the delay levels from level 3; FIFO groups retry 17 times with 1s 5s 10s 30s 1m
+... 2h: docs/semantics.md, "Consumer retry, delays and dead letters" and "Ordered messages"),
+and whether it consumes in order.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ __all__ = ["ConsumeFrom", "GroupConfig", "GroupManager", "RetryPolicy"]
 
 
 class ConsumeFrom(enum.Enum):
+    """Where a new group (no committed offset) starts: the oldest retained message (default: never
+    miss anything sent before the group existed) or the newest."""
+
     FIRST = "first"
     LAST = "last"
 
@@ -40,6 +44,7 @@ class RetryPolicy(msgspec.Struct, frozen=True):
 
     @property
     def max_attempts(self) -> int:
+        """Deliveries before the dead-letter queue: the first one plus ``max_retries``."""
         return self.max_retries + 1
 
     def delay(self, retry: int, levels: tuple[float, ...]) -> float:
@@ -56,6 +61,9 @@ class RetryPolicy(msgspec.Struct, frozen=True):
 
 
 class GroupConfig(msgspec.Struct, frozen=True):
+    """A consumer group's definition: consumption mode, retry policy and start position; persisted
+    in ``groups.json`` and sent to the gRPC clients in their settings."""
+
     name: str
     fifo: bool = False
     broadcast: bool = False
@@ -65,6 +73,9 @@ class GroupConfig(msgspec.Struct, frozen=True):
 
 
 class GroupManager:
+    """The broker's consumer groups, loaded leniently from ``groups.json`` (a bad entry is skipped,
+    not fatal) and saved on every change."""
+
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "groups.json")
         self._groups: dict[str, GroupConfig] = {}
@@ -87,9 +98,11 @@ class GroupManager:
         self._groups = GroupManager(os.path.dirname(self._path))._groups
 
     def get(self, name: str) -> GroupConfig | None:
+        """The group named ``name``, or None."""
         return self._groups.get(name)
 
     def require(self, name: str) -> GroupConfig:
+        """The group named ``name``; an unknown group is an error that says how to create it."""
         group = self._groups.get(name)
         if group is None:
             raise GroupNotFoundError(
@@ -99,9 +112,12 @@ class GroupManager:
         return group
 
     def all(self) -> list[GroupConfig]:
+        """Every group, sorted by name (listings)."""
         return sorted(self._groups.values(), key=lambda g: g.name)
 
     def create(self, group: GroupConfig) -> GroupConfig:
+        """Create or update a group after checking its name and retry policy, so a group that could
+        never be served is refused now rather than at its first retry."""
         validate_group_name(group.name)
         problem = _problem(group)
         if problem is not None:
@@ -112,6 +128,7 @@ class GroupManager:
         return group
 
     def delete(self, name: str) -> bool:
+        """Forget a group; False when there was none."""
         if self._groups.pop(name, None) is None:
             return False
         self._save()

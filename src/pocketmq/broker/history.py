@@ -28,6 +28,8 @@ _FLUSH_AT = 256
 
 
 class Outcome(enum.Enum):
+    """How a delivery attempt ended, as the history and ``pocketmq message history`` show it."""
+
     SUCCESS = "SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
     EXCEPTION = "EXCEPTION"
@@ -38,6 +40,9 @@ class Outcome(enum.Enum):
 
 
 class Attempt(msgspec.Struct, frozen=True, array_like=True):
+    """One history entry (module doc), encoded as an array; new fields go last with a default so
+    records written before them still decode."""
+
     message_id: str
     group: str
     topic: str
@@ -55,6 +60,9 @@ _decode = msgspec.msgpack.Decoder(Attempt).decode
 
 
 class AttemptHistory:
+    """Records attempts into ``%SYS%HISTORY`` in batches, and answers queries by message id through
+    the store's index."""
+
     def __init__(self, store: MessageStore, clock: Callable[[], float], enabled: bool = True):
         self._store = store
         self._clock = clock
@@ -76,6 +84,8 @@ class AttemptHistory:
         finished_at: float | None = None,
         message_group: str = "",
     ) -> None:
+        """Buffer one attempt; the buffer goes to the store every housekeeping tick or when it is
+        full."""
         if not self.enabled or not message_id:
             return
         now = self._clock()
@@ -104,11 +114,14 @@ class AttemptHistory:
             self.flush()
 
     def flush(self) -> None:
+        """Append the buffered attempts now (before a query, on shutdown), in one batch."""
         buffer, self._buffer = self._buffer, []
         if buffer:
             self._store.append(buffer)
 
     def query(self, message_id: str, limit: int = 512) -> list[Attempt]:
+        """Every attempt recorded for ``message_id``, oldest first (the buffer is flushed first, so
+        a query sees its own recent attempts)."""
         self.flush()
         found = [
             _decode(record.body)

@@ -16,6 +16,8 @@ LockKey = tuple[str, str, int]  # group, topic, queue id
 
 
 class QueueLocks:
+    """Who holds each (group, topic, queue) for orderly consumption, and until when (module doc)."""
+
     def __init__(self, expiry: float, clock: Callable[[], float]) -> None:
         self._expiry = expiry
         self._clock = clock
@@ -36,6 +38,8 @@ class QueueLocks:
         return granted
 
     def unlock(self, group: str, client_id: str, queues: Sequence[tuple[str, int]]) -> None:
+        """Give queues back (a rebalance moved them) so the new owner need not wait for the expiry;
+        only the holder can."""
         for topic, queue_id in queues:
             key = (group, topic, queue_id)
             owner = self._owners.get(key)
@@ -43,10 +47,12 @@ class QueueLocks:
                 del self._owners[key]
 
     def release_client(self, client_id: str) -> None:
+        """Drop every lock of a client that left, so its queues move at once."""
         for key in [k for k, (owner, _) in self._owners.items() if owner == client_id]:
             del self._owners[key]
 
     def owner(self, group: str, topic: str, queue_id: int) -> str | None:
+        """The client holding a queue's lock now, or None when it is free or expired."""
         owner = self._owners.get((group, topic, queue_id))
         if owner is None or owner[1] <= self._clock():
             return None

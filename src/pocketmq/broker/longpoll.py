@@ -14,6 +14,8 @@ __all__ = ["ArrivalNotifier"]
 
 
 class ArrivalNotifier:
+    """Long-poll waiters per key (module doc): a queue for pulls, a topic for pops."""
+
     def __init__(self) -> None:
         self._waiters: dict[Hashable, list[asyncio.Future[bool]]] = {}
 
@@ -37,6 +39,8 @@ class ArrivalNotifier:
                     del self._waiters[key]
 
     def notify(self, key: Hashable) -> None:
+        """Wake everyone waiting on ``key``: a message arrived (or a pop state changed) that they
+        may now get."""
         waiters = self._waiters.pop(key, None)
         if waiters:
             for future in waiters:
@@ -44,6 +48,7 @@ class ArrivalNotifier:
                     future.set_result(True)
 
     def notify_all(self) -> None:
+        """Wake every waiter (shutdown), so no long poll outlives the broker."""
         waiters, self._waiters = self._waiters, {}
         for futures in waiters.values():
             for future in futures:

@@ -28,12 +28,16 @@ class Membership(BrokerPart):
         consumers: Sequence[tuple[str, str, dict[str, str]]],
         notify: Notify | None = None,
     ) -> None:
+        """A client's consumer heartbeat: register it in each group it names, for rebalancing (an
+        unknown group is refused unless ``auto_create_groups``)."""
         now = self._clock()
         for group, model, subscriptions in consumers:
             self._group(group)
             self.consumers.heartbeat(client_id, group, model, subscriptions, now, notify)
 
     def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
+        """A client leaving: out of its groups and its queue locks released, so others take over at
+        once."""
         self.consumers.unregister(client_id, groups or None)
         self.locks.release_client(client_id)
 
@@ -45,9 +49,11 @@ class Membership(BrokerPart):
         return self.locks.lock(group, client_id, queues)
 
     def unlock_queues(self, group: str, client_id: str, queues: Sequence[tuple[str, int]]) -> None:
+        """An orderly consumer gives back queues it no longer owns after a rebalance."""
         self.locks.unlock(group, client_id, queues)
 
     def consumer_ids(self, group: str) -> list[str]:
+        """The live members of a group, for the client's rebalance."""
         self._group(group)
         return self.consumers.client_ids(group)
 
@@ -60,4 +66,6 @@ class Membership(BrokerPart):
     def unregister_producer(
         self, client_id: str, groups: Sequence[str] | None = None, *, owner: object = None
     ) -> None:
+        """A producer connection closed: its check-back channels go (only the registrations made
+        through ``owner``, never a newer connection's)."""
         self.transactions.producers.unregister(client_id, groups, owner=owner)

@@ -13,6 +13,9 @@ __all__ = ["Delivered", "InboundMessage", "PullOutcome", "PullStatus", "SendOutc
 
 
 class InboundMessage(msgspec.Struct, frozen=True, gc=False):
+    """A message as a protocol adapter hands it to the broker, in the broker's terms (id, tag, keys
+    and hints are properties), whichever protocol brought it."""
+
     topic: str
     body: bytes
     properties: dict[str, str] = {}
@@ -22,6 +25,9 @@ class InboundMessage(msgspec.Struct, frozen=True, gc=False):
 
 
 class SendOutcome(msgspec.Struct, frozen=True, gc=False):
+    """The broker's answer for one message of a send: a code, and where it was stored; a refused
+    message names the send-contract rule it broke."""
+
     code: Code
     remark: str = ""
     message_id: str = ""
@@ -35,6 +41,8 @@ class SendOutcome(msgspec.Struct, frozen=True, gc=False):
 
 
 class Delivered(msgspec.Struct, frozen=True, gc=False):
+    """A message as the broker hands it to any protocol adapter for delivery."""
+
     topic: str
     queue_id: int
     queue_offset: int
@@ -49,6 +57,8 @@ class Delivered(msgspec.Struct, frozen=True, gc=False):
 
 
 class PullStatus:
+    """What a pull found, RocketMQ's names (plain strings on the wire)."""
+
     FOUND = "FOUND"
     NO_NEW_MESSAGE = "NO_NEW_MESSAGE"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -56,6 +66,8 @@ class PullStatus:
 
 
 class PullOutcome(msgspec.Struct, frozen=True, gc=False):
+    """A pull's messages and the offsets the consumer moves on with."""
+
     status: str
     next_offset: int
     min_offset: int

@@ -1,8 +1,8 @@
 """Committed consumer offsets per (group, topic, queue), persisted every few seconds.
 
-Clustering consumers commit here (seed 000: the broker keeps the table in memory and persists it
-on an interval, 5 s by default). A commit never moves an offset backwards unless asked to
-(operator resets go through ``reset``).
+Clustering consumers commit here; the broker keeps the table in memory and persists it on an
+interval, 5 s by default (docs/semantics.md, "Topics, groups, offsets"). A commit never moves an
+offset backwards unless asked to (operator resets go through ``reset``).
 
 ``offsets.json`` keys each entry ``group@topic@queue``, so every name that reaches this table is
 checked first (pocketmq.names: no ``@``, storable length): one bad commit must not make the file
@@ -45,6 +45,9 @@ def parse_queue_key(key: str) -> tuple[str, str, int] | None:
 
 
 class OffsetManager:
+    """Committed offsets (module doc), loaded leniently from ``offsets.json`` and saved every
+    ``offset_persist_interval`` and on shutdown."""
+
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "offsets.json")
         self._offsets: dict[tuple[str, str, int], int] = {}
@@ -89,6 +92,7 @@ class OffsetManager:
                 self._dirty = True
 
     def snapshot(self) -> dict[tuple[str, str, int], int]:
+        """Every committed offset now, by (group, topic, queue): what a slave sends its master."""
         return dict(self._offsets)
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
@@ -96,6 +100,8 @@ class OffsetManager:
         return self._offsets.get((group, topic, queue_id), -1)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Move a group's offset forward; an older commit (a late or reordered one) never moves it
+        back."""
         key = (group, topic, queue_id)
         if offset > self._offsets.get(key, -1):
             self._offsets[key] = offset
@@ -115,20 +121,25 @@ class OffsetManager:
         return min(found) if found else -1
 
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set an offset to ``offset`` even backwards, for an operator's reset."""
         self._offsets[(group, topic, queue_id)] = offset
         self._dirty = True
 
     def forget_group(self, group: str) -> None:
+        """Drop a deleted group's offsets."""
         for key in [k for k in self._offsets if k[0] == group]:
             del self._offsets[key]
             self._dirty = True
 
     def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's offsets in every group."""
         for key in [k for k in self._offsets if k[1] == topic]:
             del self._offsets[key]
             self._dirty = True
 
     def persist(self, force: bool = False, sink: Sink | None = None) -> None:
+        """Save ``offsets.json`` when something changed (or ``force``), or hand the bytes to
+        ``sink`` to be written off the event loop."""
         if not (self._dirty or force):
             return
         self._dirty = False

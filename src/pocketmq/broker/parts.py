@@ -165,17 +165,20 @@ class BrokerPart:
 
     @property
     def schedule(self) -> ScheduleService:
+        """The schedule service, which exists only once the broker started as a master."""
         assert self._shared.schedule is not None
         return self._shared.schedule
 
     @property
     def transactions(self) -> TransactionService:
+        """The transaction service, which exists only once the broker started as a master."""
         assert self._shared.transactions is not None
         return self._shared.transactions
 
     def create_topic(
         self, name: str, *, queues: int | None = None, topic_type: str = "normal", perm: int = 6
     ) -> TopicConfig:
+        """Create or update a topic; an unknown topic type is refused with the valid ones named."""
         try:
             kind = TopicType(topic_type)
         except ValueError:
@@ -187,9 +190,12 @@ class BrokerPart:
         )
 
     def create_group(self, group: GroupConfig) -> GroupConfig:
+        """Create or update a group and its retry topic; a FIFO group without a policy of its own
+        retries on the delay levels from level 1."""
         retry = group.retry
         if group.fifo and not retry.delays and retry.initial <= 0:
-            # seed 002: FIFO groups retry on 1s 5s 10s 30s 1m ... 2h (the delay levels from 1)
+            # FIFO groups retry on 1s 5s 10s 30s 1m ... 2h, the delay levels from 1
+            # (docs/semantics.md, "Ordered messages")
             group = msgspec.structs.replace(
                 group, retry=msgspec.structs.replace(retry, delays=self.config.delay_levels)
             )
@@ -258,6 +264,7 @@ class BrokerPart:
 
     @property
     def replication(self) -> Replication:
+        """The broker's replication state (docs/replication.md)."""
         assert self._shared.replication is not None
         return self._shared.replication
 

@@ -33,6 +33,8 @@ def save_json(path: str, value: Any, sink: Sink | None = None) -> None:
 
 
 def write_files(files: list[tuple[str, bytes]]) -> None:
+    """Write each state file atomically (creating its directory), so a crash leaves the previous
+    version of any file it interrupts."""
     for path, data in files:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write(path, data)
@@ -47,6 +49,8 @@ class OffLoopWriter:
         self._pending: asyncio.Future[None] | None = None
 
     async def write(self, files: list[tuple[str, bytes]]) -> None:
+        """Write ``files`` in a worker thread after any earlier write finished (so an older snapshot
+        never lands last); shielded, so a cancelled caller does not cancel the write."""
         if not files:
             return
         await self.drain()
@@ -54,6 +58,7 @@ class OffLoopWriter:
         await asyncio.shield(self._pending)
 
     async def drain(self) -> None:
+        """Wait for the write in progress, if any (before a final synchronous save)."""
         pending, self._pending = self._pending, None
         if pending is not None:
             with contextlib.suppress(Exception):  # the writer's caller logged it already

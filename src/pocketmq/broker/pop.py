@@ -48,6 +48,7 @@ class PopBatch(list[Delivered]):
         self.bytes = 0
 
     def append(self, message: Delivered) -> None:
+        """Take a message and count its approximate encoded size against the byte bound."""
         super().append(message)
         size = len(message.body) + _DELIVERED_OVERHEAD
         for key, value in message.properties.items():
@@ -56,10 +57,15 @@ class PopBatch(list[Delivered]):
 
     @property
     def full_of_bytes(self) -> bool:
+        """Whether the batch reached its byte bound: the pop stops taking messages (the rest wait
+        for the next pop)."""
         return self.max_bytes is not None and self.bytes >= self.max_bytes
 
 
 class InFlight(msgspec.Struct):
+    """One handed-out message of a pop queue: its receipt token, when it becomes visible again, its
+    attempt and to whom it went (for the history and FIFO blocking)."""
+
     token: str
     visible_at: float
     attempt: int
@@ -92,6 +98,8 @@ class PopQueue:
         message_group: str = "",
         message_id: str = "",
     ) -> str:
+        """Mark ``offset`` in flight until ``visible_at`` and return the token of its receipt
+        handle; the expiry timer is scheduled with it."""
         token = secrets.token_hex(6)
         self.inflight[offset] = InFlight(
             token, visible_at, attempt, consumer, now, message_group, message_id
@@ -144,6 +152,8 @@ class PopQueue:
         heapq.heappush(self._timers, (entry.visible_at, offset, entry.token))
 
     def rehide(self, offset: int, visible_at: float) -> str:
+        """Hide an in-flight message until ``visible_at`` with a new token, so the old receipt
+        handle is stale (change-invisible-duration)."""
         entry = self.inflight[offset]
         entry.token = secrets.token_hex(6)
         entry.visible_at = visible_at
@@ -151,6 +161,8 @@ class PopQueue:
         return entry.token
 
     def next_visible_at(self) -> float | None:
+        """When the next in-flight message becomes visible again (discarding stale timers), so the
+        broker sleeps until then instead of polling."""
         while self._timers:
             visible_at, offset, token = self._timers[0]
             entry = self.inflight.get(offset)
@@ -160,20 +172,27 @@ class PopQueue:
         return None
 
     def rebuild_timers(self) -> None:
+        """Recreate the expiry heap from the in-flight entries (after loading ``pop.json``)."""
         self._timers = [(e.visible_at, o, e.token) for o, e in self.inflight.items()]
         heapq.heapify(self._timers)
 
 
 class Handle(msgspec.Struct, frozen=True):
+    """A receipt handle's contents: the queue, the offset and the token of one delivery, so an ack
+    finds its entry and a stale one is recognised."""
+
     queue_id: int
     offset: int
     token: str
 
     def encode(self) -> str:
+        """The handle as the text clients carry (``queue:offset:token``)."""
         return f"{self.queue_id}:{self.offset}:{self.token}"
 
     @classmethod
     def parse(cls, text: str) -> Handle:
+        """A handle from a client's text; anything malformed is an
+        :class:`InvalidReceiptHandleError`, never a crash."""
         try:
             queue, offset, token = text.split(":")
             return cls(int(queue), int(offset), token)
@@ -195,6 +214,9 @@ def _snapshot_problem(snap: _Snapshot) -> str | None:
 
 
 class PopManager:
+    """Every pop queue's state, loaded leniently from ``pop.json`` and snapshotted every
+    ``state_persist_interval`` (module doc)."""
+
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "pop.json")
         self._queues: dict[tuple[str, str, int], PopQueue] = {}
@@ -221,9 +243,12 @@ class PopManager:
         self.dirty = False
 
     def get(self, group: str, topic: str, queue_id: int) -> PopQueue | None:
+        """The state of one (group, topic, queue), or None before its first pop."""
         return self._queues.get((group, topic, queue_id))
 
     def ensure(self, group: str, topic: str, queue_id: int, start: int) -> PopQueue:
+        """The state of one (group, topic, queue), created at ``start`` (the committed offset) on
+        its first pop."""
         key = (group, topic, queue_id)
         state = self._queues.get(key)
         if state is None:
@@ -231,15 +256,19 @@ class PopManager:
         return state
 
     def items(self) -> list[tuple[tuple[str, str, int], PopQueue]]:
+        """A snapshot of every queue's state (expiry scans, status)."""
         return list(self._queues.items())
 
     def forget(self, *, group: str | None = None, topic: str | None = None) -> None:
+        """Drop the state of a deleted group or topic."""
         for key in list(self._queues):
             if (group is None or key[0] == group) and (topic is None or key[1] == topic):
                 del self._queues[key]
         self.dirty = True
 
     def lookup(self, group: str, topic: str, handle: Handle) -> tuple[PopQueue, InFlight]:
+        """The queue state and in-flight entry a receipt handle names; an unknown or stale handle is
+        an :class:`InvalidReceiptHandleError` saying which."""
         state = self._queues.get((group, topic, handle.queue_id))
         entry = state.inflight.get(handle.offset) if state else None
         if state is None or entry is None:
@@ -253,6 +282,8 @@ class PopManager:
         return state, entry
 
     def persist(self, force: bool = False, sink: Sink | None = None) -> None:
+        """Save ``pop.json`` when something changed (or ``force``), or hand the bytes to ``sink`` to
+        be written off the event loop."""
         if not (self.dirty or force):
             return
         self.dirty = False

@@ -301,8 +301,9 @@ class PopPath(BrokerPart):
         max_count: int,
     ) -> None:
         """FIFO pop: per message group, never hand out a message while an earlier one of its
-        group is in flight and still invisible (seed 002, but per group instead of per queue, so
-        one failing group does not stall the others hashed to the same queue)."""
+        group is in flight and still invisible (per group instead of per queue, so one failing
+        group does not stall the others hashed to the same queue: docs/semantics.md, "Ordered
+        messages")."""
         busy = state.busy_groups(now)
         limit = group.retry.max_attempts if group.retry.max_retries >= 0 else None
         # 1. what is already pending (expired deliveries and parked messages), in offset order
@@ -384,6 +385,8 @@ class PopPath(BrokerPart):
         return min(times) if times else None
 
     def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        """Acknowledge a popped message: record the success, finish it, move the committed offset,
+        and wake pops waiting on a FIFO group it was holding back."""
         handle = Handle.parse(receipt_handle)
         state, entry = self.pop_state.lookup(group, topic, handle)
         self._record_entry(group, topic, entry, Outcome.SUCCESS)

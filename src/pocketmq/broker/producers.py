@@ -36,6 +36,8 @@ class _Producer:
 
 
 class ProducerRegistry:
+    """Live producers of every producer group (module doc), chosen round robin for check-backs."""
+
     def __init__(self, expiry: float) -> None:
         self._expiry = expiry
         self._groups: dict[str, dict[str, _Producer]] = {}
@@ -49,6 +51,7 @@ class ProducerRegistry:
         now: float,
         owner: object = None,
     ) -> None:
+        """Register or refresh a producer in ``groups`` with the channel its checks go through."""
         for group in groups:
             if group:
                 members = self._groups.setdefault(group, {})
@@ -71,6 +74,8 @@ class ProducerRegistry:
                 self._groups.pop(group, None)
 
     def expire(self, now: float) -> list[tuple[str, str]]:
+        """Drop producers silent for longer than the expiry; returns who was dropped, for the
+        log."""
         gone: list[tuple[str, str]] = []
         for group, members in list(self._groups.items()):
             for client_id, producer in list(members.items()):
@@ -82,9 +87,11 @@ class ProducerRegistry:
         return gone
 
     def client_ids(self, group: str) -> list[str]:
+        """The live producers of a group, sorted."""
         return sorted(self._groups.get(group, {}))
 
     def groups(self) -> list[str]:
+        """Every producer group with a live producer."""
         return sorted(self._groups)
 
     def deliver(self, group: str, check: TransactionCheck) -> str | None:

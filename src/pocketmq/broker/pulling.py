@@ -65,6 +65,8 @@ class PullPath(BrokerPart):
         expression: str = "*",
         max_wait: float = 0.0,
     ) -> PullOutcome:
+        """A pull that long-polls up to ``max_wait`` for its queue when nothing is there yet (4.x
+        push consumers)."""
         self._group(group)
         config = self._readable_topic(topic, group)
         if not 0 <= queue_id < config.queues:
@@ -100,6 +102,8 @@ class PullPath(BrokerPart):
             )
 
     def commit_offsets(self, group: str, entries: Sequence[tuple[str, int, int]]) -> None:
+        """Commit a consumer's offsets after checking every entry (so one bad name cannot corrupt
+        ``offsets.json``); an offset past the queue's end is cut to the end."""
         self._group(group)
         self.offsets.check(entries)  # names end up in offsets.json keys: refuse before storing
         for topic, queue_id, offset in entries:

@@ -70,6 +70,9 @@ _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class RedriveRecord(msgspec.Struct, frozen=True):
+    """The audit record of one resent dead letter (in ``%SYS%REDRIVE``): what was resent where, by
+    whom and when; replaying these rebuilds what was redriven."""
+
     group: str
     dlq_offset: int
     message_id: str
@@ -104,9 +107,11 @@ class RedriveLedger:
         self._locks: dict[str, asyncio.Lock] = {}
 
     def done(self, group: str, dlq_offset: int) -> bool:
+        """Whether the dead letter at ``dlq_offset`` of ``group`` was already resent."""
         return dlq_offset in self._done.get(group, ())
 
     def offsets(self, group: str) -> set[int]:
+        """Every DLQ offset of ``group`` already resent."""
         return set(self._done.get(group, ()))
 
     def lock(self, group: str) -> asyncio.Lock:
@@ -218,6 +223,9 @@ class RedriveService:
     async def redrive(
         self, group: str, dlq_offsets: Sequence[int], target: str, operator: str
     ) -> list[ReportLine]:
+        """Resend the given dead letters of ``group``, one redrive per group at a time, recording
+        each as done in the same step as its resend (docs/semantics.md, "Consumer retry, delays and
+        dead letters")."""
         async with self.ledger.lock(group):
             try:
                 return [await self._one(group, offset, target, operator) for offset in dlq_offsets]

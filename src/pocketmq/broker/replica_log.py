@@ -59,6 +59,7 @@ class ReplicaLog:
         return self._store.flushed_position
 
     def epochs(self) -> list[EpochPair]:
+        """This log's terms, oldest first, as ``(number, start)`` pairs."""
         return [(e.number, e.start) for e in self._store.epochs.entries]
 
     def current_epoch(self) -> int:

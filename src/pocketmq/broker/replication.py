@@ -26,11 +26,16 @@ __all__ = ["ReplicaOutcome", "Replication", "ReplicationMode", "Role", "SlavePro
 
 
 class Role(enum.Enum):
+    """A broker's place in its group (docs/replication.md §1)."""
+
     MASTER = "master"
     SLAVE = "slave"
 
 
 class ReplicationMode(enum.Enum):
+    """What a send on a master waits for (docs/replication.md §3): its own store only, or also an
+    in-sync slave."""
+
     ASYNC = "async"
     SYNC = "sync"
 
@@ -91,6 +96,7 @@ class Replication:
     # -- a slave's progress ---------------------------------------------------------------
 
     def heard_from_master(self, master_end: int) -> None:
+        """A slave: the master's end of log at this contact (how far behind this slave is)."""
         self.master_end = master_end
         self.contact_at = time.time()
 
@@ -108,14 +114,17 @@ class Replication:
     # -- slaves ---------------------------------------------------------------------------
 
     def slave_connected(self, key: object, broker_id: int, address: str, position: int) -> None:
+        """A slave finished its handshake at ``position``: track its progress from there."""
         self.slaves[key] = SlaveProgress(broker_id, address, acked=position, flushed=position)
         self._update()
 
     def slave_gone(self, key: object) -> None:
+        """A slave disconnected: it no longer counts as in sync."""
         self.slaves.pop(key, None)
         self._update()
 
     def acked(self, key: object, written: int, flushed: int) -> None:
+        """A slave reported how far it has written and flushed; progress only moves forward."""
         slave = self.slaves.get(key)
         if slave is None:
             return
@@ -125,6 +134,8 @@ class Replication:
         self._update()
 
     def in_sync(self) -> list[SlaveProgress]:
+        """The slaves within ``max_gap`` bytes of the master's end: the ones a SYNC send may wait
+        for."""
         end = self.store.write_position
         return [s for s in self.slaves.values() if end - s.acked <= self.max_gap]
 

@@ -4,9 +4,10 @@ A delayed message is first stored in a schedule topic, with its real topic and q
 properties and its due time (epoch ms) in the consume-queue tag slot. When it is due, a copy goes
 to the real topic (same message id), and the schedule progress moves on.
 
-- **Delay levels** (seed 000): one queue of ``%SYS%SCHEDULE`` per level. Within a level every
-  message waits the same time, so due times only grow along the queue: the scheduler looks at
-  each queue's head and sleeps until the earliest head is due. Progress is one offset per level.
+- **Delay levels** (docs/semantics.md, "Consumer retry, delays and dead letters"): one queue of
+  ``%SYS%SCHEDULE`` per level. Within a level every message waits the same time, so due times
+  only grow along the queue: the scheduler looks at each queue's head and sleeps until the
+  earliest head is due. Progress is one offset per level.
 - **Delivery timestamps** (5.x delay messages, and retry delays that are not a level): one queue
   of ``%SYS%TIMER`` in arrival order. Due times are in any order, so the scheduler keeps a heap
   of pending entries, rebuilt on start from the consume queue alone (the due times are in the tag
@@ -107,6 +108,8 @@ def make_recall_handle(physical_offset: int, message_id: str) -> str:
 
 
 def parse_recall_handle(handle: str) -> tuple[int, str] | None:
+    """The physical offset and message id of a recall handle, or None for anything that is not one
+    (the caller answers NOT_FOUND)."""
     parts = handle.split(":")
     if len(parts) != 3 or parts[0] != "R1" or not parts[1].isdigit() or not parts[2]:
         return None
@@ -173,6 +176,7 @@ class ScheduleService:
         return None
 
     def level_delay(self, level: int) -> float:
+        """The delay of a 4.x delay level (levels outside 1..18 are clamped)."""
         return self._levels[min(max(level, 1), len(self._levels)) - 1]
 
     def schedule_level(self, message: StoreMessage, level: int, now_ms: int) -> StoreMessage:
@@ -182,6 +186,8 @@ class ScheduleService:
         return self._hold(message, SCHEDULE_TOPIC, level - 1, due, {props.DELAY_LEVEL: str(level)})
 
     def schedule_at(self, message: StoreMessage, due_ms: int) -> StoreMessage:
+        """The record that holds ``message`` in the timer topic until ``due_ms`` (a 5.x delivery
+        time, or a retry delay that is not a level)."""
         return self._hold(message, TIMER_TOPIC, 0, due_ms, {props.DELIVER_TIME_MS: str(due_ms)})
 
     @staticmethod
@@ -226,10 +232,13 @@ class ScheduleService:
     # -- the scheduler loop ---------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start the scheduler task (after the broker's recovery)."""
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name="schedule")
 
     async def close(self) -> None:
+        """Stop the scheduler and save its progress, so a restart neither loses nor repeats released
+        messages."""
         if self._handle is not None:
             self._handle.cancel()
         if self._task is not None:
@@ -481,6 +490,8 @@ class ScheduleService:
     # -- persistence ----------------------------------------------------------------------
 
     def persist(self, force: bool = False, sink: Sink | None = None) -> None:
+        """Save ``schedule.json`` (level offsets, timer progress, recalls, parked messages) when
+        something changed, or hand the bytes to ``sink``."""
         if not (self._dirty or force):
             return
         self._dirty = False

@@ -58,7 +58,8 @@ class SendBack(BrokerPart):
         into ``%DLQ%<group>`` when its retries are used up (or ``delay_level`` < 0).
 
         Returns ``"retry"`` or ``"dlq"``. The message keeps its id; ``RETRY_TOPIC`` keeps its
-        original topic and ``ORIGIN_MESSAGE_ID`` its first id (seed 000/001).
+        original topic and ``ORIGIN_MESSAGE_ID`` its first id (docs/semantics.md, "Consumer
+        retry, delays and dead letters").
         """
         group_config = self._group(group)
         if self._fault("send_back"):

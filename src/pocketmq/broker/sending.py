@@ -154,7 +154,7 @@ class SendPath(BrokerPart):
                 self.flow.pending_flushes -= 1
             if not durable:
                 weaker = (Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed")
-                if self.store.failure:  # the fsync failed: maybe not stored (storage-format §5)
+                if self.store.failure:  # fsync failed: maybe not stored (docs/storage-format.md §5)
                     weaker = (Code.STORAGE_FAILED, self.store.failure)
         if weaker is None:
             outcome = await self.replication.wait(end)

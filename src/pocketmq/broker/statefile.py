@@ -62,6 +62,7 @@ class StateFile:
 
     @property
     def name(self) -> str:
+        """The file's name, for log lines."""
         return os.path.basename(self.path)
 
     @property
@@ -70,9 +71,11 @@ class StateFile:
         return self.skipped > 0 or self.lost
 
     def mapping(self) -> dict[str, msgspec.Raw]:
+        """The entries of a ``dict``-shaped file, still encoded, to be decoded one by one."""
         return self._mapping
 
     def items(self) -> list[msgspec.Raw]:
+        """The entries of a ``list``-shaped file, still encoded, to be decoded one by one."""
         return self._items
 
     def decode(

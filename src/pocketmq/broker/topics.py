@@ -40,6 +40,9 @@ PERM_WRITE = 2
 
 
 class TopicType(enum.Enum):
+    """What a topic accepts (docs/semantics.md, "Messages"); a normal topic accepts every message
+    type."""
+
     NORMAL = "normal"
     FIFO = "fifo"
     DELAY = "delay"
@@ -47,6 +50,9 @@ class TopicType(enum.Enum):
 
 
 class TopicConfig(msgspec.Struct, frozen=True):
+    """A topic's definition: queues, permission and type; ``system`` marks the broker's own topics,
+    which users cannot delete."""
+
     name: str
     queues: int = 8
     perm: int = PERM_READ | PERM_WRITE
@@ -55,22 +61,29 @@ class TopicConfig(msgspec.Struct, frozen=True):
 
     @property
     def readable(self) -> bool:
+        """Whether consumers may read the topic (a dead-letter topic is not readable)."""
         return bool(self.perm & PERM_READ)
 
     @property
     def writable(self) -> bool:
+        """Whether producers may send to the topic."""
         return bool(self.perm & PERM_WRITE)
 
 
 def retry_topic(group: str) -> str:
+    """The topic a group's retries go through."""
     return RETRY_PREFIX + group
 
 
 def dlq_topic(group: str) -> str:
+    """The topic a group's dead letters go to."""
     return DLQ_PREFIX + group
 
 
 class TopicManager:
+    """The broker's topics, loaded leniently from ``topics.json`` (a bad entry is skipped, not
+    fatal) and saved on every change."""
+
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "topics.json")
         self._topics: dict[str, TopicConfig] = {}
@@ -93,9 +106,11 @@ class TopicManager:
         self._topics = TopicManager(os.path.dirname(self._path))._topics
 
     def get(self, name: str) -> TopicConfig | None:
+        """The topic named ``name``, or None."""
         return self._topics.get(name)
 
     def require(self, name: str) -> TopicConfig:
+        """The topic named ``name``; an unknown topic is an error that says how to create it."""
         topic = self._topics.get(name)
         if topic is None:
             raise TopicNotFoundError(
@@ -104,6 +119,7 @@ class TopicManager:
         return topic
 
     def all(self) -> list[TopicConfig]:
+        """Every topic, sorted by name (listings, registration with the name server)."""
         return sorted(self._topics.values(), key=lambda t: t.name)
 
     def create(
@@ -143,12 +159,15 @@ class TopicManager:
         return None
 
     def ensure_system(self, name: str, queues: int, perm: int) -> TopicConfig:
+        """The broker's own topic ``name``, created on first use (retry and dead-letter topics,
+        internal ledgers)."""
         topic = self._topics.get(name)
         if topic is None:
             topic = self.create(name, queues=queues, perm=perm, system=True)
         return topic
 
     def delete(self, name: str) -> bool:
+        """Forget a topic; False when there was none."""
         if self._topics.pop(name, None) is None:
             return False
         self._save()

@@ -1,4 +1,4 @@
-"""``pocketmq topic``, ``group``, ``send`` and ``consume`` (DESIGN §4).
+"""``pocketmq topic``, ``group``, ``send`` and ``consume`` (docs/cli.md).
 
 Every command talks to a broker through the SDK. Errors are printed to stderr and exit non-zero;
 ``--json`` output is one JSON object per line, for scripts. The SDK and rich are imported inside
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import json
 import math
@@ -20,34 +19,14 @@ from typing import Any, TypeVar
 
 import click
 
-from pocketmq.cli._app import main, server_option
+from pocketmq.cli._app import main, parse_duration, server_option
 from pocketmq.client.message import Message, MessageView, SendResult
 from pocketmq.errors import PocketMQError
 from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
 
-__all__ = ["handle_errors", "message_json", "parse_duration"]
+__all__ = ["handle_errors", "message_json"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> float:
-    """``"10s"``, ``"1.5m"``, ``"2h"``, ``"500ms"`` or plain seconds → seconds (finite, >= 0:
-    ``nan``, ``inf`` and ``1e400`` are refused here rather than failing deep in the SDK)."""
-    value = text.strip().lower()
-    seconds: float | None = None
-    for unit in ("ms", "s", "m", "h", "d"):
-        if value.endswith(unit):
-            with contextlib.suppress(ValueError):
-                seconds = float(value[: -len(unit)]) * _UNITS[unit]
-            break
-    if seconds is None:
-        with contextlib.suppress(ValueError):
-            seconds = float(value)
-    if seconds is None or not 0 <= seconds < math.inf:
-        raise click.BadParameter(f"{text!r} is not a duration like 500ms, 10s, 5m or 2h")
-    return seconds
 
 
 def handle_errors(func: F) -> F:
@@ -64,7 +43,7 @@ def handle_errors(func: F) -> F:
 
 
 def message_json(message: MessageView) -> dict[str, Any]:
-    """The stable ``--json`` shape of a message (DESIGN §4)."""
+    """The stable ``--json`` shape of a message (docs/cli.md, "--json")."""
     out: dict[str, Any] = {
         "message_id": message.message_id,
         "topic": message.topic,
@@ -209,28 +188,6 @@ def group_create(
                 param_hint="--retry-exponential",
             )
         initial, maximum = parse_duration(parts[0]), parse_duration(parts[2])
-    if fifo and not delays and not initial:
-        # seed 002: FIFO groups retry with 1s 5s 10s 30s 1m ... 2h, 17 attempts in all
-        delays = (
-            1,
-            5,
-            10,
-            30,
-            60,
-            120,
-            180,
-            240,
-            300,
-            360,
-            420,
-            480,
-            540,
-            600,
-            1200,
-            1800,
-            3600,
-            7200,
-        )
     with SyncAdmin(servers=server) as admin:
         admin.create_group(
             name,

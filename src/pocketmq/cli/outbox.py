@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import click
 
-from pocketmq.cli._app import main
+from pocketmq.cli._app import DURATION, main
 from pocketmq.reliability.database_url import DEFAULT_DATABASE_URL
 
 __all__ = ["outbox"]
@@ -27,7 +26,6 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _STATUSES = ("UNCONFIRMED", "CONFIRMED", "VOID", "UNKNOWN", "MANUAL")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
 
 def _db_options(func: F) -> F:
@@ -61,14 +59,6 @@ def _run(url: str, table_prefix: str, action: Callable[[Any], Awaitable[T]]) -> 
         return asyncio.run(go())
     except ReliabilityError as exc:
         raise click.ClickException(str(exc)) from exc
-
-
-def _parse_duration(value: str) -> timedelta:
-    match = _DURATION.match(value.strip())
-    if not match:
-        raise click.BadParameter("use a number and a unit: 45s, 30m, 12h, 7d")
-    amount, unit = float(match.group(1)), match.group(2)
-    return timedelta(seconds=amount * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
 
 
 def _stub_json(stub: Any) -> dict[str, Any]:
@@ -191,14 +181,15 @@ def void(url: str, table_prefix: str, message_id: str) -> None:
     "--older-than",
     "older_than",
     required=True,
+    type=DURATION,
     help="Delete CONSUMED message-log rows consumed longer ago than this (45s, 30m, 12h, 7d).",
 )
 @click.option("--group", default=None, help="Only this consumer group's rows.")
-def prune_log(url: str, table_prefix: str, older_than: str, group: str | None) -> None:
+def prune_log(url: str, table_prefix: str, older_than: float, group: str | None) -> None:
     """Delete old CONSUMED message-log rows (the highest offset per queue is always kept)."""
     from pocketmq.reliability.clock import utcnow
 
-    cutoff = utcnow() - _parse_duration(older_than)
+    cutoff = utcnow() - timedelta(seconds=older_than)
 
     async def action(backend: Any) -> int:
         return int(await backend.prune_log(older_than=cutoff, group=group))

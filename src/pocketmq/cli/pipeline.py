@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pocketmq.cli._app import main
+from pocketmq.cli._app import DURATION, main
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.reliability.clock import utc_naive
 from pocketmq.reliability.policy import ResendPolicy
@@ -49,33 +49,8 @@ class _Timestamp(click.ParamType[datetime, Any]):
 TIMESTAMP = _Timestamp()
 
 
-class _Duration(click.ParamType[float, Any]):
-    """Seconds, written as ``90``, ``90s``, ``10m``, ``2h`` or ``1d``."""
-
-    name = "DURATION"
-    _UNITS: ClassVar[dict[str, float]] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float):
-            return float(value)
-        text = str(value).strip().lower()
-        unit = self._UNITS.get(text[-1:], None)
-        number = text[:-1] if unit is not None else text
-        try:
-            seconds = float(number) * (unit or 1.0)
-        except ValueError:
-            self.fail(f"{value!r} is not a duration (e.g. 90, 90s, 10m, 2h, 1d)", param, ctx)
-        if seconds < 0:
-            self.fail(f"{value!r} is negative", param, ctx)
-        return seconds
-
-
-DURATION = _Duration()
-
-
 def master_option(func: F) -> F:
+    """``--master``: every Spark job runs locally by default and on a cluster when told where."""
     return click.option(
         "--master",
         default="local[*]",
@@ -85,11 +60,35 @@ def master_option(func: F) -> F:
 
 
 def now_option(func: F) -> F:
+    """``--now``: the instant a job evaluates as of, so a run can be repeated with the same
+    result (tests, re-running yesterday's reconcile)."""
     return click.option(
         "--now",
         type=TIMESTAMP,
         default=None,
         help="Evaluate as of this instant (naive = UTC). Default: the current time.",
+    )(func)
+
+
+def log_source_option(func: F) -> F:
+    """``--log``: the consumers' message log, read by reconcile and audit from the same kinds of
+    source (a database URL or a Parquet path)."""
+    return click.option(
+        "--log",
+        "log_source",
+        required=True,
+        metavar="URL_OR_PATH",
+        help="message_log: database URL or Parquet path.",
+    )(func)
+
+
+def log_table_option(func: F) -> F:
+    """``--log-table``: the message log's table when ``--log`` is a database."""
+    return click.option(
+        "--log-table",
+        default="message_log",
+        show_default=True,
+        help="Log table name (database input).",
     )(func)
 
 
@@ -217,13 +216,7 @@ def pipeline() -> None:
     metavar="URL_OR_PATH",
     help="message_stub: database URL or Parquet path.",
 )
-@click.option(
-    "--log",
-    "log_source",
-    required=True,
-    metavar="URL_OR_PATH",
-    help="message_log: database URL or Parquet path.",
-)
+@log_source_option
 @click.option(
     "--out", required=True, metavar="DIR", help="Output directory (gets resend/ and manual/)."
 )
@@ -243,9 +236,7 @@ def pipeline() -> None:
     show_default=True,
     help="Stub table name (database input).",
 )
-@click.option(
-    "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
-)
+@log_table_option
 @click.option(
     "--resend-to",
     default=None,
@@ -414,13 +405,7 @@ def _subscription(value: str) -> tuple[str, str]:
     metavar="PATH",
     help="Topic export (Parquet, topic/date partitions).",
 )
-@click.option(
-    "--log",
-    "log_source",
-    required=True,
-    metavar="URL_OR_PATH",
-    help="message_log: database URL or Parquet path.",
-)
+@log_source_option
 @click.option(
     "--out",
     required=True,
@@ -453,9 +438,7 @@ def _subscription(value: str) -> tuple[str, str]:
 )
 @now_option
 @master_option
-@click.option(
-    "--log-table", default="message_log", show_default=True, help="Log table name (database input)."
-)
+@log_table_option
 def audit_cmd(
     export_path: str,
     log_source: str,

@@ -8,12 +8,18 @@ __all__ = ["FrameKind", "RequestCode"]
 
 
 class FrameKind(enum.IntEnum):
+    """Whether a frame expects an answer: one-way requests (transaction checks, consumer-group
+    changes, outcome reports) are never answered, so no request id waits for them."""
+
     REQUEST = 0
     RESPONSE = 1
     ONEWAY = 2
 
 
 class RequestCode(enum.IntEnum):
+    """The operation a request frame asks for, one number per native-protocol operation
+    (docs/protocol.md, "Operations"); a response's code field is a result code instead."""
+
     HELLO = 1
     HEARTBEAT = 2
     UNREGISTER_CLIENT = 3

@@ -25,6 +25,9 @@ _KINDS: Final = frozenset(int(k) for k in FrameKind)
 
 
 class Frame(msgspec.Struct, frozen=True, gc=False):
+    """One decoded frame: the header fields the connection layer dispatches on, and the
+    still-encoded body, which only the operation's handler decodes (into its own structure)."""
+
     kind: int
     code: int
     request_id: int
@@ -41,6 +44,8 @@ class FrameHeader(NamedTuple):
 
 
 def encode_frame(kind: int, code: int, request_id: int, body: bytes) -> bytes:
+    """Prefix ``body`` with its header; refuses a body over the frame limit here, so an oversize
+    response fails its own request instead of a peer's framing."""
     if len(body) > MAX_FRAME_BODY:
         raise ProtocolError(f"frame body of {len(body)} bytes exceeds {MAX_FRAME_BODY}")
     return _HEADER.pack(len(body) + 8, kind, 0, code, request_id) + body

@@ -92,10 +92,14 @@ class _Body(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 class Empty(_Body, frozen=True):
-    pass
+    """The body of a request that needs no arguments (listing topics, groups, brokers, the broker's
+    status) and of a plain "ok" response."""
 
 
 class ErrorBody(_Body, frozen=True):
+    """What a response with a result code other than SUCCESS carries: the reason in words, for the
+    error the client raises."""
+
     remark: str = ""
 
 
@@ -103,6 +107,9 @@ class ErrorBody(_Body, frozen=True):
 
 
 class HelloRequest(_Body, frozen=True):
+    """The first frame of every connection: the protocol version to check, and who the client is
+    (its id names it in consumer groups and locks)."""
+
     protocol_version: int
     client_id: str
     client_version: str = ""
@@ -110,6 +117,9 @@ class HelloRequest(_Body, frozen=True):
 
 
 class HelloResponse(_Body, frozen=True):
+    """The server's identity and its limits, so a client sizes its batches to what the server
+    accepts and closes an idle connection before the server does."""
+
     protocol_version: int
     server_version: str
     server_name: str
@@ -121,31 +131,48 @@ class HelloResponse(_Body, frozen=True):
 
 
 class ConsumerRegistration(_Body, frozen=True):
+    """One consumer group a client is a member of, with its subscriptions: what rebalancing and the
+    retry topic subscription are computed from."""
+
     group: str
     model: str  # "clustering" | "broadcasting"
     subscriptions: dict[str, str]  # topic -> filter expression
 
 
 class HeartbeatRequest(_Body, frozen=True):
+    """Sent every 10 s: keeps the client's consumer memberships and its producer groups (which
+    answer transaction checks) alive on the broker."""
+
     client_id: str
     producer_groups: list[str] = []
     consumers: list[ConsumerRegistration] = []
 
 
 class UnregisterRequest(_Body, frozen=True):
+    """A client leaving (all its groups, or the named ones), so its queues move to the other members
+    at once instead of after the heartbeat expiry."""
+
     client_id: str
     groups: list[str] = []
 
 
 class GetConsumersRequest(_Body, frozen=True):
+    """Asks for a group's members: each push consumer computes its own share of the queues from the
+    same sorted list."""
+
     group: str
 
 
 class GetConsumersResponse(_Body, frozen=True):
+    """The client ids of a group's live members."""
+
     client_ids: list[str]
 
 
 class ConsumersChangedNotice(_Body, frozen=True):
+    """Broker → consumer (one-way): the group's membership changed, rebalance now rather than at the
+    next periodic rebalance."""
+
     group: str
 
 
@@ -181,11 +208,17 @@ class DeliveredMessage(_Body, frozen=True):
 
 
 class SendRequest(_Body, frozen=True):
+    """A batch of messages stored in one request (one frame, one append); ``producer_group`` is the
+    group a half message's check-back goes to."""
+
     messages: list[WireMessage]
     producer_group: str = ""
 
 
 class SendResultItem(_Body, frozen=True):
+    """The result of one message of a send: each message is refused or stored on its own, so one bad
+    message never fails its batch."""
+
     code: int
     remark: str = ""
     message_id: str = ""
@@ -196,11 +229,17 @@ class SendResultItem(_Body, frozen=True):
 
 
 class SendResponse(_Body, frozen=True):
+    """One result per message of the request, in order, and the broker that stored them (a half
+    message must be ended on the same broker)."""
+
     results: list[SendResultItem]
     broker_name: str = ""
 
 
 class SendBackRequest(_Body, frozen=True):
+    """A consumer hands back a message it failed on, named by its physical offset: the broker
+    re-stores it for a retry (or dead-letters it) and records the attempt."""
+
     group: str
     physical_offset: int
     message_id: str
@@ -227,6 +266,9 @@ class EndTransactionRequest(_Body, frozen=True):
 
 
 class EndTransactionResponse(_Body, frozen=True):
+    """The transaction's final state; ``duplicate`` says this outcome had already been recorded, so
+    a retried end is recognised as harmless."""
+
     state: str  # COMMITTED | ROLLED_BACK | DISCARDED
     duplicate: bool = False  # it had already ended this way: nothing changed
 
@@ -241,10 +283,16 @@ class CheckTransactionRequest(_Body, frozen=True):
 
 
 class TransactionStateRequest(_Body, frozen=True):
+    """Asks for the broker's record of a message's transaction (operators and tests: why was it
+    discarded, how often was it checked)."""
+
     message_id: str
 
 
 class TransactionStateResponse(_Body, frozen=True):
+    """The broker's record of one transaction: its state, who decided it and when, and how many
+    checks reached a producer."""
+
     message_id: str
     transaction_id: str
     producer_group: str
@@ -262,6 +310,9 @@ class TransactionStateResponse(_Body, frozen=True):
 
 
 class PullRequest(_Body, frozen=True):
+    """Read a queue from an offset the consumer keeps itself (push consumers, 4.x style);
+    ``max_wait_ms`` turns an empty read into a long poll."""
+
     group: str
     topic: str
     queue_id: int
@@ -272,6 +323,10 @@ class PullRequest(_Body, frozen=True):
 
 
 class PullResponse(_Body, frozen=True):
+    """The messages read and where to read next: after ``OFFSET_ILLEGAL`` (an offset that fell out
+    of retention) ``next_offset`` is the nearest valid one, so a consumer moves on instead of
+    failing; ``min_offset``/``max_offset`` are the queue's range, for lag."""
+
     status: str  # FOUND | NO_NEW_MESSAGE | NO_MATCHED_MESSAGE | OFFSET_ILLEGAL
     next_offset: int
     min_offset: int
@@ -280,6 +335,9 @@ class PullResponse(_Body, frozen=True):
 
 
 class PopRequest(_Body, frozen=True):
+    """Take messages from any queue of a topic and hide them for ``invisible_ms`` (simple consumers,
+    5.x style); a retry with the same ``attempt_id`` gets the same messages."""
+
     group: str
     topic: str
     max_count: int = 32
@@ -292,26 +350,37 @@ class PopRequest(_Body, frozen=True):
 
 
 class PopResponse(_Body, frozen=True):
+    """The messages taken, each with the receipt handle that acknowledges or re-hides it."""
+
     messages: list[DeliveredMessage]
 
 
 class AckEntry(_Body, frozen=True):
+    """One popped message to acknowledge, named by its topic and receipt handle."""
+
     topic: str
     receipt_handle: str
 
 
 class AckRequest(_Body, frozen=True):
+    """Acknowledge popped messages in one request; each entry succeeds or fails on its own."""
+
     group: str
     entries: list[AckEntry]
     consumer: str = ""
 
 
 class AckResponse(_Body, frozen=True):
+    """One result code per entry (and its reason), so a stale handle fails only its own message."""
+
     codes: list[int]
     remarks: list[str] = []
 
 
 class ChangeInvisibleRequest(_Body, frozen=True):
+    """Hide a popped message again for ``invisible_ms`` (a nack with a delay); ``error`` is recorded
+    in the message's attempt history."""
+
     group: str
     topic: str
     receipt_handle: str
@@ -321,42 +390,63 @@ class ChangeInvisibleRequest(_Body, frozen=True):
 
 
 class ChangeInvisibleResponse(_Body, frozen=True):
+    """The message's new receipt handle: the old one is stale once the message was hidden again."""
+
     receipt_handle: str
 
 
 class OffsetEntry(_Body, frozen=True):
+    """A consumer group's next offset to read in one queue."""
+
     topic: str
     queue_id: int
     offset: int
 
 
 class CommitOffsetRequest(_Body, frozen=True):
+    """Commit a group's offsets in one request, all or nothing, so a bad entry cannot leave the
+    table half updated."""
+
     group: str
     entries: list[OffsetEntry]
 
 
 class QueueRef(_Body, frozen=True):
+    """One queue of a topic, the unit of an orderly consumer's lock."""
+
     topic: str
     queue_id: int
 
 
 class LockQueuesRequest(_Body, frozen=True):
+    """An orderly consumer asks to own queues exclusively (and UNLOCK_QUEUES gives them back), so
+    two members never consume one queue at the same time."""
+
     group: str
     client_id: str
     queues: list[QueueRef]
 
 
 class LockQueuesResponse(_Body, frozen=True):
+    """The queues the client holds now; the others belong to another member until its locks
+    expire."""
+
     granted: list[QueueRef]
 
 
 class QueryOffsetRequest(_Body, frozen=True):
+    """Asks for a group's committed offset in one queue, where a consumer starts after a
+    rebalance."""
+
     group: str
     topic: str
     queue_id: int
 
 
 class QueryOffsetResponse(_Body, frozen=True):
+    """The committed offset, or -1 when the group has none (then its consume-from position
+    applies)."""
+
     offset: int
 
 
@@ -364,6 +454,9 @@ class QueryOffsetResponse(_Body, frozen=True):
 
 
 class QueryMessageRequest(_Body, frozen=True):
+    """Look up messages by id, or by topic and business key, through the store's index; paged with
+    ``skip`` so any number of matches fits in frames."""
+
     message_id: str = ""
     topic: str = ""
     key: str = ""
@@ -372,15 +465,22 @@ class QueryMessageRequest(_Body, frozen=True):
 
 
 class QueryMessageResponse(_Body, frozen=True):
+    """One page of matches (also BROWSE's answer); ``more`` says the page was cut to fit a frame."""
+
     messages: list[DeliveredMessage]
     more: bool = False  # cut to fit a frame: ask again with skip += len(messages)
 
 
 class MessageHistoryRequest(_Body, frozen=True):
+    """Asks for every delivery attempt of one message (``pocketmq message history``)."""
+
     message_id: str
 
 
 class AttemptRecord(_Body, frozen=True):
+    """One delivery attempt as the attempt history keeps it: who got the message, when, and how it
+    ended, so an operator can see why a message was retried or dead-lettered."""
+
     message_id: str
     group: str
     topic: str
@@ -394,16 +494,24 @@ class AttemptRecord(_Body, frozen=True):
 
 
 class MessageHistoryResponse(_Body, frozen=True):
+    """The attempts recorded for a message, oldest first."""
+
     attempts: list[AttemptRecord]
 
 
 class ReportOutcomesRequest(_Body, frozen=True):
+    """Push consumers report the attempts that succeeded (one-way, batched): pull mode has no ack,
+    so the history would otherwise only know the failures."""
+
     group: str
     consumer: str
     attempts: list[AttemptRecord]
 
 
 class BrowseRequest(_Body, frozen=True):
+    """Read any topic from an offset without consuming it and without a group (operators, exports):
+    dead-letter topics and the internal ledgers too."""
+
     topic: str
     queue_id: int = 0
     offset: int = 0
@@ -411,6 +519,9 @@ class BrowseRequest(_Body, frozen=True):
 
 
 class RedriveRequest(_Body, frozen=True):
+    """Resend dead letters of a group, named by their DLQ offsets, to their origin topic or the
+    group's retry topic."""
+
     group: str
     dlq_offsets: list[int]
     target: str = "origin"  # origin | retry
@@ -418,6 +529,9 @@ class RedriveRequest(_Body, frozen=True):
 
 
 class RedriveItem(_Body, frozen=True):
+    """What happened to one dead letter of a redrive, so a redrive interrupted half-way can be run
+    again and resends only what it had not."""
+
     dlq_offset: int
     message_id: str
     status: str  # resent | already | missing | failed: ...
@@ -427,6 +541,9 @@ class RedriveItem(_Body, frozen=True):
 
 
 class RedriveResponse(_Body, frozen=True):
+    """One item per offset asked for; ``already_redriven`` lists offsets an earlier redrive had
+    resent."""
+
     items: list[RedriveItem]
     already_redriven: list[int] = []
 
@@ -435,6 +552,9 @@ class RedriveResponse(_Body, frozen=True):
 
 
 class TopicSpec(_Body, frozen=True):
+    """A topic's definition, as created and listed, and as a broker registers it with the name
+    server."""
+
     name: str
     queues: int = 8
     topic_type: str = "normal"  # normal | fifo | delay | transaction
@@ -442,6 +562,9 @@ class TopicSpec(_Body, frozen=True):
 
 
 class GroupSpec(_Body, frozen=True):
+    """A consumer group's definition: its consumption mode, retry policy (delays in ms on the wire)
+    and where a new group starts."""
+
     name: str
     fifo: bool = False
     max_retries: int = 16
@@ -454,18 +577,27 @@ class GroupSpec(_Body, frozen=True):
 
 
 class NameRequest(_Body, frozen=True):
+    """Names the topic or group to delete."""
+
     name: str
 
 
 class ListTopicsResponse(_Body, frozen=True):
+    """Every topic of the broker."""
+
     topics: list[TopicSpec]
 
 
 class ListGroupsResponse(_Body, frozen=True):
+    """Every consumer group of the broker."""
+
     groups: list[GroupSpec]
 
 
 class BrokerStatusResponse(_Body, frozen=True):
+    """The broker's counters and store statistics (``pocketmq broker status``, benchmarks): a
+    snapshot, not a stream."""
+
     broker_name: str
     version: str
     counters: dict[str, int]
@@ -474,11 +606,16 @@ class BrokerStatusResponse(_Body, frozen=True):
 
 
 class QueueStatusRequest(_Body, frozen=True):
+    """Asks for a topic's queue offsets, with a group's committed offsets when ``group`` is set: how
+    far behind a group is."""
+
     topic: str
     group: str = ""
 
 
 class QueueStatus(_Body, frozen=True):
+    """One queue's retained range and, with a group, its committed offset (-1: none)."""
+
     queue_id: int
     min_offset: int
     max_offset: int
@@ -486,6 +623,8 @@ class QueueStatus(_Body, frozen=True):
 
 
 class QueueStatusResponse(_Body, frozen=True):
+    """The status of every queue of a topic on this broker."""
+
     topic: str
     broker_name: str
     queues: list[QueueStatus]
@@ -495,6 +634,9 @@ class QueueStatusResponse(_Body, frozen=True):
 
 
 class BrokerAddress(_Body, frozen=True):
+    """Where to reach a broker on each protocol, as routes and registrations carry it (with its role
+    in a replicated group)."""
+
     name: str
     address: str
     grpc_address: str = ""
@@ -507,16 +649,25 @@ class BrokerAddress(_Body, frozen=True):
 
 
 class QueueRoute(_Body, frozen=True):
+    """One queue of a topic and the broker that owns it, with its permission (a read-only queue
+    takes no sends)."""
+
     broker_name: str
     queue_id: int
     perm: int
 
 
 class GetRouteRequest(_Body, frozen=True):
+    """Asks where a topic's queues are; any broker answers (from its name server) as well as the
+    name server itself."""
+
     topic: str
 
 
 class RouteResponse(_Body, frozen=True):
+    """A topic's queues across the cluster and the brokers that hold them: what producers spread
+    sends over and consumers rebalance."""
+
     topic: str
     topic_type: str
     brokers: list[BrokerAddress]
@@ -524,11 +675,16 @@ class RouteResponse(_Body, frozen=True):
 
 
 class RegisterBrokerRequest(_Body, frozen=True):
+    """A broker announces itself and its topics to the name server every 30 s (and at once after a
+    topic change); silence for 120 s removes it."""
+
     broker: BrokerAddress
     topics: list[TopicSpec]
 
 
 class ListBrokersResponse(_Body, frozen=True):
+    """The brokers the name server currently knows as live."""
+
     brokers: list[BrokerAddress]
 
 
@@ -548,6 +704,9 @@ class PromoteRequest(_Body, frozen=True):
 
 
 class PromoteResponse(_Body, frozen=True):
+    """The promoted broker's new epoch and where its commit log ends, the point from which its
+    term's writes start."""
+
     epoch: int
     log_end: int
 
@@ -623,6 +782,8 @@ _decoders: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
 
 
 def encode_body(body: msgspec.Struct) -> bytes:
+    """Encode a request or response body for a frame (MessagePack array, the structures' declaration
+    order)."""
     return _encoder.encode(body)
 
 

@@ -47,6 +47,9 @@ REGISTER_INTERVAL = 30.0
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AppConfig:
+    """Everything ``pocketmq serve`` runs with: the broker's settings plus the listeners, the name
+    server and the connection limits (the ``[server]`` section; docs/semantics.md)."""
+
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     host: str = "127.0.0.1"
     port: int = 10911
@@ -85,6 +88,9 @@ class AppConfig:
 
 
 class BrokerApp:
+    """One broker process (module doc): starts the parts in order, prints nothing itself (the ready
+    line is :meth:`ready_line`), and closes them in reverse."""
+
     def __init__(self, config: AppConfig) -> None:
         self.config = config
         self.broker: Broker | None = None
@@ -98,11 +104,15 @@ class BrokerApp:
 
     @property
     def native_address(self) -> str:
+        """The native protocol's address as clients should use it (the advertised host, the real
+        port)."""
         assert self._native is not None
         return f"{self._advertised_host()}:{self._native.port}"
 
     @property
     def namesrv_address(self) -> str:
+        """The name server this broker registers with (its embedded one, or the external one), ""
+        for none."""
         if self.namesrv is not None:
             return self.namesrv.address
         return self.config.namesrv or ""
@@ -116,6 +126,9 @@ class BrokerApp:
         return host
 
     async def start(self) -> None:
+        """Start the broker core, the embedded name server, the listeners (native, then gRPC) and
+        the registration loop; when a part fails to start, those already started are closed
+        again."""
         config = self.config
         limits = config.connection_limits()
         self.broker = Broker(config.broker)
@@ -179,6 +192,7 @@ class BrokerApp:
         return await self.group.promote(force=force)
 
     def ready_line(self) -> str:
+        """The line scripts wait for (docs/cli.md, "Running")."""
         grpc = self.grpc_address or "disabled"
         ha = self.group.ha_address if self.group is not None else ""
         role = self.broker.role.value if self.broker is not None else "master"
@@ -251,6 +265,8 @@ class BrokerApp:
         return w.ListBrokersResponse([self._self_address()])
 
     def local_route(self, topic: str) -> w.RouteResponse:
+        """The route of a topic as this broker alone serves it: the answer when no name server knows
+        the topic yet."""
         assert self.broker is not None
         config = self.broker.topics.require(topic)
         return w.RouteResponse(
@@ -285,6 +301,8 @@ class BrokerApp:
     # -- shutdown -------------------------------------------------------------------------
 
     async def close(self) -> None:
+        """Stop registering, close the listeners, the name-server link and the embedded name
+        server, then the broker core, which persists its state last."""
         if self._registrar is not None:
             self._registrar.cancel()
             with contextlib.suppress(asyncio.CancelledError):

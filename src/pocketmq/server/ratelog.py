@@ -61,9 +61,12 @@ class RateLimitedLog:
         return True
 
     def warning(self, key: str, message: str, *args: object) -> bool:
+        """A rate-limited WARNING line (see :meth:`log`)."""
         return self.log(logging.WARNING, key, message, *args)
 
     def error(
         self, key: str, message: str, *args: object, exc_info: BaseException | None = None
     ) -> bool:
+        """A rate-limited ERROR line, with the traceback of ``exc_info`` when it gets through (see
+        :meth:`log`)."""
         return self.log(logging.ERROR, key, message, *args, exc_info=exc_info)

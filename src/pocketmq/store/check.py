@@ -33,6 +33,8 @@ class CheckReport:
 
     @property
     def healthy(self) -> bool:
+        """Whether nothing is left to set aside: what ``pocketmq store check`` turns into its exit
+        status."""
         return not self.damage
 
 

@@ -30,6 +30,9 @@ _MARKER_MAGIC: Final = 0x504D5146
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
+    """How far the log is flushed and dispatched, and each queue's trusted end: where recovery
+    starts, so a restart verifies the tail instead of the whole log (docs/storage-format.md §4)."""
+
     version: int = 1
     commitlog_flushed: int = 0
     dispatched: int = 0
@@ -38,6 +41,8 @@ class Checkpoint(msgspec.Struct, frozen=True):
 
 
 def write_checkpoint(path: str, checkpoint: Checkpoint) -> None:
+    """Replace the checkpoint atomically, with a CRC line, so a crash mid-write leaves the previous
+    complete version and a torn one is recognised."""
     body = msgspec.json.encode(checkpoint)
     atomic_write(path, body + b"\n" + f"{zlib.crc32(body):08x}\n".encode(), "checkpoint")
 
@@ -88,6 +93,8 @@ class FlushMarker:
         self._failed = False
 
     def write(self, position: int) -> None:
+        """Record ``position`` as flushed; a failure is logged once and otherwise ignored, because
+        the marker is advisory and recovery falls back to the checkpoint."""
         try:
             if self._fd < 0:
                 self._fd = open_file(self.path, os.O_WRONLY | os.O_CREAT, "marker")
@@ -99,6 +106,7 @@ class FlushMarker:
             self._failed = True
 
     def close(self) -> None:
+        """Release the marker's descriptor (shutdown)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

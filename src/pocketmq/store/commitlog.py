@@ -57,6 +57,7 @@ class Damage(NamedTuple):
 
 
 def segment_name(base: int) -> str:
+    """A segment's file name: its base offset, zero-padded so names sort in log order."""
     return f"{base:020d}"
 
 
@@ -74,6 +75,8 @@ class Segment:
 
     @classmethod
     def create(cls, directory: str, base: int, size: int) -> Segment:
+        """Create and fully allocate the segment that starts at ``base``: a full disk fails here,
+        before any record is written into it, and the directory entry is made durable."""
         path = os.path.join(directory, segment_name(base))
         fd = open_file(path, os.O_RDWR | os.O_CREAT, "commitlog")
         try:
@@ -87,10 +90,13 @@ class Segment:
 
     @classmethod
     def open(cls, path: str, base: int, size: int) -> Segment:
+        """Open an existing segment file found at start-up."""
         fd = os.open(path, os.O_RDWR)
         return cls(path, base, size, fd)
 
     def ensure_allocated(self) -> None:
+        """Allocate the rest of a segment found shorter than its size before it takes writes
+        again (after a truncation by recovery), so later writes cannot fail for lack of space."""
         if os.fstat(self.fd).st_size < self.size:
             allocate(self.fd, self.size, "commitlog")
 
@@ -101,15 +107,21 @@ class Segment:
         fsync(self.fd, "commitlog")
 
     def read(self, position: int, size: int) -> bytes:
+        """``size`` bytes at ``position`` within the segment (one ``pread``)."""
         return pread_full(self.fd, size, position)
 
     def write(self, position: int, data: bytes) -> None:
+        """Write ``data`` at ``position`` within the segment, all of it or an error."""
         pwrite_full(self.fd, data, position, "commitlog")
 
     def sync(self) -> None:
+        """Make the segment's written data durable (``fdatasync``: the size never changes, so
+        metadata need not be synced)."""
         fdatasync(self.fd, "commitlog")
 
     def close(self) -> None:
+        """Close the descriptor once (retired segments are closed late, and twice must be
+        harmless)."""
         if not self.closed:
             self.closed = True
             os.close(self.fd)
@@ -164,11 +176,14 @@ class CommitLog:
 
     @property
     def segments(self) -> list[Segment]:
+        """A snapshot of the live segments, safe to iterate while another thread appends or
+        deletes."""
         with self._segments_lock:
             return list(self._segments)
 
     @property
     def min_offset(self) -> int:
+        """The oldest physical offset still on disk (retention moves it forward)."""
         with self._segments_lock:
             return self._segments[0].base if self._segments else 0
 
@@ -189,6 +204,8 @@ class CommitLog:
         return segment
 
     def segment_for(self, offset: int) -> Segment | None:
+        """The segment holding physical ``offset``, found by arithmetic (segments are contiguous and
+        equal-sized), or None outside the log."""
         with self._segments_lock:
             if not self._segments:
                 return None
@@ -208,6 +225,8 @@ class CommitLog:
     # -- reads ----------------------------------------------------------------------------
 
     def read(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes at physical ``offset``, or None when they are not (or no longer) in the
+        log: a read racing retention gets an answer, not an exception."""
         segment = self.segment_for(offset)
         if segment is None or segment.closed:
             return None
@@ -485,11 +504,14 @@ class CommitLog:
         return removed
 
     def close_retired(self) -> None:
+        """Close the segments retention removed; they stay open until now because a reader in
+        another thread may still be using their descriptor."""
         retired, self._retired = self._retired, []
         for segment in retired:
             segment.close()
 
     def close(self) -> None:
+        """Close every segment (shutdown)."""
         self.close_retired()
         with self._segments_lock:
             for segment in self._segments:

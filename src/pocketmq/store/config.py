@@ -18,6 +18,10 @@ MiB = 1024 * 1024
 
 
 class FlushMode(enum.Enum):
+    """When a send is acknowledged: after the page cache has it (async, fast; a machine crash may
+    lose the last fraction of a second) or after an fsync covers it (sync, group commit).
+    docs/semantics.md, "Delivery guarantees"."""
+
     ASYNC = "async"
     SYNC = "sync"
 
@@ -37,6 +41,9 @@ _POSITIVE_SECONDS = ("flush_interval", "sync_flush_timeout", "checkpoint_interva
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StoreConfig:
+    """Every setting of the store, frozen so one store never sees two configurations; defaults and
+    their sources are in docs/semantics.md, "Store"."""
+
     segment_size: int = 128 * MiB
     consume_queue_entries_per_file: int = 300_000
     index_max_entries: int = 400_000

@@ -116,6 +116,8 @@ class ConsumeQueue:
         return queue_file
 
     def unpin(self, queue_file: QueueFile) -> None:
+        """Let the cache close a file pinned by :meth:`prepare` again, once the entries are
+        written."""
         self._cache.release(queue_file)
 
     def put(self, offset: int, entries: bytes, *, pinned: bool = False) -> None:
@@ -146,6 +148,8 @@ class ConsumeQueue:
             self.max_offset = offset + count
 
     def put_one(self, offset: int, physical_offset: int, size: int, tag_code: int) -> None:
+        """Write a single entry (recovery's replay and the repair of a hole), without the caller
+        packing it."""
         self.put(offset, ENTRY.pack(physical_offset, size, tag_code))
 
     def put_holes(self, offsets: list[int], physical_offset: int) -> None:
@@ -181,6 +185,8 @@ class ConsumeQueue:
             self._cache.release(queue_file)
 
     def read(self, offset: int, count: int) -> list[QueueEntry]:
+        """Up to ``count`` entries from logical ``offset``, unpacked, for readers that need the
+        positions."""
         raw = self.read_raw(offset, count)
         return [
             QueueEntry(queue_offset=offset + i, physical_offset=p, size=s, tag_code=t)
@@ -188,6 +194,7 @@ class ConsumeQueue:
         ]
 
     def entry(self, offset: int) -> QueueEntry | None:
+        """The entry at ``offset``, or None beyond the queue's end."""
         entries = self.read(offset, 1)
         return entries[0] if entries else None
 
@@ -311,11 +318,14 @@ class ConsumeQueue:
         self.min_offset = low
 
     def close(self) -> None:
+        """Hand the queue's open files back to the shared descriptor cache (shutdown)."""
         for queue_file in self._files:
             self._cache.forget(queue_file)
         self._files = []
 
     def destroy(self) -> None:
+        """Delete the queue's files and directory: its topic was deleted, or recovery found a queue
+        it does not need."""
         self.reset()
         with contextlib.suppress(OSError):
             os.rmdir(self.directory)

@@ -52,6 +52,8 @@ class EpochLog:
 
     @property
     def current(self) -> Epoch | None:
+        """The newest epoch (the term this store writes in), or None for a store that never had
+        one."""
         return self.entries[-1] if self.entries else None
 
     def begin(self, number: int, start: int) -> Epoch:

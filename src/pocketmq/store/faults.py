@@ -52,6 +52,7 @@ class FaultInjector:
         self.injected = 0
 
     def arm(self, rule: FaultRule) -> None:
+        """Add a rule at run time (in-process tests, instead of a rules file)."""
         with self._lock:
             self._rules.append(rule)
 
@@ -89,14 +90,17 @@ _installed: FaultInjector | None = None
 
 
 def install(injector: FaultInjector) -> None:
+    """Make ``injector`` decide every file operation of the store in this process."""
     global _installed
     _installed = injector
 
 
 def uninstall() -> None:
+    """Back to real file operations only (the end of a test)."""
     global _installed
     _installed = None
 
 
 def installed() -> FaultInjector | None:
+    """The injector in force, or None: the one check a file operation pays in production."""
     return _installed

@@ -28,14 +28,20 @@ FlushCallback = Callable[[bool], None]
 class FlushTarget(Protocol):
     """What the flusher drives (implemented by the store)."""
 
-    def written_position(self) -> int: ...
+    def written_position(self) -> int:
+        """How far the log has been written, i.e. what an fsync now would cover."""
 
-    def sync_log(self, target: int) -> None: ...
+    def sync_log(self, target: int) -> None:
+        """Make the log durable up to ``target`` (and record that in the flush marker)."""
 
-    def write_checkpoint(self) -> None: ...
+    def write_checkpoint(self) -> None:
+        """Write the checkpoint, from the flusher thread so writers never wait for it."""
 
 
 class FlushService:
+    """The one thread that fsyncs the log and writes the checkpoint, so appends on the event loop
+    never block on the disk; in sync mode it batches waiters into group commits."""
+
     def __init__(
         self,
         target: FlushTarget,
@@ -61,6 +67,7 @@ class FlushService:
         self._thread = threading.Thread(target=self._run, name="pocketmq-flush", daemon=True)
 
     def start(self) -> None:
+        """Start the flusher thread (after recovery, before the first append)."""
         self._thread.start()
 
     def when_durable(self, offset: int, callback: FlushCallback) -> None:
@@ -85,6 +92,8 @@ class FlushService:
                 self._cond.notify()
 
     def stop(self) -> None:
+        """Wake the thread to finish its last flush and wait for it, so shutdown leaves the log
+        durable."""
         with self._cond:
             self._stopping = True
             self._cond.notify()

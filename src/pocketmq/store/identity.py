@@ -27,6 +27,7 @@ class StoreIdentity(msgspec.Struct, frozen=True):
 
     @classmethod
     def new(cls, group: str) -> StoreIdentity:
+        """The identity of a store created from scratch by a master: a new random cluster id."""
         return cls(group, uuid.uuid4().hex)
 
 
@@ -40,4 +41,5 @@ def read_identity(directory: str) -> StoreIdentity | None:
 
 
 def write_identity(directory: str, identity: StoreIdentity) -> None:
+    """Store the identity atomically, so a crash never leaves a store with half an identity."""
     atomic_write(os.path.join(directory, _FILE), msgspec.json.encode(identity))

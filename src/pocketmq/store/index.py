@@ -1,4 +1,4 @@
-"""Hash index files: message id and business key to physical offsets (storage-format §3).
+"""Hash index files: message id and business key to physical offsets (docs/storage-format.md §3).
 
 Memory-mapped, fixed-size files with a slot table and chained entries, so the index costs a
 bounded amount of memory however many messages the store holds, and survives restarts. Lookups
@@ -39,10 +39,12 @@ _MAX_PHYSICAL_AT: Final = 28
 
 
 def id_key(message_id: str) -> bytes:
+    """The index key of a message id (prefixed so ids and business keys never collide)."""
     return b"i" + message_id.encode()
 
 
 def topic_key(topic: str, key: str) -> bytes:
+    """The index key of a business key within a topic (the same key in two topics is two keys)."""
     return b"k" + topic.encode() + b"#" + key.encode()
 
 
@@ -99,9 +101,12 @@ class IndexFile:
 
     @property
     def full(self) -> bool:
+        """Whether the file has no room for another entry (the service then starts a new file)."""
         return bool(self.count >= self.max_entries)
 
     def put(self, key_hash: int, physical_offset: int) -> None:
+        """Add one entry at the head of its slot's chain: a slot pointer from beyond the trusted
+        entries (a crash) is treated as the end of the chain."""
         mm = self._mm
         slot_at = HEADER_SIZE + (key_hash % self.slot_count) * 4
         (head,) = _U32.unpack_from(mm, slot_at)
@@ -145,6 +150,9 @@ class IndexFile:
             struct.pack_into("<Q", mm, _MAX_PHYSICAL_AT, highest)
 
     def lookup(self, key_hash: int, limit: int) -> list[int]:
+        """Physical offsets of entries whose key hash is ``key_hash``, newest first, at most
+        ``limit``; pointers outside the written entries end the walk, so a damaged file cannot
+        loop."""
         mm = self._mm
         (pointer,) = _U32.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_count) * 4)
         found: list[int] = []
@@ -160,9 +168,12 @@ class IndexFile:
         return found
 
     def flush(self) -> None:
+        """Write the mapped pages to disk (checkpoint time): the index lags the log and is rebuilt
+        from it after a crash."""
         msync(self._mm, "index")
 
     def close(self) -> None:
+        """Unmap the file."""
         if not self._mm.closed:
             self._mm.close()
 
@@ -209,9 +220,11 @@ class IndexService:
         return index_file
 
     def put(self, key: bytes, physical_offset: int) -> None:
+        """Index ``key`` for the record at ``physical_offset``, in the newest file with room."""
         self._writable(physical_offset).put(zlib.crc32(key), physical_offset)
 
     def put_many(self, entries: list[tuple[bytes, int]]) -> None:
+        """Index a batch, splitting it where a file fills up."""
         crc32 = zlib.crc32
         done = 0
         while done < len(entries):
@@ -246,6 +259,7 @@ class IndexService:
         return last.min_physical
 
     def reset(self) -> None:
+        """Delete every index file: the index is derived data and is rebuilt from the log."""
         for index_file in self.files:
             index_file.close()
             os.unlink(index_file.path)
@@ -259,10 +273,13 @@ class IndexService:
             os.unlink(doomed.path)
 
     def flush(self) -> None:
+        """Flush the files that can still change (the newest two); older ones are already on
+        disk."""
         for index_file in self.files[-2:]:
             index_file.flush()
 
     def close(self) -> None:
+        """Flush and unmap every file (shutdown)."""
         for index_file in self.files:
             index_file.flush()
             index_file.close()

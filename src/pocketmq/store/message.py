@@ -56,14 +56,18 @@ class StoredMessage(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def message_id(self) -> str:
+        """The producer's message id (``UNIQ_KEY``), kept across retries; "" for a record without
+        one."""
         return self.properties.get(props.MESSAGE_ID, "")
 
     @property
     def tag(self) -> str | None:
+        """The message's tag, or None."""
         return self.properties.get(props.TAGS) or None
 
     @property
     def keys(self) -> tuple[str, ...]:
+        """The business keys, stored space-separated in one property."""
         raw = self.properties.get(props.KEYS)
         return tuple(raw.split()) if raw else ()
 

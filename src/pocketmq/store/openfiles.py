@@ -99,6 +99,8 @@ class OpenFiles:
         self.opened += 1
 
     def release(self, queue_file: QueueFile, *, wrote: bool = False) -> None:
+        """Unpin a file (``wrote``: it has unsynced data for the checkpoint's fsync); a file that
+        was deleted while pinned is closed now."""
         with self._lock:
             if wrote:
                 queue_file.dirty = True
@@ -116,6 +118,7 @@ class OpenFiles:
             return dirty
 
     def release_all(self, files: list[QueueFile]) -> None:
+        """Unpin every file of ``files`` (a batch's prepared queue files)."""
         for queue_file in files:
             self.release(queue_file)
 
@@ -129,6 +132,7 @@ class OpenFiles:
                 self._close(queue_file)
 
     def close_all(self) -> None:
+        """Close every open file (shutdown, or a test that lowers the descriptor limit)."""
         with self._lock:
             for queue_file in list(self._open):
                 self._close(queue_file)

@@ -298,6 +298,8 @@ class Reader:
         return found[:limit]
 
     def query_by_key(self, topic: str, key: str, limit: int = 32) -> list[StoredMessage]:
+        """Records of ``topic`` carrying business key ``key``, newest first; each candidate from the
+        index is checked, so a hash collision never answers a wrong record."""
         found = [
             record
             for record in self._lookup(topic_key(topic, key), limit)

@@ -77,6 +77,7 @@ class RecordError(ValueError):
 
 
 def valid_topic(topic: str) -> bool:
+    """Whether ``topic`` fits a record's topic field (1-127 characters of the storable alphabet)."""
     return _TOPIC_RE.fullmatch(topic) is not None
 
 
@@ -108,6 +109,7 @@ def pack_host(address: str) -> bytes:
 
 
 def unpack_host(raw: bytes) -> str:
+    """The ``host:port`` text of a record's 18-byte address field ("" for none)."""
     if raw == _NO_HOST:
         return ""
     ip = ipaddress.IPv6Address(raw[:16])
@@ -222,6 +224,8 @@ def topic_block(topic: str) -> bytes:
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
+    """A message's properties as the record stores them (MessagePack map), encoded once so the
+    writer can check their size before it builds the record."""
     return _encode_props(properties)
 
 

@@ -75,6 +75,9 @@ class Recovery:
     def run(
         self, checkpoint: Checkpoint | None, marker: int | None, *, unclean: bool
     ) -> RecoveryReport:
+        """Verify the log from where the checkpoint (or the flush marker) says it was trusted, cut a
+        torn tail, handle damage per the recovery mode, and replay what the consume queues and the
+        index missed (docs/storage-format.md §6)."""
         commitlog = self._log
         first = commitlog.min_offset
         segment_size = commitlog.segment_size

@@ -12,6 +12,9 @@ __all__ = ["GetStatus", "PutStatus"]
 
 
 class PutStatus(enum.Enum):
+    """The outcome of an append, one per message: the broker maps each to a response code, so a full
+    disk or an oversize message is an answer, not an exception."""
+
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
@@ -24,7 +27,7 @@ class PutStatus(enum.Enum):
     """The process ran out of file descriptors; nothing was stored, retry later."""
     STORE_FAILED = "STORE_FAILED"
     """An fsync or write failed: this batch may or may not be durable, and the store accepts no
-    more writes until it is restarted and recovers from the log (storage-format §5)."""
+    more writes until it is restarted and recovers from the log (docs/storage-format.md §5)."""
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
     @property
@@ -34,6 +37,9 @@ class PutStatus(enum.Enum):
 
 
 class GetStatus(enum.Enum):
+    """The outcome of a queue read, RocketMQ's names: tells a consumer whether to wait, move its
+    offset, or skip."""
+
     FOUND = "FOUND"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"

@@ -85,6 +85,8 @@ class StoreStatistics:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetentionReport:
+    """What one retention pass removed, for the log line and the tests."""
+
     segments_deleted: int
     min_physical_offset: int
 
@@ -253,9 +255,12 @@ class MessageStore:
     # -- FlushTarget ----------------------------------------------------------------------
 
     def written_position(self) -> int:
+        """How far the commit log is written (the flusher's target)."""
         return self._commitlog.write_position
 
     def sync_log(self, target: int) -> None:
+        """Fsync the log up to ``target`` and record it in the flush marker; a failure stops the
+        store accepting writes (docs/storage-format.md §5)."""
         try:
             self._commitlog.sync_to(target)
         except OSError as exc:
@@ -404,6 +409,8 @@ class MessageStore:
 
     @property
     def flush_mode(self) -> FlushMode:
+        """Whether appends are acknowledged before or after an fsync, for the broker's durability
+        waits."""
         return self.config.flush_mode
 
     def flush(self) -> None:
@@ -413,14 +420,17 @@ class MessageStore:
     # -- reads ----------------------------------------------------------------------------
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next offset to be written in a queue (0 for a queue never written)."""
         queue = self._queues.get((topic, queue_id))
         return queue.max_offset if queue else 0
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        """The oldest offset still readable in a queue (retention moves it)."""
         queue = self._queues.get((topic, queue_id))
         return queue.min_offset if queue else 0
 
     def queue_ids(self, topic: str) -> list[int]:
+        """The queue ids the store holds data for in ``topic``."""
         return sorted(q for (t, q) in self._queues if t == topic)
 
     # -- replication (docs/replication.md) -------------------------------------------------
@@ -575,6 +585,8 @@ class MessageStore:
         return RetentionReport(segments_deleted=deleted, min_physical_offset=commitlog.min_offset)
 
     def statistics(self) -> StoreStatistics:
+        """A frozen snapshot of the store's counters and positions, for the broker's status and the
+        benchmarks."""
         flusher = self.flusher
         return StoreStatistics(
             messages_put=self._writer.messages_put,

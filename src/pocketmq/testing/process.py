@@ -76,6 +76,34 @@ def _wait_for_line(
     raise RuntimeError(f"not ready after {timeout}s:\n{log.read_text() if log.exists() else ''}")
 
 
+def _spawn(command: list[str], log_path: Path) -> subprocess.Popen[str]:
+    """Start a pocketmq process with its stdout piped (for the ready line) and its stderr
+    appended to ``log_path`` (what a failing test shows)."""
+    with open(log_path, "a") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+def _terminate(process: subprocess.Popen[str], timeout: float) -> int:
+    """SIGTERM, wait up to ``timeout`` for a graceful exit, then SIGKILL; close the stdout pipe.
+    Returns the exit code (a graceful shutdown is 0)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+    return process.returncode
+
+
 class BrokerProcess:
     """A running ``pocketmq serve``. Use as a context manager, or call ``stop()``."""
 
@@ -142,17 +170,7 @@ class BrokerProcess:
         return command + list(self._extra)
 
     def _start(self) -> None:
-        log = open(self.log_path, "a")  # noqa: SIM115 - handed to the child process
-        try:
-            self.process = subprocess.Popen(
-                self._command(),
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        finally:
-            log.close()
+        self.process = _spawn(self._command(), self.log_path)
         try:
             match = _wait_for_line(self.process, _READY, self.log_path, self._timeout)
         except BaseException:
@@ -172,26 +190,20 @@ class BrokerProcess:
 
     @property
     def address(self) -> str:
+        """The native protocol's ``host:port``, what the SDK and the CLI connect to."""
         return self.native
 
     @property
     def running(self) -> bool:
+        """Whether the process is still alive (a test that killed it, or a broker that refused
+        to start, is not)."""
         return self.process is not None and self.process.poll() is None
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait: a graceful shutdown. Returns the exit code."""
-        process = self.process
-        if process is None:
+        if self.process is None:
             return 0
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        self._close_pipes()
-        return process.returncode
+        return _terminate(self.process, timeout)
 
     def kill(self) -> None:
         """SIGKILL: the broker gets no chance to flush or persist anything."""
@@ -201,6 +213,8 @@ class BrokerProcess:
         self._close_pipes()
 
     def restart(self) -> None:
+        """Stop (gracefully, if it still runs) and start again on the same data directory and
+        ports, so clients reconnect to the address they already have."""
         if self.running:
             self.stop()
         self._start()
@@ -210,6 +224,7 @@ class BrokerProcess:
             self.process.stdout.close()
 
     def log(self) -> str:
+        """Everything the broker wrote to stderr, for a failing test's message."""
         return self.log_path.read_text() if self.log_path.exists() else ""
 
     def __enter__(self) -> BrokerProcess:
@@ -220,31 +235,22 @@ class BrokerProcess:
 
 
 class NameServerProcess:
+    """A running ``pocketmq namesrv``, for tests of a cluster of brokers that register with one
+    name server. Use as a context manager, or call ``stop()``."""
+
     def __init__(self, log_dir: Path, *, port: int = 0, startup_timeout: float = 30.0) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / "namesrv.log"
-        with open(self.log_path, "a") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "pocketmq", "namesrv", "--port", str(port)],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+        self.process = _spawn(
+            [sys.executable, "-m", "pocketmq", "namesrv", "--port", str(port)], self.log_path
+        )
         self.address = _wait_for_line(
             self.process, _NAMESRV_READY, self.log_path, startup_timeout
         ).group(1)
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM and wait: a graceful shutdown. Returns the exit code."""
+        return _terminate(self.process, timeout)
 
     def __enter__(self) -> NameServerProcess:
         return self

@@ -17,6 +17,9 @@ __all__ = ["KNOWN_SERVICES", "ServiceUnavailable", "require_service", "service_a
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServiceAddress:
+    """Where a test expects a service, and the command that starts it: the skip reason tells a
+    developer how to run the test instead of only that it did not run."""
+
     name: str
     host: str
     port: int

@@ -33,6 +33,8 @@ class CheckBack:
         self._service = service
 
     async def run(self) -> None:
+        """The loop: expire silent producers, send the checks that are due, persist the state off
+        the loop, and sleep until the next check is due or a producer arrives."""
         assert self._service.wake is not None
         while True:
             self._service.wake.clear()

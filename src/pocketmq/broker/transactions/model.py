@@ -47,6 +47,9 @@ INTERNAL_PROPERTIES = frozenset(
 
 
 class TransactionState(enum.Enum):
+    """Where a transaction is (docs/transactions.md, "2. The state machine"): prepared, or one of
+    the final states."""
+
     PREPARED = "PREPARED"
     COMMITTED = "COMMITTED"
     ROLLED_BACK = "ROLLED_BACK"
@@ -54,6 +57,7 @@ class TransactionState(enum.Enum):
 
     @property
     def final(self) -> bool:
+        """Whether the transaction has ended: a final state never changes again."""
         return self is not TransactionState.PREPARED
 
 
@@ -74,6 +78,9 @@ class TransactionStatus(msgspec.Struct, frozen=True):
 
 
 class EndOutcome(msgspec.Struct, frozen=True):
+    """The answer to an end-transaction request; ``duplicate`` makes a retried end harmless instead
+    of an error."""
+
     status: TransactionStatus
     duplicate: bool = False  # the transaction had already ended this way: nothing changed
 

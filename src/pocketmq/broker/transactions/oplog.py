@@ -93,6 +93,8 @@ class OpLog:
         self._store = store
 
     def ops(self, message_id: str, half_offset: int | None = None) -> list[Op]:
+        """Every op-log record of ``message_id`` (of one half message when ``half_offset`` is
+        given), from the store's index; an undecodable record is logged and skipped."""
         found: list[Op] = []
         for record in self._store.query_by_key(OP_TOPIC, message_id, _OP_LOOKUP_LIMIT):
             try:
@@ -107,10 +109,14 @@ class OpLog:
         return sorted(found, key=lambda o: o.at_ms)
 
     def final(self, message_id: str, half_offset: int | None = None) -> Op | None:
+        """The record that ended the transaction, or None while it is pending: what a restart and a
+        late request are judged by."""
         return next((o for o in self.ops(message_id, half_offset) if o.op in OP_STATES), None)
 
 
 def status_from_op(op: Op) -> TransactionStatus:
+    """A transaction's status as the op-log record describes it (for queries after the pending entry
+    is gone)."""
     return TransactionStatus(
         message_id=op.message_id,
         transaction_id=op.transaction_id,

@@ -157,6 +157,7 @@ class TransactionService:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Rebuild the pending transactions from the logs, then start the check-back loop."""
         rebuild(self)
         self.wake = asyncio.Event()
         self._task = asyncio.create_task(self._checker.run(), name="transaction-checker")
@@ -166,6 +167,8 @@ class TransactionService:
         self._checker.check_due(now)
 
     async def close(self) -> None:
+        """Stop the check-back loop and save the state, so a restart does not check again what was
+        just answered."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -180,12 +183,16 @@ class TransactionService:
 
     @property
     def pending_count(self) -> int:
+        """How many transactions wait for an outcome (the broker's status)."""
         return len(self.pending)
 
     # -- prepare --------------------------------------------------------------------------
 
     @staticmethod
     def is_transactional(message: StoreMessage) -> bool:
+        """Whether a stored message is a half message: the ``TRAN_MSG`` property or the record
+        flags mark one, and a producer may use either (docs/protocol.md, "Messages on the
+        wire")."""
         return (
             message.properties.get(props.TRANSACTION_PREPARED) == "true"
             or message.flags & TX_MASK == TX_PREPARED
@@ -394,6 +401,8 @@ class TransactionService:
         return status
 
     def remember(self, status: TransactionStatus, results: list[PutResult]) -> None:
+        """Keep a finished transaction's status and results in a bounded cache, so a retried end
+        gets the same answer without reading the op log."""
         self._finished[status.message_id] = (status, results)
         self._finished.move_to_end(status.message_id)
         while len(self._finished) > _FINISHED_CACHE:
@@ -402,6 +411,8 @@ class TransactionService:
     # -- queries --------------------------------------------------------------------------
 
     def state(self, message_id: str) -> TransactionStatus | None:
+        """The broker's record of a message's transaction (pending, recently finished, or from the
+        op log), or None when there is none."""
         entry = self.pending.get(message_id)
         if entry is not None:
             return self._pending_status(entry)
@@ -473,6 +484,8 @@ class TransactionService:
     def record(
         self, entry: Pending, outcome: str, *, attempt: int, consumer: str = "", error: str = ""
     ) -> None:
+        """Record a transaction step in the attempt history, so ``pocketmq message history`` shows
+        checks and outcomes beside deliveries."""
         self.history.record(
             message_id=entry.message_id,
             group=entry.producer_group,

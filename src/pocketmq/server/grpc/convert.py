@@ -5,8 +5,8 @@ Outbound: a message goes into the store with pocketmq's property names (``UNIQ_K
 sent through either protocol is consumed through the other. The client's message id is kept.
 
 Inbound (delivery): every message carries what the official clients need to decode and settle it
-(contract §1.3): ``body_encoding=IDENTITY``, an MD5 ``body_digest``, ``receipt_handle``,
-``delivery_attempt`` (≥ 1), queue id and offset, store time and host.
+(docs/grpc.md, "Message mapping"): ``body_encoding=IDENTITY``, an MD5 ``body_digest``,
+``receipt_handle``, ``delivery_attempt`` (≥ 1), queue id and offset, store time and host.
 
 The digest is MD5 in upper-case hex, as RocketMQ's proxy sends it, because it is the one digest
 every official client verifies the same way. Their CRC32 checks disagree: Python compares 8
@@ -77,11 +77,15 @@ def seconds(value: Any) -> float:
 
 
 def duration(value: float) -> Any:
+    """Seconds as a ``google.protobuf.Duration`` (a dict the protobuf constructor accepts), for the
+    settings the clients read."""
     whole = int(value)
     return {"seconds": whole, "nanos": round((value - whole) * 1e9)}
 
 
 def timestamp(ms: int) -> Any:
+    """Epoch milliseconds as a ``google.protobuf.Timestamp`` (a dict the protobuf constructor
+    accepts)."""
     return {"seconds": ms // 1000, "nanos": (ms % 1000) * 1_000_000}
 
 

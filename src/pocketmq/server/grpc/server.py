@@ -2,7 +2,8 @@
 
 It shares the loop (and so the single core) with the native server: both call the same
 :class:`~pocketmq.broker.Broker`. gRPC costs far more CPU per request than the native protocol
-(DESIGN §1), which is why our own SDK does not use it.
+(docs/grpc.md; measured in docs/benchmarks.md, "gRPC compatibility"), which is why our own SDK
+does not use it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class RouteApp(Protocol):
 
 
 class GrpcServer:
+    """The gRPC listener's lifecycle: the ``grpc.aio`` server, the one MessagingService it serves,
+    and the sweep that forgets silent client sessions."""
+
     def __init__(
         self,
         broker: Broker,
@@ -59,6 +63,8 @@ class GrpcServer:
         self.port = 0
 
     async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` (0: any free port) with a request limit just above the largest
+        message; a port in use is an ``OSError``, never a shared port."""
         limit = self._broker.config.store.max_message_size + 1024 * 1024  # room for headers
         server = grpc.aio.server(
             options=[
@@ -86,6 +92,7 @@ class GrpcServer:
             self.service.sessions.expire(_SESSION_IDLE)
 
     async def close(self) -> None:
+        """Stop the session sweep and the server, giving running RPCs a short grace."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

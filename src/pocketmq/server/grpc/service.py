@@ -1,8 +1,8 @@
 """``apache.rocketmq.v2.MessagingService`` over the broker core.
 
 Every RPC answers with a v2 status instead of failing the gRPC call: the official clients read
-``status.code`` (contract §1.1) and treat a gRPC-level error as a transport failure. Choices the
-official clients force or allow (see docs/grpc.md):
+``status.code`` and treat a gRPC-level error as a transport failure (docs/grpc.md, "Status
+codes"). Choices the official clients force or allow (see docs/grpc.md, "Choices"):
 
 - **The queue in a ReceiveMessage is a hint.** The clients name a random queue on every receive;
   serving only that queue would long-poll empty queues while others hold a backlog, so the broker
@@ -114,6 +114,9 @@ def grpc_addresses(route: w.RouteResponse) -> dict[str, str]:
 
 
 class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
+    """``apache.rocketmq.v2.MessagingService`` (module doc): each RPC translates to one broker call
+    and answers with a v2 status, never a failed gRPC call."""
+
     def __init__(
         self,
         broker: Broker,
@@ -134,6 +137,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     # -- routing and membership -----------------------------------------------------------
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
+        """Every queue of the topic on the brokers that serve gRPC, with the message types the topic
+        accepts (the clients refuse to send without them)."""
         try:
             topic = request.topic.name
             route = await self._routes(topic)
@@ -193,6 +198,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return s.QueryAssignmentResponse(status=error_status(exc, "QueryAssignment"))
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
+        """Keep a client's session alive; a consumer's heartbeat registers it in its group like a
+        native consumer, a producer's its check-back channel."""
         try:
             client_id = _client_id(context)
             session = self.sessions.touch(client_id)
@@ -207,6 +214,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return s.HeartbeatResponse(status=error_status(exc, "Heartbeat"))
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        """A client shutting down: leave its group and drop its check-back channel at once rather
+        than after the expiry."""
         try:
             client_id = _client_id(context)
             group = request.group.name if request.HasField("group") else ""
@@ -295,6 +304,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         )
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
+        """Store the request's messages through the broker's send path; each entry gets its own
+        status, so one refused message does not fail the others."""
         messages = request.messages
         if not messages:
             return s.SendMessageResponse(status=status(C.BAD_REQUEST, "no messages to send"))
@@ -348,6 +359,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         )
 
     async def RecallMessage(self, request: Any, context: Any) -> Any:
+        """Cancel a delayed message by its recall handle before it is due."""
         try:
             message_id = self._broker.recall(request.topic.name, request.recall_handle)
             return s.RecallMessageResponse(status=OK, message_id=message_id)
@@ -355,6 +367,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return s.RecallMessageResponse(status=error_status(exc, "RecallMessage"))
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
+        """Commit or roll back a half message; an official producer has no producer group, so the
+        topic stands for it (docs/transactions.md, "8. For protocol adapters")."""
         try:
             resolution = request.resolution
             if resolution not in (TransactionResolution.COMMIT, TransactionResolution.ROLLBACK):
@@ -380,6 +394,9 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         return str(expression.expression) or "*"
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """Pop from any queue of the topic, starting at the named one (the queue is a hint,
+        docs/grpc.md "Choices"), long-polling within the call's deadline; streams a status, the
+        messages, then a delivery timestamp."""
         try:
             queue = request.message_queue
             if request.HasField("invisible_duration"):
@@ -429,6 +446,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
+        """Acknowledge popped messages; each entry succeeds or fails on its own."""
         group, topic = request.group.name, request.topic.name
         results = []
         for entry in request.entries:
@@ -449,6 +467,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         return s.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        """Re-hide a popped message (a nack with a delay); a failure still answers the handle it was
+        given, because the clients overwrite theirs before checking the status."""
         try:
             handle = self._broker.change_invisible(
                 request.group.name,
@@ -464,6 +484,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             )
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        """A FIFO push consumer gave up on a message after its local retries: move it to the group's
+        DLQ now."""
         try:
             self._broker.forward_to_dead_letter(
                 request.group.name,
@@ -483,6 +505,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     # -- consuming: pull mode and offsets -------------------------------------------------
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """Pull mode over the broker's pull (no official client calls it yet); streams a status, the
+        messages, then the next offset."""
         try:
             queue = request.message_queue
             polling = seconds(request.long_polling_timeout)
@@ -522,6 +546,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         yield s.PullMessageResponse(next_offset=outcome.next_offset)
 
     async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        """Commit a pull consumer's offset for one queue."""
         try:
             queue = request.message_queue
             self._broker.commit_offsets(
@@ -532,6 +557,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return s.UpdateOffsetResponse(status=error_status(exc, "UpdateOffset"))
 
     async def GetOffset(self, request: Any, context: Any) -> Any:
+        """A group's committed offset in one queue."""
         try:
             queue = request.message_queue
             offset = self._broker.query_offset(request.group.name, queue.topic.name, queue.id)
@@ -540,6 +566,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return s.GetOffsetResponse(status=error_status(exc, "GetOffset"))
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:
+        """A queue's first or last offset; looking an offset up by time is UNSUPPORTED."""
         try:
             queue = request.message_queue
             policy = request.query_offset_policy
@@ -555,6 +582,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return s.QueryOffsetResponse(status=error_status(exc, "QueryOffset"))
 
     async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
+        """Lite topics are not supported: an UNSUPPORTED status the clients can report."""
         return s.SyncLiteSubscriptionResponse(
             status=status(C.UNSUPPORTED, "lite topics are not supported")
         )

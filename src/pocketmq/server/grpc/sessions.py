@@ -3,8 +3,9 @@
 A client announces itself on its Telemetry stream (a ``Settings`` command: type, group,
 subscriptions or published topics) and then heartbeats every 10 s. The session keeps what the
 broker may need later: the subscriptions for heartbeats (v2 heartbeats carry only the group),
-and the stream to push commands on — the orphaned-transaction check-back of issue 6 goes to a
-producer that publishes the message's topic.
+and the stream to push commands on — an orphaned transaction's check-back goes to a producer
+that publishes the message's topic (docs/transactions.md, "4. Check-back" and "8. For protocol
+adapters").
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ __all__ = ["ClientSession", "Sessions", "transaction_check_command"]
 
 @dataclass(slots=True)
 class ClientSession:
+    """What the adapter knows of one client between its RPCs: its type, group, topics and
+    subscriptions, and the Telemetry stream to push commands on."""
+
     client_id: str
     client_type: int = 0
     group: str = ""
@@ -31,6 +35,8 @@ class ClientSession:
     outbox: asyncio.Queue[Any] | None = None
 
     def update(self, settings: Any) -> None:
+        """Take in a Settings command: the client's type and, for producers, its topics, for
+        consumers, its group and subscriptions."""
         self.client_type = int(settings.client_type)
         if settings.HasField("publishing"):
             self.topics = frozenset(t.name for t in settings.publishing.topics)
@@ -51,13 +57,17 @@ class ClientSession:
 
 
 class Sessions:
+    """Every client the adapter has heard from, by client id (the ``x-mq-client-id`` header)."""
+
     def __init__(self) -> None:
         self._sessions: dict[str, ClientSession] = {}
 
     def get(self, client_id: str) -> ClientSession | None:
+        """The session of ``client_id``, or None."""
         return self._sessions.get(client_id)
 
     def touch(self, client_id: str) -> ClientSession:
+        """The session of ``client_id``, created on first contact, marked as heard from now."""
         session = self._sessions.get(client_id)
         if session is None:
             session = self._sessions[client_id] = ClientSession(client_id)

@@ -1,7 +1,7 @@
 """The Settings the broker answers on a client's Telemetry stream.
 
 The official clients take several decisions from this reply rather than from their own
-configuration (contract §1.2, §1.4):
+configuration (docs/grpc.md, "The settings the broker sends"):
 
 - producers copy ``publishing.max_body_size`` verbatim (absent = 0 = every send fails), and
   ``backoff_policy.max_attempts`` (the Python client uses nothing else of the policy);
@@ -33,7 +33,7 @@ CT = ClientType
 CONSUMER_TYPES: Final = frozenset({CT.PUSH_CONSUMER, CT.SIMPLE_CONSUMER, CT.PULL_CONSUMER})
 LONG_POLLING_TIMEOUT: Final = 20.0  # seconds; RocketMQ's default long poll
 RECEIVE_BATCH_SIZE: Final = 32
-PRODUCER_MAX_ATTEMPTS: Final = 3  # one send and two retries (seed 000/004)
+PRODUCER_MAX_ATTEMPTS: Final = 3  # one send and two retries (docs/semantics.md, "Producer")
 _MAX_INT32: Final = 2**31 - 1
 _MAX_LISTED_DELAYS: Final = 64  # clients reuse the last delay for later attempts
 
@@ -49,14 +49,17 @@ def _common(request: Any) -> dict[str, Any]:
 
 
 def producer_settings(request: Any, max_body_size: int) -> Any:
+    """The Settings reply to a producer: the broker's body limit (without it the client refuses
+    every send), message-type validation, and the retry policy (module doc)."""
     reply = _common(request)
     reply["publishing"] = {
         "topics": list(request.publishing.topics),
         "max_body_size": max_body_size,
         "validate_message_type": True,
     }
-    # Java clients wait this long before retrying a TOO_MANY_REQUESTS send (DESIGN §2 flow
-    # control); other failures are retried at once. Python 5.1.2 reads only max_attempts.
+    # Java clients wait this long before retrying a TOO_MANY_REQUESTS send (the SDK's flow-control
+    # backoff, docs/semantics.md "Producer"); other failures are retried at once. Python 5.1.2
+    # reads only max_attempts.
     reply["backoff_policy"] = {
         "max_attempts": PRODUCER_MAX_ATTEMPTS,
         "exponential_backoff": {
@@ -71,6 +74,8 @@ def producer_settings(request: Any, max_body_size: int) -> Any:
 def consumer_settings(
     request: Any, group: GroupConfig, delay_levels: tuple[float, ...], max_long_poll: float
 ) -> Any:
+    """The Settings reply to a consumer: FIFO or not, the long-polling timeout and the retry
+    schedule, all from its group, so the clients retry as ``pocketmq group create`` configured."""
     reply = _common(request)
     subscription = request.subscription
     polling = min(LONG_POLLING_TIMEOUT, max_long_poll)

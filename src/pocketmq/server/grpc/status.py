@@ -84,6 +84,8 @@ def v2_code(code: int, rule: str = "") -> int:
 
 
 def status(code: int, message: str = "") -> Any:
+    """A v2 ``Status``; the message defaults to the code's name, so no status goes out without a
+    text."""
     return d.Status(code=code, message=message or d.Code.Name(code))
 
 

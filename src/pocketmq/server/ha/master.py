@@ -45,6 +45,7 @@ class HaServer:
         self.port = 0
 
     async def start(self, host: str, port: int) -> None:
+        """Listen for slaves on ``host:port`` (0: any free port, then in :attr:`port`)."""
         self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
@@ -149,6 +150,7 @@ class HaServer:
             await replication.wait_for_log(position, _IDLE_WAIT)  # then a heartbeat at least
 
     async def close(self) -> None:
+        """Stop listening and end every slave's link (they reconnect to whoever is master)."""
         if self._server is not None:
             self._server.close()
         for task in list(self._links):

@@ -58,6 +58,7 @@ class GroupRole:
         return self._advertise(self._host, self.server.port)
 
     async def start(self) -> None:
+        """Serve slaves (a master) or start following the master (a slave)."""
         if self._broker.role is Role.MASTER:
             self._broker.replica_log.ensure_identity()
             await self._serve()
@@ -139,6 +140,7 @@ class GroupRole:
         return epoch
 
     async def demote(self) -> None:
+        """Become a slave of the group's newer master: stop serving slaves and follow it."""
         broker = self._broker
         if broker.role is Role.SLAVE:
             return
@@ -150,6 +152,7 @@ class GroupRole:
         await self._on_change()
 
     async def close(self) -> None:
+        """End the replication side at shutdown."""
         if self.client is not None:
             await self.client.stop()
         if self.server is not None:

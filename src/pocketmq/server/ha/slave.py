@@ -62,10 +62,12 @@ class HaClient:
         self.links = 0
 
     def start(self) -> None:
+        """Start following the master (a background task that reconnects until stopped)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="replication-slave")
 
     async def stop(self) -> None:
+        """Stop following: a promotion, or shutdown."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

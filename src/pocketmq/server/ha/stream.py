@@ -41,6 +41,7 @@ class FrameStream:
         return request_id
 
     async def drain(self) -> None:
+        """Wait until the socket has taken what was queued (back-pressure from the peer)."""
         await self.writer.drain()
 
     async def frames(self) -> AsyncIterator[Frame]:
@@ -57,6 +58,7 @@ class FrameStream:
                 yield frame
 
     async def close(self) -> None:
+        """Close the connection; errors of a peer already gone are ignored."""
         if not self.writer.is_closing():
             self.writer.close()
         with contextlib.suppress(ConnectionError, OSError):

@@ -27,6 +27,9 @@ T = TypeVar("T")
 
 
 class NameServerLink:
+    """The broker's one connection to its name server (module doc): registrations and route lookups,
+    one request at a time."""
+
     def __init__(self, address: str, client_id: str, timeout: float = 3.0) -> None:
         host, _, port = address.rpartition(":")
         self.address = address
@@ -102,5 +105,6 @@ class NameServerLink:
                 await writer.wait_closed()
 
     async def close(self) -> None:
+        """Close the connection (shutdown)."""
         async with self._lock:
             await self._drop()

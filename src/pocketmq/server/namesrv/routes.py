@@ -56,6 +56,7 @@ class RouteTable:
         return w.RegisterBrokerResponse(master.address, master.ha_address, master.epoch)
 
     def expire(self) -> list[tuple[str, int]]:
+        """Drop brokers silent for longer than the expiry; returns their (group, id) keys."""
         now = self._clock()
         gone = [k for k, r in self._brokers.items() if now - r.last_seen > self._expiry]
         for key in gone:
@@ -63,6 +64,7 @@ class RouteTable:
         return gone
 
     def unregister(self, name: str, broker_id: int) -> None:
+        """Forget one broker of a group (it announced its shutdown)."""
         self._brokers.pop((name, broker_id), None)
 
     def disconnected(self, channel: object) -> list[tuple[str, int]]:
@@ -91,6 +93,8 @@ class RouteTable:
         )
 
     def route(self, topic: str) -> w.RouteResponse:
+        """Every live group holding ``topic``: its brokers (master first) and queues; a topic
+        no broker holds is :class:`TopicNotFoundError`."""
         self.expire()
         brokers: list[w.BrokerAddress] = []
         queues: list[w.QueueRoute] = []
@@ -117,5 +121,6 @@ class RouteTable:
         return w.RouteResponse(topic, topic_type, brokers, queues)
 
     def brokers(self) -> list[w.BrokerAddress]:
+        """Every live broker of every group, sorted by group and id."""
         self.expire()
         return [r.broker for _, r in sorted(self._brokers.items())]

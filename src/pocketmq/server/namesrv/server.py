@@ -27,6 +27,9 @@ log = logging.getLogger("pocketmq.namesrv")
 
 
 class NameServer:
+    """The route registry's server (module doc): the native protocol's HELLO, REGISTER_BROKER,
+    GET_ROUTE and LIST_BROKERS, nothing else."""
+
     def __init__(
         self, expiry: float = BROKER_EXPIRY, *, limits: ConnectionLimits | None = None
     ) -> None:
@@ -71,6 +74,7 @@ class NameServer:
             log.info("broker %s/%d disconnected: out of the routes", name, broker_id)
 
     async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` and start dropping silent brokers."""
         await self._server.start(host, port)
         self._sweeper = asyncio.create_task(self._sweep())
 
@@ -81,9 +85,11 @@ class NameServer:
 
     @property
     def address(self) -> str:
+        """``host:port`` as it listens (the real port when it was 0)."""
         return self._server.address
 
     async def close(self) -> None:
+        """Stop the expiry sweep and the listener."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -46,6 +46,10 @@ HandlerTable = dict[int, Handler]
 
 
 class ServerConnection(asyncio.Protocol):
+    """One native-protocol connection: frames decoded straight from ``data_received``, requests
+    dispatched through the handler table, responses of one loop iteration written together, and the
+    limits of docs/protocol.md "Limits" enforced."""
+
     def __init__(
         self,
         handlers: HandlerTable,
@@ -93,6 +97,7 @@ class ServerConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Remember the transport and the peer's address (for logs)."""
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         peer = transport.get_extra_info("peername")
@@ -101,21 +106,28 @@ class ServerConnection(asyncio.Protocol):
             self.remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Give back this connection's share of the buffer budget and tell the server (the broker
+        then drops the client's registrations made on this connection)."""
         self.closed = True
         self._release_buffer()
         self._on_close(self)
 
     def pause_writing(self) -> None:
+        """The client reads slower than we answer: stop reading its requests until it catches up, so
+        its responses cannot pile up in memory."""
         self._paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
+        """The client caught up: read its requests again."""
         self._paused = False
         if self._transport is not None and not self.closed:
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        """Decode every complete frame in ``data`` and dispatch it; a framing error is answered
+        (request id 0) and closes only this connection."""
         self.last_seen = self._clock()
         decoder = self._decoder
         self._out = []
@@ -330,5 +342,6 @@ class ServerConnection(asyncio.Protocol):
         self._write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
 
     def close(self) -> None:
+        """Close the connection (the peer sees EOF after the frames already queued)."""
         if self._transport is not None and not self.closed:
             self._transport.close()

@@ -51,6 +51,8 @@ BrokerLister = Callable[[], Awaitable[w.ListBrokersResponse]]
 
 
 def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
+    """A delivered message in the native protocol's form, with the broker's name so a client knows
+    where to ack or send it back."""
     return w.DeliveredMessage(
         message.topic,
         message.queue_id,
@@ -68,6 +70,7 @@ def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
 
 
 def transaction_to_wire(status: TransactionStatus) -> w.TransactionStateResponse:
+    """The broker's record of a transaction in the native protocol's form (times in ms)."""
     return w.TransactionStateResponse(
         status.message_id,
         status.transaction_id,
@@ -84,6 +87,8 @@ def transaction_to_wire(status: TransactionStatus) -> w.TransactionStateResponse
 
 
 def group_from_spec(spec: w.GroupSpec, max_delay: float = float("inf")) -> GroupConfig:
+    """A group definition from the wire, checked first (retry policy bounds, consume-from), so an
+    unusable group is refused when it is created."""
     problem = retry_policy_problem(spec, max_delay)
     if problem is not None:
         raise InvalidArgumentError(problem)
@@ -107,6 +112,7 @@ def group_from_spec(spec: w.GroupSpec, max_delay: float = float("inf")) -> Group
 
 
 def group_to_spec(group: GroupConfig) -> w.GroupSpec:
+    """A group definition in the native protocol's form (delays in ms), for listings."""
     retry = group.retry
     return w.GroupSpec(
         name=group.name,

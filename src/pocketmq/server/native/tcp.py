@@ -64,6 +64,9 @@ def _spare_descriptor() -> int | None:
 
 
 class FrameServer:
+    """The TCP listener (module doc): accepts connections itself so it can answer the ones it cannot
+    serve, and keeps the limits and the buffer budget all its connections share."""
+
     def __init__(
         self,
         handlers: HandlerTable,
@@ -91,6 +94,7 @@ class FrameServer:
         self.port = 0
 
     async def start(self, host: str, port: int) -> None:
+        """Listen on every address ``host`` resolves to (0: any free port)."""
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -130,6 +134,7 @@ class FrameServer:
 
     @property
     def address(self) -> str:
+        """``host:port`` as it listens (the real port when it was 0)."""
         return f"{self.host}:{self.port}"
 
     # -- accepting ------------------------------------------------------------------------
@@ -263,6 +268,8 @@ class FrameServer:
     # -- shutdown -------------------------------------------------------------------------
 
     async def close(self) -> None:
+        """Stop accepting, release the spare descriptor, close every connection and cancel the
+        requests still running."""
         loop = asyncio.get_running_loop()
         if self._resume is not None:
             self._resume.cancel()

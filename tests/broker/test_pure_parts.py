@@ -1,4 +1,4 @@
-"""Pure pieces of the broker: retry policies, hashing, filters, pop state (the SDK's queue
+"""Pure pieces of the broker: retry policies, filters, pop state, attempt records (the SDK's queue
 allocation is tested in tests/client/consumer/test_rebalance.py)."""
 
 from __future__ import annotations
@@ -9,13 +9,17 @@ from pocketmq.broker import DEFAULT_DELAY_LEVELS, RetryPolicy
 from pocketmq.broker.filtering import parse_tag_expression
 from pocketmq.broker.pop import Handle, PopQueue
 from pocketmq.errors import InvalidArgumentError, InvalidReceiptHandleError
-from pocketmq.routing import jump_hash, queue_for_group
 
 
 def test_default_retry_delays_are_delay_levels_from_3_on() -> None:
     policy = RetryPolicy()
     delays = [policy.delay(n, DEFAULT_DELAY_LEVELS) for n in range(1, 17)]
-    assert delays[:4] == [10, 30, 60, 120]  # level 3 + reconsume times (seed 000)
+    assert delays[:4] == [
+        10,
+        30,
+        60,
+        120,
+    ]  # level 3 + reconsume times (docs/semantics.md, "Consumer retry")
     assert delays[-1] == 7200
     assert policy.max_attempts == 17
     assert policy.delay(40, DEFAULT_DELAY_LEVELS) == 7200  # clamped to the last level
@@ -32,23 +36,6 @@ def test_customized_and_exponential_policies() -> None:
         40,
         60,
     ]
-
-
-def test_jump_hash_moves_few_keys_when_a_bucket_is_added() -> None:
-    keys = range(10_000)
-    before = [jump_hash(k * 7919 + 17, 10) for k in keys]
-    after = [jump_hash(k * 7919 + 17, 11) for k in keys]
-    moved = sum(b != a for b, a in zip(before, after, strict=True))
-    assert 0.05 < moved / len(before) < 0.14  # about 1/11, not ~all as with modulo
-    assert all(a == 10 for b, a in zip(before, after, strict=True) if b != a)
-    assert sorted(set(before)) == list(range(10))
-
-
-def test_group_to_queue_is_stable_across_processes() -> None:
-    assert queue_for_group("order-42", 8) == queue_for_group("order-42", 8)
-    spread = {queue_for_group(f"order-{n}", 8) for n in range(200)}
-    assert spread == set(range(8))
-    assert queue_for_group("order-42", 1) == 0
 
 
 def test_tag_expressions() -> None:
@@ -107,3 +94,8 @@ def test_attempt_records_written_before_message_group_still_decode() -> None:
     assert decode_body(old, AttemptRecord).message_group == ""
     new = msgspec.msgpack.encode(Attempt("id", "g", "t", 1, "c", "DLQ", "e", 10, 20, "acct-1"))
     assert decode_body(new, AttemptRecord).message_group == "acct-1"  # same field order
+
+
+def test_an_exponential_retry_that_never_gives_up_does_not_overflow() -> None:
+    policy = RetryPolicy(max_retries=-1, initial=1.0, multiplier=2.0, maximum=600.0)
+    assert policy.delay(5000, ()) == 600.0

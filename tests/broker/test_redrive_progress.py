@@ -1,4 +1,5 @@
-"""A dead letter is re-driven once, however redrives overlap or stop (issue 14, item 9).
+"""A dead letter is re-driven once, however redrives overlap or stop (docs/semantics.md,
+"Consumer retry, delays and dead letters").
 
 Two redrives of one group running at the same time used to both find every dead letter not yet
 done and resend all of them (20 dead letters, 40 copies); a redrive that stopped half-way had

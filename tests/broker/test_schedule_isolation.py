@@ -1,4 +1,5 @@
-"""One delayed message the store refuses for good never stalls the others (issue 14, item 7).
+"""One delayed message the store refuses for good never stalls the others (docs/semantics.md,
+"Consumer retry, delays and dead letters").
 
 A retry of a group whose name is too long for ``%RETRY%<group>`` (created before names were
 checked) used to raise in the scheduler: every later message of its level, every other level and

@@ -1,7 +1,7 @@
-"""Topic and group names are checked on every path that can store them (issue 14, items 7, 10):
-a group whose %RETRY%/%DLQ% topic would not fit the store, and a topic containing '@', are
-refused with InvalidArgumentError by the broker core (native and gRPC both call it); the SDK
-refuses them before anything is sent (tests/client/test_names.py)."""
+"""Topic and group names are checked on every path that can store them (docs/semantics.md,
+"Topics, groups, offsets"): a group whose %RETRY%/%DLQ% topic would not fit the store, and a
+topic containing '@', are refused with InvalidArgumentError by the broker core (native and gRPC
+both call it); the SDK refuses them before anything is sent (tests/client/test_names.py)."""
 
 from __future__ import annotations
 

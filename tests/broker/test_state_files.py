@@ -1,4 +1,4 @@
-"""A damaged broker state file never stops the broker from starting (issue 14, item 10).
+"""A damaged broker state file never stops the broker from starting (docs/storage-format.md §10).
 
 Every file under ``<data-dir>/config/`` is tried with garbage (moved aside as
 ``<name>.corrupt-<time>``, one ERROR line, the broker starts with what it can recover) and with

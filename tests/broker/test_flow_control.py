@@ -1,5 +1,6 @@
-"""Flow control's load signals, on a fake clock: a stalled event loop refuses sends (seed 004)
-and the stall is remembered for a few ticks; flush backlog and queue caps likewise."""
+"""Flow control's load signals, on a fake clock: a stalled event loop refuses sends and the
+stall is remembered for a few ticks; flush backlog and queue caps likewise (docs/semantics.md,
+"Flow control")."""
 
 from __future__ import annotations
 
