@@ -4,6 +4,7 @@ restart or get a damaged stream, and reads from a slave (docs/replication.md §2
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import pytest
@@ -230,3 +231,31 @@ async def _committed(address: str, expected: int) -> bool:
         return sum(q.committed_offset for q in await _queues(address)) == expected
     except PocketMQError:
         return False
+
+
+async def test_links_cut_at_random_points_lose_nothing_and_the_master_keeps_serving(
+    make_group: Any, link_proxy: Any
+) -> None:
+    group = make_group("async", slaves=0)
+    master = group.master
+    await setup_topic(master.address)
+    proxy: LinkProxy = link_proxy(master.ha)
+    slave = group.add_slave(proxy.address)
+    rng = random.Random(17)
+    sent: list[bytes] = []
+    async with Producer(servers=group.namesrv.address) as producer:
+        for round_number in range(8):
+            for i in range(rng.randrange(20, 120)):
+                body = f"c{round_number}-{i}-".encode() + b"z" * rng.randrange(10, 4000)
+                result = await producer.send(Message(topic="T", body=body))
+                assert result.status is SendStatus.OK  # the master never stops serving
+                sent.append(body)
+                if rng.random() < 0.02:
+                    proxy.cut()  # mid-stream, wherever the stream happens to be
+            proxy.cut()
+            await asyncio.sleep(rng.uniform(0, 0.2))
+    await caught_up(master, slave)
+    assert slave.log_path.read_text().count("INFO pocketmq.server.ha: replicating from") >= 4
+    end = (await status(master.address))["log_end"]
+    assert commit_log(slave, end) == commit_log(master, end)
+    assert sorted(await stored_bodies(slave.address)) == sorted(sent)

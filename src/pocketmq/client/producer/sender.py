@@ -115,6 +115,7 @@ class Sender:
         schedule = None  # created at the first flow-control refusal
         next_retry_at = first_attempt_at = 0.0
         avoid: set[str] = set()
+        refresh = False  # ask for the route again before the next attempt
         unknown = False
         last: AttemptFailed | None = None
         retry_at: float | None = None
@@ -138,8 +139,13 @@ class Sender:
             queue = request.fixed
             if queue is None:
                 route = self.routes.cached(request.topic)
-                if route is None or not route.writable:
-                    route = await self._writable_route(request.topic, deadline)
+                if route is None or not route.writable or refresh:
+                    try:
+                        route = await self._writable_route(request.topic, deadline)
+                    except BrokerConnectionError:
+                        if route is None:
+                            raise
+                    refresh = False
                 queue = self.selector.pick(route, request.group, avoid)
             try:
                 response = await self._exchange(request, queue, timeout)
@@ -168,8 +174,7 @@ class Sender:
                     avoid.add(queue.broker_name)
                     if step is Next.ISOLATE:
                         self.selector.isolate(queue.broker_name)
-                    if request.fixed is None:  # the group may have a new master since
-                        self.routes.invalidate(request.topic)
+                    refresh = True  # the group may have a new master since
                 continue
             self._sent += counted
             return result

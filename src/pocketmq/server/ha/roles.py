@@ -91,9 +91,11 @@ class GroupRole:
         client.start()
         self.client = client
 
-    async def _master_address(self) -> str | None:
-        """The name server's word first (it follows failovers), else ``--master``."""
-        return self._discovered_master or self._configured_master or None
+    async def _master_address(self) -> list[str]:
+        """Where to look for the master: ``--master`` first (an operator's choice, as in
+        RocketMQ), then the master the name server names (it follows failovers)."""
+        candidates = [self._configured_master or "", self._discovered_master]
+        return list(dict.fromkeys(c for c in candidates if c))
 
     # -- role changes ---------------------------------------------------------------------
 

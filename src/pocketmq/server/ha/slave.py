@@ -34,7 +34,8 @@ METADATA_INTERVAL = 3.0
 """How often a slave copies its master's state files (RocketMQ's slave synchronisation)."""
 _RETRY_MIN, _RETRY_MAX = 0.1, 2.0
 
-MasterAddress = Callable[[], Awaitable[str | None]]
+MasterAddress = Callable[[], Awaitable[list[str]]]
+"""The replication addresses to try, in order."""
 
 
 class HaClient:
@@ -77,8 +78,8 @@ class HaClient:
     async def _run(self) -> None:
         delay = _RETRY_MIN
         while self._broker.role is Role.SLAVE:
-            address = await self._master()
-            if address:
+            for address in await self._master():
+                links = self.links
                 started = time.monotonic()
                 try:
                     await self._follow(address)
@@ -90,9 +91,11 @@ class HaClient:
                     self._progress.master_address = ""
                 if time.monotonic() - started > 5:
                     delay = _RETRY_MIN  # the link worked for a while: retry at once
-                if self._link_lost is not None:
-                    with contextlib.suppress(Exception):  # the master may have changed
-                        await self._link_lost()
+                if self.links > links:
+                    break  # it was a master: begin with the first candidate again
+            if self._link_lost is not None:
+                with contextlib.suppress(Exception):  # the master may have changed
+                    await self._link_lost()
             await asyncio.sleep(delay)
             delay = min(_RETRY_MAX, delay * 2)
 

@@ -1,0 +1,86 @@
+"""Where a slave's copy goes on: the master's answer to a slave's handshake, and the slave
+taking it (docs/replication.md §1, §2, §4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pocketmq.broker.replica_log import FollowPlan, ReplicaLog, ReplicaRefused
+from pocketmq.store import MessageStore
+
+from ..store.conftest import SMALL, message
+
+
+def copy_all(master: ReplicaLog, slave: ReplicaLog) -> None:
+    while data := master.read(slave.end, 4096):
+        slave.append(slave.end, data)
+
+
+def test_an_empty_slave_copies_from_the_start_and_takes_the_cluster(tmp_path: Path) -> None:
+    with (
+        MessageStore.open(str(tmp_path / "m"), SMALL) as m,
+        MessageStore.open(str(tmp_path / "s"), SMALL) as s,
+    ):
+        m.epochs.begin(1, 0)
+        master, slave = ReplicaLog(m, "g1"), ReplicaLog(s, "g1")
+        master.ensure_identity()
+        m.put([message(i) for i in range(20)])
+        plan = master.plan("g1", "", [], 0)
+        assert (plan.truncate_to, plan.start) == (-1, 0)
+        slave.follow(plan)
+        assert slave.cluster_id() == master.cluster_id() != ""
+        assert slave.epochs() == [(1, 0)]
+        copy_all(master, slave)
+        assert slave.end == master.end
+
+
+def test_the_master_refuses_another_group_another_cluster_and_no_shared_history(
+    tmp_path: Path,
+) -> None:
+    with MessageStore.open(str(tmp_path / "m"), SMALL) as m:
+        m.epochs.begin(1, 0)
+        m.put([message(i) for i in range(5)])
+        master = ReplicaLog(m, "g1")
+        master.ensure_identity()
+        with pytest.raises(ReplicaRefused, match="group"):
+            master.plan("g2", "", [], 0)
+        with pytest.raises(ReplicaRefused, match="another cluster"):
+            master.plan("g1", "someone-else", [(1, 0)], 10)
+        with pytest.raises(ReplicaRefused, match="no history"):
+            master.plan("g1", master.cluster_id(), [(7, 0)], 10)
+
+
+def test_a_slave_with_a_divergent_suffix_is_told_to_cut_it(tmp_path: Path) -> None:
+    with (
+        MessageStore.open(str(tmp_path / "m"), SMALL) as m,
+        MessageStore.open(str(tmp_path / "s"), SMALL) as s,
+    ):
+        m.epochs.begin(1, 0)
+        master, slave = ReplicaLog(m, "g1"), ReplicaLog(s, "g1")
+        master.ensure_identity()
+        m.put([message(i) for i in range(10)])
+        slave.follow(master.plan("g1", "", [], 0))
+        copy_all(master, slave)
+        shared = master.end
+        # the master moves to a new term; the slave (an old master) wrote on in epoch 1
+        s.put([message(100 + i) for i in range(5)])
+        m.epochs.begin(2, shared)
+        m.put([message(200 + i) for i in range(3)])
+        plan = master.plan("g1", slave.cluster_id(), slave.epochs(), slave.end)
+        assert (plan.truncate_to, plan.start) == (shared, shared)
+        slave.follow(plan)
+        assert slave.end == shared
+        assert slave.epochs() == [(1, 0), (2, shared)]
+        copy_all(master, slave)
+        assert slave.end == master.end
+        assert s.read_log(0, 1 << 20) == m.read_log(0, 1 << 20)
+
+
+def test_a_slave_refuses_a_master_of_another_cluster(tmp_path: Path) -> None:
+    with MessageStore.open(str(tmp_path / "s"), SMALL) as s:
+        slave = ReplicaLog(s, "g1")
+        slave.follow(FollowPlan("cluster-a", [], -1, 0))
+        with pytest.raises(ReplicaRefused, match="another cluster"):
+            slave.follow(FollowPlan("cluster-b", [], -1, 0))

@@ -1,0 +1,111 @@
+"""The master's replication state: what a send waits for, the in-sync set, and the confirmed
+offset readers are held to (docs/replication.md §3)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pocketmq.broker.replication import ReplicaOutcome, Replication, ReplicationMode, Role
+
+
+class FakeLog:
+    """The two things replication asks of the store: its end, and the readers' limit."""
+
+    def __init__(self) -> None:
+        self.write_position = 0
+        self.visible_limit: int | None = None
+
+    def set_visible_limit(self, limit: int | None) -> None:
+        self.visible_limit = limit
+
+
+def replication(mode: ReplicationMode, **options: Any) -> tuple[Replication, FakeLog, list[Any]]:
+    log = FakeLog()
+    woken: list[set[tuple[str, int]]] = []
+    state = Replication(
+        log,  # type: ignore[arg-type]
+        role=Role.MASTER,
+        mode=mode,
+        max_gap=options.get("max_gap", 1000),
+        sync_timeout=options.get("sync_timeout", 5.0),
+        wake=woken.append,
+    )
+    return state, log, woken
+
+
+async def test_async_mode_never_waits_and_never_limits_readers() -> None:
+    state, log, _ = replication(ReplicationMode.ASYNC)
+    log.write_position = 500
+    assert await state.wait(500) is ReplicaOutcome.REPLICATED
+    state.slave_connected("s", 1, "x", 0)
+    assert log.visible_limit is None
+
+
+async def test_sync_without_a_slave_in_sync_answers_at_once() -> None:
+    state, log, _ = replication(ReplicationMode.SYNC, max_gap=100)
+    log.write_position = 1000
+    assert await state.wait(1000) is ReplicaOutcome.SLAVE_NOT_AVAILABLE
+    state.slave_connected("far", 1, "x", 0)  # connected, but 1000 bytes behind
+    assert state.in_sync() == []
+    assert await state.wait(1000) is ReplicaOutcome.SLAVE_NOT_AVAILABLE
+
+
+async def test_a_sync_send_is_answered_when_a_slave_acknowledges_it() -> None:
+    state, log, _ = replication(ReplicationMode.SYNC)
+    state.slave_connected("s", 1, "x", 0)
+    log.write_position = 300
+    waiting = asyncio.create_task(state.wait(300))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    state.acked("s", 200, 200)  # not far enough yet
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    state.acked("s", 300, 300)
+    assert await waiting is ReplicaOutcome.REPLICATED
+
+
+async def test_a_slave_that_does_not_acknowledge_in_time_gives_flush_slave_timeout() -> None:
+    state, log, _ = replication(ReplicationMode.SYNC, sync_timeout=0.01)
+    state.slave_connected("s", 1, "x", 0)
+    log.write_position = 10
+    assert await state.wait(10) is ReplicaOutcome.FLUSH_SLAVE_TIMEOUT
+
+
+async def test_readers_are_held_to_the_lowest_in_sync_acknowledgement() -> None:
+    state, log, woken = replication(ReplicationMode.SYNC)
+    state.slave_connected("a", 1, "x", 0)
+    state.slave_connected("b", 2, "y", 0)
+    assert log.visible_limit == 0
+    log.write_position = 100
+    assert state.defer(100, {("T", 0)})  # not confirmed yet: its readers wait
+    state.acked("a", 100, 100)
+    assert log.visible_limit == 0  # b has not got it
+    assert woken == []
+    state.acked("b", 100, 100)
+    assert log.visible_limit == 100
+    assert woken == [{("T", 0)}]
+
+
+async def test_without_slaves_in_sync_readers_are_not_held_back() -> None:
+    state, log, woken = replication(ReplicationMode.SYNC)
+    state.slave_connected("a", 1, "x", 0)
+    log.write_position = 100
+    assert state.defer(100, {("T", 1)})
+    state.slave_gone("a")  # the only slave left: sends answer SLAVE_NOT_AVAILABLE, reads go on
+    assert log.visible_limit is None
+    assert woken == [{("T", 1)}]
+    assert not state.defer(200, {("T", 1)})
+
+
+def test_a_slave_knows_how_far_behind_it_was_at_the_last_contact() -> None:
+    state, log, _ = replication(ReplicationMode.ASYNC, max_gap=50)
+    state.role = Role.SLAVE
+    assert state.gap() == -1
+    assert not state.caught_up()  # never met its master: not known to be in sync
+    log.write_position = 900
+    state.heard_from_master(1000)
+    assert state.gap() == 100
+    assert not state.caught_up()
+    log.write_position = 960
+    assert state.caught_up()

@@ -1,0 +1,97 @@
+"""The name server's table for replicated groups: which broker is a group's master, what a route
+lists, and what happens when a broker's connection closes (docs/replication.md §5, §6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pocketmq.errors import TopicNotFoundError
+from pocketmq.protocol import structs as w
+from pocketmq.server.namesrv.routes import RouteTable
+
+TOPIC = [w.TopicSpec("T", 2, "normal", 6)]
+
+
+def broker(broker_id: int, role: str, epoch: int, name: str = "g1") -> w.BrokerAddress:
+    port = 10000 + broker_id
+    return w.BrokerAddress(
+        name, f"127.0.0.1:{port}", "", broker_id, role, epoch, f"127.0.0.1:{port + 1}"
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_master_is_listed_first_and_its_queues_are_writable() -> None:
+    table = RouteTable()
+    table.register(broker(1, "slave", 1), TOPIC)
+    table.register(broker(0, "master", 1), TOPIC)
+    route = table.route("T")
+    assert [b.broker_id for b in route.brokers] == [0, 1]
+    assert {q.perm for q in route.queues} == {6}
+    assert len(route.queues) == 2  # one group: its queues once, not once per replica
+
+
+def test_without_a_master_the_slaves_serve_the_queues_read_only() -> None:
+    table = RouteTable()
+    table.register(broker(1, "slave", 1), TOPIC)
+    route = table.route("T")
+    assert [b.broker_id for b in route.brokers] == [1]
+    assert {q.perm for q in route.queues} == {4}
+
+
+def test_the_master_with_the_newest_epoch_wins_and_the_stale_one_is_told() -> None:
+    table = RouteTable()
+    table.register(broker(1, "master", 2), TOPIC)  # promoted
+    answer = table.register(broker(0, "master", 1), TOPIC)  # the old master, back
+    assert answer.master_address == "127.0.0.1:10001"
+    assert answer.master_epoch == 2
+    assert answer.master_ha_address == "127.0.0.1:10002"
+    route = table.route("T")
+    assert route.brokers[0].broker_id == 1
+    assert {q.perm for q in route.queues} == {6}
+
+
+def test_a_stale_master_alone_with_the_topic_gets_no_route() -> None:
+    table = RouteTable()
+    table.register(broker(1, "master", 2), [])  # the new master does not have the topic yet
+    table.register(broker(0, "master", 1), TOPIC)
+    with pytest.raises(TopicNotFoundError):
+        table.route("T")
+
+
+def test_a_closed_connection_drops_only_the_brokers_it_registered() -> None:
+    table = RouteTable()
+    master_link, slave_link = object(), object()
+    table.register(broker(0, "master", 1), TOPIC, master_link)
+    table.register(broker(1, "slave", 1), TOPIC, slave_link)
+    assert table.disconnected(master_link) == [("g1", 0)]
+    assert table.master("g1") is None
+    assert {q.perm for q in table.route("T").queues} == {4}
+    assert table.disconnected(object()) == []
+    assert [b.broker_id for b in table.brokers()] == [1]
+
+
+def test_a_registration_over_a_new_connection_survives_the_old_ones_close() -> None:
+    table = RouteTable()
+    old, new = object(), object()
+    table.register(broker(0, "master", 1), TOPIC, old)
+    table.register(broker(0, "master", 1), TOPIC, new)  # reconnected and registered again
+    assert table.disconnected(old) == []
+    assert table.master("g1") is not None
+
+
+def test_silent_brokers_expire() -> None:
+    clock = Clock()
+    table = RouteTable(expiry=120, clock=clock)
+    table.register(broker(0, "master", 1), TOPIC)
+    clock.now = 100
+    table.register(broker(1, "slave", 1), TOPIC)
+    clock.now = 130
+    assert table.expire() == [("g1", 0)]
+    assert [b.broker_id for b in table.brokers()] == [1]
