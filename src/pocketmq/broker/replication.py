@@ -153,7 +153,8 @@ class Replication:
         if growth is None or growth.done():
             growth = self._growth = asyncio.get_running_loop().create_future()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(growth), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(growth)
 
     # -- sending --------------------------------------------------------------------------
 

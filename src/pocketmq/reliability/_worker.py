@@ -88,4 +88,5 @@ class PeriodicWorker(AsyncResource, ABC):
             except Exception:
                 self._log.exception("%s step failed; retrying in %.1f s", self.name, self.interval)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()

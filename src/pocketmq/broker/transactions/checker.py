@@ -55,7 +55,8 @@ class CheckBack:
                 log.exception("transaction check-back failed; retrying in 1 s")
             self._service.wake_at = self._service.clock() + delay
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._service.wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._service.wake.wait()
 
     def check_due(self, now: float) -> None:
         """Check back every transaction whose check is due; discard those out of checks."""

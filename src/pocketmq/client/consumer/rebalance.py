@@ -143,7 +143,8 @@ class Rebalancer:
         interval = self._state.config.rebalance_interval
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(soon.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await soon.wait()
             soon.clear()
             await asyncio.sleep(0.05)  # let a burst of membership changes settle
             try:

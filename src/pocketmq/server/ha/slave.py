@@ -60,6 +60,7 @@ class HaClient:
         self._task: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Frame]] = {}
         self._progress = broker.replication
+        self._stopping = False
         self.links = 0
 
     def start(self) -> None:
@@ -70,14 +71,16 @@ class HaClient:
     async def stop(self) -> None:
         """Stop following: a promotion, or shutdown."""
         task, self._task = self._task, None
-        if task is not None:
+        self._stopping = True
+        # asyncio.wait_for (Python < 3.12) can swallow a cancellation that arrives as the
+        # awaited call completes (the name-server call in _run): cancel until it is gone
+        while task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task], timeout=0.1)
 
     async def _run(self) -> None:
         delay = _RETRY_MIN
-        while self._broker.role is Role.SLAVE:
+        while self._broker.role is Role.SLAVE and not self._stopping:
             for address in await self._master():
                 links = self.links
                 started = time.monotonic()
@@ -175,7 +178,8 @@ class HaClient:
         waiter: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = waiter
         await stream.drain()
-        return await asyncio.wait_for(waiter, 30.0)
+        async with asyncio.timeout(30.0):  # not wait_for: it can swallow a cancellation
+            return await waiter
 
     async def _apply(self, files: dict[str, bytes]) -> None:
         if self._broker.apply_metadata(files) and self._topics_changed is not None:

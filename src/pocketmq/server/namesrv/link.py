@@ -71,9 +71,13 @@ class NameServerLink:
                 raise self._unreachable(exc) from exc
 
     async def _call_once(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
+        # asyncio.timeout, not wait_for: wait_for (Python < 3.12) can swallow the cancellation
+        # of a task stopped at the moment the answer arrives, and the task would live on
         if self._writer is None:
-            await asyncio.wait_for(self._connect(), self._timeout)
-        return await asyncio.wait_for(self._call_locked(code, body, reply), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                await self._connect()
+        async with asyncio.timeout(self._timeout):
+            return await self._call_locked(code, body, reply)
 
     def _unreachable(self, exc: BaseException) -> BrokerConnectionError:
         return BrokerConnectionError(
