@@ -15,6 +15,7 @@ class FakeLog:
     def __init__(self) -> None:
         self.write_position = 0
         self.visible_limit: int | None = None
+        self.replica_of = ""
 
     def set_visible_limit(self, limit: int | None) -> None:
         self.visible_limit = limit

@@ -4,14 +4,15 @@ restart or get a damaged stream, and reads from a slave (docs/replication.md §2
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from typing import Any
 
 import pytest
 
 from pocketmq import ConsumeStatus, Message, MessageView
-from pocketmq.client import Admin, Producer, PushConsumer, SendStatus
-from pocketmq.errors import PocketMQError
+from pocketmq.client import Admin, Producer, PushConsumer, SendStatus, SimpleConsumer
+from pocketmq.errors import BrokerConnectionError, PocketMQError, ServiceUnavailableError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.testing import BrokerProcess
@@ -259,3 +260,48 @@ async def test_links_cut_at_random_points_lose_nothing_and_the_master_keeps_serv
     end = (await status(master.address))["log_end"]
     assert commit_log(slave, end) == commit_log(master, end)
     assert sorted(await stored_bodies(slave.address)) == sorted(sent)
+
+
+async def test_simple_consumers_pop_from_the_slave_and_their_acks_survive_the_masters_return(
+    make_group: Any,
+) -> None:
+    group = make_group("sync")
+    master, slave = group.master, group.slaves[0]
+    await setup_topic(master.address, queues=2)
+    async with Admin(servers=master.address) as admin:
+        await admin.create_group("poppers")
+    bodies = {f"p{i}".encode() for i in range(60)}
+    await send_all(group.namesrv.address, sorted(bodies))
+    acked: list[bytes] = []
+
+    async def take(consumer: SimpleConsumer, until: int) -> None:
+        while len(acked) < until:
+            for message in await consumer.receive(16, invisible_duration=20):
+                await consumer.ack(message)
+                acked.append(message.body)
+
+    async with SimpleConsumer(
+        "poppers", "T", servers=group.namesrv.address, await_duration=0.5
+    ) as consumer:
+        await asyncio.wait_for(take(consumer, 20), 20)
+        await caught_up(master, slave)
+        await asyncio.sleep(0.8)  # the slave has the master's pop state and offsets
+        master.kill()
+        await asyncio.wait_for(take(consumer, len(bodies)), 30)  # from the slave now
+        assert set(acked) == bodies
+        assert len(acked) == len(bodies)  # nothing delivered twice
+        master.restart()
+        await eventually(lambda: _linked(slave.address), timeout=20)
+        await asyncio.sleep(0.5)
+        again: list[bytes] = []
+        deadline = asyncio.get_running_loop().time() + 3
+        while asyncio.get_running_loop().time() < deadline:
+            with contextlib.suppress(ServiceUnavailableError, BrokerConnectionError):
+                again += [m.body for m in await consumer.receive(16, invisible_duration=20)]
+        assert again == [], "acknowledged on the slave, delivered again by the master"
+    status_after = await status(master.address)
+    assert status_after["role"] == "master"
+
+
+async def _linked(address: str) -> bool:
+    return bool((await status(address))["master"])

@@ -33,7 +33,7 @@ from pocketmq.broker.history import AttemptHistory
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.membership import Membership
-from pocketmq.broker.offsets import OffsetManager, parse_queue_key
+from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.parts import BrokerPart, Shared
 from pocketmq.broker.persist import OffLoopWriter
 from pocketmq.broker.pop import PopManager
@@ -45,11 +45,11 @@ from pocketmq.broker.replication import Replication, ReplicationMode, Role
 from pocketmq.broker.schedule import ScheduleService
 from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
+from pocketmq.broker.statecopy import StateCopy
 from pocketmq.broker.topics import TopicManager
 from pocketmq.broker.transactions import EndOutcome, TransactionService, TransactionStatus
 from pocketmq.errors import ServiceUnavailableError
 from pocketmq.store import MessageStore
-from pocketmq.store.files import atomic_write
 
 __all__ = ["Broker"]
 
@@ -131,6 +131,14 @@ class Broker:
         self.pops = PopPath(shared, self.dead_letters)
         self.catalog = Catalog(shared)
         self.membership = Membership(shared)
+        self.state_copy = StateCopy(
+            config_dir,
+            topics=self.topics,
+            groups=self.groups,
+            offsets=self.offsets,
+            pop_state=self.pop_state,
+            is_slave=lambda: self.role is Role.SLAVE,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._state_writer = OffLoopWriter()
         if role is Role.MASTER:
@@ -220,13 +228,11 @@ class Broker:
         self.unregister_producer = membership.unregister_producer
         for name in self.MASTER_ONLY:
             setattr(self, name, self._master_only(name, getattr(self, name)))
+        for name in self.POPS:
+            setattr(self, name, self._pop_guard(getattr(self, name)))
 
     MASTER_ONLY = (
         "send_back",
-        "pop",
-        "pop_now",
-        "ack",
-        "change_invisible",
         "dead_letter",
         "forward_to_dead_letter",
         "redrive",
@@ -237,6 +243,41 @@ class Broker:
     )
     """Operations that write the log or the state a master owns (docs/replication.md §5): a
     slave refuses them, like sends, and the client goes to a master."""
+
+    POPS = ("pop", "pop_now", "ack", "change_invisible")
+    """Pop operations: a master serves them; a slave only while its master is away (it
+    acts for it, docs/replication.md §5), from the master's last pop state."""
+
+    def _pop_guard(self, operation: Callable[..., Any]) -> Callable[..., Any]:
+        replication = self.replication
+
+        def admit() -> None:
+            if replication.fence:
+                raise ServiceUnavailableError(replication.fence)
+            if replication.role is Role.MASTER:
+                return
+            if replication.master_address:
+                raise ServiceUnavailableError(
+                    f"broker {self.name!r} is a slave and its master is up: pop from the master"
+                )
+            if not replication.acting:
+                self.pop_state.reload()  # the master's last copy
+                replication.acting = True
+                log.warning("serving pops for the absent master of group %r", self.name)
+
+        if inspect.iscoroutinefunction(operation):
+
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+                admit()
+                return await operation(*args, **kwargs)
+
+            return guarded_async
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            admit()
+            return operation(*args, **kwargs)
+
+        return guarded
 
     def _master_only(self, name: str, operation: Callable[..., Any]) -> Callable[..., Any]:
         def refuse() -> ServiceUnavailableError:
@@ -347,72 +388,6 @@ class Broker:
 
     # -- roles (docs/replication.md §5-§6) -----------------------------------------------
 
-    STATE_FILES = (
-        "topics.json",
-        "groups.json",
-        "offsets.json",
-        "pop.json",
-        "schedule.json",
-        "transactions.json",
-        "redrive.json",
-    )
-    """The state files a master copies to its slaves (docs/storage-format.md §10)."""
-
-    def metadata(self) -> dict[str, bytes]:
-        """The state files as they are on disk now, for a slave."""
-        files: dict[str, bytes] = {}
-        for name in self.STATE_FILES:
-            try:
-                with open(os.path.join(self._config_dir, name), "rb") as handle:
-                    files[name] = handle.read()
-            except FileNotFoundError:
-                continue
-        return files
-
-    def apply_metadata(self, files: dict[str, bytes]) -> bool:
-        """A slave: take its master's state files. Topics and groups are the master's; offsets
-        are merged (consumers reading from this slave may have committed further); the rest is
-        read when this broker becomes master. Only files that differ are written. Returns
-        whether topics or groups changed (the name server should hear of it)."""
-        if self.role is not Role.SLAVE:
-            return False
-        changed: set[str] = set()
-        for name, data in files.items():
-            if name not in self.STATE_FILES:
-                continue
-            path = os.path.join(self._config_dir, name)
-            try:
-                with open(path, "rb") as handle:
-                    if handle.read() == data:
-                        continue
-            except FileNotFoundError:
-                pass
-            if name == "offsets.json":
-                self.offsets.persist(force=True)  # our own commits first, then merged
-            atomic_write(path, data)
-            changed.add(name)
-        if "topics.json" in changed:
-            self.topics.reload()
-        if "groups.json" in changed:
-            self.groups.reload()
-        if "offsets.json" in changed:
-            self.offsets.merge_file()
-        return bool(changed & {"topics.json", "groups.json"})
-
-    def merge_offsets(self, offsets: dict[str, int]) -> None:
-        """Offsets consumers committed on a slave while it served reads for this master
-        (``group@topic@queue`` keys): kept where they are further than ours."""
-        parsed = {}
-        for key, offset in offsets.items():
-            queue = parse_queue_key(key)
-            if queue is not None and offset >= 0:
-                parsed[queue] = offset
-        self.offsets.merge(parsed)
-
-    def offsets_for_master(self) -> dict[str, int]:
-        """A slave's committed offsets, keyed for :meth:`merge_offsets` on its master."""
-        return {f"{g}@{t}@{q}": o for (g, t, q), o in self.offsets.snapshot().items()}
-
     async def promote(self) -> int:
         """Become the master of the group: a new epoch at the log's end, the state the master
         last sent, and the services that write. Returns the new epoch."""
@@ -428,7 +403,9 @@ class Broker:
         self.topics.reload()
         self.groups.reload()
         self.offsets.merge_file()
-        self.pop_state.reload()
+        if not self.replication.acting:  # else its own pop state is the newest there is
+            self.pop_state.reload()
+        self.replication.acting = False
         self.replication.role = Role.MASTER
         self.history.enabled = self.config.record_history
         self._build_master_services()

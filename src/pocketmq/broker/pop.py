@@ -281,21 +281,50 @@ class PopManager:
             )
         return state, entry
 
+    def _snapshot(self) -> dict[str, _Snapshot]:
+        return {
+            f"{g}@{t}@{q}": _Snapshot(
+                s.next_offset, s.committed, s.inflight, sorted(s.done), s.parked
+            )
+            for (g, t, q), s in self._queues.items()
+        }
+
     def persist(self, force: bool = False, sink: Sink | None = None) -> None:
         """Save ``pop.json`` when something changed (or ``force``), or hand the bytes to ``sink`` to
         be written off the event loop."""
         if not (self.dirty or force):
             return
         self.dirty = False
-        snapshot = {
-            f"{g}@{t}@{q}": _Snapshot(
-                s.next_offset, s.committed, s.inflight, sorted(s.done), s.parked
+        save_json(self._path, self._snapshot(), sink)
+
+    def encode(self) -> bytes:
+        """Every queue's state as pop.json holds it (a slave hands it back to its master)."""
+        return msgspec.json.encode(self._snapshot())
+
+    def merge(self, data: bytes) -> None:
+        """Take the queues another copy of this state moved further (a slave that served pops
+        while its master was away): its committed offset is beyond ours. Unreadable input
+        changes nothing."""
+        try:
+            raw = msgspec.json.decode(data, type=dict[str, _Snapshot])
+        except msgspec.MsgspecError:
+            return
+        for key, snap in raw.items():
+            parsed = parse_queue_key(key)
+            if parsed is None or _snapshot_problem(snap) is not None:
+                continue
+            ours = self._queues.get(parsed)
+            if ours is not None and ours.committed >= snap.committed:
+                continue
+            state = PopQueue(
+                snap.next_offset, snap.committed, snap.inflight, set(snap.done), dict(snap.parked)
             )
-            for (g, t, q), s in self._queues.items()
-        }
-        save_json(self._path, snapshot, sink)
+            state.rebuild_timers()
+            self._queues[parsed] = state
+            self.dirty = True
 
     def reload(self) -> None:
-        """Read pop.json again (a slave promoted to master takes its master's last state)."""
+        """Read pop.json again (a slave promoted to master, or serving pops while its master is
+        away, takes its master's last state)."""
         self._queues = PopManager(os.path.dirname(self._path))._queues
         self.dirty = False

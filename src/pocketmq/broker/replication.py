@@ -74,7 +74,8 @@ class Replication:
         wake: Callable[[set[tuple[str, int]]], None],
     ) -> None:
         self.store = store
-        self.role = role
+        self._role = role
+        store.replica_of = "the group's master" if role is Role.SLAVE else ""
         self.mode = mode
         self.max_gap = max_gap
         self.sync_timeout = sync_timeout
@@ -92,6 +93,17 @@ class Replication:
         self.master_end = -1  # the master's end of log at the last contact (-1: never met)
         self.contact_at = 0.0  # time.time() of the last contact
         self.link_error = ""  # why the last link ended, if it failed
+        self.acting = False  # serving pops while its master is away (docs/replication.md §5)
+
+    @property
+    def role(self) -> Role:
+        """Master or slave; a slave's store refuses local appends (the log stays a copy)."""
+        return self._role
+
+    @role.setter
+    def role(self, role: Role) -> None:
+        self._role = role
+        self.store.replica_of = "the group's master" if role is Role.SLAVE else ""
 
     # -- a slave's progress ---------------------------------------------------------------
 

@@ -69,6 +69,8 @@ class HaMetadata(_Body, frozen=True):
 
 
 class HaOffsets(_Body, frozen=True):
-    """Offsets consumers committed on a slave, keyed ``group@topic@queue``."""
+    """What consumers did on a slave: committed offsets keyed ``group@topic@queue``, and the
+    slave's pop state (pop.json's format) when it served pops while the master was away."""
 
     offsets: dict[str, int]
+    pop_state: bytes = b""

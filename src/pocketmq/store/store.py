@@ -112,6 +112,9 @@ class MessageStore:
         self._failure = ""
         self.recovery_report = RecoveryReport()
         self._append_started = 0.0
+        self.replica_of = ""
+        """Set while this store is a slave's copy (the group's name): local appends are refused,
+        only :meth:`append_replica` writes, so the log never diverges from the master's."""
         self.flusher: FlushService | None = None
         self._writer = Writer(self)
         self._replica = ReplicaWriter(self)
@@ -348,6 +351,11 @@ class MessageStore:
         The results line up with ``messages``. In sync-flush mode call :meth:`when_durable`
         with the end of the last stored result before acknowledging.
         """
+        if self.replica_of:
+            reason = f"this store is a replica of {self.replica_of}: only its master writes"
+            return [PutResult(status=PutStatus.SERVICE_NOT_AVAILABLE, reason=reason)] * len(
+                messages
+            )
         if (
             self._append_started
             and time.monotonic() - self._append_started > self.config.busy_timeout

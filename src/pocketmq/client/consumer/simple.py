@@ -17,7 +17,13 @@ from pocketmq.client.config import ClientConfig
 from pocketmq.client.consumer.config import normalize_subscriptions
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
-from pocketmq.errors import InvalidArgumentError, error_from_code
+from pocketmq.errors import (
+    BrokerConnectionError,
+    InvalidArgumentError,
+    PocketMQError,
+    ServiceUnavailableError,
+    error_from_code,
+)
 from pocketmq.names import validate_group_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -86,21 +92,41 @@ class SimpleConsumer(ClientBase):
             raise InvalidArgumentError("max_messages must be between 1 and 1024")
         if invisible_duration <= 0:
             raise InvalidArgumentError("invisible_duration must be positive")
-        targets = await self._targets()
-        self._turn += 1
-        ordered = targets[self._turn % len(targets) :] + targets[: self._turn % len(targets)]
         invisible_ms = int(invisible_duration * 1000)
-        for topic, expression, address in ordered:  # first: anything ready anywhere?
-            found = await self._pop(address, topic, expression, max_messages, invisible_ms, 0)
-            if found:
-                return found
-        topic, expression, address = ordered[0]
-        return await self._pop(
-            address, topic, expression, max_messages, invisible_ms, int(self.await_duration * 1000)
-        )
+        reachable: list[tuple[str, str, str]] = []
+        failure: PocketMQError | None = None
+        for _ in range(2):  # a second round on fresh routes when no broker answered
+            targets = await self._targets()
+            self._turn += 1
+            turn = self._turn % len(targets)
+            for topic, expression, address in targets[turn:] + targets[:turn]:
+                try:  # first: anything ready anywhere?
+                    found = await self._pop(address, topic, expression, max_messages, invisible_ms)
+                except (BrokerConnectionError, ServiceUnavailableError) as exc:
+                    # the broker is gone, or a slave whose master is back: the route changed
+                    self.routes.invalidate(topic)
+                    failure = exc
+                    continue
+                if found:
+                    return found
+                reachable.append((topic, expression, address))
+            if reachable:
+                break
+        if not reachable:
+            assert failure is not None
+            raise failure
+        topic, expression, address = reachable[0]
+        wait_ms = int(self.await_duration * 1000)
+        return await self._pop(address, topic, expression, max_messages, invisible_ms, wait_ms)
 
     async def _pop(
-        self, address: str, topic: str, expression: str, count: int, invisible_ms: int, wait_ms: int
+        self,
+        address: str,
+        topic: str,
+        expression: str,
+        count: int,
+        invisible_ms: int,
+        wait_ms: int = 0,
     ) -> list[MessageView]:
         connection = await self.pool.get(address)
         reply = await connection.request(

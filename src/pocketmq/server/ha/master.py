@@ -113,7 +113,7 @@ class HaServer:
         before the slave's next copy must not lose them."""
         if not self._streams:
             return
-        body = ha.HaMetadata(self._broker.metadata())
+        body = ha.HaMetadata(self._broker.state_copy.files())
         for stream in list(self._streams.values()):
             with contextlib.suppress(ConnectionError, OSError):
                 stream.send(FrameKind.ONEWAY, RequestCode.HA_METADATA, body)
@@ -124,11 +124,11 @@ class HaServer:
             ack = decode_body(frame.body, ha.HaAck)
             broker.replication.acked(key, ack.written, ack.flushed)
         elif frame.code == RequestCode.HA_METADATA:
-            reply = ha.HaMetadata(broker.metadata())
+            reply = ha.HaMetadata(broker.state_copy.files())
             stream.send(FrameKind.RESPONSE, Code.SUCCESS, reply, frame.request_id)
         elif frame.code == RequestCode.HA_OFFSETS:
-            offsets = decode_body(frame.body, ha.HaOffsets).offsets
-            broker.merge_offsets(offsets)
+            handed = decode_body(frame.body, ha.HaOffsets)
+            broker.state_copy.take_back(handed.offsets, handed.pop_state)
             stream.send(FrameKind.RESPONSE, Code.SUCCESS, w.Empty(), frame.request_id)
 
     async def _stream_log(self, stream: FrameStream, position: int) -> None:

@@ -182,13 +182,17 @@ class HaClient:
             return await waiter
 
     async def _apply(self, files: dict[str, bytes]) -> None:
-        if self._broker.apply_metadata(files) and self._topics_changed is not None:
+        if self._broker.state_copy.apply(files) and self._topics_changed is not None:
             await self._topics_changed()  # the name server learns this slave's topics
 
     async def _sync_metadata(self, stream: FrameStream) -> None:
         """Send this slave's offsets once, then copy the master's state files regularly."""
-        offsets = ha.HaOffsets(self._broker.offsets_for_master())
-        await self._request(stream, RequestCode.HA_OFFSETS, offsets)
+        progress = self._progress
+        offsets, pop_state = self._broker.state_copy.handed_back(acted=progress.acting)
+        await self._request(stream, RequestCode.HA_OFFSETS, ha.HaOffsets(offsets, pop_state))
+        if progress.acting:
+            progress.acting = False
+            log.info("the master is back: it serves pops again")
         while True:
             frame = await self._request(stream, RequestCode.HA_METADATA, w.Empty())
             if frame.code == Code.SUCCESS:
