@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint fmt bench install clean prerequisites
+.PHONY: run test test-slow lint fmt bench install clean prerequisites
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,10 @@ run: $(STAMP)
 	$(VENV)/bin/pocketmq serve
 
 test: $(STAMP) prerequisites
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow"
+
+test-slow: $(STAMP) prerequisites
+	$(PY) -m pytest -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests

@@ -9,7 +9,6 @@ import pytest
 from pocketmq.bench.grpc import print_results, run_grpc_bench
 
 
-@pytest.mark.slow
 def test_grpc_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = run_grpc_bench(
         messages=60, sync_messages=20, in_flight=8, ack_threads=2, directory=str(tmp_path)

@@ -49,7 +49,7 @@ from ..reliability.chaos import (
 from ..reliability.conftest import close_test_backend, open_test_backend
 from .conftest import FAST_BROKER
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 TOPIC = "orders"  # ChaosBusiness sends to "orders"
 VOID = "chaos-void"  # "lost by the broker": stored where nobody reads

@@ -19,8 +19,6 @@ from pocketmq.reliability.clock import FakeClock
 from .chaos import ChaosConfig, ChaosResult, assert_exactly_once, run_chaos
 from .conftest import close_test_backend, open_test_backend
 
-pytestmark = pytest.mark.slow
-
 
 def assert_chaos_happened(result: ChaosResult) -> None:
     """Guard against a harness that quietly stopped injecting faults."""

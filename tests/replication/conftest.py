@@ -43,24 +43,30 @@ def group_config(mode: str, **broker: Any) -> dict[str, dict[str, Any]]:
 class Group:
     """A name server, a master and slaves of one broker group (``g1``)."""
 
-    def __init__(self, root: Path, namesrv: NameServerProcess, config: dict[str, Any]) -> None:
+    def __init__(self, root: Path, namesrv: NameServerProcess, config: dict[str, Any],
+                 *, grpc: bool = False) -> None:  # fmt: skip
         self.root = root
         self.namesrv = namesrv
         self.config = config
+        self.grpc = grpc
         self.master = BrokerProcess(
-            root / "b0", namesrv=namesrv.address, broker_name="g1", config=config, grpc_port=None
+            root / "b0",
+            namesrv=namesrv.address,
+            broker_name="g1",
+            config=config,
+            grpc_port=0 if grpc else None,
         )
         self.slaves: list[BrokerProcess] = []
 
-    def add_slave(self, master_ha: str | None = None, *, broker_id: int | None = None,
-                  grpc: bool = False) -> BrokerProcess:  # fmt: skip
+    def add_slave(self, master_ha: str | None = None, *,
+                  broker_id: int | None = None) -> BrokerProcess:  # fmt: skip
         broker_id = broker_id if broker_id is not None else len(self.slaves) + 1
         slave = BrokerProcess(
             self.root / f"b{broker_id}",
             namesrv=self.namesrv.address,
             broker_name="g1",
             config=self.config,
-            grpc_port=0 if grpc else None,
+            grpc_port=0 if self.grpc else None,
             extra_args=("--broker-id", str(broker_id), "--master", master_ha or self.master.ha),
         )
         self.slaves.append(slave)
@@ -81,8 +87,9 @@ def make_group(tmp_path: Path) -> Iterator[Any]:
     made: list[Group] = []
     namesrv = NameServerProcess(tmp_path / "namesrv")
 
-    def make(mode: str = "sync", slaves: int = 1, **broker: Any) -> Group:
-        group = Group(tmp_path / f"group{len(made)}", namesrv, group_config(mode, **broker))
+    def make(mode: str = "sync", slaves: int = 1, grpc: bool = False, **broker: Any) -> Group:
+        config = group_config(mode, **broker)
+        group = Group(tmp_path / f"group{len(made)}", namesrv, config, grpc=grpc)
         made.append(group)
         for _ in range(slaves):
             group.add_slave()

@@ -12,8 +12,9 @@ from pocketmq.client.config import ClientConfig, parse_servers
 from pocketmq.client.connection import ClientConnection, PushHandler
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.routes import RouteCache
-from pocketmq.errors import BrokerConnectionError, ClosedError
+from pocketmq.errors import BrokerConnectionError, ClosedError, PocketMQError, UnsupportedError
 from pocketmq.protocol import RequestCode
+from pocketmq.protocol import structs as w
 
 __all__ = ["AsyncResource", "ClientBase", "resolve_config"]
 
@@ -85,8 +86,10 @@ class ClientBase(AsyncResource):
         self.pool.on_push = on_push
 
     async def _call_any(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
-        """Send a request to the first configured server that answers."""
-        last: BrokerConnectionError | None = None
+        """Send a request to the first configured server that answers. A name server does not
+        hold brokers' facts (groups, topics): it is asked for its brokers, and they are asked,
+        masters first."""
+        last: PocketMQError | None = None
         for server in self.client_config.servers:
             try:
                 connection = await self.pool.get(server)
@@ -95,8 +98,29 @@ class ClientBase(AsyncResource):
                 )
             except BrokerConnectionError as exc:
                 last = exc
+            except UnsupportedError as exc:
+                last = exc
+                try:
+                    return await self._ask_brokers_of(server, code, body, reply)
+                except BrokerConnectionError as inner:
+                    last = inner
         assert last is not None
         raise last
+
+    async def _ask_brokers_of(
+        self, namesrv: str, code: RequestCode, body: msgspec.Struct, reply: type[T]
+    ) -> T:
+        listing = await self._call(
+            namesrv, RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse
+        )
+        brokers = sorted(listing.brokers, key=lambda b: (b.role != "master", b.name, b.broker_id))
+        last: BrokerConnectionError | None = None
+        for broker in brokers:
+            try:
+                return await self._call(broker.address, code, body, reply)
+            except BrokerConnectionError as exc:
+                last = exc
+        raise last or BrokerConnectionError(f"name server {namesrv} lists no broker")
 
     async def _call(
         self,
