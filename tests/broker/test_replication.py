@@ -110,3 +110,18 @@ def test_a_slave_knows_how_far_behind_it_was_at_the_last_contact() -> None:
     assert not state.caught_up()
     log.write_position = 960
     assert state.caught_up()
+
+
+def test_the_time_from_append_to_acknowledgement_is_measured_per_record_end() -> None:
+    state, _, _ = replication(ReplicationMode.ASYNC)
+    state.grew(50)  # no slave: nothing to measure
+    state.slave_connected("s", 1, "x", 0)
+    state.grew(100)
+    state.grew(200)
+    state.acked("s", 150, 150)  # covers the first end only
+    assert len(state.latencies) == 1
+    state.acked("s", 200, 200)
+    assert len(state.latencies) == 2
+    figures = state.latency_ms()
+    assert set(figures) == {"p50", "p99", "max"}
+    assert 0 <= figures["p50"] <= figures["p99"] <= figures["max"]

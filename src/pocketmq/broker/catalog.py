@@ -134,6 +134,7 @@ class Catalog(BrokerPart):
             "log_end": self.store.write_position,
             "confirmed": replication.confirmed,
             "lag_bytes": replication.lag_bytes(),
+            "latency_ms": replication.latency_ms(),
             "slaves": [
                 {"broker_id": s.broker_id, "address": s.address, "acked": s.acked}
                 for s in replication.slaves.values()

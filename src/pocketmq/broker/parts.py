@@ -311,7 +311,7 @@ class BrokerPart:
             self.schedule.notify()
         replication = self._shared.replication
         if replication is not None and end:
-            replication.grew()
+            replication.grew(end)
             if replication.defer(end, touched):
                 return
         self.wake_readers(touched)

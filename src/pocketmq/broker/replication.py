@@ -24,6 +24,9 @@ from pocketmq.store import MessageStore
 
 __all__ = ["ReplicaOutcome", "Replication", "ReplicationMode", "Role", "SlaveProgress"]
 
+_LATENCY_WINDOW = 10_000
+"""Records whose replication latency is remembered (status shows their percentiles)."""
+
 
 class Role(enum.Enum):
     """A broker's place in its group (docs/replication.md §1)."""
@@ -85,6 +88,9 @@ class Replication:
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
         self.confirmed = -1  # -1: no limit (no slave in sync, or async replication)
         self._growth: asyncio.Future[None] | None = None
+        # append time of recent log ends, and the latest append-to-acknowledgement times
+        self._appended: deque[tuple[int, float]] = deque()
+        self.latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         # a master that has not yet heard from the name server that no newer master exists
         # refuses writes with this reason ("" when it may write): docs/replication.md §6
         self.fence = ""
@@ -143,6 +149,10 @@ class Replication:
         slave.acked = max(slave.acked, written)
         slave.flushed = max(slave.flushed, flushed)
         slave.acked_at = time.time()
+        now = time.monotonic()
+        appended = self._appended
+        while appended and appended[0][0] <= written:
+            self.latencies.append(now - appended.popleft()[1])
         self._update()
 
     def in_sync(self) -> list[SlaveProgress]:
@@ -151,8 +161,13 @@ class Replication:
         end = self.store.write_position
         return [s for s in self.slaves.values() if end - s.acked <= self.max_gap]
 
-    def grew(self) -> None:
-        """The log grew: wake the senders streaming it to slaves."""
+    def grew(self, end: int = 0) -> None:
+        """The log grew to ``end``: wake the senders streaming it to slaves, and note when, for
+        the replication latency (the first acknowledgement covering ``end``)."""
+        if end and self.slaves:
+            self._appended.append((end, time.monotonic()))
+            if len(self._appended) > _LATENCY_WINDOW:
+                self._appended.popleft()
         growth = self._growth
         if growth is not None and not growth.done():
             growth.set_result(None)
@@ -221,6 +236,18 @@ class Replication:
             woken |= self._unconfirmed.popleft()[1]
         if woken:
             self._wake(woken)
+
+    def latency_ms(self) -> dict[str, float]:
+        """Append-to-acknowledgement time of the recent records (median, p99, max, in ms): how
+        far behind the fastest slave is in time (docs/replication.md §3, "async loss window")."""
+        if not self.latencies:
+            return {}
+        ordered = sorted(self.latencies)
+
+        def pick(quantile: float) -> float:
+            return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))] * 1000
+
+        return {"p50": pick(0.5), "p99": pick(0.99), "max": ordered[-1] * 1000}
 
     def lag_bytes(self) -> int:
         """How far the slowest connected slave is behind (0 without slaves)."""

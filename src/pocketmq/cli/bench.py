@@ -25,10 +25,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from pocketmq.bench.broker import BENCHES, BenchResult
+from pocketmq.bench.broker import BENCHES as BROKER_BENCHES
+from pocketmq.bench.broker import BenchResult
+from pocketmq.bench.replication import run_replication
 from pocketmq.cli._app import main
 
 __all__: list[str] = []
+
+BENCHES = {**BROKER_BENCHES, "replication": run_replication}
 
 
 def _record(path: str | None, name: str, rows: list[dict[str, object]]) -> None:
