@@ -70,7 +70,8 @@ async def in_flight(
     await asyncio.gather(*(worker(share + (1 if i < extra else 0)) for i in range(width)))
 
 
-def _process_cpu(pid: int) -> float:
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from /proc (0 when gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -79,7 +80,8 @@ def _process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-def _own_cpu() -> float:
+def own_cpu() -> float:
+    """CPU seconds (user + system) this process has used."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -92,14 +94,14 @@ class Meter:
 
     def __enter__(self) -> Meter:
         self.wall = time.perf_counter()
-        self.cpu = _own_cpu()
-        self.broker = _process_cpu(self._pid) if self._pid else 0.0
+        self.cpu = own_cpu()
+        self.broker = process_cpu(self._pid) if self._pid else 0.0
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.wall
-        self.client_cpu = _own_cpu() - self.cpu
-        self.broker_cpu = (_process_cpu(self._pid) - self.broker) if self._pid else 0.0
+        self.client_cpu = own_cpu() - self.cpu
+        self.broker_cpu = (process_cpu(self._pid) - self.broker) if self._pid else 0.0
 
     def result(self, case: str, messages: int, **extra: float) -> BenchResult:
         """The figures of the measured section, for ``case``."""

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import os
-import resource
 import shutil
 import tempfile
 import threading
@@ -40,14 +39,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pocketmq.bench.broker import own_cpu, process_cpu
 from pocketmq.client import Message as NativeMessage
 from pocketmq.client import Producer, ProducerConfig, SimpleConsumer
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
 
 __all__ = ["GrpcBenchResult", "main", "run_grpc_bench"]
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +76,8 @@ class GrpcBenchResult:
         return self.client_cpu / self.seconds
 
 
-def _process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
-
-
-def _own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _measure(case: str, pid: int, count: int, work: Callable[[], None]) -> GrpcBenchResult:
-    broker_before, client_before = _process_cpu(pid), _own_cpu()
+    broker_before, client_before = process_cpu(pid), own_cpu()
     started = time.perf_counter()
     work()
     seconds = time.perf_counter() - started
@@ -97,8 +85,8 @@ def _measure(case: str, pid: int, count: int, work: Callable[[], None]) -> GrpcB
         case,
         count,
         seconds,
-        _process_cpu(pid) - broker_before,
-        _own_cpu() - client_before,
+        process_cpu(pid) - broker_before,
+        own_cpu() - client_before,
     )
 
 
@@ -239,7 +227,7 @@ async def _native_cases(
     results: list[GrpcBenchResult] = []
 
     async def measure(case: str, number: int, work: Awaitable[None]) -> None:
-        broker_before, client_before = _process_cpu(pid), _own_cpu()
+        broker_before, client_before = process_cpu(pid), own_cpu()
         started = time.perf_counter()
         await work
         seconds = time.perf_counter() - started
@@ -248,8 +236,8 @@ async def _native_cases(
                 case,
                 number,
                 seconds,
-                _process_cpu(pid) - broker_before,
-                _own_cpu() - client_before,
+                process_cpu(pid) - broker_before,
+                own_cpu() - client_before,
             )
         )
 
@@ -364,15 +352,15 @@ def run_grpc_bench(
                 consumer.shutdown()
                 _shutdown_decode_pool(consumer)
 
-            broker_before, client_before = _process_cpu(pid), _own_cpu()
+            broker_before, client_before = process_cpu(pid), own_cpu()
             seconds = _official_push(broker.grpc, "bench-official-push", official_topic, backlog)
             results.append(
                 GrpcBenchResult(
                     "official PushConsumer (20 consume threads, ack each)",
                     backlog - 1,
                     seconds,
-                    _process_cpu(pid) - broker_before,
-                    _own_cpu() - client_before,
+                    process_cpu(pid) - broker_before,
+                    own_cpu() - client_before,
                 )
             )
 

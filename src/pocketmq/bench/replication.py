@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from pocketmq.bench.broker import BODY, BenchResult, Meter, in_flight
+from pocketmq.bench.broker import BODY, BenchResult, Meter, in_flight, process_cpu
 from pocketmq.client import Admin, Message, Producer
 from pocketmq.testing import BrokerProcess, NameServerProcess
 
@@ -55,6 +55,12 @@ class _Group:
     def add_slave(self, root: Path, common: dict[str, Any] | None = None) -> BrokerProcess:
         args = ("--broker-id", "1", "--master", self.master.ha)
         return self._start(root / "slave", common or self._common, args)
+
+    def slave_cpu(self) -> float:
+        """CPU seconds the slave has used so far (0 without one)."""
+        if self.slave is None or self.slave.process is None:
+            return 0.0
+        return process_cpu(self.slave.process.pid)
 
     @property
     def master_pid(self) -> int | None:
@@ -103,10 +109,15 @@ async def _pipelined(label: str, replication: str | None, flush: str, count: int
                 result = await producer.send(message)
                 statuses[result.status.value] = statuses.get(result.status.value, 0) + 1
 
+            slave_before = group.slave_cpu()
             with Meter(group.master_pid) as meter:
                 await in_flight(count, 512, send)
+            slave_cpu = group.slave_cpu() - slave_before
         weaker = sum(n for s, n in statuses.items() if s != "OK")
-        return meter.result(label, count, not_ok=float(weaker))
+        extra = {"not_ok": float(weaker)}
+        if group.slave is not None:
+            extra["slave_cpu"] = slave_cpu
+        return meter.result(label, count, **extra)
 
 
 async def _lag(rate: int, seconds: float) -> BenchResult:
@@ -179,6 +190,7 @@ async def run_replication(
     results.append(
         await _pipelined("group, SYNC replication + --flush sync", "sync", "sync", count)
     )
+    results.append(await _lag(10_000, 5.0))
     results.append(await _lag(20_000, 5.0))
     results.append(await _catch_up(1024))
     return results

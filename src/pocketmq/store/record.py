@@ -11,7 +11,7 @@ import ipaddress
 import re
 import struct
 import zlib
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -27,12 +27,14 @@ __all__ = [
     "PROP_UNIQ_KEY",
     "TOMBSTONE_TOPIC",
     "RecordError",
+    "RecordSkim",
     "compute_tag_code",
     "decode_record",
     "encode_properties",
     "encode_record",
     "pack_host",
     "peek_record_size",
+    "skim_record",
     "unpack_host",
     "valid_topic",
 ]
@@ -65,6 +67,7 @@ _encode_props = msgspec.msgpack.Encoder().encode
 _decode_props = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 _topic_blocks: dict[str, bytes] = {}
+_host_texts: dict[bytes, str] = {}
 _tag_codes: dict[str, int] = {}
 
 
@@ -109,14 +112,20 @@ def pack_host(address: str) -> bytes:
 
 
 def unpack_host(raw: bytes) -> str:
-    """The ``host:port`` text of a record's 18-byte address field ("" for none)."""
+    """The ``host:port`` text of a record's 18-byte address field ("" for none); remembered,
+    because every read decodes two and a broker sees few distinct hosts."""
+    text = _host_texts.get(raw)
+    if text is not None:
+        return text
     if raw == _NO_HOST:
         return ""
     ip = ipaddress.IPv6Address(raw[:16])
     (port,) = struct.unpack("<H", raw[16:18])
-    if ip.ipv4_mapped is not None:
-        return f"{ip.ipv4_mapped}:{port}"
-    return f"[{ip}]:{port}"
+    text = f"{ip.ipv4_mapped}:{port}" if ip.ipv4_mapped is not None else f"[{ip}]:{port}"
+    if len(_host_texts) > 65536:
+        _host_texts.clear()
+    _host_texts[raw] = text
+    return text
 
 
 def _topic_block(topic: str) -> bytes:
@@ -235,33 +244,34 @@ def peek_record_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple
     return total, magic
 
 
-def decode_record(
+class RecordSkim(NamedTuple):
+    """What dispatching a record needs (queue entry, index keys, tombstones), read without
+    copying its body or decoding its hosts: a slave checks and dispatches every record it
+    receives, so the full decode's cost would be paid twice per message."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tag_code: int
+    properties: dict[str, str]
+    body: memoryview
+
+
+def _parse(
     buf: bytes | bytearray | memoryview,
-    pos: int = 0,
-    *,
-    expected_physical_offset: int | None = None,
-    verify_crc: bool = True,
-) -> StoredMessage:
-    """Decode and validate the record at ``buf[pos:]``; raises :class:`RecordError` if invalid."""
+    pos: int,
+    expected_physical_offset: int | None,
+    verify_crc: bool,
+) -> tuple[tuple[Any, ...], memoryview, str, dict[str, str], int]:
+    """Validate the record at ``buf[pos:]``: its header fields, the record's view, its topic,
+    its properties and where its body starts (in the view); raises :class:`RecordError`."""
     available = len(buf) - pos
     if available < FIXED_HEADER_SIZE:
         raise RecordError("truncated header")
-    (
-        total,
-        magic,
-        crc,
-        flags,
-        queue_id,
-        queue_offset,
-        physical_offset,
-        born_ts,
-        store_ts,
-        born_host,
-        store_host,
-        reconsume_times,
-        prepared_offset,
-        code,
-    ) = _HEADER.unpack_from(buf, pos)
+    header = _HEADER.unpack_from(buf, pos)
+    total, magic, crc = header[0], header[1], header[2]
     if magic != MAGIC:
         raise RecordError("bad magic")
     if total < MIN_RECORD_SIZE:
@@ -271,7 +281,7 @@ def decode_record(
     view = memoryview(buf)[pos : pos + total]
     if verify_crc and zlib.crc32(view[12:]) != crc:
         raise RecordError("crc mismatch")
-    if expected_physical_offset is not None and physical_offset != expected_physical_offset:
+    if expected_physical_offset is not None and header[6] != expected_physical_offset:
         raise RecordError("misplaced record")
     (topic_len,) = _U16.unpack_from(view, FIXED_HEADER_SIZE)
     cursor = FIXED_HEADER_SIZE + 2
@@ -289,14 +299,52 @@ def decode_record(
     cursor += 4
     if cursor + body_len != total:
         raise RecordError("bad body length")
-    body = bytes(view[cursor:total])
+    return header, view, topic, props, cursor
+
+
+def skim_record(
+    buf: bytes | bytearray | memoryview, pos: int, expected_physical_offset: int
+) -> RecordSkim:
+    """Validate the record at ``buf[pos:]`` exactly as :func:`decode_record` does (CRC and
+    place included) and return what dispatching it needs; raises :class:`RecordError`."""
+    header, view, topic, props, body_at = _parse(buf, pos, expected_physical_offset, True)
+    return RecordSkim(
+        topic, header[4], header[5], header[6], header[0], header[13], props, view[body_at:]
+    )
+
+
+def decode_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    expected_physical_offset: int | None = None,
+    verify_crc: bool = True,
+) -> StoredMessage:
+    """Decode and validate the record at ``buf[pos:]``; raises :class:`RecordError` if invalid."""
+    header, view, topic, props, body_at = _parse(buf, pos, expected_physical_offset, verify_crc)
+    (
+        total,
+        _magic,
+        _crc,
+        flags,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        born_ts,
+        store_ts,
+        born_host,
+        store_host,
+        reconsume_times,
+        prepared_offset,
+        code,
+    ) = header
     return StoredMessage(
         topic=topic,
         queue_id=queue_id,
         queue_offset=queue_offset,
         physical_offset=physical_offset,
         size=total,
-        body=body,
+        body=bytes(view[body_at:]),
         properties=props,
         flags=flags,
         born_timestamp=born_ts,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Final
 from pocketmq.errors import StoreError
 from pocketmq.store.consumequeue import ENTRY
 from pocketmq.store.index import id_key, topic_key
-from pocketmq.store.message import StoredMessage
 from pocketmq.store.quarantine import QuarantinedRange
 from pocketmq.store.record import (
     BLANK_MAGIC,
@@ -24,7 +23,8 @@ from pocketmq.store.record import (
     PROP_UNIQ_KEY,
     TOMBSTONE_TOPIC,
     RecordError,
-    decode_record,
+    RecordSkim,
+    skim_record,
 )
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class ReplicaWriter:
             flusher.kick()
         return end
 
-    def _dispatch(self, records: list[StoredMessage]) -> None:
+    def _dispatch(self, records: list[RecordSkim]) -> None:
         store = self._store
         runs: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
         index_entries: list[tuple[bytes, int]] = []
@@ -82,7 +82,7 @@ class ReplicaWriter:
         for record in records:
             if record.topic == TOMBSTONE_TOPIC:
                 flush_runs()
-                store._forget_queues(record.body.decode("utf-8", "replace"))
+                store._forget_queues(bytes(record.body).decode("utf-8", "replace"))
             key = (record.topic, record.queue_id)
             entry = ENTRY.pack(record.physical_offset, record.size, record.tag_code)
             run = runs.get(key)
@@ -121,8 +121,8 @@ class ReplicaWriter:
         return item
 
 
-def _verify(data: bytes, offset: int, segment_end: int) -> list[StoredMessage]:
-    records: list[StoredMessage] = []
+def _verify(data: bytes, offset: int, segment_end: int) -> list[RecordSkim]:
+    records: list[RecordSkim] = []
     position = 0
     size = len(data)
     while position < size:
@@ -138,7 +138,7 @@ def _verify(data: bytes, offset: int, segment_end: int) -> list[StoredMessage]:
                 raise ReplicaError(f"a blank record at {here} must end the chunk and segment")
             break
         try:
-            record = decode_record(data, position, expected_physical_offset=here)
+            record = skim_record(data, position, here)
         except RecordError as exc:
             raise ReplicaError(f"record at {here} fails verification ({exc.reason})") from exc
         records.append(record)
