@@ -135,6 +135,8 @@ class Catalog(BrokerPart):
             "confirmed": replication.confirmed,
             "lag_bytes": replication.lag_bytes(),
             "latency_ms": replication.latency_ms(),
+            "chunks_sent": replication.chunks_sent,
+            "bytes_sent": replication.bytes_sent,
             "slaves": [
                 {"broker_id": s.broker_id, "address": s.address, "acked": s.acked}
                 for s in replication.slaves.values()

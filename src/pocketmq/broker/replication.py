@@ -91,6 +91,8 @@ class Replication:
         # append time of recent log ends, and the latest append-to-acknowledgement times
         self._appended: deque[tuple[int, float]] = deque()
         self.latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self.chunks_sent = 0  # HA_DATA frames with records, to every slave
+        self.bytes_sent = 0
         # a master that has not yet heard from the name server that no newer master exists
         # refuses writes with this reason ("" when it may write): docs/replication.md §6
         self.fence = ""

@@ -141,6 +141,8 @@ class HaServer:
             await stream.drain()
             if data:
                 position += len(data)
+                replication.chunks_sent += 1
+                replication.bytes_sent += len(data)
                 continue
             if replica_log.end > position:
                 # nothing readable where the log goes on: a damaged range (storage-format §7)
