@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 from typing import Any
 
 import pytest
@@ -305,3 +306,17 @@ async def test_simple_consumers_pop_from_the_slave_and_their_acks_survive_the_ma
 
 async def _linked(address: str) -> bool:
     return bool((await status(address))["master"])
+
+
+async def test_the_cli_says_when_a_send_is_stored_on_the_master_only(make_group: Any) -> None:
+    group = make_group("sync", slaves=0)
+    await setup_topic(group.master.address)
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "pocketmq", "send", "T", "hello"),
+        *("--server", group.namesrv.address),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, stderr
+    assert "status SLAVE_NOT_AVAILABLE" in stdout.decode()

@@ -304,7 +304,8 @@ def send(
             if result.queue_offset >= 0
             else "scheduled"
         )
-        click.echo(f"sent {result.message_id} to {result.topic} ({where})")
+        weaker = "" if result.status.value == "OK" else f", status {result.status.value}"
+        click.echo(f"sent {result.message_id} to {result.topic} ({where}{weaker})")
 
 
 @main.command()
