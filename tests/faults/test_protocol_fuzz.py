@@ -41,6 +41,7 @@ from pocketmq.server.grpc.pb import d
 from pocketmq.server.grpc.pb import s as v2
 from pocketmq.testing import BrokerProcess
 
+from ..scratch import scratch_dir
 from .fuzz import FuzzNames, mutate, native_body, protobuf_request
 
 pytestmark = pytest.mark.integration
@@ -72,12 +73,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         "broker": {"max_queue_wait": 5.0, "delay_levels": [1, 1, 1]},
         "store": {"max_message_size": 64 * 1024, "flush_interval": 0.05},
     }
-    process = BrokerProcess(tmp_path_factory.mktemp("fuzz"), config=config)
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()[-5000:]
+    with scratch_dir(tmp_path_factory, "fuzz") as scratch:
+        process = BrokerProcess(scratch, config=config)
+        try:
+            yield process
+        finally:
+            code = process.stop()
+            assert code == 0, process.log()[-5000:]
 
 
 class Findings:

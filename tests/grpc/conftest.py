@@ -38,6 +38,8 @@ from rocketmq.v5.client.connection import RpcClient
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
 
+from ..scratch import scratch_dir
+
 MAX_MESSAGE_SIZE = 256 * 1024
 # short delay levels: retries and delayed messages come back within seconds
 BROKER_CONFIG: dict[str, dict[str, Any]] = {
@@ -95,12 +97,13 @@ def message(topic: str, body: bytes, **fields: Any) -> Message:
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("grpc-broker"), config=BROKER_CONFIG)
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()
+    with scratch_dir(tmp_path_factory, "grpc-broker") as scratch:
+        process = BrokerProcess(scratch, config=BROKER_CONFIG)
+        try:
+            yield process
+        finally:
+            code = process.stop()
+            assert code == 0, process.log()
 
 
 @pytest.fixture(scope="session")

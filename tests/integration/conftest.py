@@ -19,6 +19,8 @@ import pytest
 from pocketmq.client import Admin
 from pocketmq.testing import BrokerProcess
 
+from ..scratch import scratch_dir
+
 FAST_LEVELS = [round(0.1 * n, 1) for n in range(1, 19)]
 FAST_BROKER: dict[str, dict[str, Any]] = {
     "broker": {
@@ -40,12 +42,13 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("broker"), config=FAST_BROKER, grpc_port=None)
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()
+    with scratch_dir(tmp_path_factory, "broker") as scratch:
+        process = BrokerProcess(scratch, config=FAST_BROKER, grpc_port=None)
+        try:
+            yield process
+        finally:
+            code = process.stop()
+            assert code == 0, process.log()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pocketmq import ConsumeStatus, Message, MessageView
 from pocketmq.client import Admin, Producer, PushConsumer
 from pocketmq.testing import BrokerProcess, NameServerProcess
 
+from ..scratch import scratch_dir
 from .conftest import FAST_BROKER, eventually
 
 pytestmark = pytest.mark.integration
@@ -20,8 +21,7 @@ pytestmark = pytest.mark.integration
 def cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[NameServerProcess, BrokerProcess, BrokerProcess]]:
-    root = tmp_path_factory.mktemp("cluster")
-    with NameServerProcess(root) as namesrv:
+    with scratch_dir(tmp_path_factory, "cluster") as root, NameServerProcess(root) as namesrv:
         brokers: list[BrokerProcess] = []
         try:
             for name in ("a", "b"):

@@ -29,6 +29,7 @@ from pocketmq.protocol import (
 from pocketmq.protocol import structs as w
 from pocketmq.testing import BrokerProcess
 
+from ..scratch import scratch_dir
 from .conftest import FAST_BROKER, create
 
 pytestmark = pytest.mark.integration
@@ -237,7 +238,10 @@ def test_partial_frames_share_the_memory_budget(tmp_path_factory: pytest.TempPat
     """After HELLO, the bytes held for partial frames across connections stay within
     ``max_buffered_bytes`` (here 16 MiB of the 240 MiB offered)."""
     config = {**FAST_BROKER, "server": {"max_buffered_bytes": 16 * MiB}}
-    with BrokerProcess(tmp_path_factory.mktemp("rss"), config=config, grpc_port=None) as broker:
+    with (
+        scratch_dir(tmp_path_factory, "rss") as scratch,
+        BrokerProcess(scratch, config=config, grpc_port=None) as broker,
+    ):
         grown = _offer_partial_frames(broker, 30, greet=True)
         assert grown < 48, f"RSS grew by {grown} MiB"
 

@@ -47,6 +47,7 @@ from ..reliability.chaos import (
     assert_exactly_once,
 )
 from ..reliability.conftest import close_test_backend, open_test_backend
+from ..scratch import scratch_dir
 from .conftest import FAST_BROKER
 
 pytestmark = pytest.mark.integration
@@ -180,9 +181,10 @@ async def _run(
 
 @pytest.fixture(scope="module")
 def chaos_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with BrokerProcess(
-        tmp_path_factory.mktemp("chaos"), config=FAST_BROKER, grpc_port=None
-    ) as broker:
+    with (
+        scratch_dir(tmp_path_factory, "chaos") as scratch,
+        BrokerProcess(scratch, config=FAST_BROKER, grpc_port=None) as broker,
+    ):
         asyncio.run(_prepare(broker.address))
         yield broker
 

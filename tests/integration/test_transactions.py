@@ -44,6 +44,7 @@ from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.testing import BrokerProcess
 
+from ..scratch import scratch_dir
 from .conftest import FAST_BROKER, create, eventually
 
 pytestmark = pytest.mark.integration
@@ -67,12 +68,13 @@ FAST_CLIENT = ClientConfig(heartbeat_interval=2.0, request_timeout=2.0)
 
 @pytest.fixture(scope="module")
 def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("txbroker"), config=TX_BROKER, grpc_port=None)
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()
+    with scratch_dir(tmp_path_factory, "txbroker") as scratch:
+        process = BrokerProcess(scratch, config=TX_BROKER, grpc_port=None)
+        try:
+            yield process
+        finally:
+            code = process.stop()
+            assert code == 0, process.log()
 
 
 class Checker:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pocketmq.testing import BrokerProcess
+
+from ..scratch import scratch_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,11 +45,10 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A real ``pocketmq serve`` for the module (each test uses its own topics and groups)."""
-    process = BrokerProcess(
-        Path(tmp_path_factory.mktemp("broker")), config=FAST_BROKER, grpc_port=None
-    )
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()
+    with scratch_dir(tmp_path_factory, "broker") as scratch:
+        process = BrokerProcess(scratch, config=FAST_BROKER, grpc_port=None)
+        try:
+            yield process
+        finally:
+            code = process.stop()
+            assert code == 0, process.log()

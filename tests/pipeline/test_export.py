@@ -35,6 +35,7 @@ from pocketmq.pipeline.schemas import (
 )
 from pocketmq.testing import BrokerProcess, NameServerProcess
 
+from ..scratch import scratch_dir
 from .conftest import FAST_BROKER
 
 pytestmark = pytest.mark.integration
@@ -229,8 +230,7 @@ def test_export_command(scenario: Scenario, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """Two brokers behind one name server: (name server address, broker-a address)."""
-    root = tmp_path_factory.mktemp("cluster")
-    with NameServerProcess(root) as namesrv:
+    with scratch_dir(tmp_path_factory, "cluster") as root, NameServerProcess(root) as namesrv:
         brokers = [
             BrokerProcess(
                 root / name,

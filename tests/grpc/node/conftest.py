@@ -28,6 +28,8 @@ import pytest
 
 from pocketmq.testing import BrokerProcess
 
+from ...scratch import scratch_dir
+
 NODE_PROJECT = Path(__file__).parent
 CLIENT_PACKAGE = NODE_PROJECT / "node_modules" / "rocketmq-client-nodejs" / "package.json"
 
@@ -192,11 +194,12 @@ class NodeClients:
 @pytest.fixture(scope="session")
 def node_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeDriver]:
     project = require_node_client()
-    driver = NodeDriver(project, tmp_path_factory.mktemp("node-client"))
-    try:
-        yield driver
-    finally:
-        driver.close()
+    with scratch_dir(tmp_path_factory, "node-client") as scratch:
+        driver = NodeDriver(project, scratch)
+        try:
+            yield driver
+        finally:
+            driver.close()
 
 
 @pytest.fixture

@@ -1,0 +1,27 @@
+"""Disk hygiene for fixtures that outlive one test.
+
+Brokers reserve their files up front (a 128 MiB commit-log segment, 6 MB per consume queue:
+docs/storage-format.md), so the suite's data directories add up to tens of GB if pytest keeps
+them all until the session ends. Function-scoped ``tmp_path`` directories of passing tests are
+removed by pytest itself (``tmp_path_retention_policy = "failed"`` in pyproject.toml); module- and
+session-scoped fixtures remove theirs with :func:`scratch_dir` (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+@contextmanager
+def scratch_dir(factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A fresh directory under the session's base temp, deleted when the block ends."""
+    path = factory.mktemp(name)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
