@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pocketmq.client import Admin
-from pocketmq.testing import BrokerProcess, NameServerProcess
+from pocketmq.testing import BrokerProcess, EtcdProcess, NameServerProcess
 
 FAST_GROUP: dict[str, Any] = {
     "broker": {
@@ -44,22 +44,28 @@ class Group:
     """A name server, a master and slaves of one broker group (``g1``)."""
 
     def __init__(self, root: Path, namesrv: NameServerProcess, config: dict[str, Any],
-                 *, grpc: bool = False) -> None:  # fmt: skip
+                 *, grpc: bool = False, controller: str | None = None) -> None:  # fmt: skip
         self.root = root
         self.namesrv = namesrv
         self.config = config
         self.grpc = grpc
+        self.controller = controller
         self.master = BrokerProcess(
             root / "b0",
             namesrv=namesrv.address,
             broker_name="g1",
             config=config,
             grpc_port=0 if grpc else None,
+            extra_args=self._controller_args(),
         )
         self.slaves: list[BrokerProcess] = []
 
-    def add_slave(self, master_ha: str | None = None, *,
-                  broker_id: int | None = None) -> BrokerProcess:  # fmt: skip
+    def _controller_args(self, url: str | None = None) -> tuple[str, ...]:
+        url = url or self.controller
+        return ("--controller", url) if url else ()
+
+    def add_slave(self, master_ha: str | None = None, *, broker_id: int | None = None,
+                  controller: str | None = None) -> BrokerProcess:  # fmt: skip
         broker_id = broker_id if broker_id is not None else len(self.slaves) + 1
         slave = BrokerProcess(
             self.root / f"b{broker_id}",
@@ -67,7 +73,10 @@ class Group:
             broker_name="g1",
             config=self.config,
             grpc_port=0 if self.grpc else None,
-            extra_args=("--broker-id", str(broker_id), "--master", master_ha or self.master.ha),
+            extra_args=(
+                *("--broker-id", str(broker_id), "--master", master_ha or self.master.ha),
+                *self._controller_args(controller),
+            ),
         )
         self.slaves.append(slave)
         return slave
@@ -87,9 +96,11 @@ def make_group(tmp_path: Path) -> Iterator[Any]:
     made: list[Group] = []
     namesrv = NameServerProcess(tmp_path / "namesrv")
 
-    def make(mode: str = "sync", slaves: int = 1, grpc: bool = False, **broker: Any) -> Group:
+    def make(mode: str = "sync", slaves: int = 1, grpc: bool = False,
+             controller: str | None = None, **broker: Any) -> Group:  # fmt: skip
         config = group_config(mode, **broker)
-        group = Group(tmp_path / f"group{len(made)}", namesrv, config, grpc=grpc)
+        root = tmp_path / f"group{len(made)}"
+        group = Group(root, namesrv, config, grpc=grpc, controller=controller)
         made.append(group)
         for _ in range(slaves):
             group.add_slave()
@@ -101,6 +112,13 @@ def make_group(tmp_path: Path) -> Iterator[Any]:
         for group in made:
             group.stop()
         namesrv.stop()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    """A real single-member etcd (Debian's etcd-server) for automatic failover."""
+    with EtcdProcess(tmp_path / "etcd") as process:
+        yield process
 
 
 async def status(address: str) -> dict[str, Any]:

@@ -252,8 +252,9 @@ class Broker:
         replication = self.replication
 
         def admit() -> None:
-            if replication.fence:
-                raise ServiceUnavailableError(replication.fence)
+            refusal = replication.write_refusal()
+            if refusal:
+                raise ServiceUnavailableError(refusal)
             if replication.role is Role.MASTER:
                 return
             if replication.master_address:
@@ -290,8 +291,9 @@ class Broker:
             async def checked_async(*args: Any, **kwargs: Any) -> Any:
                 if self.replication.role is Role.SLAVE:
                     raise refuse()
-                if self.replication.fence:
-                    raise ServiceUnavailableError(self.replication.fence)
+                refusal = self.replication.write_refusal()
+                if refusal:
+                    raise ServiceUnavailableError(refusal)
                 return await operation(*args, **kwargs)
 
             return checked_async
@@ -299,8 +301,9 @@ class Broker:
         def checked(*args: Any, **kwargs: Any) -> Any:
             if self.replication.role is Role.SLAVE:
                 raise refuse()
-            if self.replication.fence:
-                raise ServiceUnavailableError(self.replication.fence)
+            refusal = self.replication.write_refusal()
+            if refusal:
+                raise ServiceUnavailableError(refusal)
             return operation(*args, **kwargs)
 
         return checked
@@ -388,18 +391,18 @@ class Broker:
 
     # -- roles (docs/replication.md §5-§6) -----------------------------------------------
 
-    async def promote(self) -> int:
-        """Become the master of the group: a new epoch at the log's end, the state the master
-        last sent, and the services that write. Returns the new epoch."""
+    async def promote(self, epoch: int | None = None) -> int:
+        """Become the master of the group: a new epoch at the log's end (``epoch`` when the
+        controller granted one, docs/replication.md §9), the state the master last sent, and the
+        services that write. Returns the new epoch."""
         if self.role is Role.MASTER:
             current = self.store.epochs.current
             return current.number if current else 0
         epochs = self.store.epochs
         current = epochs.current
         epochs.truncate(self.store.write_position)  # terms whose records never reached us
-        epoch = epochs.begin(
-            (current.number if current else 0) + 1, self.store.write_position
-        ).number
+        number = (current.number if current else 0) + 1
+        epoch = epochs.begin(max(number, epoch or 0), self.store.write_position).number
         self.topics.reload()
         self.groups.reload()
         self.offsets.merge_file()

@@ -146,6 +146,7 @@ class Catalog(BrokerPart):
             "gap_bytes": replication.gap(),
             "last_contact": replication.contact_at,
             "link_error": replication.link_error,
+            "controller": dict(replication.controller),
         }
 
     def status(self) -> dict[str, object]:

@@ -61,6 +61,9 @@ class SlaveProgress:
     flushed: int = 0
     connected_at: float = field(default_factory=time.time)
     acked_at: float = 0.0
+    # whether the slave reaches the group's controller (etcd), as it said in its last
+    # acknowledgement: None when no controller is configured (docs/replication.md §9)
+    reaches_controller: bool | None = None
 
 
 class Replication:
@@ -96,6 +99,15 @@ class Replication:
         # a master that has not yet heard from the name server that no newer master exists
         # refuses writes with this reason ("" when it may write): docs/replication.md §6
         self.fence = ""
+        # with a controller (docs/replication.md §9): writes only until this monotonic time (None:
+        # no lease limit), the reason past it, and whether this broker reaches etcd now
+        self.lease_until: float | None = None
+        self.lease_lost = ""
+        # etcd is unreachable from the whole group: writes go on only while every in-sync slave is
+        # linked and says it cannot reach etcd either (nobody can be elected meanwhile)
+        self.without_controller = False
+        self.reaches_controller: bool | None = None
+        self.controller: dict[str, object] = {}  # the failover's view, for status (server/ha)
         # a slave's view of its master, kept current by its replication link (server/ha)
         self.master_address = ""  # the replication address while linked ("" otherwise)
         self.master_end = -1  # the master's end of log at the last contact (-1: never met)
@@ -112,6 +124,24 @@ class Replication:
     def role(self, role: Role) -> None:
         self._role = role
         self.store.replica_of = "the group's master" if role is Role.SLAVE else ""
+
+    def write_refusal(self) -> str:
+        """Why this master must not take a write now ("" when it may): a fence set at start-up
+        (§6), or a controller lease that may have expired (§9)."""
+        if self.fence:
+            return self.fence
+        if self.lease_until is not None and time.monotonic() >= self.lease_until:
+            return self.lease_lost or (
+                "this broker lost its controller lease: another broker may be master now"
+            )
+        if self.without_controller:
+            slaves = self.in_sync()
+            if not slaves or any(s.reaches_controller is not False for s in slaves):
+                return (
+                    "this broker cannot reach its controller (etcd) and a slave can: another "
+                    "broker may be master now"
+                )
+        return ""
 
     # -- a slave's progress ---------------------------------------------------------------
 
@@ -143,11 +173,15 @@ class Replication:
         self.slaves.pop(key, None)
         self._update()
 
-    def acked(self, key: object, written: int, flushed: int) -> None:
-        """A slave reported how far it has written and flushed; progress only moves forward."""
+    def acked(
+        self, key: object, written: int, flushed: int, reaches_controller: bool | None = None
+    ) -> None:
+        """A slave reported how far it has written and flushed (progress only moves forward), and
+        whether it reaches the controller."""
         slave = self.slaves.get(key)
         if slave is None:
             return
+        slave.reaches_controller = reaches_controller
         slave.acked = max(slave.acked, written)
         slave.flushed = max(slave.flushed, flushed)
         slave.acked_at = time.time()

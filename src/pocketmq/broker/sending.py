@@ -101,8 +101,9 @@ class SendPath(BrokerPart):
             raise ServiceUnavailableError(
                 f"broker {self.config.broker_name!r} is a slave: send to its master"
             )
-        if replication.fence:
-            raise ServiceUnavailableError(replication.fence)
+        refusal = replication.write_refusal()
+        if refusal:
+            raise ServiceUnavailableError(refusal)
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
             self.flow.rejected += len(messages)

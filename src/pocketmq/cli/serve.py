@@ -23,6 +23,7 @@ from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
+from pocketmq.server.ha.etcd import parse_controller
 from pocketmq.store import FlushMode, StoreConfig
 
 __all__ = ["build_config"]
@@ -68,6 +69,7 @@ def build_config(
     role: str | None = None,
     master: str | None = None,
     ha_port: int | None = None,
+    controller: str | None = None,
 ) -> AppConfig:
     """Defaults, then the config file, then command-line options (the last word wins)."""
     raw: dict[str, Any] = {}
@@ -113,9 +115,14 @@ def build_config(
         overrides["master"] = master
     if ha_port is not None:
         overrides["ha_port"] = ha_port
+    if controller is not None:
+        overrides["controller"] = controller
     config = replace(app, **overrides)
     try:
         config.connection_limits()
+        config.controller_timings()
+        if config.controller:
+            parse_controller(config.controller)
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
     store_host = f"{config.host}:{config.port}"
@@ -167,6 +174,10 @@ def _logging(level: str) -> None:
 @click.option("--master", help="A slave's master, as its replication address host:port.")
 @click.option("--ha-port", type=int, help="A master's replication port.  [default: --port + 1]")
 @click.option(
+    "--controller",
+    help="Automatic failover through etcd: etcd://host:port[,host:port...] (docs/replication.md).",
+)
+@click.option(
     "--flush", type=click.Choice(["sync", "async"]), help="Flush policy.  [default: async]"
 )
 @click.option(
@@ -188,6 +199,7 @@ def serve(
     role: str | None,
     master: str | None,
     ha_port: int | None,
+    controller: str | None,
     flush: str | None,
     config_file: Path | None,
     log_level: str,
@@ -208,6 +220,7 @@ def serve(
         role=role,
         master=master,
         ha_port=ha_port,
+        controller=controller,
     )
     if no_grpc:
         config = replace(config, grpc_port=None)

@@ -56,10 +56,12 @@ class HaData(_Body, frozen=True):
 
 
 class HaAck(_Body, frozen=True):
-    """How far the slave's log is written, and flushed."""
+    """How far the slave's log is written, and flushed; and whether it reaches the group's
+    controller (0: no controller, 1: it does, 2: it does not; docs/replication.md §9)."""
 
     written: int
     flushed: int
+    controller: int = 0
 
 
 class HaMetadata(_Body, frozen=True):

@@ -20,6 +20,8 @@ from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNo
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
+from pocketmq.server.ha.etcd import Etcd, parse_controller
+from pocketmq.server.ha.failover import ControllerTimings, Failover
 from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
@@ -70,6 +72,25 @@ class AppConfig:
     # port + 1, or any free port when the native port is 0), and a slave's master
     ha_port: int | None = None
     master: str | None = None
+    # automatic failover (docs/replication.md §9): etcd://H:P[,H:P...] and its clock
+    controller: str | None = None
+    controller_lease: int = 6
+    controller_margin: float = 2.0
+    controller_claim_delay: float = 1.0
+
+    def controller_timings(self) -> ControllerTimings:
+        """The failover clock, validated: the margin must leave the master time to write."""
+        if self.controller_lease < 2 or not 0 < self.controller_margin < self.controller_lease:
+            raise InvalidArgumentError(
+                "controller_lease must be >= 2 s and controller_margin between 0 and the lease"
+            )
+        if self.controller_claim_delay <= 0:
+            raise InvalidArgumentError("controller_claim_delay must be > 0")
+        return ControllerTimings(
+            lease=self.controller_lease,
+            margin=self.controller_margin,
+            claim_delay=self.controller_claim_delay,
+        )
 
     def connection_limits(self) -> ConnectionLimits:
         """The ``[server]`` connection settings, validated (InvalidArgumentError if not); also
@@ -100,6 +121,7 @@ class BrokerApp:
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
         self.group: GroupRole | None = None
+        self.failover: Failover | None = None
         self.grpc_address = ""
 
     @property
@@ -131,8 +153,10 @@ class BrokerApp:
         again."""
         config = self.config
         limits = config.connection_limits()
+        endpoints = parse_controller(config.controller) if config.controller else None
+        timings = config.controller_timings()
         self.broker = Broker(config.broker)
-        if self.broker.role is Role.MASTER and config.namesrv:
+        if self.broker.role is Role.MASTER and config.namesrv and not endpoints:
             # the group may have a newer master (this one was failed over while it was down):
             # no writes until the name server has answered (docs/replication.md §6)
             self.broker.replication.fence = (
@@ -162,6 +186,15 @@ class BrokerApp:
                 on_change=self._register,
             )
             await self.group.start()
+            if endpoints:
+                self.failover = Failover(
+                    self.broker,
+                    self.group,
+                    Etcd(endpoints),
+                    own_address=lambda: self.native_address,
+                    timings=timings,
+                )
+                self.failover.start()
             if self.namesrv_address:
                 self._link = NameServerLink(self.namesrv_address, f"broker:{self.broker.name}")
                 await self._register()
@@ -188,6 +221,8 @@ class BrokerApp:
         return self.config.port + 1 if self.config.port else 0
 
     async def _promote(self, force: bool) -> int:
+        if self.failover is not None:  # the controller decides, even for an operator
+            return await self.failover.claim(force=force)
         assert self.group is not None
         return await self.group.promote(force=force)
 
@@ -307,6 +342,8 @@ class BrokerApp:
             self._registrar.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._registrar
+        if self.failover is not None:
+            await self.failover.close()
         if self.group is not None:
             await self.group.close()
         if self._native is not None:

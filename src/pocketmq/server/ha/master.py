@@ -98,6 +98,9 @@ class HaServer:
         broker = self._broker
         if broker.role is not Role.MASTER:
             raise ReplicaRefused(f"broker {broker.name!r} is not a master")
+        refusal = broker.replication.write_refusal()
+        if refusal:  # its slaves must be free to elect a new master (docs/replication.md §9)
+            raise ReplicaRefused(f"broker {broker.name!r} takes no writes now: {refusal}")
         epochs = [(e.number, e.start) for e in hello.epochs]
         plan = broker.replica_log.plan(hello.group, hello.cluster_id, epochs, hello.log_end)
         reply = ha.HaHelloReply(
@@ -122,7 +125,8 @@ class HaServer:
         broker = self._broker
         if frame.code == RequestCode.HA_ACK:
             ack = decode_body(frame.body, ha.HaAck)
-            broker.replication.acked(key, ack.written, ack.flushed)
+            reaches = None if not ack.controller else ack.controller == 1
+            broker.replication.acked(key, ack.written, ack.flushed, reaches)
         elif frame.code == RequestCode.HA_METADATA:
             reply = ha.HaMetadata(broker.state_copy.files())
             stream.send(FrameKind.RESPONSE, Code.SUCCESS, reply, frame.request_id)
@@ -150,6 +154,15 @@ class HaServer:
                 await asyncio.sleep(_IDLE_WAIT)
                 continue
             await replication.wait_for_log(position, _IDLE_WAIT)  # then a heartbeat at least
+
+    async def drop_links(self) -> None:
+        """End every slave's link but keep listening: a master that lost its controller lease
+        lets its slaves elect another (docs/replication.md §9)."""
+        for task in list(self._links):
+            task.cancel()
+        for task in list(self._links):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     async def close(self) -> None:
         """Stop listening and end every slave's link (they reconnect to whoever is master)."""

@@ -117,9 +117,14 @@ class GroupRole:
             )
             await self.demote()
 
-    async def promote(self, *, force: bool) -> int:
+    def follow(self, master_ha: str) -> None:
+        """The controller named the group's master (docs/replication.md §9): follow it."""
+        if master_ha:
+            self._discovered_master = master_ha
+
+    async def promote(self, *, force: bool, epoch: int | None = None) -> int:
         """Make this slave the master (refused when it is known to be behind, unless
-        ``force``); returns the new epoch."""
+        ``force``) at ``epoch`` when the controller granted one; returns the new epoch."""
         broker = self._broker
         if broker.role is Role.MASTER:
             return broker.replica_log.current_epoch()
@@ -135,7 +140,7 @@ class GroupRole:
         if client is not None:
             await client.stop()
             self.client = None
-        epoch = await broker.promote()
+        epoch = await broker.promote(epoch)
         broker.replica_log.ensure_identity()
         await self._serve()
         await self._on_change()
@@ -152,6 +157,11 @@ class GroupRole:
         await broker.demote()
         self._follow()
         await self._on_change()
+
+    async def drop_slaves(self) -> None:
+        """End the slaves' links (a master that lost its controller lease, §9)."""
+        if self.server is not None:
+            await self.server.drop_links()
 
     async def close(self) -> None:
         """End the replication side at shutdown."""

@@ -136,7 +136,7 @@ class HaClient:
                     self._progress.heard_from_master(data.log_end)
                     if data.data:
                         self._broker.replica_log.append(data.offset, data.data)
-                        self._ack(stream)
+                    self._ack(stream)  # a heartbeat too: it carries the controller flag
             raise ConnectionError("the master closed the replication link")
         finally:
             for task in tasks:
@@ -170,7 +170,8 @@ class HaClient:
 
     def _ack(self, stream: FrameStream) -> None:
         replica_log = self._broker.replica_log
-        ack = ha.HaAck(replica_log.end, replica_log.flushed)
+        flag = {None: 0, True: 1, False: 2}[self._progress.reaches_controller]
+        ack = ha.HaAck(replica_log.end, replica_log.flushed, flag)
         stream.send(FrameKind.ONEWAY, RequestCode.HA_ACK, ack)
 
     async def _request(self, stream: FrameStream, code: RequestCode, body: msgspec.Struct) -> Frame:

@@ -1,0 +1,405 @@
+"""Automatic failover: etcd decides who is the master of a broker group (docs/replication.md §9).
+
+A master holds a lease and writes only while it can prove the lease lives (renewal time + lease −
+margin); a slave claims mastership with one compare-and-swap transaction once the master's lease
+is gone, its own link to the master is down, and it is in the in-sync set with the longest log of
+the live candidates. Everything else — promotion, stepping down, cutting a divergent suffix — is
+the manual machinery of §6, called from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pocketmq.broker import Broker
+from pocketmq.broker.replication import Role
+from pocketmq.errors import PreconditionFailedError
+from pocketmq.server.ha.etcd import ControllerUnavailable, Etcd, Lease
+from pocketmq.server.ha.roles import GroupRole
+
+__all__ = ["ControllerTimings", "Failover"]
+
+log = logging.getLogger("pocketmq.server.ha")
+
+ROOT = "/pocketmq/groups"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerTimings:
+    """The failover clock (docs/replication.md §9 and docs/semantics.md)."""
+
+    lease: int = 6  # seconds etcd keeps a silent master's lease
+    margin: float = 2.0  # a master stops writing this long before its lease can expire
+    claim_delay: float = 1.0  # a slave waits this long with the leader gone before it claims
+    poll: float = 0.5  # how often a slave looks at etcd
+
+    @property
+    def renew(self) -> float:
+        """How often a master renews its lease."""
+        return self.lease / 6
+
+
+class Failover:
+    """One broker's side of the controller: keep the lease as master, elect as slave."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        group: GroupRole,
+        etcd: Etcd,
+        *,
+        own_address: Callable[[], str],
+        timings: ControllerTimings | None = None,
+    ) -> None:
+        self._broker = broker
+        self._group = group
+        self._etcd = etcd
+        self._own_address = own_address
+        self.timings = timings or ControllerTimings()
+        prefix = f"{ROOT}/{broker.name}"
+        self._epoch_key = f"{prefix}/epoch"
+        self._leader_key = f"{prefix}/leader"
+        self._isr_key = f"{prefix}/isr"
+        self._candidates = f"{prefix}/candidates/"
+        self._lease: Lease | None = None
+        self._leader_value: dict[str, Any] | None = None  # ours, while we lead
+        self._isr: list[int] = []
+        self._absent_since: float | None = None
+        self._serving_without = False
+        self._fenced_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._claiming = asyncio.Lock()
+        self.failovers = 0
+        self.last_failover_seconds = 0.0
+        self._state = "starting"
+
+    @property
+    def me(self) -> int:
+        """This broker's id in its group."""
+        return self._broker.config.broker_id
+
+    def start(self) -> None:
+        """Refuse writes until etcd has answered, then keep the role etcd decides."""
+        replication = self._broker.replication
+        if self._broker.role is Role.MASTER:
+            replication.lease_lost = (
+                f"broker {self._broker.name!r} is waiting for its controller (etcd) to confirm "
+                "it is its group's master"
+            )
+            replication.lease_until = time.monotonic()  # expired: no writes yet
+        self._task = asyncio.create_task(self._run(), name="failover")
+
+    async def close(self, *, hand_over: bool = True) -> None:
+        """Stop; a leading master revokes its lease so a slave takes over at once."""
+        task, self._task = self._task, None
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task], timeout=0.1)
+        if hand_over and self._leader_value is not None and self._lease is not None:
+            self._broker.replication.lease_until = time.monotonic()
+            with contextlib.suppress(ControllerUnavailable):
+                await self._etcd.revoke(self._lease)
+        await self._etcd.close()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        replication = self._broker.replication
+        while True:
+            try:
+                if self._broker.role is Role.MASTER:
+                    await self._master_round()
+                else:
+                    await self._slave_round()
+                replication.reaches_controller = True
+            except ControllerUnavailable as exc:
+                replication.reaches_controller = False
+                await self._unreachable(exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep failing over possible; the next round retries
+                log.exception("failover round failed")
+            self._publish_status()
+            master = self._broker.role is Role.MASTER
+            interval = self.timings.renew if master and not self._serving_without else 0.2
+            await asyncio.sleep(interval if master else self.timings.poll)
+
+    def _publish_status(self) -> None:
+        replication = self._broker.replication
+        until = replication.lease_until
+        replication.controller = {
+            "state": self._state,
+            "lease_remaining": (
+                None if until is None else round(max(0.0, until - time.monotonic()), 2)
+            ),
+            "isr": list(self._isr),
+            "reaches_etcd": replication.reaches_controller,
+            "failovers": self.failovers,
+            "last_failover_seconds": round(self.last_failover_seconds, 3),
+        }
+
+    # -- master ---------------------------------------------------------------------------
+
+    async def _master_round(self) -> None:
+        replication = self._broker.replication
+        if self._leader_value is not None and self._lease is not None:
+            sent = time.monotonic()
+            if await self._etcd.refresh(self._lease):
+                self._holding(sent)
+                await self._write_isr()
+                return
+            log.error(
+                "the controller lease of %r expired: taking writes no more", self._broker.name
+            )
+            await self._fence("its controller lease expired")
+            self._leader_value = None
+            self._lease = None
+        await self._acquire()
+        if self._leader_value is None and replication.role is Role.MASTER:
+            replication.lease_until = min(replication.lease_until or 0.0, time.monotonic())
+
+    async def _acquire(self) -> None:
+        """Take (or take back) the group's leadership, or step down if another broker has it."""
+        etcd = self._etcd
+        epoch_value, epoch_rev = await etcd.get(self._epoch_key)
+        leader, _ = await etcd.get(self._leader_key)
+        own_epoch = self._broker.replica_log.current_epoch()
+        if leader is not None and leader.get("broker_id") != self.me:
+            await self._step_down(leader, "another broker holds the group's lease")
+            return
+        if epoch_value is not None and (
+            epoch_value["broker_id"] != self.me or epoch_value["epoch"] > own_epoch
+        ):
+            # failed over while this broker was away: it follows whoever leads now
+            await self._step_down(leader, f"the group is at epoch {epoch_value['epoch']}")
+            return
+        lease = await self._grant()
+        sent = time.monotonic()
+        value = self._leader(own_epoch, lease)
+        expect: dict[str, int | dict[str, Any] | None] = {
+            self._epoch_key: epoch_rev,
+            self._leader_key: leader,  # absent, or this broker's previous incarnation
+        }
+        writes = {
+            self._epoch_key: ({"epoch": own_epoch, "broker_id": self.me}, None),
+            self._leader_key: (value, lease),
+            # the in-sync set starts as the master alone, in the same transaction: a master
+            # that dies at once stays electable when it comes back
+            self._isr_key: ({"epoch": own_epoch, "members": [self.me]}, None),
+        }
+        if await etcd.swap(expect, writes):
+            self._leader_value = value
+            self._holding(sent)
+            self._isr = [self.me]
+            await self._write_isr()
+            log.info("broker %r leads its group at epoch %d", self._broker.name, own_epoch)
+
+    def _leader(self, epoch: int, lease: Lease) -> dict[str, Any]:
+        return {
+            "broker_id": self.me,
+            "address": self._own_address(),
+            "ha_address": self._group.ha_address,
+            "epoch": epoch,
+            "lease": lease.id,
+        }
+
+    async def _grant(self) -> Lease:
+        if self._lease is None or not await self._etcd.refresh(self._lease):
+            self._lease = await self._etcd.grant(self.timings.lease)
+        return self._lease
+
+    def _holding(self, sent: float) -> None:
+        """A renewal sent at ``sent`` succeeded: writes are safe until lease − margin later."""
+        replication = self._broker.replication
+        replication.lease_until = sent + self.timings.lease - self.timings.margin
+        if self._serving_without:
+            log.warning("etcd reachable again: group %r is back to normal", self._broker.name)
+        self._serving_without = False
+        replication.without_controller = False
+        self._state = "master"
+
+    async def _write_isr(self) -> None:
+        """Record the master and its in-sync slaves, while the lease is ours."""
+        replication = self._broker.replication
+        members = sorted({self.me, *(s.broker_id for s in replication.in_sync())})
+        if members == self._isr or self._leader_value is None:
+            return
+        epoch = self._leader_value["epoch"]
+        expect: dict[str, int | dict[str, Any] | None] = {self._leader_key: self._leader_value}
+        if await self._etcd.swap(
+            expect, {self._isr_key: ({"epoch": epoch, "members": members}, None)}
+        ):
+            self._isr = members
+
+    async def _fence(self, why: str) -> None:
+        replication = self._broker.replication
+        replication.without_controller = False
+        replication.lease_lost = (
+            f"broker {self._broker.name!r} {why}: another broker may be master now; retry"
+        )
+        replication.lease_until = min(replication.lease_until or 0.0, time.monotonic())
+        if self._state != "fenced":
+            self._fenced_at = time.monotonic()
+        self._state = "fenced"
+        await self._group.drop_slaves()
+
+    async def _step_down(self, leader: dict[str, Any] | None, why: str) -> None:
+        log.warning("broker %r steps down: %s", self._broker.name, why)
+        self._leader_value = None
+        replication = self._broker.replication
+        replication.lease_until = time.monotonic()
+        if leader is not None:
+            self._group.follow(leader.get("ha_address", ""))
+        await self._group.demote()
+        replication.lease_until = None
+        self._state = "slave"
+
+    async def _unreachable(self, exc: ControllerUnavailable) -> None:
+        """etcd did not answer: a master keeps writing only while its lease provably lives, or
+        while every in-sync slave is connected and cannot reach etcd either (§9)."""
+        replication = self._broker.replication
+        if self._broker.role is not Role.MASTER:
+            self._state = "slave (etcd unreachable)"
+            return
+        slaves = replication.in_sync()
+        if (
+            self._leader_value is not None
+            and slaves
+            and all(s.reaches_controller is False for s in slaves)
+        ):
+            # nobody can be elected while no slave reaches etcd, and a slave still linked to its
+            # master never claims: keep writing (decided before the lease runs out, so writes
+            # never pause)
+            if not self._serving_without:
+                log.error(
+                    "etcd unreachable from the whole group %r (%s): no failover is possible; "
+                    "serving on",
+                    self._broker.name,
+                    exc,
+                )
+            self._serving_without = True
+            self._state = "serving-without-etcd"
+            replication.without_controller = True
+            replication.lease_until = None
+            return
+        until = replication.lease_until
+        if until is not None and time.monotonic() < until:
+            return  # the lease still provably lives
+        if self._serving_without or self._state != "fenced":
+            log.error(
+                "broker %r cannot reach etcd (%s): taking writes no more", self._broker.name, exc
+            )
+        self._serving_without = False
+        await self._fence("cannot reach its controller (etcd)")
+
+    # -- slave ----------------------------------------------------------------------------
+
+    async def _slave_round(self) -> None:
+        self._state = "slave"
+        leader, _ = await self._etcd.get(self._leader_key)
+        if leader is not None and leader.get("broker_id") != self.me:
+            self._absent_since = None
+            self._group.follow(leader.get("ha_address", ""))
+            return
+        # no leader (or only this broker's previous incarnation, whose lease runs out)
+        now = time.monotonic()
+        if self._absent_since is None:
+            self._absent_since = now
+        replication = self._broker.replication
+        if (
+            replication.master_address
+            and time.time() - replication.contact_at < self.timings.claim_delay
+        ):
+            return  # the master still streams to us: it fences itself before it drops us
+        if not await self._in_sync_set():
+            return
+        lease = await self._grant()
+        await self._etcd.put(
+            self._candidates + str(self.me), {"log_end": self._broker.replica_log.end}, lease
+        )
+        if now - self._absent_since < self.timings.claim_delay or leader is not None:
+            return
+        with contextlib.suppress(PreconditionFailedError):
+            await self.claim(force=False)
+
+    async def _in_sync_set(self) -> bool:
+        """Whether this broker is in the in-sync set of the group's current epoch."""
+        epoch_value, _ = await self._etcd.get(self._epoch_key)
+        isr, _ = await self._etcd.get(self._isr_key)
+        if epoch_value is None or isr is None:
+            return False
+        return bool(isr.get("epoch") == epoch_value["epoch"] and self.me in isr["members"])
+
+    async def claim(self, *, force: bool) -> int:
+        """Become the group's master through etcd (an election, or ``pocketmq broker promote``
+        under a controller); returns the epoch. PreconditionFailedError when not allowed."""
+        async with self._claiming:
+            if self._broker.role is Role.MASTER:
+                return self._broker.replica_log.current_epoch()
+            # the failover's length: from the last word of the old master to this promotion
+            contact = self._broker.replication.contact_at
+            started = contact or time.time()
+            etcd = self._etcd
+            leader, _ = await etcd.get(self._leader_key)
+            if leader is not None:
+                raise PreconditionFailedError(
+                    f"broker {leader.get('broker_id')} leads group {self._broker.name!r}: "
+                    "stop it first"
+                )
+            epoch_value, epoch_rev = await etcd.get(self._epoch_key)
+            if epoch_value is None and not force:
+                raise PreconditionFailedError(
+                    "the group never had a master: its master claims first"
+                )
+            current = epoch_value["epoch"] if epoch_value else 0
+            if not force:
+                if not await self._in_sync_set():
+                    raise PreconditionFailedError(
+                        f"broker {self.me} is not in the in-sync set of epoch {current}"
+                    )
+                mine = self._broker.replica_log.end
+                for key, value in (await etcd.prefix(self._candidates)).items():
+                    other = int(key.rsplit("/", 1)[1])
+                    if other != self.me and (value["log_end"], -other) > (mine, -self.me):
+                        raise PreconditionFailedError(f"broker {other} holds a longer log")
+            lease = await self._grant()
+            epoch = max(current, self._broker.replica_log.current_epoch()) + 1
+            value = self._leader(epoch, lease)
+            sent = time.monotonic()
+            writes = {
+                self._epoch_key: ({"epoch": epoch, "broker_id": self.me}, None),
+                self._leader_key: (value, lease),
+                self._isr_key: ({"epoch": epoch, "members": [self.me]}, None),
+            }
+            if not await etcd.swap({self._epoch_key: epoch_rev, self._leader_key: None}, writes):
+                raise PreconditionFailedError("another broker claimed the group first")
+            self._leader_value = value
+            self._holding(sent)
+            try:
+                epoch = await self._group.promote(force=True, epoch=epoch)
+            except Exception:
+                await etcd.revoke(lease)  # let another candidate try
+                self._leader_value = None
+                self._lease = None
+                raise
+            # the replication port is known now: slaves read it from here
+            updated = {**value, "ha_address": self._group.ha_address}
+            if await etcd.swap({self._leader_key: value}, {self._leader_key: (updated, lease)}):
+                self._leader_value = updated
+            self._isr = [self.me]
+            self.failovers += 1
+            self.last_failover_seconds = time.time() - started
+            self._absent_since = None
+            log.warning(
+                "broker %d is master of group %r at epoch %d (elected through etcd)",
+                self.me,
+                self._broker.name,
+                epoch,
+            )
+            return epoch
