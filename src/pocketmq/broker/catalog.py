@@ -128,6 +128,7 @@ class Catalog(BrokerPart):
         replication = self.replication
         epoch = self.store.epochs.current
         return {
+            "broker_id": self.config.broker_id,
             "role": replication.role.value,
             "mode": replication.mode.value,
             "epoch": epoch.number if epoch is not None else 0,

@@ -90,6 +90,7 @@ def server_option(func: F) -> F:
 # Each top-level command and the module that registers it on :data:`main`.
 COMMAND_MODULES: dict[str, str] = {
     "bench": "pocketmq.cli.bench",
+    "cluster": "pocketmq.cli.cluster",
     "topic": "pocketmq.cli.commands",
     "group": "pocketmq.cli.commands",
     "send": "pocketmq.cli.commands",

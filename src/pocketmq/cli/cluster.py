@@ -1,0 +1,60 @@
+"""``pocketmq cluster list``: every broker of every group, its role and epoch, and what the
+failover controller knows of it (docs/replication.md §9, docs/cli.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from pocketmq.cli._app import main, server_option
+from pocketmq.cli.commands import handle_errors
+from pocketmq.client.sync import SyncAdmin
+
+_COLUMNS = ("group", "id", "address", "role", "epoch", "log_end", "controller", "lease", "isr")
+
+
+@main.group()
+def cluster() -> None:
+    """Look at the brokers of a cluster."""
+
+
+def _row(item: Any) -> dict[str, Any]:
+    replication = dict(item.replication)
+    controller = dict(replication.get("controller") or {})
+    lease = controller.get("lease_remaining")
+    return {
+        "group": item.broker_name,
+        "id": replication.get("broker_id", ""),
+        "address": item.address,
+        "role": replication.get("role", ""),
+        "epoch": replication.get("epoch", 0),
+        "log_end": replication.get("log_end", 0),
+        "controller": controller.get("state", "none"),
+        "lease": "" if lease is None else f"{lease:.1f}s",
+        "isr": ",".join(str(i) for i in controller.get("isr", [])),
+        "failovers": controller.get("failovers", 0),
+        "last_failover_seconds": controller.get("last_failover_seconds", 0.0),
+    }
+
+
+@cluster.command("list")
+@server_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per broker.")
+@handle_errors
+def cluster_list(server: str, as_json: bool) -> None:
+    """Every broker: group, id, role, epoch, log end, controller state, lease left, in-sync set.
+
+    Ask a name server (or any broker of the cluster) with --server."""
+    with SyncAdmin(servers=server) as admin:
+        items = admin.run(lambda a: a.broker_status())
+    rows = sorted((_row(item) for item in items), key=lambda r: (r["group"], str(r["id"])))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in _COLUMNS}
+    click.echo("  ".join(c.upper().ljust(widths[c]) for c in _COLUMNS).rstrip())
+    for row in rows:
+        click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in _COLUMNS).rstrip())
