@@ -24,6 +24,8 @@ from pocketmq.cli._app import main
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
 from pocketmq.server.ha.etcd import parse_controller
+from pocketmq.server.loops import LOOPS, loop_factory
+from pocketmq.server.loops import run as run_on_loop
 from pocketmq.store import FlushMode, StoreConfig
 
 __all__ = ["build_config"]
@@ -186,6 +188,13 @@ def _logging(level: str) -> None:
 @click.option(
     "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
 )
+@click.option(
+    "--loop",
+    type=click.Choice(list(LOOPS)),
+    default="asyncio",
+    show_default=True,
+    help="Event loop: asyncio, uvloop, or auto (uvloop when installed).",
+)
 def serve(
     data_dir: str | None,
     host: str | None,
@@ -203,6 +212,7 @@ def serve(
     flush: str | None,
     config_file: Path | None,
     log_level: str,
+    loop: str,
 ) -> None:
     """Run a broker (with an embedded name server unless --namesrv is given)."""
     _logging(log_level)
@@ -226,7 +236,12 @@ def serve(
         config = replace(config, grpc_port=None)
     app = BrokerApp(config)
     try:
-        asyncio.run(_run_until_signalled(app.start, app.ready_line, app.close))
+        used, _ = loop_factory(loop)
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
+    logging.getLogger("pocketmq.server").info("event loop: %s", used)
+    try:
+        run_on_loop(_run_until_signalled(app.start, app.ready_line, app.close), loop)
     except OSError as exc:
         raise click.ClickException(f"cannot start the broker: {exc}") from None
 

@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import msgspec
 
@@ -76,8 +76,9 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """asyncio: the socket is connected."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport, though not always an asyncio.Transport subclass (uvloop's is
+        # not): check for what is used, not for the class
+        self._transport = cast(asyncio.Transport, transport)
         self._closed = asyncio.get_running_loop().create_future()
 
     def connection_lost(self, exc: Exception | None) -> None:

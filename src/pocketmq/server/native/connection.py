@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -98,8 +98,9 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and the peer's address (for logs)."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport, though not always an asyncio.Transport subclass (uvloop's is
+        # not): check for what is used, not for the class
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             host = peer[0]
