@@ -129,6 +129,8 @@ def test_serve_prints_one_ready_line_and_exits_0_on_sigterm(tmp_path: Path) -> N
             "0",
             "--namesrv-port",
             "0",
+            "--http-port",
+            "0",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -139,7 +141,7 @@ def test_serve_prints_one_ready_line_and_exits_0_on_sigterm(tmp_path: Path) -> N
         line = process.stdout.readline()
         assert re.fullmatch(
             r"pocketmq ready native=127\.0\.0\.1:\d+ grpc=\S+ namesrv=127\.0\.0\.1:\d+"
-            r" ha=127\.0\.0\.1:\d+ role=master\n",
+            r" ha=127\.0\.0\.1:\d+ role=master http=127\.0\.0\.1:\d+\n",
             line,
         ), line
         process.send_signal(signal.SIGTERM)
@@ -156,7 +158,7 @@ def test_serve_prints_one_ready_line_and_exits_0_on_sigterm(tmp_path: Path) -> N
 def test_serve_refuses_a_port_in_use(broker: BrokerProcess, tmp_path: Path) -> None:
     port = broker.address.rsplit(":", 1)[1]
     command = [sys.executable, "-m", "pocketmq", "serve", "--data-dir", str(tmp_path / "d")]
-    command += ["--port", port, "--grpc-port", "0", "--namesrv-port", "0"]
+    command += ["--port", port, "--grpc-port", "0", "--namesrv-port", "0", "--no-http"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode != 0
     assert "cannot start" in result.stderr

@@ -47,6 +47,7 @@ from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
 from pocketmq.broker.statecopy import StateCopy
 from pocketmq.broker.topics import TopicManager
+from pocketmq.broker.traffic import Traffic
 from pocketmq.broker.transactions import EndOutcome, TransactionService, TransactionStatus
 from pocketmq.errors import ServiceUnavailableError
 from pocketmq.store import MessageStore
@@ -77,6 +78,7 @@ class Broker:
             self.store.close()
             raise
         self.counters: collections.Counter[str] = collections.Counter()
+        self.traffic = Traffic()
         role = Role(config.role)
         # a slave's store is a copy of its master's: it writes nothing of its own
         self.history = AttemptHistory(
@@ -93,6 +95,7 @@ class Broker:
             consumers=ConsumerRegistry(config.consumer_expiry),
             arrivals=ArrivalNotifier(),
             counters=self.counters,
+            traffic=self.traffic,
             history=self.history,
             flow=FlowControl(
                 max_queue_wait=config.max_queue_wait,

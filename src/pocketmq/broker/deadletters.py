@@ -75,6 +75,7 @@ class DeadLetters(BrokerPart):
             )
             return result
         self.counters["dead_lettered"] += 1
+        self.traffic.dead_lettered[(original, group)] += 1
         self.history.record(
             message_id=message.message_id,
             group=group,

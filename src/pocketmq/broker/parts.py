@@ -46,6 +46,7 @@ from pocketmq.broker.topics import (
     TopicType,
     retry_topic,
 )
+from pocketmq.broker.traffic import Traffic
 from pocketmq.broker.transactions import (
     HALF_TOPIC,
     TransactionService,
@@ -124,6 +125,7 @@ class Shared:
     consumers: ConsumerRegistry
     arrivals: ArrivalNotifier
     counters: collections.Counter[str]
+    traffic: Traffic
     history: AttemptHistory
     flow: FlowControl
     locks: QueueLocks
@@ -154,6 +156,7 @@ class BrokerPart:
         self.consumers = shared.consumers
         self.arrivals = shared.arrivals
         self.counters = shared.counters
+        self.traffic = shared.traffic
         self.history = shared.history
         self.flow = shared.flow
         self.locks = shared.locks
@@ -293,14 +296,13 @@ class BrokerPart:
         """Append without waiting for a sync flush, and wake readers of the touched topics."""
         results = self.store.append(messages)
         end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
-        self._wake(
-            {
-                (m.topic, m.queue_id)
-                for m, r in zip(messages, results, strict=True)
-                if r.status.stored
-            },
-            end,
-        )
+        touched: set[tuple[str, int]] = set()
+        for message, result in zip(messages, results, strict=True):
+            if result.status.stored:
+                touched.add((message.topic, message.queue_id))
+                if message.topic.startswith(RETRY_PREFIX):  # a retry coming back: "in" again
+                    self.traffic.stored(message.topic, len(message.body))
+        self._wake(touched, end)
         return results
 
     def _wake(self, touched: set[tuple[str, int]], end: int = 0) -> None:

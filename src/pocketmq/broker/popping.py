@@ -77,6 +77,7 @@ class PopPath(BrokerPart):
             max_bytes,
         )
         self.counters["messages_out"] += len(delivered)
+        self.traffic.delivered(group, delivered)
         return delivered
 
     async def pop(

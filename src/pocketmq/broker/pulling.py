@@ -49,6 +49,7 @@ class PullPath(BrokerPart):
         if got.status is GetStatus.FOUND:
             delivered = [self._deliver(m) for m in got.messages]
             self.counters["messages_out"] += len(delivered)
+            self.traffic.delivered(group, delivered)
             return PullOutcome(
                 PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
             )
@@ -80,6 +81,7 @@ class PullPath(BrokerPart):
             if status is GetStatus.FOUND:
                 delivered = [self._deliver(m) for m in got.messages]
                 self.counters["messages_out"] += len(delivered)
+                self.traffic.delivered(group, delivered)
                 return PullOutcome(
                     PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
                 )

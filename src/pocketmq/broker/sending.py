@@ -136,6 +136,7 @@ class SendPath(BrokerPart):
                 if result.status.stored:
                     touched.add((stored.topic, stored.queue_id))
                     end = max(end, result.physical_offset + result.size)
+                    self.traffic.stored(stored.topic, len(stored.body))
             self._wake(touched, end)
             self.counters["messages_in"] += sum(r.status.stored for r in results)
         waits = self._sync_flush or replication.mode is ReplicationMode.SYNC

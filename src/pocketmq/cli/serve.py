@@ -72,6 +72,7 @@ def build_config(
     master: str | None = None,
     ha_port: int | None = None,
     controller: str | None = None,
+    http_port: int | None = None,
 ) -> AppConfig:
     """Defaults, then the config file, then command-line options (the last word wins)."""
     raw: dict[str, Any] = {}
@@ -119,6 +120,8 @@ def build_config(
         overrides["ha_port"] = ha_port
     if controller is not None:
         overrides["controller"] = controller
+    if http_port is not None:
+        overrides["http_port"] = http_port
     config = replace(app, **overrides)
     try:
         config.connection_limits()
@@ -163,6 +166,8 @@ def _logging(level: str) -> None:
 )
 @click.option("--grpc-port", type=int, help="gRPC (RocketMQ 5) port.  [default: 8081]")
 @click.option("--no-grpc", is_flag=True, help="Do not serve the gRPC (official client) protocol.")
+@click.option("--http-port", type=int, help="Metrics and health checks (HTTP).  [default: 5557]")
+@click.option("--no-http", is_flag=True, help="Do not serve metrics and health checks.")
 @click.option("--namesrv-port", type=int, help="Embedded name server port.  [default: 9876]")
 @click.option(
     "--namesrv", help="Use an external name server host:port instead of the embedded one."
@@ -201,6 +206,8 @@ def serve(
     port: int | None,
     grpc_port: int | None,
     no_grpc: bool,
+    http_port: int | None,
+    no_http: bool,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -231,9 +238,12 @@ def serve(
         master=master,
         ha_port=ha_port,
         controller=controller,
+        http_port=http_port,
     )
     if no_grpc:
         config = replace(config, grpc_port=None)
+    if no_http:
+        config = replace(config, http_port=None)
     app = BrokerApp(config)
     try:
         used, _ = loop_factory(loop)

@@ -39,6 +39,8 @@ from pocketmq.server.native.tcp import FrameServer
 
 if TYPE_CHECKING:
     from pocketmq.server.grpc.server import GrpcServer
+    from pocketmq.server.http.metrics import Connections
+    from pocketmq.server.http.server import HttpServer
 
 __all__ = ["AppConfig", "BrokerApp"]
 
@@ -72,6 +74,8 @@ class AppConfig:
     # port + 1, or any free port when the native port is 0), and a slave's master
     ha_port: int | None = None
     master: str | None = None
+    # metrics and health checks (docs/operations.md, "Metrics"); None: no HTTP port
+    http_port: int | None = 5557
     # automatic failover (docs/replication.md §9): etcd://H:P[,H:P...] and its clock
     controller: str | None = None
     controller_lease: int = 6
@@ -118,6 +122,8 @@ class BrokerApp:
         self.namesrv: NameServer | None = None
         self._native: FrameServer | None = None
         self._grpc: GrpcServer | None = None
+        self._http: HttpServer | None = None
+        self.http_address = ""
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
         self.group: GroupRole | None = None
@@ -175,6 +181,8 @@ class BrokerApp:
             await self._native.start(config.host, config.port)
             if config.grpc_port is not None:
                 await self._start_grpc(config.grpc_port)
+            if config.http_port is not None:
+                await self._start_http(config.http_port)
             self.group = GroupRole(
                 self.broker,
                 host=config.host,
@@ -215,6 +223,30 @@ class BrokerApp:
         self._grpc = server
         self.grpc_address = f"{self._advertised_host()}:{server.port}"
 
+    async def _start_http(self, port: int) -> None:
+        """Prometheus metrics and health checks (docs/operations.md)."""
+        assert self.broker is not None
+        from pocketmq.server.http.server import HttpServer  # heavy: only when enabled
+
+        server = HttpServer(self.broker, self._connections)
+        await server.start(self.config.host, port)
+        self._http = server
+        self.http_address = f"{self._advertised_host()}:{server.port}"
+
+    def _connections(self) -> Connections:
+        from pocketmq.server.http.metrics import Connections
+
+        producers = consumers = 0
+        if self._native is not None:
+            for connection in self._native.connections:
+                producers += bool(connection.state.get("producer_groups"))
+                consumers += bool(connection.state.get("groups"))
+        grpc = self._grpc.service.sessions.kinds() if self._grpc is not None else (0, 0)
+        return Connections(
+            producers={"native": producers, "grpc": grpc[0]},
+            consumers={"native": consumers, "grpc": grpc[1]},
+        )
+
     def _ha_port(self) -> int:
         if self.config.ha_port is not None:
             return self.config.ha_port
@@ -233,7 +265,8 @@ class BrokerApp:
         role = self.broker.role.value if self.broker is not None else "master"
         return (
             f"pocketmq ready native={self.native_address} grpc={grpc} "
-            f"namesrv={self.namesrv_address or 'none'} ha={ha or 'none'} role={role}"
+            f"namesrv={self.namesrv_address or 'none'} ha={ha or 'none'} role={role} "
+            f"http={self.http_address or 'disabled'}"
         )
 
     # -- routing and registration ---------------------------------------------------------
@@ -350,6 +383,8 @@ class BrokerApp:
             await self._native.close()
         if self._grpc is not None:
             await self._grpc.close()
+        if self._http is not None:
+            await self._http.close()
         if self._link is not None:
             await self._link.close()
         if self.namesrv is not None:

@@ -22,6 +22,7 @@ __all__ = ["BrokerProcess", "NameServerProcess", "write_config"]
 
 _READY = re.compile(
     r"pocketmq ready native=(\S+) grpc=(\S+) namesrv=(\S+)(?: ha=(\S+))?(?: role=(\S+))?"
+    r"(?: http=(\S+))?"
 )
 _NAMESRV_READY = re.compile(r"pocketmq namesrv ready namesrv=(\S+)")
 
@@ -119,6 +120,7 @@ class BrokerProcess:
         grpc_port: int | None = 0,
         namesrv_port: int = 0,
         ha_port: int | None = None,
+        http_port: int | None = None,
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = 30.0,
     ) -> None:
@@ -132,10 +134,11 @@ class BrokerProcess:
         self._grpc_port = grpc_port
         self._namesrv_port = namesrv_port
         self._ha_port = ha_port
+        self._http_port = http_port
         self._extra = extra_args
         self._timeout = startup_timeout
         self.process: subprocess.Popen[str] | None = None
-        self.native = self.grpc = self.namesrv = self.ha = ""
+        self.native = self.grpc = self.namesrv = self.ha = self.http = ""
         self.role = "master"
         self.log_path = self.data_dir / "broker.log"
         self._start()
@@ -163,6 +166,10 @@ class BrokerProcess:
             command += ["--broker-name", self._broker_name]
         if self._ha_port is not None:
             command += ["--ha-port", str(self._ha_port)]
+        if self._http_port is not None:
+            command += ["--http-port", str(self._http_port)]
+        else:
+            command.append("--no-http")
         if self._flush:
             command += ["--flush", self._flush]
         if self._config:
@@ -176,7 +183,8 @@ class BrokerProcess:
         except BaseException:
             self._close_pipes()  # the process exited (or was killed): do not leak its pipe
             raise
-        self.native, self.grpc, self.namesrv, ha, role = match.groups()
+        self.native, self.grpc, self.namesrv, ha, role, http = match.groups()
+        self.http = "" if http in (None, "disabled") else http
         self.ha = "" if ha in (None, "none") else ha
         self.role = role or "master"
         # restarts keep the same ports so clients can reconnect
@@ -185,6 +193,8 @@ class BrokerProcess:
             self._grpc_port = int(self.grpc.rsplit(":", 1)[1])
         if self.ha:
             self._ha_port = int(self.ha.rsplit(":", 1)[1])
+        if self.http:
+            self._http_port = int(self.http.rsplit(":", 1)[1])
         if self._namesrv is None and self.namesrv != "none":
             self._namesrv_port = int(self.namesrv.rsplit(":", 1)[1])
 

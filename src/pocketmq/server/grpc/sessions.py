@@ -89,6 +89,13 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def kinds(self) -> tuple[int, int]:
+        """How many sessions are producers, and how many consumers (apache.rocketmq.v2
+        ClientType: 1 producer, 2-4 consumers), for the connection metrics."""
+        producers = sum(1 for s in self._sessions.values() if s.client_type == 1)
+        consumers = sum(1 for s in self._sessions.values() if s.client_type in (2, 3, 4))
+        return producers, consumers
+
 
 def transaction_check_command(message: Any, transaction_id: str) -> Any:
     """The Telemetry command that asks a producer to resolve an orphaned half message."""

@@ -1,0 +1,38 @@
+"""Messages and bytes in and out, per topic and consumer group, for the metrics endpoint.
+
+The send, pull and pop paths already count messages; these counters add the topic (and group) so
+``/metrics`` can answer RocketMQ 5's per-topic series (docs/operations.md, "Metrics"). They are
+plain dictionary increments, read only when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from pocketmq.broker.model import Delivered
+
+__all__ = ["Traffic"]
+
+
+class Traffic:
+    """Counts by topic (in) and by (topic, group) (out, dead-lettered) since the broker started."""
+
+    def __init__(self) -> None:
+        self.messages_in: Counter[str] = Counter()
+        self.bytes_in: Counter[str] = Counter()
+        self.messages_out: Counter[tuple[str, str]] = Counter()
+        self.bytes_out: Counter[tuple[str, str]] = Counter()
+        self.dead_lettered: Counter[tuple[str, str]] = Counter()
+
+    def stored(self, topic: str, size: int) -> None:
+        """One message of ``size`` body bytes was stored in ``topic``."""
+        self.messages_in[topic] += 1
+        self.bytes_in[topic] += size
+
+    def delivered(self, group: str, messages: Iterable[Delivered]) -> None:
+        """``messages`` went out to a consumer of ``group``."""
+        for message in messages:
+            key = (message.topic, group)
+            self.messages_out[key] += 1
+            self.bytes_out[key] += len(message.body)

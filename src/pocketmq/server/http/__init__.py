@@ -1,0 +1,1 @@
+"""The broker's HTTP port: Prometheus metrics and health checks (docs/operations.md)."""

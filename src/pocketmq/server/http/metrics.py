@@ -1,0 +1,244 @@
+"""``/metrics``: the broker's state as Prometheus series, computed when Prometheus scrapes.
+
+Names, labels and units follow RocketMQ 5's metrics where it has one (so its Grafana dashboards
+work), ``pocketmq_*`` otherwise; every series is listed in docs/operations.md, "Metrics". Nothing
+here runs on the message path: the collector reads counters and offsets the broker keeps anyway,
+so a scrape costs one pass over the topics and groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from pocketmq.broker import Broker
+from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
+from pocketmq.version import VERSION
+
+__all__ = ["BrokerCollector", "Connections"]
+
+
+@dataclass(frozen=True, slots=True)
+class Connections:
+    """Clients connected now, by kind and protocol (``native`` or ``grpc``)."""
+
+    producers: dict[str, int]
+    consumers: dict[str, int]
+
+
+class BrokerCollector(Collector):
+    """Every series of one broker (module doc)."""
+
+    def __init__(self, broker: Broker, connections: Callable[[], Connections]) -> None:
+        self._broker = broker
+        self._connections = connections
+
+    def collect(self) -> Iterator[Metric]:
+        """The series as of now."""
+        broker = self._broker
+        yield from self._identity()
+        yield from self._traffic()
+        yield from self._consumers()
+        yield from self._storage()
+        yield from self._reliability()
+        yield from self._replication()
+        connections = self._connections()
+        for kind, counts in (
+            ("producer", connections.producers),
+            ("consumer", connections.consumers),
+        ):
+            family = GaugeMetricFamily(
+                f"rocketmq_{kind}_connections", f"{kind.title()} connections", labels=["protocol"]
+            )
+            for protocol, count in sorted(counts.items()):
+                family.add_metric([protocol], count)
+            yield family
+        lag = GaugeMetricFamily(
+            "pocketmq_event_loop_lag_seconds", "How late the broker's event loop ran a timer"
+        )
+        lag.add_metric([], broker.flow.lag)
+        yield lag
+
+    def _identity(self) -> Iterator[Metric]:
+        broker = self._broker
+        info = InfoMetricFamily("pocketmq_build", "The broker's version, group and role")
+        info.add_metric(
+            [],
+            {
+                "version": VERSION,
+                "broker_name": broker.name,
+                "broker_id": str(broker.config.broker_id),
+                "role": broker.role.value,
+            },
+        )
+        yield info
+
+    def _traffic(self) -> Iterator[Metric]:
+        traffic = self._broker.traffic
+        messages_in = CounterMetricFamily(
+            "rocketmq_messages_in", "Messages stored", labels=["topic", "is_retry"]
+        )
+        bytes_in = CounterMetricFamily(
+            "rocketmq_throughput_in", "Message body bytes stored", labels=["topic", "is_retry"]
+        )
+        for topic, count in sorted(traffic.messages_in.items()):
+            retry = str(topic.startswith(RETRY_PREFIX)).lower()
+            messages_in.add_metric([topic, retry], count)
+            bytes_in.add_metric([topic, retry], traffic.bytes_in[topic])
+        yield messages_in
+        yield bytes_in
+        labels = ["topic", "consumer_group", "is_retry"]
+        messages_out = CounterMetricFamily(
+            "rocketmq_messages_out", "Messages delivered to consumers", labels=labels
+        )
+        bytes_out = CounterMetricFamily(
+            "rocketmq_throughput_out", "Message body bytes delivered", labels=labels
+        )
+        for (topic, group), count in sorted(traffic.messages_out.items()):
+            retry = str(topic.startswith(RETRY_PREFIX)).lower()
+            messages_out.add_metric([topic, group, retry], count)
+            bytes_out.add_metric([topic, group, retry], traffic.bytes_out[(topic, group)])
+        yield messages_out
+        yield bytes_out
+        dead = CounterMetricFamily(
+            "rocketmq_send_to_dlq_messages",
+            "Messages moved to a dead-letter queue",
+            labels=["topic", "consumer_group"],
+        )
+        for (topic, group), count in sorted(traffic.dead_lettered.items()):
+            dead.add_metric([topic, group], count)
+        yield dead
+
+    def _consumers(self) -> Iterator[Metric]:
+        """Lag per (topic, group) from committed offsets and pop progress, in-flight pops, and
+        each dead-letter queue's depth."""
+        broker = self._broker
+        store = broker.store
+        committed: dict[tuple[str, str, int], int] = dict(broker.offsets.snapshot())
+        inflight: dict[tuple[str, str], int] = {}
+        for (group, topic, queue_id), state in broker.pop_state.items():
+            key = (group, topic, queue_id)
+            committed[key] = max(committed.get(key, 0), state.committed)
+            inflight[(topic, group)] = inflight.get((topic, group), 0) + len(state.inflight)
+        lag: dict[tuple[str, str], int] = {}
+        for (group, topic, queue_id), offset in committed.items():
+            if topic.startswith((DLQ_PREFIX,)):
+                continue
+            behind = max(0, store.max_offset(topic, queue_id) - offset)
+            lag[(topic, group)] = lag.get((topic, group), 0) + behind
+        family = GaugeMetricFamily(
+            "rocketmq_consumer_lag_messages",
+            "Messages stored but not yet consumed (committed) by the group",
+            labels=["topic", "consumer_group"],
+        )
+        for (topic, group), count in sorted(lag.items()):
+            family.add_metric([topic, group], count)
+        yield family
+        family = GaugeMetricFamily(
+            "rocketmq_consumer_inflight_messages",
+            "Messages popped and not yet acknowledged",
+            labels=["topic", "consumer_group"],
+        )
+        for (topic, group), count in sorted(inflight.items()):
+            family.add_metric([topic, group], count)
+        yield family
+        family = GaugeMetricFamily(
+            "pocketmq_dlq_messages",
+            "Messages in the group's dead-letter queue",
+            labels=["consumer_group"],
+        )
+        for config in broker.topics.all():
+            if config.name.startswith(DLQ_PREFIX):
+                depth = sum(
+                    store.max_offset(config.name, q) - store.min_offset(config.name, q)
+                    for q in range(config.queues)
+                )
+                family.add_metric([config.name[len(DLQ_PREFIX) :]], depth)
+        yield family
+
+    def _storage(self) -> Iterator[Metric]:
+        stats = self._broker.store.statistics()
+        for name, value, text in (
+            ("pocketmq_store_written_bytes", stats.write_position, "End of the commit log"),
+            ("pocketmq_store_flushed_bytes", stats.flushed_position, "Flushed to disk up to"),
+            (
+                "pocketmq_store_flush_behind_bytes",
+                stats.write_position - stats.flushed_position,
+                "Written but not yet flushed",
+            ),
+            ("pocketmq_store_segments", stats.segments, "Commit-log segment files"),
+            ("pocketmq_store_queues", stats.queues, "Consume queues"),
+        ):
+            family = GaugeMetricFamily(name, text)
+            family.add_metric([], value)
+            yield family
+        failed = GaugeMetricFamily(
+            "pocketmq_store_failed", "1 when the store refuses writes after a disk failure"
+        )
+        failed.add_metric([], 1 if stats.failure else 0)
+        yield failed
+
+    def _reliability(self) -> Iterator[Metric]:
+        broker = self._broker
+        counters = broker.counters
+        half = GaugeMetricFamily(
+            "rocketmq_half_messages", "Transactions awaiting commit or rollback"
+        )
+        half.add_metric([], broker.transactions.pending_count)
+        yield half
+        for name, key, text in (
+            ("pocketmq_transactions_committed", "transactions_committed", "Transactions committed"),
+            (
+                "pocketmq_transactions_rolled_back",
+                "transactions_discarded",
+                "Transactions rolled back",
+            ),
+            ("pocketmq_consumer_acks", "acks", "Pop acknowledgements"),
+            ("pocketmq_sent_back", "sent_back", "Messages handed back for a retry"),
+        ):
+            family = CounterMetricFamily(name, text)
+            family.add_metric([], counters[key])
+            yield family
+        scheduled = GaugeMetricFamily(
+            "pocketmq_retry_scheduled_messages",
+            "Delayed and retry messages waiting, by delay level (timer: exact times)",
+            labels=["delay_level"],
+        )
+        for level, count in sorted(broker.schedule.pending().items()):
+            scheduled.add_metric([level.removeprefix("level_")], count)
+        yield scheduled
+        rejected = CounterMetricFamily(
+            "pocketmq_flow_control_rejections", "Sends refused by flow control"
+        )
+        rejected.add_metric([], broker.flow.rejected)
+        yield rejected
+
+    def _replication(self) -> Iterator[Metric]:
+        replication = self._broker.replication
+        for name, value, text in (
+            ("pocketmq_replication_lag_bytes", replication.lag_bytes(), "Slowest slave's distance"),
+            ("pocketmq_replication_in_sync_slaves", len(replication.in_sync()), "Slaves in sync"),
+            ("pocketmq_replication_slave_gap_bytes", max(0, replication.gap()), "A slave's gap"),
+        ):
+            family = GaugeMetricFamily(name, text)
+            family.add_metric([], value)
+            yield family
+        controller = replication.controller
+        failovers = CounterMetricFamily(
+            "pocketmq_failovers", "Times this broker was elected master by the controller"
+        )
+        failovers.add_metric([], int(str(controller.get("failovers", 0))))
+        yield failovers
+        last = GaugeMetricFamily(
+            "pocketmq_last_failover_seconds", "From the old master's last word to this promotion"
+        )
+        last.add_metric([], float(str(controller.get("last_failover_seconds", 0.0))))
+        yield last

@@ -1,0 +1,77 @@
+"""The HTTP listener (``--http-port``, 5557 by default like RocketMQ's exporter; bound to the
+broker's host): ``/metrics`` for Prometheus, ``/healthz`` and ``/readyz`` for orchestrators
+(docs/operations.md). aiohttp and prometheus-client are imported only when it is enabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from pocketmq.broker import Broker
+from pocketmq.broker.replication import Role
+from pocketmq.server.http.metrics import BrokerCollector, Connections
+
+__all__ = ["HttpServer"]
+
+
+class HttpServer:
+    """Serves the metrics and health endpoints of one broker."""
+
+    def __init__(self, broker: Broker, connections: Callable[[], Connections]) -> None:
+        self._broker = broker
+        self.registry = CollectorRegistry()
+        self.registry.register(BrokerCollector(broker, connections))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` (0: any free port, then in :attr:`port`)."""
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        server = site._server  # aiohttp keeps the asyncio server here; the port is needed for 0
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        """The process serves (the event loop answers)."""
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        """Ready to take writes: a master whose store and controller allow them; a slave when
+        it is linked to its master. 503 with the reason otherwise."""
+        broker = self._broker
+        replication = broker.replication
+        failure = broker.store.statistics().failure
+        if failure:
+            return web.Response(status=503, text=f"store failed: {failure}\n")
+        if broker.role is Role.MASTER:
+            refusal = replication.write_refusal()
+            if refusal:
+                return web.Response(status=503, text=refusal + "\n")
+            return web.Response(text="ready: master\n")
+        if not replication.master_address:
+            return web.Response(status=503, text="slave without a link to its master\n")
+        return web.Response(text="ready: slave\n")
+
+    async def close(self) -> None:
+        """Stop listening."""
+        await self._runner.cleanup()

@@ -1,0 +1,163 @@
+"""``/metrics`` after a scripted workload: each series has the value the workload implies, read
+with prometheus-client's own parser; and the health endpoints (docs/operations.md, "Metrics")."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pocketmq import ConsumeStatus, Message, MessageView
+from pocketmq.client import Admin, Producer, PushConsumer, SimpleConsumer
+from pocketmq.testing import BrokerProcess
+
+from ..integration.conftest import FAST_BROKER, eventually
+
+pytestmark = pytest.mark.integration
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path / "b", config=FAST_BROKER, grpc_port=None, http_port=0) as process:
+        yield process
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+async def scrape(broker: BrokerProcess) -> Samples:
+    """Every sample on the page, by name and sorted labels."""
+    status, text = await asyncio.to_thread(_get, f"http://{broker.http}/metrics")
+    assert status == 200
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerProcess) -> None:
+    address = broker.address
+    async with Admin(servers=address) as admin:
+        await admin.create_topic("orders", queues=2)
+        await admin.create_topic("jobs", queues=1)
+        await admin.create_group("billing", max_retries=1, retry_delays=[0.2])
+        await admin.create_group("workers")
+    body = b"x" * 100
+    async with Producer(servers=address) as producer:
+        for number in range(10):
+            tag = "fail" if number < 2 else "ok"
+            await producer.send(Message(topic="orders", body=body, tag=tag))
+        for _ in range(5):
+            await producer.send(Message(topic="jobs", body=b"job"))
+
+    def listener(messages: list[MessageView]) -> ConsumeStatus:
+        failing = any(m.tag == "fail" for m in messages)
+        return ConsumeStatus.RECONSUME_LATER if failing else ConsumeStatus.SUCCESS
+
+    # billing: 8 succeed, 2 fail twice (first delivery and one retry) and are dead-lettered
+    async with PushConsumer("billing", "orders", listener, servers=address):
+
+        async def settled() -> bool:
+            samples = await scrape(broker)
+            return (
+                value(samples, "pocketmq_dlq_messages", consumer_group="billing") == 2
+                and value(
+                    samples,
+                    "rocketmq_consumer_lag_messages",
+                    topic="orders",
+                    consumer_group="billing",
+                )
+                == 0
+            )
+
+        await eventually(settled, timeout=30)
+    # workers: 5 popped, none acknowledged
+    async with SimpleConsumer("workers", "jobs", servers=address, await_duration=2) as consumer:
+        taken = []
+        deadline = time.monotonic() + 10
+        while len(taken) < 5 and time.monotonic() < deadline:
+            taken += await consumer.receive(max_messages=5, invisible_duration=60)
+        assert len(taken) == 5
+        samples = await scrape(broker)
+
+    assert value(samples, "rocketmq_messages_in_total", topic="orders", is_retry="false") == 10
+    assert value(samples, "rocketmq_throughput_in_total", topic="orders", is_retry="false") == 1000
+    assert value(samples, "rocketmq_messages_in_total", topic="jobs", is_retry="false") == 5
+    assert (
+        value(
+            samples,
+            "rocketmq_messages_out_total",
+            topic="orders",
+            consumer_group="billing",
+            is_retry="false",
+        )
+        == 10
+    )
+    # the two failures came back once each through the retry topic
+    retry = "%RETRY%billing"
+    assert value(samples, "rocketmq_messages_in_total", topic=retry, is_retry="true") == 2
+    assert (
+        value(
+            samples,
+            "rocketmq_messages_out_total",
+            topic=retry,
+            consumer_group="billing",
+            is_retry="true",
+        )
+        == 2
+    )
+    assert (
+        value(
+            samples, "rocketmq_send_to_dlq_messages_total", topic="orders", consumer_group="billing"
+        )
+        == 2
+    )
+    assert value(samples, "pocketmq_dlq_messages", consumer_group="billing") == 2
+    assert value(samples, "pocketmq_sent_back_total") == 2  # the retries; DLQ moves: above
+    assert (
+        value(
+            samples, "rocketmq_consumer_inflight_messages", topic="jobs", consumer_group="workers"
+        )
+        == 5
+    )
+    assert (
+        value(samples, "rocketmq_consumer_lag_messages", topic="jobs", consumer_group="workers")
+        == 5
+    )
+    assert value(samples, "rocketmq_half_messages") == 0
+    info = value(samples, "pocketmq_build_info", version=_version(samples), broker_name="broker-a",
+                 broker_id="0", role="master")  # fmt: skip
+    assert info == 1
+    assert value(samples, "process_resident_memory_bytes") > 0
+
+
+def _version(samples: Samples) -> str:
+    for name, labels in samples:
+        if name == "pocketmq_build_info":
+            return dict(labels)["version"]
+    raise AssertionError("no pocketmq_build_info")
+
+
+async def test_health_and_readiness(broker: BrokerProcess) -> None:
+    status, text = await asyncio.to_thread(_get, f"http://{broker.http}/healthz")
+    assert (status, text) == (200, "ok\n")
+    status, text = await asyncio.to_thread(_get, f"http://{broker.http}/readyz")
+    assert (status, text) == (200, "ready: master\n")
