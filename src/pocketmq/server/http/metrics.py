@@ -37,9 +37,15 @@ class Connections:
 class BrokerCollector(Collector):
     """Every series of one broker (module doc)."""
 
-    def __init__(self, broker: Broker, connections: Callable[[], Connections]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        connections: Callable[[], Connections],
+        last_scrape: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self._broker = broker
         self._connections = connections
+        self._last_scrape = last_scrape
 
     def collect(self) -> Iterator[Metric]:
         """The series as of now."""
@@ -66,6 +72,11 @@ class BrokerCollector(Collector):
         )
         lag.add_metric([], broker.flow.lag)
         yield lag
+        scrape = GaugeMetricFamily(
+            "pocketmq_scrape_seconds", "How long the previous scrape held the event loop"
+        )
+        scrape.add_metric([], self._last_scrape())
+        yield scrape
 
     def _identity(self) -> Iterator[Metric]:
         broker = self._broker

@@ -5,6 +5,7 @@ broker's host): ``/metrics`` for Prometheus, ``/healthz`` and ``/readyz`` for or
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from aiohttp import web
@@ -26,8 +27,9 @@ class HttpServer:
 
     def __init__(self, broker: Broker, connections: Callable[[], Connections]) -> None:
         self._broker = broker
+        self.scrape_seconds = 0.0
         self.registry = CollectorRegistry()
-        self.registry.register(BrokerCollector(broker, connections))
+        self.registry.register(BrokerCollector(broker, connections, lambda: self.scrape_seconds))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
@@ -48,7 +50,11 @@ class HttpServer:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
         body = generate_latest(self.registry)
+        # the page is built on the event loop: this is how long the scrape held it (the next
+        # scrape reports it as pocketmq_scrape_seconds)
+        self.scrape_seconds = time.perf_counter() - started
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, request: web.Request) -> web.Response:
