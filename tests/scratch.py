@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,3 +26,18 @@ def scratch_dir(factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def scratch_broker(factory: pytest.TempPathFactory, name: str, **options: Any) -> Iterator[Any]:
+    """A :class:`~pocketmq.testing.BrokerProcess` in a :func:`scratch_dir` for a module- or
+    session-scoped fixture; it must stop cleanly (exit 0) when the fixture ends."""
+    from pocketmq.testing import BrokerProcess
+
+    with scratch_dir(factory, name) as scratch:
+        process = BrokerProcess(scratch, **options)
+        try:
+            yield process
+        finally:
+            code = process.stop()
+            assert code == 0, process.log()[-5000:]

@@ -41,7 +41,7 @@ from pocketmq.server.grpc.pb import d
 from pocketmq.server.grpc.pb import s as v2
 from pocketmq.testing import BrokerProcess
 
-from ..scratch import scratch_dir
+from ..scratch import scratch_broker
 from .fuzz import FuzzNames, mutate, native_body, protobuf_request
 
 pytestmark = pytest.mark.integration
@@ -73,13 +73,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         "broker": {"max_queue_wait": 5.0, "delay_levels": [1, 1, 1]},
         "store": {"max_message_size": 64 * 1024, "flush_interval": 0.05},
     }
-    with scratch_dir(tmp_path_factory, "fuzz") as scratch:
-        process = BrokerProcess(scratch, config=config)
-        try:
-            yield process
-        finally:
-            code = process.stop()
-            assert code == 0, process.log()[-5000:]
+    with scratch_broker(tmp_path_factory, "fuzz", config=config) as process:
+        yield process
 
 
 class Findings:

@@ -38,7 +38,7 @@ from rocketmq.v5.client.connection import RpcClient
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.testing import BrokerProcess
 
-from ..scratch import scratch_dir
+from ..scratch import scratch_broker
 
 MAX_MESSAGE_SIZE = 256 * 1024
 # short delay levels: retries and delayed messages come back within seconds
@@ -97,13 +97,8 @@ def message(topic: str, body: bytes, **fields: Any) -> Message:
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with scratch_dir(tmp_path_factory, "grpc-broker") as scratch:
-        process = BrokerProcess(scratch, config=BROKER_CONFIG)
-        try:
-            yield process
-        finally:
-            code = process.stop()
-            assert code == 0, process.log()
+    with scratch_broker(tmp_path_factory, "grpc-broker", config=BROKER_CONFIG) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")

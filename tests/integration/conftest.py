@@ -19,7 +19,7 @@ import pytest
 from pocketmq.client import Admin
 from pocketmq.testing import BrokerProcess
 
-from ..scratch import scratch_dir
+from ..scratch import scratch_broker
 
 FAST_LEVELS = [round(0.1 * n, 1) for n in range(1, 19)]
 FAST_BROKER: dict[str, dict[str, Any]] = {
@@ -42,13 +42,8 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with scratch_dir(tmp_path_factory, "broker") as scratch:
-        process = BrokerProcess(scratch, config=FAST_BROKER, grpc_port=None)
-        try:
-            yield process
-        finally:
-            code = process.stop()
-            assert code == 0, process.log()
+    with scratch_broker(tmp_path_factory, "broker", config=FAST_BROKER, grpc_port=None) as process:
+        yield process
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.testing import BrokerProcess
 
-from ..scratch import scratch_dir
+from ..scratch import scratch_broker
 from .conftest import FAST_BROKER, create, eventually
 
 pytestmark = pytest.mark.integration
@@ -68,13 +68,8 @@ FAST_CLIENT = ClientConfig(heartbeat_interval=2.0, request_timeout=2.0)
 
 @pytest.fixture(scope="module")
 def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with scratch_dir(tmp_path_factory, "txbroker") as scratch:
-        process = BrokerProcess(scratch, config=TX_BROKER, grpc_port=None)
-        try:
-            yield process
-        finally:
-            code = process.stop()
-            assert code == 0, process.log()
+    with scratch_broker(tmp_path_factory, "txbroker", config=TX_BROKER, grpc_port=None) as process:
+        yield process
 
 
 class Checker:

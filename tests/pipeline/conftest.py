@@ -12,7 +12,7 @@ import pytest
 
 from pocketmq.testing import BrokerProcess
 
-from ..scratch import scratch_dir
+from ..scratch import scratch_broker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,10 +45,5 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A real ``pocketmq serve`` for the module (each test uses its own topics and groups)."""
-    with scratch_dir(tmp_path_factory, "broker") as scratch:
-        process = BrokerProcess(scratch, config=FAST_BROKER, grpc_port=None)
-        try:
-            yield process
-        finally:
-            code = process.stop()
-            assert code == 0, process.log()
+    with scratch_broker(tmp_path_factory, "broker", config=FAST_BROKER, grpc_port=None) as process:
+        yield process
