@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from pocketmq import ConsumeStatus, MessageView
+from pocketmq.client import PushConsumer
 from pocketmq.testing import BrokerProcess
 
 from .conftest import FAST_LEVELS
@@ -162,3 +165,59 @@ def test_serve_refuses_a_port_in_use(broker: BrokerProcess, tmp_path: Path) -> N
     result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode != 0
     assert "cannot start" in result.stderr
+
+
+async def test_operator_commands_status_query_and_delete(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    """`group status` shows the consumers and each queue's lag, `message query` finds by key,
+    `group delete` refuses while consumers are connected unless --force, `topic delete` deletes."""
+    topic, group = names("t"), names("g")
+    assert run(broker, "topic", "create", topic, "--queues", "2").returncode == 0
+    assert run(broker, "group", "create", group).returncode == 0
+    for number in range(5):
+        sent = run(broker, "send", topic, f"m{number}", "--key", f"order-{number % 2}")
+        assert sent.returncode == 0, sent.stderr
+    consumed = run(broker, "consume", topic, "--group", group, "--count", "3", "--json")
+    assert consumed.returncode == 0, consumed.stderr
+    rows = [
+        json.loads(line)
+        for line in run(
+            broker, "group", "status", group, "--topic", topic, "--json"
+        ).stdout.splitlines()
+    ]
+    assert len(rows) == 2
+    assert sum(row["max_offset"] for row in rows) == 5
+    assert sum(row["lag"] for row in rows) == 2  # five sent, three consumed and committed
+    found = run(broker, "message", "query", "--topic", topic, "--key", "order-1", "--json")
+    assert found.returncode == 0, found.stderr
+    assert sorted(json.loads(line)["body"] for line in found.stdout.splitlines()) == ["m1", "m3"]
+    missing = run(broker, "message", "query", "--topic", topic, "--key", "nope")
+    assert missing.returncode == 1
+    assert "no message" in missing.stderr
+
+    listener_calls: list[int] = []
+
+    def listener(messages: list[MessageView]) -> ConsumeStatus:
+        listener_calls.append(len(messages))
+        return ConsumeStatus.SUCCESS
+
+    async with PushConsumer(group, topic, listener, servers=broker.address):
+        refused = await asyncio.to_thread(run, broker, "group", "delete", group)
+        assert refused.returncode == 1
+        assert "connected consumer" in refused.stderr
+        text = await asyncio.to_thread(run, broker, "group", "status", group)
+        assert "1 consumer(s) connected" in text.stdout
+        forced = await asyncio.to_thread(run, broker, "group", "delete", group, "--force")
+        assert forced.returncode == 0, forced.stderr
+    groups = [
+        json.loads(line)["name"]
+        for line in run(broker, "group", "list", "--json").stdout.splitlines()
+    ]
+    assert group not in groups
+    assert run(broker, "topic", "delete", topic).returncode == 0
+    topics = [
+        json.loads(line)["name"]
+        for line in run(broker, "topic", "list", "--json").stdout.splitlines()
+    ]
+    assert topic not in topics

@@ -21,7 +21,7 @@ import click
 
 from pocketmq.cli._app import main, parse_duration, server_option
 from pocketmq.client.message import Message, MessageView, SendResult
-from pocketmq.errors import PocketMQError
+from pocketmq.errors import PocketMQError, TopicNotFoundError
 from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
 
 __all__ = ["handle_errors", "message_json"]
@@ -125,6 +125,19 @@ def topic_list(show_all: bool, as_json: bool, server: str) -> None:
     Console().print(table)
 
 
+@topic.command("delete")
+@click.argument("name")
+@server_option
+@handle_errors
+def topic_delete(name: str, server: str) -> None:
+    """Delete topic NAME on every broker (its messages age out with the commit log)."""
+    from pocketmq.client.sync import SyncAdmin
+
+    with SyncAdmin(servers=server) as admin:
+        admin.run(lambda a: a.delete_topic(name))
+    click.echo(f"deleted topic {name}")
+
+
 def _perm(perm: int) -> str:
     return ("r" if perm & 4 else "-") + ("w" if perm & 2 else "-")
 
@@ -201,6 +214,75 @@ def group_create(
             retry_max=maximum,
         )
     click.echo(f"group {name} created")
+
+
+@group.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Delete even while consumers are connected.")
+@server_option
+@handle_errors
+def group_delete(name: str, force: bool, server: str) -> None:
+    """Delete consumer group NAME on every broker (its offsets and retry policy go with it)."""
+    from pocketmq.client.sync import SyncAdmin
+
+    with SyncAdmin(servers=server) as admin:
+        online = admin.run(lambda a: a.consumers(name))
+        if online and not force:
+            raise click.ClickException(
+                f"group {name} has {len(online)} connected consumer(s) "
+                f"({', '.join(online[:3])}{', ...' if len(online) > 3 else ''}); "
+                "stop them first, or use --force"
+            )
+        admin.run(lambda a: a.delete_group(name))
+    click.echo(f"deleted group {name}")
+
+
+@group.command("status")
+@click.argument("name")
+@click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per queue.")
+@server_option
+@handle_errors
+def group_status(name: str, topics: tuple[str, ...], as_json: bool, server: str) -> None:
+    """Consumers of group NAME, and per queue its committed offset and lag (every topic it has
+    progress on, its retry topic included, unless --topic names them)."""
+    from pocketmq.client.sync import SyncAdmin
+
+    with SyncAdmin(servers=server) as admin:
+        consumers = admin.run(lambda a: a.consumers(name))
+        names = list(topics) or [t.name for t in admin.list_topics()]
+        rows = []
+        for topic in [*names, *([] if topics else [f"%RETRY%{name}"])]:
+            try:
+                queues = admin.queues(topic, name)
+            except TopicNotFoundError:
+                continue
+            if not topics and all(q.committed_offset < 0 for q in queues):
+                continue  # the group never consumed this topic
+            rows += [(topic, q) for q in queues]
+    if as_json:
+        for topic, q in rows:
+            record = {
+                "topic": topic,
+                "broker": q.broker_name,
+                "queue_id": q.queue_id,
+                "min_offset": q.min_offset,
+                "max_offset": q.max_offset,
+                "committed_offset": q.committed_offset,
+                "lag": q.lag,
+            }
+            click.echo(json.dumps(record))
+        return
+    click.echo(f"group {name}: {len(consumers)} consumer(s) connected")
+    for client_id in consumers:
+        click.echo(f"  {client_id}")
+    click.echo(f"{'TOPIC':30} {'BROKER':12} {'QUEUE':>5} {'COMMITTED':>10} {'MAX':>10} {'LAG':>8}")
+    for topic, q in rows:
+        click.echo(
+            f"{topic:30} {q.broker_name:12} {q.queue_id:>5} {q.committed_offset:>10} "
+            f"{q.max_offset:>10} {q.lag:>8}"
+        )
+    click.echo(f"total lag: {sum(q.lag for _, q in rows)}")
 
 
 @group.command("list")

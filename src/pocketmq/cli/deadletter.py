@@ -106,6 +106,27 @@ def message_show(message_id: str, as_json: bool, server: str) -> None:
             )
 
 
+@message.command("query")
+@click.option("--topic", required=True)
+@click.option("--key", required=True, help="A business key the messages were sent with.")
+@click.option("--json", "as_json", is_flag=True)
+@server_option
+@handle_errors
+def message_query(topic: str, key: str, as_json: bool, server: str) -> None:
+    """The messages of TOPIC sent with business key KEY (at most 32 per broker)."""
+    with SyncAdmin(servers=server) as admin:
+        found = admin.run(lambda a: a.query_by_key(topic, key))
+    if not found:
+        raise click.ClickException(f"no message of {topic} with key {key}")
+    for copy in found:
+        if as_json:
+            click.echo(json.dumps(message_json(copy), ensure_ascii=False))
+        else:
+            body = copy.body.decode("utf-8", errors="replace")
+            where = f"{copy.topic}[{copy.queue_id}]@{copy.queue_offset}"
+            click.echo(f"{copy.message_id} {where} {body[:80]}")
+
+
 @message.command("history")
 @click.argument("message_id")
 @click.option("--json", "as_json", is_flag=True)

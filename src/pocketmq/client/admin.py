@@ -151,6 +151,19 @@ class Admin(ClientBase):
         """Delete consumer group ``name`` on every broker."""
         await self._on_every_broker(RequestCode.DELETE_GROUP, w.NameRequest(name))
 
+    async def consumers(self, group: str) -> list[str]:
+        """The client ids of ``group``'s live native consumers, across every broker."""
+        found: set[str] = set()
+        for address in await self._brokers():
+            reply = await self._call(
+                address,
+                RequestCode.GET_CONSUMERS,
+                w.GetConsumersRequest(group),
+                w.GetConsumersResponse,
+            )
+            found.update(reply.client_ids)
+        return sorted(found)
+
     async def list_groups(self) -> list[GroupInfo]:
         """The consumer groups the first answering server knows."""
         reply = await self._call_any(RequestCode.LIST_GROUPS, w.Empty(), w.ListGroupsResponse)
