@@ -3,6 +3,7 @@ survives the master's loss (docs/replication.md §3, §6)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 from pocketmq.client.sync import SyncAdmin
 
 from ..grpc.conftest import OfficialClients, message
+from ..integration.conftest import eventually
+from .conftest import status
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +72,75 @@ def test_official_producer_acknowledgements_survive_a_killed_master(make_group: 
     lost = acked - stored(slave.address, "T", 4)
     assert not lost, f"{len(lost)} acknowledged messages lost: {sorted(lost)[:5]}"
     assert failed > 0  # the kill was felt
+
+
+def test_official_producer_carries_on_after_an_automatic_failover(
+    make_group: Any, etcd: Any
+) -> None:
+    """With ``--controller``, nobody runs a promotion: the official producer, never restarted and
+    connected to the slave's endpoint, sends again once the slave is elected (the slave keeps its
+    masterless group's queues writable in the routes it gives out); every send it was told
+    succeeded is on the new master."""
+    group = make_group("sync", grpc=True, controller=etcd.url)
+    master, slave = group.master, group.slaves[0]
+    with SyncAdmin(servers=master.address) as admin:
+        admin.create_topic("T", queues=4)
+    asyncio.run(eventually(lambda: _in_sync_set_of(master, 2), timeout=30))
+    clients = OfficialClients(slave.grpc)
+    acked: list[tuple[float, bytes]] = []
+    try:
+        producer = clients.producer("T")
+        started = time.monotonic()
+        number = 0
+        while len(acked) < 30 and time.monotonic() < started + 20:
+            body = f"o{number}".encode()
+            number += 1
+            producer.send(message("T", body))
+            acked.append((time.monotonic(), body))
+        # the client 5.1.2 refreshes its routes 10 s after it starts, then every 30 s: kill the
+        # master 5 s in, so that refresh falls in the seconds without a master (the case the
+        # slave's writable route is for) and the next one would come too late for the deadline
+        time.sleep(max(0.0, started + 5 - time.monotonic()))
+        master.kill()
+        killed_at = time.monotonic()
+        elected_at = rejoined_at = 0.0
+        deadline = killed_at + 25
+        while time.monotonic() < deadline and not any(at > killed_at for at, _ in acked[-20:]):
+            if not elected_at and asyncio.run(_role_is(slave, "master")):
+                elected_at = time.monotonic()
+                # SYNC: the new master answers OK once a slave is in sync again; the old master
+                # comes back as that slave
+                master.restart()
+                rejoined_at = time.monotonic()
+            body = f"o{number}".encode()
+            number += 1
+            try:
+                producer.send(message("T", body))
+            except Exception:  # the client's own error types while the group has no master
+                time.sleep(0.2)
+                continue
+            acked.append((time.monotonic(), body))
+    finally:
+        clients.shutdown_all()
+    assert elected_at, "the slave was not elected"
+    resumed = [at for at, _ in acked if at > killed_at]
+    assert resumed, "the official producer never sent again after the failover"
+    print(
+        f"slave elected {elected_at - killed_at:.1f} s after the kill; the old master rejoined "
+        f"{rejoined_at - killed_at:.1f} s; the official producer's first OK "
+        f"{resumed[0] - killed_at:.1f} s after the kill"
+    )
+    lost = {body for _, body in acked} - stored(slave.address, "T", 4)
+    assert not lost, f"{len(lost)} acknowledged messages lost: {sorted(lost)[:5]}"
+
+
+async def _in_sync_set_of(master: Any, size: int) -> bool:
+    """Whether etcd's in-sync set of ``master``'s epoch has ``size`` members (electable)."""
+    return len((await status(master.address))["controller"].get("isr", [])) >= size
+
+
+async def _role_is(broker: Any, role: str) -> bool:
+    try:
+        return (await status(broker.address))["role"] == role
+    except Exception:  # the broker is down or starting
+        return False

@@ -149,22 +149,37 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         except Exception as exc:
             return s.QueryRouteResponse(status=error_status(exc, "QueryRoute"))
 
-    @staticmethod
-    def _queues(route: w.RouteResponse, namespace: str) -> list[Any]:
+    def _queues(self, route: w.RouteResponse, namespace: str) -> list[Any]:
         addresses = grpc_addresses(route)
         accepted = ACCEPTED_TYPES.get(route.topic_type, (MT.NORMAL,))
         resource = {"name": route.topic, "resource_namespace": namespace}
+        masterless = self._masterless_own_group(route)
         return [
             d.MessageQueue(
                 topic=resource,
                 id=queue.queue_id,
-                permission=_PERMISSION[queue.perm & 6],
+                permission=_PERMISSION[(queue.perm | masterless) & 6]
+                if queue.broker_name == self._broker.name
+                else _PERMISSION[queue.perm & 6],
                 broker={"name": queue.broker_name, "id": 0, "endpoints": endpoints(address)},
                 accept_message_types=accepted,
             )
             for queue in route.queues
             if (address := addresses.get(queue.broker_name))
         ]
+
+    def _masterless_own_group(self, route: w.RouteResponse) -> int:
+        """The write permission this broker's own group had before the name server dropped it
+        for want of a live master (0 otherwise). While a failover is under way the official
+        clients keep the group's queues writable, pointed at this broker: their sends are
+        refused until it is promoted, then go through without a route refresh (they refresh
+        every 30 s at best, and a read-only route read in those seconds would strand them;
+        docs/replication.md §9)."""
+        own = self._broker.name
+        if any(b.name == own and b.role == "master" for b in route.brokers):
+            return 0
+        config = self._broker.topics.get(route.topic)
+        return config.perm & 2 if config is not None else 0
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
         """One assignment per broker holding readable queues of the topic (queue id -1): the
