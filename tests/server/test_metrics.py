@@ -89,6 +89,23 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
             )
 
         await eventually(settled, timeout=30)
+    # a FIFO group: A's first message in flight holds A's next two back; B has one message only
+    async with Admin(servers=address) as admin:
+        await admin.create_topic("lines", queues=1, topic_type="fifo")
+        await admin.create_group("fifo-workers", fifo=True)
+    async with Producer(servers=address) as producer:
+        for key in ("A", "A", "A", "B"):
+            await producer.send(Message(topic="lines", body=key.encode(), message_group=key))
+    async with SimpleConsumer("fifo-workers", "lines", servers=address, await_duration=2) as fifo:
+        first = await fifo.receive(max_messages=1, invisible_duration=60)
+        then = await fifo.receive(max_messages=10, invisible_duration=60)
+        assert [m.body for m in first] == [b"A"]
+        assert [m.body for m in then] == [b"B"]  # A's next two wait behind the first
+        blocked = await scrape(broker)
+    assert (
+        value(blocked, "pocketmq_fifo_blocked_message_groups", topic="lines",
+              consumer_group="fifo-workers") == 1
+    )  # fmt: skip
     # workers: 5 popped, none acknowledged
     async with SimpleConsumer("workers", "jobs", servers=address, await_duration=2) as consumer:
         taken = []
@@ -143,6 +160,21 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
         == 5
     )
     assert value(samples, "rocketmq_half_messages") == 0
+    # each failing message: RECONSUME_LATER on its first delivery and on its retry, then DLQ
+    attempts = "pocketmq_delivery_attempts_total"
+    assert value(samples, attempts, consumer_group="billing", outcome="success") == 8
+    assert value(samples, attempts, consumer_group="billing", outcome="reconsume_later") == 4
+    assert value(samples, attempts, consumer_group="billing", outcome="dlq") == 2
+    assert (
+        value(samples, "pocketmq_redeliveries_total", consumer_group="billing",
+              outcome="reconsume_later") == 4
+    )  # fmt: skip
+    size = "rocketmq_message_size_bucket"
+    assert value(samples, size, topic="orders", message_type="normal", le="1024.0") == 10
+    assert value(samples, size, topic="orders", message_type="normal", le="+Inf") == 10
+    assert (
+        value(samples, "rocketmq_message_size_sum", topic="orders", message_type="normal") == 1000
+    )
     info = value(samples, "pocketmq_build_info", version=_version(samples), broker_name="broker-a",
                  broker_id="0", role="master")  # fmt: skip
     assert info == 1

@@ -14,6 +14,7 @@ history is for people and audits, so losing the last fraction of a second in a c
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Callable
 
 import msgspec
@@ -69,6 +70,7 @@ class AttemptHistory:
         self.enabled = enabled
         self._buffer: list[StoreMessage] = []
         self.recorded = 0
+        self.outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, group) -> attempts
 
     def record(
         self,
@@ -86,6 +88,8 @@ class AttemptHistory:
     ) -> None:
         """Buffer one attempt; the buffer goes to the store every housekeeping tick or when it is
         full."""
+        key = (outcome.value if isinstance(outcome, Outcome) else outcome, group)
+        self.outcomes[key] += 1  # counted with the history off too: the metrics read these
         if not self.enabled or not message_id:
             return
         now = self._clock()

@@ -124,6 +124,14 @@ class PopQueue:
                 self.finish(position)
         self.next_offset = max(self.next_offset, offset)
 
+    def blocked_groups(self) -> int:
+        """FIFO message groups waiting: a message in flight with later ones of the same group
+        held back behind it (for the metrics)."""
+        if not self.parked:
+            return 0
+        waiting = set(self.parked.values())
+        return len({e.message_group for e in self.inflight.values()} & waiting)
+
     def busy_groups(self, now: float) -> set[str]:
         """FIFO: message groups with a delivery still invisible (their later messages wait)."""
         return {e.message_group for e in self.inflight.values() if e.visible_at > now}

@@ -7,12 +7,17 @@ plain dictionary increments, read only when Prometheus scrapes.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 
 from pocketmq.broker.model import Delivered
 
-__all__ = ["Traffic"]
+__all__ = ["SIZE_BUCKETS", "Traffic"]
+
+SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024 * 1024, 2 * 1024 * 1024, 4 * 1024 * 1024)
+"""Upper bounds (bytes) of ``rocketmq_message_size``'s buckets: RocketMQ 5's, so its dashboards
+read them; a last bucket holds anything larger."""
 
 
 class Traffic:
@@ -24,11 +29,17 @@ class Traffic:
         self.messages_out: Counter[tuple[str, str]] = Counter()
         self.bytes_out: Counter[tuple[str, str]] = Counter()
         self.dead_lettered: Counter[tuple[str, str]] = Counter()
+        # per topic: how many bodies fell in each SIZE_BUCKETS bucket (the last: larger)
+        self.sizes: dict[str, list[int]] = {}
 
     def stored(self, topic: str, size: int) -> None:
         """One message of ``size`` body bytes was stored in ``topic``."""
         self.messages_in[topic] += 1
         self.bytes_in[topic] += size
+        buckets = self.sizes.get(topic)
+        if buckets is None:
+            buckets = self.sizes[topic] = [0] * (len(SIZE_BUCKETS) + 1)
+        buckets[bisect_left(SIZE_BUCKETS, size)] += 1
 
     def delivered(self, group: str, messages: Iterable[Delivered]) -> None:
         """``messages`` went out to a consumer of ``group``."""

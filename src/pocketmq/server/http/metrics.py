@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
 )
@@ -21,9 +22,12 @@ from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
+from pocketmq.broker.traffic import SIZE_BUCKETS
 from pocketmq.version import VERSION
 
 __all__ = ["BrokerCollector", "Connections"]
+
+_REDELIVERED = frozenset({"RECONSUME_LATER", "EXCEPTION", "TIMEOUT", "INVISIBLE_EXPIRED"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,19 @@ class BrokerCollector(Collector):
             bytes_out.add_metric([topic, group, retry], traffic.bytes_out[(topic, group)])
         yield messages_out
         yield bytes_out
+        sizes = HistogramMetricFamily(
+            "rocketmq_message_size", "Message body sizes (bytes)", labels=["topic", "message_type"]
+        )
+        topics = self._broker.topics
+        for topic, counts in sorted(traffic.sizes.items()):
+            config = topics.get(topic)
+            kind = config.topic_type.value if config is not None else "normal"
+            cumulative, buckets = 0, []
+            for bound, count in zip((*SIZE_BUCKETS, float("inf")), counts, strict=True):
+                cumulative += count
+                buckets.append((str(float(bound)) if bound != float("inf") else "+Inf", cumulative))
+            sizes.add_metric([topic, kind], buckets, traffic.bytes_in[topic])
+        yield sizes
         dead = CounterMetricFamily(
             "rocketmq_send_to_dlq_messages",
             "Messages moved to a dead-letter queue",
@@ -159,6 +176,19 @@ class BrokerCollector(Collector):
             labels=["topic", "consumer_group"],
         )
         for (topic, group), count in sorted(inflight.items()):
+            family.add_metric([topic, group], count)
+        yield family
+        blocked: dict[tuple[str, str], int] = {}
+        for (group, topic, _), state in broker.pop_state.items():
+            count = state.blocked_groups()
+            if count:
+                blocked[(topic, group)] = blocked.get((topic, group), 0) + count
+        family = GaugeMetricFamily(
+            "pocketmq_fifo_blocked_message_groups",
+            "FIFO message groups whose next messages wait behind one in flight",
+            labels=["topic", "consumer_group"],
+        )
+        for (topic, group), count in sorted(blocked.items()):
             family.add_metric([topic, group], count)
         yield family
         family = GaugeMetricFamily(
@@ -226,6 +256,30 @@ class BrokerCollector(Collector):
         for level, count in sorted(broker.schedule.pending().items()):
             scheduled.add_metric([level.removeprefix("level_")], count)
         yield scheduled
+        outcomes = CounterMetricFamily(
+            "pocketmq_delivery_attempts",
+            "Delivery attempts by how they ended (native and gRPC, push and pop)",
+            labels=["consumer_group", "outcome"],
+        )
+        redeliveries = CounterMetricFamily(
+            "pocketmq_redeliveries",
+            "Attempts that failed and will be delivered again (or dead-lettered)",
+            labels=["consumer_group", "outcome"],
+        )
+        redriven = CounterMetricFamily(
+            "pocketmq_dlq_redriven",
+            "Dead letters sent back for delivery",
+            labels=["consumer_group"],
+        )
+        for (outcome, group), count in sorted(broker.history.outcomes.items()):
+            outcomes.add_metric([group, outcome.lower()], count)
+            if outcome in _REDELIVERED:
+                redeliveries.add_metric([group, outcome.lower()], count)
+            elif outcome == "REDRIVEN":
+                redriven.add_metric([group], count)
+        yield outcomes
+        yield redeliveries
+        yield redriven
         rejected = CounterMetricFamily(
             "pocketmq_flow_control_rejections", "Sends refused by flow control"
         )
