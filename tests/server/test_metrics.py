@@ -175,6 +175,12 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
     assert (
         value(samples, "rocketmq_message_size_sum", topic="orders", message_type="normal") == 1000
     )
+    latency = "rocketmq_rpc_latency_count"
+    sends = {"protocol_type": "native", "request_code": "SEND", "response_code": "SUCCESS"}
+    assert value(samples, latency, **sends) == 19  # orders 10, lines 4, jobs 5
+    topics = {**sends, "request_code": "CREATE_TOPIC"}
+    assert value(samples, latency, **topics) == 3
+    assert value(samples, "rocketmq_rpc_latency_bucket", **sends, le="+Inf") == 19
     info = value(samples, "pocketmq_build_info", version=_version(samples), broker_name="broker-a",
                  broker_id="0", role="master")  # fmt: skip
     assert info == 1

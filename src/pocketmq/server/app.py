@@ -228,7 +228,11 @@ class BrokerApp:
         assert self.broker is not None
         from pocketmq.server.http.server import HttpServer  # heavy: only when enabled
 
-        server = HttpServer(self.broker, self._connections)
+        server = HttpServer(
+            self.broker,
+            self._connections,
+            lambda: [self._native.latency] if self._native is not None else [],
+        )
         await server.start(self.config.host, port)
         self._http = server
         self.http_address = f"{self._advertised_host()}:{server.port}"

@@ -8,6 +8,7 @@ so a scrape costs one pass over the topics and groups.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from prometheus_client.registry import Collector
 from pocketmq.broker import Broker
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from pocketmq.broker.traffic import SIZE_BUCKETS
+from pocketmq.server.rpcstats import LATENCY_BUCKETS_MS, RpcLatency
 from pocketmq.version import VERSION
 
 __all__ = ["BrokerCollector", "Connections"]
@@ -46,10 +48,12 @@ class BrokerCollector(Collector):
         broker: Broker,
         connections: Callable[[], Connections],
         last_scrape: Callable[[], float] = lambda: 0.0,
+        latencies: Callable[[], list[RpcLatency]] = list,
     ) -> None:
         self._broker = broker
         self._connections = connections
         self._last_scrape = last_scrape
+        self._latencies = latencies
 
     def collect(self) -> Iterator[Metric]:
         """The series as of now."""
@@ -71,6 +75,7 @@ class BrokerCollector(Collector):
             for protocol, count in sorted(counts.items()):
                 family.add_metric([protocol], count)
             yield family
+        yield self._rpc_latency()
         lag = GaugeMetricFamily(
             "pocketmq_event_loop_lag_seconds", "How late the broker's event loop ran a timer"
         )
@@ -81,6 +86,21 @@ class BrokerCollector(Collector):
         )
         scrape.add_metric([], self._last_scrape())
         yield scrape
+
+    def _rpc_latency(self) -> Metric:
+        family = HistogramMetricFamily(
+            "rocketmq_rpc_latency",
+            "Time to answer a request (ms; long polls count their wait)",
+            labels=["protocol_type", "request_code", "response_code"],
+        )
+        bounds = [*(str(b) for b in LATENCY_BUCKETS_MS), "+Inf"]
+        for latency in self._latencies():
+            for key, counts in sorted(latency.counts.items()):
+                cumulative = list(itertools.accumulate(counts))
+                family.add_metric(
+                    list(key), list(zip(bounds, cumulative, strict=True)), latency.sums_ms[key]
+                )
+        return family
 
     def _identity(self) -> Iterator[Metric]:
         broker = self._broker

@@ -18,6 +18,7 @@ from prometheus_client.process_collector import ProcessCollector
 from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
 from pocketmq.server.http.metrics import BrokerCollector, Connections
+from pocketmq.server.rpcstats import RpcLatency
 
 __all__ = ["HttpServer"]
 
@@ -25,11 +26,18 @@ __all__ = ["HttpServer"]
 class HttpServer:
     """Serves the metrics and health endpoints of one broker."""
 
-    def __init__(self, broker: Broker, connections: Callable[[], Connections]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        connections: Callable[[], Connections],
+        latencies: Callable[[], list[RpcLatency]] = list,
+    ) -> None:
         self._broker = broker
         self.scrape_seconds = 0.0
         self.registry = CollectorRegistry()
-        self.registry.register(BrokerCollector(broker, connections, lambda: self.scrape_seconds))
+        self.registry.register(
+            BrokerCollector(broker, connections, lambda: self.scrape_seconds, latencies)
+        )
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)

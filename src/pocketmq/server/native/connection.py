@@ -34,6 +34,7 @@ from pocketmq.protocol import (
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
+from pocketmq.server.rpcstats import RpcLatency
 
 __all__ = ["Handler", "HandlerTable", "ServerConnection"]
 
@@ -43,6 +44,20 @@ Handler = Callable[
     ["ServerConnection", Any], "msgspec.Struct | Awaitable[msgspec.Struct | None] | None"
 ]
 HandlerTable = dict[int, Handler]
+
+
+def _wire_code(exc: PocketMQError) -> int:
+    """The response code an exception is answered with (see ``_respond_exception``)."""
+    return exc.wire_code if isinstance(exc, BrokerError) else Code.MESSAGE_ILLEGAL
+
+
+_REQUEST_NAMES: dict[int, str] = {code.value: code.name for code in RequestCode}
+_RESPONSE_NAMES: dict[int, str] = {code.value: code.name for code in Code}
+
+
+def _name(value: int, names: dict[int, str]) -> str:
+    """A code's name for metric labels (its number when unknown)."""
+    return names.get(value) or str(value)
 
 
 class ServerConnection(asyncio.Protocol):
@@ -60,8 +75,10 @@ class ServerConnection(asyncio.Protocol):
         budget: BufferBudget | None = None,
         clock: Callable[[], float] = time.monotonic,
         bad_input_log: RateLimitedLog | None = None,
+        latency: RpcLatency | None = None,
     ) -> None:
         self._handlers = handlers
+        self._latency = latency
         self._on_close = on_close
         self._tasks = tasks
         self.limits = limits or ConnectionLimits()
@@ -209,25 +226,39 @@ class ServerConnection(asyncio.Protocol):
                     request_id, Code.REQUEST_CODE_NOT_SUPPORTED, f"unsupported operation {code}"
                 )
             return
+        started = time.perf_counter()
         try:
             request = decode_body(body, request_type)
             result = handler(self, request)
         except PocketMQError as exc:
+            self._observe(code, _wire_code(exc), started)
             if not oneway:
                 self._respond_exception(request_id, exc)
             return
         except Exception as exc:
+            self._observe(code, Code.SYSTEM_ERROR, started)
             self._internal_error(code, exc)
             if not oneway:
                 self._respond_error(request_id, Code.SYSTEM_ERROR, f"internal error: {exc}")
             return
         if inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._finish(code, request_id, oneway, result))
+            task = asyncio.ensure_future(self._finish(code, request_id, oneway, result, started))
             self.inflight += 1
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
-        elif not oneway:
-            self._respond(request_id, Code.SUCCESS, result)
+        else:
+            self._observe(code, Code.SUCCESS, started)
+            if not oneway:
+                self._respond(request_id, Code.SUCCESS, result)
+
+    def _observe(self, code: int, response: int, started: float) -> None:
+        if self._latency is not None:
+            self._latency.observe(
+                "native",
+                _name(code, _REQUEST_NAMES),
+                _name(response, _RESPONSE_NAMES),
+                time.perf_counter() - started,
+            )
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.inflight -= 1
@@ -235,21 +266,29 @@ class ServerConnection(asyncio.Protocol):
         self._tasks.discard(task)
 
     async def _finish(
-        self, code: int, request_id: int, oneway: bool, pending: Awaitable[msgspec.Struct | None]
+        self,
+        code: int,
+        request_id: int,
+        oneway: bool,
+        pending: Awaitable[msgspec.Struct | None],
+        started: float,
     ) -> None:
         try:
             result = await pending
         except PocketMQError as exc:
+            self._observe(code, _wire_code(exc), started)
             if not oneway:
                 self._respond_exception(request_id, exc)
             return
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            self._observe(code, Code.SYSTEM_ERROR, started)
             self._internal_error(code, exc)
             if not oneway:
                 self._respond_error(request_id, Code.SYSTEM_ERROR, f"internal error: {exc}")
             return
+        self._observe(code, Code.SUCCESS, started)
         if not oneway:
             self._respond(request_id, Code.SUCCESS, result)
 

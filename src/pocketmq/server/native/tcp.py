@@ -31,6 +31,7 @@ from pocketmq.protocol.structs import ErrorBody
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
+from pocketmq.server.rpcstats import RpcLatency
 
 __all__ = ["FrameServer"]
 
@@ -90,6 +91,7 @@ class FrameServer:
         self.connections: set[ServerConnection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.refused = 0  # connections answered with an error and closed at accept
+        self.latency = RpcLatency()  # every connection's answers, for the metrics
         self.host = ""
         self.port = 0
 
@@ -241,6 +243,7 @@ class FrameServer:
             budget=self.budget,
             clock=self._clock,
             bad_input_log=self.log,
+            latency=self.latency,
         )
         self.connections.add(connection)
         return connection
