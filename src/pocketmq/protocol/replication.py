@@ -6,7 +6,7 @@ the MessagePack bodies of its requests and of the master's stream.
 
 from __future__ import annotations
 
-from pocketmq.protocol.structs import _Body
+from pocketmq.protocol.body import Body
 
 __all__ = [
     "HaAck",
@@ -19,14 +19,14 @@ __all__ = [
 ]
 
 
-class HaEpoch(_Body, frozen=True):
+class HaEpoch(Body, frozen=True):
     """A master term: its number and the log offset where it began."""
 
     number: int
     start: int
 
 
-class HaHello(_Body, frozen=True):
+class HaHello(Body, frozen=True):
     """A slave introduces itself: who it is, and how much log it holds of which terms."""
 
     group: str
@@ -37,7 +37,7 @@ class HaHello(_Body, frozen=True):
     epochs: list[HaEpoch]
 
 
-class HaHelloReply(_Body, frozen=True):
+class HaHelloReply(Body, frozen=True):
     """The master's answer: its identity, its terms, and where the slave's copy must go on."""
 
     cluster_id: str
@@ -46,7 +46,7 @@ class HaHelloReply(_Body, frozen=True):
     start: int  # the offset the stream begins at
 
 
-class HaData(_Body, frozen=True):
+class HaData(Body, frozen=True):
     """Raw commit-log bytes: whole records of one segment, at ``offset``; ``log_end`` is the
     master's end of log when it sent them (no data: a heartbeat of an idle link)."""
 
@@ -55,7 +55,7 @@ class HaData(_Body, frozen=True):
     log_end: int = 0
 
 
-class HaAck(_Body, frozen=True):
+class HaAck(Body, frozen=True):
     """How far the slave's log is written, and flushed; and whether it reaches the group's
     controller (0: no controller, 1: it does, 2: it does not; docs/replication.md §9)."""
 
@@ -64,13 +64,13 @@ class HaAck(_Body, frozen=True):
     controller: int = 0
 
 
-class HaMetadata(_Body, frozen=True):
+class HaMetadata(Body, frozen=True):
     """The master's state files by name (topics, groups, offsets, ...)."""
 
     files: dict[str, bytes]
 
 
-class HaOffsets(_Body, frozen=True):
+class HaOffsets(Body, frozen=True):
     """What consumers did on a slave: committed offsets keyed ``group@topic@queue``, and the
     slave's pop state (pop.json's format) when it served pops while the master was away."""
 

@@ -1,0 +1,206 @@
+"""Queries and administration: message lookups, the attempt history, browsing and redrive of
+dead letters, topics, groups, and the broker's status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pocketmq.protocol.body import Body
+from pocketmq.protocol.messages import DeliveredMessage
+
+__all__ = [
+    "AttemptRecord",
+    "BrokerStatusResponse",
+    "BrowseRequest",
+    "GroupSpec",
+    "ListGroupsResponse",
+    "ListTopicsResponse",
+    "MessageHistoryRequest",
+    "MessageHistoryResponse",
+    "NameRequest",
+    "QueryMessageRequest",
+    "QueryMessageResponse",
+    "QueueStatus",
+    "QueueStatusRequest",
+    "QueueStatusResponse",
+    "RedriveItem",
+    "RedriveRequest",
+    "RedriveResponse",
+    "ReportOutcomesRequest",
+    "TopicSpec",
+]
+
+
+class QueryMessageRequest(Body, frozen=True):
+    """Look up messages by id, or by topic and business key, through the store's index; paged with
+    ``skip`` so any number of matches fits in frames."""
+
+    message_id: str = ""
+    topic: str = ""
+    key: str = ""
+    max_count: int = 32
+    skip: int = 0  # results already received (the next page starts after them)
+
+
+class QueryMessageResponse(Body, frozen=True):
+    """One page of matches (also BROWSE's answer); ``more`` says the page was cut to fit a frame."""
+
+    messages: list[DeliveredMessage]
+    more: bool = False  # cut to fit a frame: ask again with skip += len(messages)
+
+
+class MessageHistoryRequest(Body, frozen=True):
+    """Asks for every delivery attempt of one message (``pocketmq message history``)."""
+
+    message_id: str
+
+
+class AttemptRecord(Body, frozen=True):
+    """One delivery attempt as the attempt history keeps it: who got the message, when, and how it
+    ended, so an operator can see why a message was retried or dead-lettered."""
+
+    message_id: str
+    group: str
+    topic: str
+    attempt: int
+    consumer: str
+    outcome: str
+    error: str
+    delivered_at: int
+    finished_at: int
+    message_group: str = ""
+
+
+class MessageHistoryResponse(Body, frozen=True):
+    """The attempts recorded for a message, oldest first."""
+
+    attempts: list[AttemptRecord]
+
+
+class ReportOutcomesRequest(Body, frozen=True):
+    """Push consumers report the attempts that succeeded (one-way, batched): pull mode has no ack,
+    so the history would otherwise only know the failures."""
+
+    group: str
+    consumer: str
+    attempts: list[AttemptRecord]
+
+
+class BrowseRequest(Body, frozen=True):
+    """Read any topic from an offset without consuming it and without a group (operators, exports):
+    dead-letter topics and the internal ledgers too."""
+
+    topic: str
+    queue_id: int = 0
+    offset: int = 0
+    max_count: int = 32
+
+
+class RedriveRequest(Body, frozen=True):
+    """Resend dead letters of a group, named by their DLQ offsets, to their origin topic or the
+    group's retry topic."""
+
+    group: str
+    dlq_offsets: list[int]
+    target: str = "origin"  # origin | retry
+    operator: str = ""
+
+
+class RedriveItem(Body, frozen=True):
+    """What happened to one dead letter of a redrive, so a redrive interrupted half-way can be run
+    again and resends only what it had not."""
+
+    dlq_offset: int
+    message_id: str
+    status: str  # resent | already | missing | failed: ...
+    topic: str = ""
+    queue_id: int = -1
+    queue_offset: int = -1
+
+
+class RedriveResponse(Body, frozen=True):
+    """One item per offset asked for; ``already_redriven`` lists offsets an earlier redrive had
+    resent."""
+
+    items: list[RedriveItem]
+    already_redriven: list[int] = []
+
+
+class TopicSpec(Body, frozen=True):
+    """A topic's definition, as created and listed, and as a broker registers it with the name
+    server."""
+
+    name: str
+    queues: int = 8
+    topic_type: str = "normal"  # normal | fifo | delay | transaction
+    perm: int = 6  # 4 read + 2 write
+
+
+class GroupSpec(Body, frozen=True):
+    """A consumer group's definition: its consumption mode, retry policy (delays in ms on the wire)
+    and where a new group starts."""
+
+    name: str
+    fifo: bool = False
+    max_retries: int = 16
+    retry_delays_ms: list[int] = []  # customized policy; empty = the default delay levels
+    broadcast: bool = False
+    consume_from: str = "first"  # first | last
+    retry_initial_ms: int = 0  # > 0: exponential policy
+    retry_multiplier: float = 2.0
+    retry_max_ms: int = 0
+
+
+class NameRequest(Body, frozen=True):
+    """Names the topic or group to delete."""
+
+    name: str
+
+
+class ListTopicsResponse(Body, frozen=True):
+    """Every topic of the broker."""
+
+    topics: list[TopicSpec]
+
+
+class ListGroupsResponse(Body, frozen=True):
+    """Every consumer group of the broker."""
+
+    groups: list[GroupSpec]
+
+
+class BrokerStatusResponse(Body, frozen=True):
+    """The broker's counters and store statistics (``pocketmq broker status``, benchmarks): a
+    snapshot, not a stream."""
+
+    broker_name: str
+    version: str
+    counters: dict[str, int]
+    store: dict[str, Any]
+    replication: dict[str, Any] = {}
+
+
+class QueueStatusRequest(Body, frozen=True):
+    """Asks for a topic's queue offsets, with a group's committed offsets when ``group`` is set: how
+    far behind a group is."""
+
+    topic: str
+    group: str = ""
+
+
+class QueueStatus(Body, frozen=True):
+    """One queue's retained range and, with a group, its committed offset (-1: none)."""
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    committed_offset: int = -1
+
+
+class QueueStatusResponse(Body, frozen=True):
+    """The status of every queue of a topic on this broker."""
+
+    topic: str
+    broker_name: str
+    queues: list[QueueStatus]

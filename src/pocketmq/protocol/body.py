@@ -1,0 +1,60 @@
+"""The base of every native-protocol body, and how bodies are encoded and decoded.
+
+Structures are frozen and encoded as MessagePack arrays (``array_like``): compact, fast, and
+validated on decode — a wrong type is a :class:`~pocketmq.errors.ProtocolError` naming the field,
+never a half-built request. New fields go at the end with a default so older peers keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from pocketmq.errors import ProtocolError
+
+__all__ = ["Body", "Empty", "ErrorBody", "decode_body", "encode_body"]
+
+
+class Body(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """The base of the request and response bodies (module doc)."""
+
+
+class Empty(Body, frozen=True):
+    """The body of a request that needs no arguments (listing topics, groups, brokers, the broker's
+    status) and of a plain "ok" response."""
+
+
+class ErrorBody(Body, frozen=True):
+    """What a response with a result code other than SUCCESS carries: the reason in words, for the
+    error the client raises."""
+
+    remark: str = ""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
+
+
+def encode_body(body: msgspec.Struct) -> bytes:
+    """Encode a request or response body for a frame (MessagePack array, the structures' declaration
+    order)."""
+    return _encoder.encode(body)
+
+
+T = TypeVar("T")
+
+
+def decode_body(data: bytes, kind: type[T]) -> T:
+    """Decode ``data`` as ``kind``; a mismatch is a :class:`ProtocolError` that names the field."""
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.msgpack.Decoder(kind)
+    try:
+        return decoder.decode(data)  # type: ignore[no-any-return]
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"invalid {kind.__name__}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"malformed {kind.__name__} body: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"invalid {kind.__name__}: a string is not UTF-8 ({exc})") from None

@@ -1,0 +1,88 @@
+"""Handshake and membership: the first frame of a connection, heartbeats, and the
+members of a consumer group (what each push consumer rebalances with).
+"""
+
+from __future__ import annotations
+
+from pocketmq.protocol.body import Body
+
+__all__ = [
+    "ConsumerRegistration",
+    "ConsumersChangedNotice",
+    "GetConsumersRequest",
+    "GetConsumersResponse",
+    "HeartbeatRequest",
+    "HelloRequest",
+    "HelloResponse",
+    "UnregisterRequest",
+]
+
+
+class HelloRequest(Body, frozen=True):
+    """The first frame of every connection: the protocol version to check, and who the client is
+    (its id names it in consumer groups and locks)."""
+
+    protocol_version: int
+    client_id: str
+    client_version: str = ""
+    language: str = "python"
+
+
+class HelloResponse(Body, frozen=True):
+    """The server's identity and its limits, so a client sizes its batches to what the server
+    accepts and closes an idle connection before the server does."""
+
+    protocol_version: int
+    server_version: str
+    server_name: str
+    role: str  # "broker" | "namesrv"
+    max_frame_body: int
+    max_message_size: int
+    # the server closes a connection idle this long (0: never); clients close theirs sooner
+    idle_timeout_ms: int = 0
+
+
+class ConsumerRegistration(Body, frozen=True):
+    """One consumer group a client is a member of, with its subscriptions: what rebalancing and the
+    retry topic subscription are computed from."""
+
+    group: str
+    model: str  # "clustering" | "broadcasting"
+    subscriptions: dict[str, str]  # topic -> filter expression
+
+
+class HeartbeatRequest(Body, frozen=True):
+    """Sent every 10 s: keeps the client's consumer memberships and its producer groups (which
+    answer transaction checks) alive on the broker."""
+
+    client_id: str
+    producer_groups: list[str] = []
+    consumers: list[ConsumerRegistration] = []
+
+
+class UnregisterRequest(Body, frozen=True):
+    """A client leaving (all its groups, or the named ones), so its queues move to the other members
+    at once instead of after the heartbeat expiry."""
+
+    client_id: str
+    groups: list[str] = []
+
+
+class GetConsumersRequest(Body, frozen=True):
+    """Asks for a group's members: each push consumer computes its own share of the queues from the
+    same sorted list."""
+
+    group: str
+
+
+class GetConsumersResponse(Body, frozen=True):
+    """The client ids of a group's live members."""
+
+    client_ids: list[str]
+
+
+class ConsumersChangedNotice(Body, frozen=True):
+    """Broker → consumer (one-way): the group's membership changed, rebalance now rather than at the
+    next periodic rebalance."""
+
+    group: str
