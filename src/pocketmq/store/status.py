@@ -1,14 +1,16 @@
-"""Outcomes of store operations as enums, not exceptions.
+"""Outcomes of store operations as enums, not exceptions, and the store's reports of itself.
 
 A full disk or an oversize message is an expected answer the broker passes on to a client; only
-corruption and bugs raise.
+corruption and bugs raise. :class:`StoreStatistics` and :class:`RetentionReport` are what the store
+says of its state (``pocketmq broker status``, metrics) and of a retention pass.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
-__all__ = ["GetStatus", "PutStatus"]
+__all__ = ["GetStatus", "PutStatus", "RetentionReport", "StoreStatistics"]
 
 
 class PutStatus(enum.Enum):
@@ -47,3 +49,34 @@ class GetStatus(enum.Enum):
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
     MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreStatistics:
+    """A snapshot of the store's counters."""
+
+    messages_put: int
+    bytes_put: int
+    put_failures: int
+    write_position: int
+    flushed_position: int
+    min_physical_offset: int
+    segments: int
+    queues: int
+    fsyncs: int
+    fsync_seconds: float
+    recovered_truncated_bytes: int
+    flush_mode: str
+    quarantined_ranges: int
+    damaged_records_read: int
+    open_queue_files: int
+    failure: str
+    """Why the store stopped accepting writes ("" while it accepts them)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetentionReport:
+    """What one retention pass removed, for the log line and the tests."""
+
+    segments_deleted: int
+    min_physical_offset: int

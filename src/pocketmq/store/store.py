@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import msgspec
 
@@ -49,46 +48,15 @@ from pocketmq.store.record import (
 )
 from pocketmq.store.recovery import Recovery, RecoveryReport, set_aside
 from pocketmq.store.replica import ReplicaError, ReplicaWriter
-from pocketmq.store.status import PutStatus
+from pocketmq.store.status import PutStatus, RetentionReport, StoreStatistics
 from pocketmq.store.writer import Writer
 
-__all__ = ["MessageStore", "RetentionReport", "StoreStatistics"]
+__all__ = ["MessageStore", "RetentionReport", "StoreStatistics"]  # the last two: status.py
 
 log = logging.getLogger("pocketmq.store")
 
 _MAX_QUEUE_ID = 2**31 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StoreStatistics:
-    """A snapshot of the store's counters."""
-
-    messages_put: int
-    bytes_put: int
-    put_failures: int
-    write_position: int
-    flushed_position: int
-    min_physical_offset: int
-    segments: int
-    queues: int
-    fsyncs: int
-    fsync_seconds: float
-    recovered_truncated_bytes: int
-    flush_mode: str
-    quarantined_ranges: int
-    damaged_records_read: int
-    open_queue_files: int
-    failure: str
-    """Why the store stopped accepting writes ("" while it accepts them)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RetentionReport:
-    """What one retention pass removed, for the log line and the tests."""
-
-    segments_deleted: int
-    min_physical_offset: int
 
 
 class MessageStore:
