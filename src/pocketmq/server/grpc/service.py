@@ -40,7 +40,6 @@ from pocketmq.server.grpc.pb import (
     ClientType,
     FilterType,
     MessageType,
-    Permission,
     QueryOffsetPolicy,
     TransactionResolution,
     TransactionSource,
@@ -49,6 +48,12 @@ from pocketmq.server.grpc.pb import (
     s,
 )
 from pocketmq.server.grpc.pb import Code as V2Code
+from pocketmq.server.grpc.routing import (
+    PERMISSION,
+    grpc_addresses,
+    masterless_write,
+    message_queues,
+)
 from pocketmq.server.grpc.sessions import Sessions, transaction_check_command
 from pocketmq.server.grpc.settings import (
     CONSUMER_TYPES,
@@ -68,12 +73,6 @@ C = V2Code
 MT = MessageType
 RouteSource = Callable[[str], Awaitable[w.RouteResponse]]
 
-_PERMISSION: Final = {
-    6: Permission.READ_WRITE,
-    4: Permission.READ,
-    2: Permission.WRITE,
-    0: Permission.NONE,
-}
 _NO_MESSAGE: Final = status(C.MESSAGE_NOT_FOUND, "no new message")
 _DEADLINE_MARGIN: Final = 0.5  # answer a long poll this long before the client's deadline
 _CLIENT_ID: Final = "x-mq-client-id"
@@ -101,16 +100,6 @@ def _host_port(host: str) -> str:
     if host.count(":") > 1 and not host.startswith("["):  # bare IPv6
         return f"[{host}]:0"
     return host if ":" in host else f"{host}:0"
-
-
-def grpc_addresses(route: w.RouteResponse) -> dict[str, str]:
-    """Each group's gRPC endpoint: the first broker the route lists with one (the master
-    while the group has one, else a slave serving reads: docs/replication.md §5)."""
-    addresses: dict[str, str] = {}
-    for broker in route.brokers:
-        if broker.grpc_address:
-            addresses.setdefault(broker.name, broker.grpc_address)
-    return addresses
 
 
 class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -142,44 +131,15 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         try:
             topic = request.topic.name
             route = await self._routes(topic)
-            queues = self._queues(route, request.topic.resource_namespace)
+            own = self._broker.name
+            config = self._broker.topics.get(topic)
+            own_write = masterless_write(route, own, config.perm if config is not None else None)
+            queues = message_queues(route, request.topic.resource_namespace, own, own_write)
             if not queues:
                 raise V2Error(C.TOPIC_NOT_FOUND, f"no broker serves topic {topic!r} over gRPC")
             return s.QueryRouteResponse(status=OK, message_queues=queues)
         except Exception as exc:
             return s.QueryRouteResponse(status=error_status(exc, "QueryRoute"))
-
-    def _queues(self, route: w.RouteResponse, namespace: str) -> list[Any]:
-        addresses = grpc_addresses(route)
-        accepted = ACCEPTED_TYPES.get(route.topic_type, (MT.NORMAL,))
-        resource = {"name": route.topic, "resource_namespace": namespace}
-        masterless = self._masterless_own_group(route)
-        return [
-            d.MessageQueue(
-                topic=resource,
-                id=queue.queue_id,
-                permission=_PERMISSION[(queue.perm | masterless) & 6]
-                if queue.broker_name == self._broker.name
-                else _PERMISSION[queue.perm & 6],
-                broker={"name": queue.broker_name, "id": 0, "endpoints": endpoints(address)},
-                accept_message_types=accepted,
-            )
-            for queue in route.queues
-            if (address := addresses.get(queue.broker_name))
-        ]
-
-    def _masterless_own_group(self, route: w.RouteResponse) -> int:
-        """The write permission this broker's own group had before the name server dropped it
-        for want of a live master (0 otherwise). While a failover is under way the official
-        clients keep the group's queues writable, pointed at this broker: their sends are
-        refused until it is promoted, then go through without a route refresh (they refresh
-        every 30 s at best, and a read-only route read in those seconds would strand them;
-        docs/replication.md §9)."""
-        own = self._broker.name
-        if any(b.name == own and b.role == "master" for b in route.brokers):
-            return 0
-        config = self._broker.topics.get(route.topic)
-        return config.perm & 2 if config is not None else 0
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
         """One assignment per broker holding readable queues of the topic (queue id -1): the
@@ -200,7 +160,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                     "message_queue": {
                         "topic": resource,
                         "id": -1,
-                        "permission": _PERMISSION[perm & 6],
+                        "permission": PERMISSION[perm & 6],
                         "broker": {"name": name, "id": 0, "endpoints": endpoints(address)},
                         "accept_message_types": accepted,
                     }
