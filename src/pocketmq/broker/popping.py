@@ -236,14 +236,8 @@ class PopPath(BrokerPart):
                     group.name, topic, queue_id, offset, state, message, entry
                 )
                 continue
-            attempt = entry.attempt + 1
-            token = state.hand_out(
-                offset, attempt, now + invisible, consumer, now, "", message.message_id
-            )
-            out.append(
-                self._deliver(
-                    message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
-                )
+            self._hand_out(
+                out, state, queue_id, offset, message, entry.attempt + 1, now, invisible, consumer
             )
 
     def _deliver_new(
@@ -272,15 +266,8 @@ class PopPath(BrokerPart):
                 return
             offset = message.queue_offset
             attempt = message.reconsume_times + 1
-            token = state.hand_out(
-                offset, attempt, now + invisible, consumer, now, "", message.message_id
-            )
+            self._hand_out(out, state, queue_id, offset, message, attempt, now, invisible, consumer)
             state.next_offset = offset + 1
-            out.append(
-                self._deliver(
-                    message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
-                )
-            )
         if got.status in (
             GetStatus.FOUND,
             GetStatus.NO_MATCHED_MESSAGE,
@@ -330,13 +317,8 @@ class PopPath(BrokerPart):
             else:
                 del state.parked[offset]
                 attempt = message.reconsume_times + 1
-            token = state.hand_out(
-                offset, attempt, now + invisible, consumer, now, key, message.message_id
-            )
-            out.append(
-                self._deliver(
-                    message, attempt=attempt, handle=Handle(queue_id, offset, token).encode()
-                )
+            self._hand_out(
+                out, state, queue_id, offset, message, attempt, now, invisible, consumer, key
             )
         # 2. new messages: hand out those of idle groups, park those of busy ones
         while (
@@ -362,18 +344,41 @@ class PopPath(BrokerPart):
                     busy.add(key)  # keep the group's later messages behind this one
                 else:
                     attempt = message.reconsume_times + 1
-                    token = state.hand_out(
-                        offset, attempt, now + invisible, consumer, now, key, message.message_id
-                    )
-                    out.append(
-                        self._deliver(
-                            message,
-                            attempt=attempt,
-                            handle=Handle(queue_id, offset, token).encode(),
-                        )
+                    self._hand_out(
+                        out,
+                        state,
+                        queue_id,
+                        offset,
+                        message,
+                        attempt,
+                        now,
+                        invisible,
+                        consumer,
+                        key,
                     )
                 state.next_offset = offset + 1
             state.skip_to(got.next_offset)
+
+    def _hand_out(
+        self,
+        out: PopBatch,
+        state: PopQueue,
+        queue_id: int,
+        offset: int,
+        message: StoredMessage,
+        attempt: int,
+        now: float,
+        invisible: float,
+        consumer: str,
+        message_group: str = "",
+    ) -> None:
+        """Put ``message`` in flight until ``now + invisible`` and add it to the batch with the
+        receipt handle that names it (every pop path hands out through here)."""
+        token = state.hand_out(
+            offset, attempt, now + invisible, consumer, now, message_group, message.message_id
+        )
+        handle = Handle(queue_id, offset, token).encode()
+        out.append(self._deliver(message, attempt=attempt, handle=handle))
 
     def _next_expiry(self, group: str, topic: TopicConfig) -> float | None:
         times = []
