@@ -50,10 +50,3 @@ class QueueLocks:
         """Drop every lock of a client that left, so its queues move at once."""
         for key in [k for k, (owner, _) in self._owners.items() if owner == client_id]:
             del self._owners[key]
-
-    def owner(self, group: str, topic: str, queue_id: int) -> str | None:
-        """The client holding a queue's lock now, or None when it is free or expired."""
-        owner = self._owners.get((group, topic, queue_id))
-        if owner is None or owner[1] <= self._clock():
-            return None
-        return owner[0]

@@ -120,11 +120,6 @@ class OffsetManager:
         found = [o for (g, t, q), o in self._offsets.items() if t == topic and q == queue_id]
         return min(found) if found else -1
 
-    def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Set an offset to ``offset`` even backwards, for an operator's reset."""
-        self._offsets[(group, topic, queue_id)] = offset
-        self._dirty = True
-
     def forget_group(self, group: str) -> None:
         """Drop a deleted group's offsets."""
         for key in [k for k in self._offsets if k[0] == group]:

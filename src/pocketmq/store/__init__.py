@@ -14,7 +14,6 @@ from pocketmq.store.record import (
     compute_tag_code,
     pack_host,
     unpack_host,
-    valid_topic,
 )
 from pocketmq.store.status import GetStatus, PutStatus
 from pocketmq.store.store import MessageStore, RetentionReport, StoreStatistics
@@ -40,5 +39,4 @@ __all__ = [
     "faults",
     "pack_host",
     "unpack_host",
-    "valid_topic",
 ]

@@ -8,7 +8,6 @@ own physical offset, so a torn or misplaced record is never mistaken for a messa
 from __future__ import annotations
 
 import ipaddress
-import re
 import struct
 import zlib
 from typing import Any, Final, NamedTuple
@@ -36,7 +35,6 @@ __all__ = [
     "peek_record_size",
     "skim_record",
     "unpack_host",
-    "valid_topic",
 ]
 
 MAGIC: Final = 0x504D5101
@@ -60,7 +58,6 @@ _TAIL: Final = struct.Struct("<IIQQQQ18s18sIQQ")
 _HEADER: Final = struct.Struct("<IIIIIQQQQ18s18sIQQ")
 _U16: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
-_TOPIC_RE: Final = re.compile(r"[A-Za-z0-9_%|\-]{1,127}")
 _NO_HOST: Final = b"\x00" * 18
 
 _encode_props = msgspec.msgpack.Encoder().encode
@@ -77,11 +74,6 @@ class RecordError(ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def valid_topic(topic: str) -> bool:
-    """Whether ``topic`` fits a record's topic field (1-127 characters of the storable alphabet)."""
-    return _TOPIC_RE.fullmatch(topic) is not None
 
 
 def compute_tag_code(tag: str | None) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from pocketmq.names import is_storable_topic
 from pocketmq.store import faults
 from pocketmq.store.checkpoint import (
     Checkpoint,
@@ -44,7 +45,6 @@ from pocketmq.store.quarantine import Quarantine, QuarantinedRange
 from pocketmq.store.reader import Reader
 from pocketmq.store.record import (
     TOMBSTONE_TOPIC,
-    valid_topic,
 )
 from pocketmq.store.recovery import Recovery, RecoveryReport, set_aside
 from pocketmq.store.replica import ReplicaError, ReplicaWriter
@@ -493,7 +493,7 @@ class MessageStore:
         after a crash that lost a queue's tail, new messages must not reuse offsets consumers
         moved past (they would never see them). Returns the number of holes written.
         """
-        if not valid_topic(topic) or not 0 <= queue_id <= _MAX_QUEUE_ID:
+        if not is_storable_topic(topic) or not 0 <= queue_id <= _MAX_QUEUE_ID:
             return 0
         with self._lock:
             queue = self._queue(topic, queue_id)

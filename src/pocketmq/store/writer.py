@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from pocketmq.names import is_storable_topic
 from pocketmq.store.commitlog import Segment
 from pocketmq.store.consumequeue import ENTRY, ConsumeQueue
 from pocketmq.store.files import SyncError
@@ -37,7 +38,6 @@ from pocketmq.store.record import (
     encode_record_fast,
     pack_host,
     topic_block,
-    valid_topic,
 )
 from pocketmq.store.status import PutStatus
 
@@ -339,7 +339,7 @@ class Writer:
         encode half-way through a batch must not leave the others with reused offsets)."""
         topic = message.topic
         if topic not in self._valid_topics:
-            if not isinstance(topic, str) or not valid_topic(topic):
+            if not isinstance(topic, str) or not is_storable_topic(topic):
                 return PutResult(
                     status=PutStatus.MESSAGE_ILLEGAL,
                     reason=f"topic {topic!r} must be 1-127 characters of [A-Za-z0-9_%|-]",
