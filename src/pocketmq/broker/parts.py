@@ -271,19 +271,21 @@ class BrokerPart:
         assert self._shared.replication is not None
         return self._shared.replication
 
+    async def _flushed(self, end: int) -> bool:
+        """Wait for the sync flush to pass log offset ``end`` (counted for flow control, which
+        refuses sends while too many wait); False when it did not in time or failed."""
+        self.flow.pending_flushes += 1
+        try:
+            return await self._durability.wait(end)
+        finally:
+            self.flow.pending_flushes -= 1
+
     async def _await_durable(self, results: list[PutResult]) -> None:
         """Internal appends wait for a sync flush (not for a slave: docs/replication.md §3)."""
         if not self._sync_flush:
             return
         end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
-        if not end:
-            return
-        self.flow.pending_flushes += 1
-        try:
-            durable = await self._durability.wait(end)
-        finally:
-            self.flow.pending_flushes -= 1
-        if not durable:
+        if end and not await self._flushed(end):
             results[:] = self.store.not_durable(results)
 
     async def append_internal(self, messages: list[StoreMessage]) -> list[PutResult]:

@@ -16,6 +16,7 @@ from pocketmq.errors import (
     InvalidArgumentError,
 )
 from pocketmq.store import (
+    GetResult,
     GetStatus,
 )
 
@@ -38,22 +39,32 @@ class PullPath(BrokerPart):
         expression: str = "*",
     ) -> PullOutcome | None:
         """A pull answered without waiting, or None when it would wait for new messages."""
-        self._group(group)
-        config = self._readable_topic(topic, group)
-        if not 0 <= queue_id < config.queues:
-            raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
-        tags = parse_tag_expression(expression)
+        tags = self._check_pull(group, topic, queue_id, expression)
         got = self.store.get_messages(
             topic, queue_id, offset, max_count=max(1, min(max_count, 1024)), tags=tags
         )
         if got.status is GetStatus.FOUND:
-            delivered = [self._deliver(m) for m in got.messages]
-            self.counters["messages_out"] += len(delivered)
-            self.traffic.delivered(group, delivered)
-            return PullOutcome(
-                PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
-            )
+            return self._found(group, got)
         return None
+
+    def _check_pull(
+        self, group: str, topic: str, queue_id: int, expression: str
+    ) -> frozenset[str] | None:
+        """The group exists and may read the topic, the queue exists; the parsed tag filter."""
+        self._group(group)
+        config = self._readable_topic(topic, group)
+        if not 0 <= queue_id < config.queues:
+            raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
+        return parse_tag_expression(expression)
+
+    def _found(self, group: str, got: GetResult) -> PullOutcome:
+        """Messages were read: deliver them and count them."""
+        delivered = [self._deliver(m) for m in got.messages]
+        self.counters["messages_out"] += len(delivered)
+        self.traffic.delivered(group, delivered)
+        return PullOutcome(
+            PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
+        )
 
     async def pull(
         self,
@@ -68,23 +79,14 @@ class PullPath(BrokerPart):
     ) -> PullOutcome:
         """A pull that long-polls up to ``max_wait`` for its queue when nothing is there yet (4.x
         push consumers)."""
-        self._group(group)
-        config = self._readable_topic(topic, group)
-        if not 0 <= queue_id < config.queues:
-            raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
-        tags = parse_tag_expression(expression)
+        tags = self._check_pull(group, topic, queue_id, expression)
         max_count = max(1, min(max_count, 1024))
         deadline = self._clock() + min(max_wait, self.config.max_long_poll)
         while True:
             got = self.store.get_messages(topic, queue_id, offset, max_count=max_count, tags=tags)
             status = got.status
             if status is GetStatus.FOUND:
-                delivered = [self._deliver(m) for m in got.messages]
-                self.counters["messages_out"] += len(delivered)
-                self.traffic.delivered(group, delivered)
-                return PullOutcome(
-                    PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
-                )
+                return self._found(group, got)
             waiting = status is GetStatus.OFFSET_OVERFLOW_ONE or (
                 status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
             )

@@ -148,16 +148,10 @@ class SendPath(BrokerPart):
         the weaker outcome: FLUSH_DISK_TIMEOUT (stored, not yet known durable), STORAGE_FAILED
         (the fsync failed), SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT (on the master only)."""
         weaker: tuple[Code, str] | None = None
-        if self._sync_flush:
-            self.flow.pending_flushes += 1
-            try:
-                durable = await self._durability.wait(end)
-            finally:
-                self.flow.pending_flushes -= 1
-            if not durable:
-                weaker = (Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed")
-                if self.store.failure:  # fsync failed: maybe not stored (docs/storage-format.md §5)
-                    weaker = (Code.STORAGE_FAILED, self.store.failure)
+        if self._sync_flush and not await self._flushed(end):
+            weaker = (Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed")
+            if self.store.failure:  # fsync failed: maybe not stored (docs/storage-format.md §5)
+                weaker = (Code.STORAGE_FAILED, self.store.failure)
         if weaker is None:
             outcome = await self.replication.wait(end)
             if outcome is ReplicaOutcome.SLAVE_NOT_AVAILABLE:
