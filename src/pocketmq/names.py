@@ -12,6 +12,7 @@ sending anything, so a typo fails at once with :class:`~pocketmq.errors.InvalidA
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -43,7 +44,13 @@ _ALPHABET: Final = "letters, digits, '_', '-', '|' or '%'"
 
 def is_storable_topic(name: object) -> bool:
     """Whether the store can keep records under ``name`` (system topics included)."""
-    return isinstance(name, str) and _STORED.fullmatch(name) is not None
+    return isinstance(name, str) and _storable(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _storable(name: str) -> bool:
+    # every send checks its topic: remembered, the answer costs a dictionary lookup
+    return _STORED.fullmatch(name) is not None
 
 
 def validate_stored_topic(name: object) -> None:

@@ -35,7 +35,10 @@ class PutStatus(enum.Enum):
     @property
     def stored(self) -> bool:
         """Whether the message is in the log (a flush timeout still stored it)."""
-        return self in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+        return self in _STORED
+
+
+_STORED: frozenset[PutStatus] = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT})
 
 
 class GetStatus(enum.Enum):
