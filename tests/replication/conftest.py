@@ -86,8 +86,15 @@ class Group:
         return [self.master, *self.slaves]
 
     def stop(self) -> None:
+        """Stop every member, even when stopping one of them fails (no process left behind)."""
+        errors = []
         for broker in self.members:
-            broker.stop()
+            try:
+                broker.stop()
+            except Exception as exc:  # reported once the others are stopped
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 @pytest.fixture

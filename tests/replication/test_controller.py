@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from pocketmq.client import Admin
+from pocketmq import ConsumeStatus, MessageView
+from pocketmq.client import Admin, PushConsumer
 from pocketmq.errors import Code, PocketMQError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -74,17 +75,28 @@ async def _isr_has(master: BrokerProcess, size: int) -> bool:
     "kills", [2, pytest.param(10, marks=[pytest.mark.slow, pytest.mark.timeout(600)])]
 )
 async def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowledged_message(
-    make_group: Any, etcd: Any, kills: int
+    etcd: Any, make_group: Any, kills: int
 ) -> None:
-    """SIGKILL the master under SYNC replication and traffic, ``kills`` times: a slave is master
-    within 10 s each time (the default timings), the producer carries on without a restart,
-    and every message acknowledged OK is on the last master."""
+    """SIGKILL the master under SYNC replication, ``kills`` times, while a producer and a push
+    consumer run: a slave is master within 10 s each time (the default timings), neither client
+    is restarted, every message acknowledged OK is on the last master, and the consumer receives
+    every one of them (at least once)."""
     group = make_group("sync", controller=etcd.url)
     members = group.members
     master = group.master
     await setup_topic(master.address)
+    async with Admin(servers=master.address) as admin:
+        await admin.create_group("watchers")
     await caught_up(master, group.slaves[0])
     await _wait_in_sync(master, 2)
+    received: set[bytes] = set()
+
+    def listener(messages: list[MessageView]) -> ConsumeStatus:
+        received.update(m.body for m in messages)
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer("watchers", "T", listener, servers=group.namesrv.address)
+    await consumer.start()
     traffic = Traffic(group.namesrv.address)
     traffic.start()
     seconds: list[float] = []
@@ -103,6 +115,11 @@ async def test_a_killed_master_is_replaced_within_seconds_and_loses_no_acknowled
             master = successor
     finally:
         await traffic.stop()
+    try:
+        confirmed = traffic.confirmed()
+        await eventually(lambda: confirmed <= received, timeout=60)
+    finally:
+        await consumer.aclose()
     print(
         f"failover after SIGKILL over {len(seconds)} kills: p50 {statistics.median(seconds):.2f} s,"
         f" max {max(seconds):.2f} s"
@@ -178,7 +195,7 @@ class DirectWriter:
 
 
 async def test_a_master_cut_off_from_etcd_stops_writing_before_another_becomes_master(
-    make_group: Any, etcd: Any, link_proxy: Any
+    etcd: Any, make_group: Any, link_proxy: Any
 ) -> None:
     """The master reaches etcd through a proxy that the test freezes; its clients and its slave
     still reach it. It refuses writes before the slave is elected: every acknowledgement of
@@ -216,7 +233,7 @@ async def test_a_master_cut_off_from_etcd_stops_writing_before_another_becomes_m
 
 
 async def test_with_etcd_down_the_master_keeps_serving_and_nobody_is_elected(
-    make_group: Any, etcd: Any
+    etcd: Any, make_group: Any
 ) -> None:
     group = make_group("sync", controller=etcd.url)
     master, slave = group.master, group.slaves[0]
@@ -257,7 +274,7 @@ async def _controller_state(broker: BrokerProcess, state: str) -> bool:
     "events", [6, pytest.param(50, marks=[pytest.mark.slow, pytest.mark.timeout(900)])]
 )
 async def test_random_kills_and_restarts_leave_one_master_and_every_acknowledged_message(
-    make_group: Any, etcd: Any, events: int
+    etcd: Any, make_group: Any, events: int
 ) -> None:
     """Kill a random member, restart it after a random pause, ``events`` times, under
     traffic; at the end the group has one master that holds every message acknowledged OK."""

@@ -75,7 +75,7 @@ def test_official_producer_acknowledgements_survive_a_killed_master(make_group: 
 
 
 def test_official_producer_carries_on_after_an_automatic_failover(
-    make_group: Any, etcd: Any
+    etcd: Any, make_group: Any
 ) -> None:
     """With ``--controller``, nobody runs a promotion: the official producer, never restarted and
     connected to the slave's endpoint, sends again once the slave is elected (the slave keeps its
