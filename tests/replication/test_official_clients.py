@@ -11,7 +11,7 @@ import pytest
 
 from pocketmq.client.sync import SyncAdmin
 
-from ..grpc.conftest import OfficialClients, message
+from ..grpc.conftest import CollectingListener, OfficialClients, message
 from ..integration.conftest import eventually
 from .conftest import status
 
@@ -80,15 +80,19 @@ def test_official_producer_carries_on_after_an_automatic_failover(
     """With ``--controller``, nobody runs a promotion: the official producer, never restarted and
     connected to the slave's endpoint, sends again once the slave is elected (the slave keeps its
     masterless group's queues writable in the routes it gives out); every send it was told
-    succeeded is on the new master."""
+    succeeded is on the new master, and an official push consumer running all along receives
+    every one of them."""
     group = make_group("sync", grpc=True, controller=etcd.url)
     master, slave = group.master, group.slaves[0]
     with SyncAdmin(servers=master.address) as admin:
         admin.create_topic("T", queues=4)
+        admin.create_group("watchers")
     asyncio.run(eventually(lambda: _in_sync_set_of(master, 2), timeout=30))
     clients = OfficialClients(slave.grpc)
     acked: list[tuple[float, bytes]] = []
+    listener = CollectingListener()
     try:
+        clients.push("watchers", "T", listener)  # an official consumer through the failover too
         producer = clients.producer("T")
         started = time.monotonic()
         number = 0
@@ -120,9 +124,15 @@ def test_official_producer_carries_on_after_an_automatic_failover(
                 time.sleep(0.2)
                 continue
             acked.append((time.monotonic(), body))
+        sent = {body for _, body in acked}
+        deadline = time.monotonic() + 60
+        while not sent <= set(listener.bodies()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        missing = sent - set(listener.bodies())
     finally:
         clients.shutdown_all()
     assert elected_at, "the slave was not elected"
+    assert not missing, f"the official push consumer never received {len(missing)} messages"
     resumed = [at for at, _ in acked if at > killed_at]
     assert resumed, "the official producer never sent again after the failover"
     print(
