@@ -18,7 +18,7 @@ from rich.table import Table
 
 from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors, message_json
-from pocketmq.client import Admin, DeadLetter, RedriveReport
+from pocketmq.client import Admin, DeadLetter, MessageView, RedriveReport
 from pocketmq.client.sync import SyncAdmin
 
 __all__ = ["DeadLetterFilter"]
@@ -93,17 +93,22 @@ def message_show(message_id: str, as_json: bool, server: str) -> None:
         copies = admin.run(lambda a: a.query_message(message_id))
     if not copies:
         raise click.ClickException(f"no message {message_id} on any broker")
-    for copy in copies:
+    _print_messages(copies, as_json)
+
+
+def _print_messages(messages: list[MessageView], as_json: bool, *, with_id: bool = False) -> None:
+    """One line per message: JSON (cli.md), or where it is, when, and the start of its body."""
+    for copy in messages:
         if as_json:
             click.echo(json.dumps(message_json(copy), ensure_ascii=False))
-        else:
-            body = copy.body.decode("utf-8", errors="replace")
-            where = f"{copy.topic}[{copy.queue_id}]@{copy.queue_offset}"
-            click.echo(
-                f"{where} stored {_time(copy.store_timestamp)}"
-                f" attempt={copy.delivery_attempt} tag={copy.tag or '-'}"
-                f" keys={','.join(copy.keys) or '-'} body={body[:200]!r}"
-            )
+            continue
+        body = copy.body.decode("utf-8", errors="replace")
+        where = f"{copy.topic}[{copy.queue_id}]@{copy.queue_offset}"
+        click.echo(
+            f"{copy.message_id + ' ' if with_id else ''}{where} stored "
+            f"{_time(copy.store_timestamp)} attempt={copy.delivery_attempt} "
+            f"tag={copy.tag or '-'} keys={','.join(copy.keys) or '-'} body={body[:200]!r}"
+        )
 
 
 @message.command("query")
@@ -118,13 +123,7 @@ def message_query(topic: str, key: str, as_json: bool, server: str) -> None:
         found = admin.run(lambda a: a.query_by_key(topic, key))
     if not found:
         raise click.ClickException(f"no message of {topic} with key {key}")
-    for copy in found:
-        if as_json:
-            click.echo(json.dumps(message_json(copy), ensure_ascii=False))
-        else:
-            body = copy.body.decode("utf-8", errors="replace")
-            where = f"{copy.topic}[{copy.queue_id}]@{copy.queue_offset}"
-            click.echo(f"{copy.message_id} {where} {body[:80]}")
+    _print_messages(found, as_json, with_id=True)
 
 
 @message.command("history")
