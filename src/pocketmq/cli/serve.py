@@ -73,6 +73,8 @@ def build_config(
     ha_port: int | None = None,
     controller: str | None = None,
     http_port: int | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> AppConfig:
     """Defaults, then the config file, then command-line options (the last word wins)."""
     raw: dict[str, Any] = {}
@@ -122,10 +124,15 @@ def build_config(
         overrides["controller"] = controller
     if http_port is not None:
         overrides["http_port"] = http_port
+    if tls_cert is not None:
+        overrides["tls_cert"] = tls_cert
+    if tls_key is not None:
+        overrides["tls_key"] = tls_key
     config = replace(app, **overrides)
     try:
         config.connection_limits()
         config.controller_timings()
+        config.tls_context()
         if config.controller:
             parse_controller(config.controller)
     except InvalidArgumentError as exc:
@@ -168,6 +175,8 @@ def _logging(level: str) -> None:
 @click.option("--no-grpc", is_flag=True, help="Do not serve the gRPC (official client) protocol.")
 @click.option("--http-port", type=int, help="Metrics and health checks (HTTP).  [default: 5557]")
 @click.option("--no-http", is_flag=True, help="Do not serve metrics and health checks.")
+@click.option("--tls-cert", help="PEM certificate chain: TLS on the native, gRPC and HTTP ports.")
+@click.option("--tls-key", help="PEM private key of --tls-cert.")
 @click.option("--namesrv-port", type=int, help="Embedded name server port.  [default: 9876]")
 @click.option(
     "--namesrv", help="Use an external name server host:port instead of the embedded one."
@@ -208,6 +217,8 @@ def serve(
     no_grpc: bool,
     http_port: int | None,
     no_http: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -239,6 +250,8 @@ def serve(
         ha_port=ha_port,
         controller=controller,
         http_port=http_port,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
     if no_grpc:
         config = replace(config, grpc_port=None)

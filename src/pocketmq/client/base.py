@@ -76,7 +76,9 @@ class ClientBase(AsyncResource):
 
     def __init__(self, config: ClientConfig, on_push: PushHandler | None = None) -> None:
         self.client_config = config
-        self.pool = ConnectionPool(config.client_id, config.connect_timeout, on_push)
+        self.pool = ConnectionPool(
+            config.client_id, config.connect_timeout, on_push, config.ssl_context()
+        )
         self.routes = RouteCache(self.pool, config)
 
     def listen(self, on_push: PushHandler) -> None:

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 from dataclasses import dataclass, field
 
-__all__ = ["ClientConfig", "default_client_id", "default_servers", "parse_servers"]
+__all__ = [
+    "ClientConfig",
+    "default_client_id",
+    "default_servers",
+    "default_tls",
+    "parse_servers",
+]
 
 
 def parse_servers(raw: str) -> tuple[str, ...]:
@@ -17,6 +24,15 @@ def parse_servers(raw: str) -> tuple[str, ...]:
 def default_servers() -> tuple[str, ...]:
     """Where to connect when nothing is configured: ``POCKETMQ_SERVER``, else the local broker."""
     return parse_servers(os.environ.get("POCKETMQ_SERVER", "127.0.0.1:10911"))
+
+
+def default_tls() -> ssl.SSLContext | bool | None:
+    """TLS from the environment (what the CLI and scripts use): ``POCKETMQ_TLS_CA`` names the CA
+    file that signed the brokers' certificates; ``POCKETMQ_TLS=1`` trusts the system's CAs."""
+    ca = os.environ.get("POCKETMQ_TLS_CA")
+    if ca:
+        return ssl.create_default_context(cafile=ca)
+    return os.environ.get("POCKETMQ_TLS", "") not in ("", "0", "false", "no") or None
 
 
 def default_client_id() -> str:
@@ -36,3 +52,12 @@ class ClientConfig:
     connect_timeout: float = 3.0
     route_refresh_interval: float = 30.0
     heartbeat_interval: float = 10.0
+    # TLS to the brokers (docs/security.md): an ssl.SSLContext, or True for the system's
+    # trusted CAs; None or False: plain TCP
+    tls: ssl.SSLContext | bool | None = field(default_factory=default_tls)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context connections use (None: plain TCP)."""
+        if isinstance(self.tls, ssl.SSLContext):
+            return self.tls
+        return ssl.create_default_context() if self.tls else None

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
@@ -267,9 +268,14 @@ def _remark(body: bytes) -> str:
 
 
 async def connect(
-    address: str, client_id: str, *, timeout: float, on_push: PushHandler | None = None
+    address: str,
+    client_id: str,
+    *,
+    timeout: float,
+    on_push: PushHandler | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> ClientConnection:
-    """Open a connection and complete the HELLO handshake."""
+    """Open a connection (over TLS with ``tls``) and complete the HELLO handshake."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise BrokerConnectionError(f"bad address {address!r}: expected host:port", address=address)
@@ -277,7 +283,11 @@ async def connect(
     try:
         _, connection = await asyncio.wait_for(
             loop.create_connection(
-                lambda: ClientConnection(address, on_push), host.strip("[]"), int(port)
+                lambda: ClientConnection(address, on_push),
+                host.strip("[]"),
+                int(port),
+                ssl=tls,
+                server_hostname=host.strip("[]") if tls is not None else None,
             ),
             timeout,
         )

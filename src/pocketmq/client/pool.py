@@ -6,6 +6,7 @@ Concurrent first uses of an address share one connection attempt.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from pocketmq.client.connection import ClientConnection, PushHandler, close_quietly, connect
 
@@ -16,10 +17,15 @@ class ConnectionPool:
     """The connections of one SDK resource, by address (see the module docstring)."""
 
     def __init__(
-        self, client_id: str, connect_timeout: float, on_push: PushHandler | None = None
+        self,
+        client_id: str,
+        connect_timeout: float,
+        on_push: PushHandler | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.client_id = client_id
         self._timeout = connect_timeout
+        self._tls = tls
         self.on_push = on_push
         """Receives brokers' one-way requests on connections opened from now on."""
         self._connections: dict[str, ClientConnection] = {}
@@ -33,7 +39,13 @@ class ConnectionPool:
         task = self._connecting.get(address)
         if task is None:
             task = asyncio.create_task(
-                connect(address, self.client_id, timeout=self._timeout, on_push=self.on_push)
+                connect(
+                    address,
+                    self.client_id,
+                    timeout=self._timeout,
+                    on_push=self.on_push,
+                    tls=self._tls,
+                )
             )
             self._connecting[address] = task
             task.add_done_callback(lambda _: self._connecting.pop(address, None))

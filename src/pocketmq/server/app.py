@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker, BrokerConfig
@@ -76,6 +78,29 @@ class AppConfig:
     master: str | None = None
     # metrics and health checks (docs/operations.md, "Metrics"); None: no HTTP port
     http_port: int | None = 5557
+    # TLS on the native, gRPC and HTTP ports (docs/security.md): PEM files, both or neither
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def tls_pem(self) -> tuple[bytes, bytes] | None:
+        """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
+        if not (self.tls_cert and self.tls_key):
+            return None
+        return Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes()
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server-side TLS context, or None; InvalidArgumentError for a half or bad pair."""
+        if not self.tls_cert and not self.tls_key:
+            return None
+        if not (self.tls_cert and self.tls_key):
+            raise InvalidArgumentError("TLS needs both tls_cert and tls_key")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidArgumentError(f"cannot load the TLS certificate or key: {exc}") from None
+        return context
+
     # automatic failover (docs/replication.md §9): etcd://H:P[,H:P...] and its clock
     controller: str | None = None
     controller_lease: int = 6
@@ -159,6 +184,7 @@ class BrokerApp:
         again."""
         config = self.config
         limits = config.connection_limits()
+        tls = config.tls_context()
         endpoints = parse_controller(config.controller) if config.controller else None
         timings = config.controller_timings()
         self.broker = Broker(config.broker)
@@ -172,17 +198,19 @@ class BrokerApp:
         await self.broker.start()
         try:
             if config.namesrv is None and config.namesrv_port is not None:
-                self.namesrv = NameServer(limits=limits)
+                self.namesrv = NameServer(limits=limits, tls=tls)  # clients use one TLS setting
                 await self.namesrv.start(config.host, config.namesrv_port)
             handlers = broker_handlers(
                 self.broker, self._route, self._list_brokers, self._topics_changed, self._promote
             )
-            self._native = FrameServer(handlers, on_close=self._connection_closed, limits=limits)
+            self._native = FrameServer(
+                handlers, on_close=self._connection_closed, limits=limits, tls=tls
+            )
             await self._native.start(config.host, config.port)
             if config.grpc_port is not None:
                 await self._start_grpc(config.grpc_port)
             if config.http_port is not None:
-                await self._start_http(config.http_port)
+                await self._start_http(config.http_port, tls)
             self.group = GroupRole(
                 self.broker,
                 host=config.host,
@@ -204,7 +232,11 @@ class BrokerApp:
                 )
                 self.failover.start()
             if self.namesrv_address:
-                self._link = NameServerLink(self.namesrv_address, f"broker:{self.broker.name}")
+                self._link = NameServerLink(
+                    self.namesrv_address,
+                    f"broker:{self.broker.name}",
+                    tls=self._own_namesrv_tls(tls),
+                )
                 await self._register()
                 self._registrar = asyncio.create_task(self._register_forever())
         except BaseException:
@@ -219,11 +251,11 @@ class BrokerApp:
         server = GrpcServer(
             self.broker, self, auto_renew_invisible=self.config.grpc_auto_renew_invisible
         )
-        await server.start(self.config.host, port)
+        await server.start(self.config.host, port, self.config.tls_pem())
         self._grpc = server
         self.grpc_address = f"{self._advertised_host()}:{server.port}"
 
-    async def _start_http(self, port: int) -> None:
+    async def _start_http(self, port: int, tls: ssl.SSLContext | None) -> None:
         """Prometheus metrics and health checks (docs/operations.md)."""
         assert self.broker is not None
         from pocketmq.server.http.server import HttpServer  # heavy: only when enabled
@@ -233,7 +265,7 @@ class BrokerApp:
             self._connections,
             lambda: [self._native.latency] if self._native is not None else [],
         )
-        await server.start(self.config.host, port)
+        await server.start(self.config.host, port, tls)
         self._http = server
         self.http_address = f"{self._advertised_host()}:{server.port}"
 
@@ -250,6 +282,17 @@ class BrokerApp:
             producers={"native": producers, "grpc": grpc[0]},
             consumers={"native": consumers, "grpc": grpc[1]},
         )
+
+    def _own_namesrv_tls(self, tls: ssl.SSLContext | None) -> ssl.SSLContext | None:
+        """The embedded name server speaks TLS when the broker does; the link to it is within
+        this process, so it need not verify the certificate. An external name server
+        (``pocketmq namesrv``) is plain TCP (docs/security.md)."""
+        if tls is None or self.namesrv is None:
+            return None
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
 
     def _ha_port(self) -> int:
         if self.config.ha_port is not None:

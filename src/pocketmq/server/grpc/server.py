@@ -62,9 +62,10 @@ class GrpcServer:
         self.host = ""
         self.port = 0
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, tls: tuple[bytes, bytes] | None = None) -> None:
         """Listen on ``host:port`` (0: any free port) with a request limit just above the largest
-        message; a port in use is an ``OSError``, never a shared port."""
+        message — over TLS with ``tls`` (PEM key and certificate chain); a port in use is an
+        ``OSError``, never a shared port."""
         limit = self._broker.config.store.max_message_size + 1024 * 1024  # room for headers
         server = grpc.aio.server(
             options=[
@@ -75,7 +76,11 @@ class GrpcServer:
         server.add_generic_rpc_handlers((messaging_handler(self.service),))
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = server.add_insecure_port(target)
+            if tls is not None:
+                credentials = grpc.ssl_server_credentials([tls])
+                bound = server.add_secure_port(target, credentials)
+            else:
+                bound = server.add_insecure_port(target)
         except RuntimeError as exc:
             raise OSError(f"cannot listen for gRPC on {target}: {exc}") from None
         if not bound:

@@ -5,6 +5,7 @@ broker's host): ``/metrics`` for Prometheus, ``/healthz`` and ``/readyz`` for or
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 
@@ -48,10 +49,10 @@ class HttpServer:
         self._runner = web.AppRunner(app, access_log=None)
         self.port = 0
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port`` (0: any free port, then in :attr:`port`)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on ``host:port`` (0: any free port, then in :attr:`port`), HTTPS with ``tls``."""
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        site = web.TCPSite(self._runner, host, port, reuse_address=True, ssl_context=tls)
         await site.start()
         server = site._server  # aiohttp keeps the asyncio server here; the port is needed for 0
         assert server is not None

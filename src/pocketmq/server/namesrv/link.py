@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 from typing import TypeVar
 
 import msgspec
@@ -30,8 +31,15 @@ class NameServerLink:
     """The broker's one connection to its name server (module doc): registrations and route lookups,
     one request at a time."""
 
-    def __init__(self, address: str, client_id: str, timeout: float = 3.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        client_id: str,
+        timeout: float = 3.0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         host, _, port = address.rpartition(":")
+        self._tls = tls
         self.address = address
         self._host = host.strip("[]")
         self._port = int(port)
@@ -44,7 +52,9 @@ class NameServerLink:
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> None:
-        self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
+        self._reader, self._writer = await asyncio.open_connection(
+            self._host, self._port, ssl=self._tls
+        )
         self._decoder = FrameDecoder()
         await self._call_locked(
             RequestCode.HELLO,

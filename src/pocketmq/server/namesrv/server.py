@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
@@ -31,10 +32,14 @@ class NameServer:
     GET_ROUTE and LIST_BROKERS, nothing else."""
 
     def __init__(
-        self, expiry: float = BROKER_EXPIRY, *, limits: ConnectionLimits | None = None
+        self,
+        expiry: float = BROKER_EXPIRY,
+        *,
+        limits: ConnectionLimits | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.routes = RouteTable(expiry)
-        self._server = FrameServer(self._handlers(), on_close=self._closed, limits=limits)
+        self._server = FrameServer(self._handlers(), on_close=self._closed, limits=limits, tls=tls)
         self._sweeper: asyncio.Task[None] | None = None
 
     def _handlers(self) -> HandlerTable:

@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Final
@@ -75,8 +76,10 @@ class FrameServer:
         on_close: Callable[[ServerConnection], None] | None = None,
         limits: ConnectionLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._handlers = handlers
+        self._tls = tls  # TLS on this port (docs/security.md)
         self._on_close_hook = on_close
         self.limits = limits or ConnectionLimits()
         self.budget = BufferBudget(self.limits.max_buffered_bytes)
@@ -180,7 +183,7 @@ class FrameServer:
     async def _connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await loop.connect_accepted_socket(self._new_connection, sock)
+            await loop.connect_accepted_socket(self._new_connection, sock, ssl=self._tls)
         except OSError as exc:
             log.debug("setting up an accepted connection failed: %s", exc)
             sock.close()
