@@ -104,6 +104,7 @@ COMMAND_MODULES: dict[str, str] = {
     "namesrv": "pocketmq.cli.serve",
     "store": "pocketmq.cli.store",
     "broker": "pocketmq.cli.store",
+    "user": "pocketmq.cli.users",
 }
 
 

@@ -177,6 +177,12 @@ def _logging(level: str) -> None:
 @click.option("--no-http", is_flag=True, help="Do not serve metrics and health checks.")
 @click.option("--tls-cert", help="PEM certificate chain: TLS on the native, gRPC and HTTP ports.")
 @click.option("--tls-key", help="PEM private key of --tls-cert.")
+@click.option(
+    "--authentication",
+    is_flag=True,
+    default=None,
+    help="gRPC requests must be signed by a user of `pocketmq user` (docs/security.md).",
+)
 @click.option("--namesrv-port", type=int, help="Embedded name server port.  [default: 9876]")
 @click.option(
     "--namesrv", help="Use an external name server host:port instead of the embedded one."
@@ -219,6 +225,7 @@ def serve(
     no_http: bool,
     tls_cert: str | None,
     tls_key: str | None,
+    authentication: bool | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -257,6 +264,8 @@ def serve(
         config = replace(config, grpc_port=None)
     if no_http:
         config = replace(config, http_port=None)
+    if authentication:
+        config = replace(config, authentication=True)
     app = BrokerApp(config)
     try:
         used, _ = loop_factory(loop)

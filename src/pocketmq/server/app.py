@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import ssl
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ class AppConfig:
     # TLS on the native, gRPC and HTTP ports (docs/security.md): PEM files, both or neither
     tls_cert: str | None = None
     tls_key: str | None = None
+    # gRPC requests must be signed by a user of `pocketmq user` (docs/security.md)
+    authentication: bool = False
 
     def tls_pem(self) -> tuple[bytes, bytes] | None:
         """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
@@ -248,8 +251,17 @@ class BrokerApp:
         assert self.broker is not None
         from pocketmq.server.grpc.server import GrpcServer  # heavy: only when enabled
 
+        users = None
+        if self.config.authentication:
+            from pocketmq.server.auth.users import UserStore
+
+            users = UserStore(os.path.join(self.config.broker.data_dir, "config"))
+            users.load()
         server = GrpcServer(
-            self.broker, self, auto_renew_invisible=self.config.grpc_auto_renew_invisible
+            self.broker,
+            self,
+            auto_renew_invisible=self.config.grpc_auto_renew_invisible,
+            users=users,
         )
         await server.start(self.config.host, port, self.config.tls_pem())
         self._grpc = server

@@ -17,7 +17,9 @@ import grpc
 
 from pocketmq.broker import Broker
 from pocketmq.protocol import structs as w
+from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
+from pocketmq.server.grpc.auth import AuthInterceptor
 from pocketmq.server.grpc.handlers import messaging_handler
 from pocketmq.server.grpc.service import MessagingService
 
@@ -48,9 +50,11 @@ class GrpcServer:
         app: RouteApp,
         *,
         auto_renew_invisible: float = AUTO_RENEW_INVISIBLE,
+        users: UserStore | None = None,
     ) -> None:
         self._broker = broker
         self._app = app
+        self._users = users  # authentication on when given (docs/security.md)
         self.service = MessagingService(
             broker,
             app._route,
@@ -67,11 +71,13 @@ class GrpcServer:
         message — over TLS with ``tls`` (PEM key and certificate chain); a port in use is an
         ``OSError``, never a shared port."""
         limit = self._broker.config.store.max_message_size + 1024 * 1024  # room for headers
+        interceptors = [AuthInterceptor(self._users)] if self._users is not None else []
         server = grpc.aio.server(
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.so_reuseport", 0),  # a second broker on this port must fail, not share
-            ]
+            ],
         )
         server.add_generic_rpc_handlers((messaging_handler(self.service),))
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,142 @@
+"""Authentication of the official clients (docs/security.md): the header each client sends, users
+with encrypted secrets, and a broker that refuses unsigned or wrongly signed gRPC calls."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pocketmq.client.sync import SyncAdmin
+from pocketmq.server.auth.signature import parse_authorization, signature_matches
+from pocketmq.server.auth.users import UserStore
+from pocketmq.testing import BrokerProcess
+
+from ..integration.conftest import FAST_BROKER
+from ..scratch import scratch_broker
+
+STAMP = "20261124T101500Z"
+SECRET = "s3cret-key"
+
+
+def _sign(secret: str, stamp: str) -> str:
+    return hmac.new(secret.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("header", "access_key"),
+    [
+        # Python: lower-case hex
+        (f"MQv2-HMAC-SHA1 Credential=alice, SignedHeaders=x-mq-date-time, "
+         f"Signature={_sign(SECRET, STAMP)}", "alice"),
+        # Java: upper-case hex
+        (f"MQv2-HMAC-SHA1 Credential=alice, SignedHeaders=x-mq-date-time, "
+         f"Signature={_sign(SECRET, STAMP).upper()}", "alice"),
+        # Go: the access key is what comes before the first '/'
+        (f"MQv2-HMAC-SHA1 Credential=alice//Rocketmq, SignedHeaders=x-mq-date-time, "
+         f"Signature={_sign(SECRET, STAMP)}", "alice"),
+    ],
+)  # fmt: skip
+def test_each_official_clients_header_is_understood(header: str, access_key: str) -> None:
+    parsed = parse_authorization(header)
+    assert parsed is not None
+    assert parsed.access_key == access_key
+    assert signature_matches(SECRET, STAMP, parsed.signature)
+    assert not signature_matches("other", STAMP, parsed.signature)
+    assert not signature_matches(SECRET, "20261124T101501Z", parsed.signature)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["", "Basic abc", "MQv2-HMAC-SHA1 Credential=, Signature=ab", "MQv2-HMAC-SHA1 Credential=a"],
+)
+def test_a_malformed_header_is_none(header: str) -> None:
+    assert parse_authorization(header) is None
+
+
+def test_secrets_are_encrypted_at_rest_and_edits_are_seen(tmp_path: Path) -> None:
+    store = UserStore(tmp_path)
+    generated = store.create("alice")
+    store.create("bob", "bobs-secret", "super")
+    raw = (tmp_path / "users.json").read_text()
+    assert generated not in raw
+    assert "bobs-secret" not in raw
+    for name in ("users.json", "users.key"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+    reader = UserStore(tmp_path)  # another process's view (the broker)
+    reader.load()
+    assert reader.secret("alice") == generated
+    assert [(u.access_key, u.user_type) for u in reader.users()] == [
+        ("alice", "normal"),
+        ("bob", "super"),
+    ]
+    store.update("bob", secret="new-secret")
+    store.delete("alice")
+    time.sleep(0.01)
+    reader.load()
+    assert reader.secret("alice") is None
+    assert reader.secret("bob") == "new-secret"
+    (tmp_path / "users.key").write_bytes(b"not-the-key-" + b"0" * 32)
+    assert UserStore(tmp_path).secret("bob") is None
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    options: dict[str, Any] = {"config": FAST_BROKER, "extra_args": ("--authentication",)}
+    with scratch_broker(tmp_path_factory, "auth-broker", **options) as process:
+        yield process
+
+
+def _user(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pocketmq", "user", *args]
+    command += ["--data-dir", str(broker.data_dir / "data")]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _send(broker: BrokerProcess, access_key: str, secret: str) -> str:
+    """Send one message with the official client; "" when it worked, else the error."""
+    from rocketmq import ClientConfiguration, Credentials, Producer
+
+    from ..grpc.conftest import message
+
+    configuration = ClientConfiguration(broker.grpc, Credentials(access_key, secret))
+    producer = Producer(configuration, ("guarded",))
+    try:
+        producer.startup()
+        producer.send(message("guarded", b"signed"))
+    except Exception as exc:  # the official client's own error types
+        return str(exc) or type(exc).__name__
+    finally:
+        with contextlib.suppress(Exception):  # one that never started cannot shut down cleanly
+            producer.shutdown()
+    return ""
+
+
+@pytest.mark.integration
+def test_only_signed_grpc_calls_of_known_users_get_through(broker: BrokerProcess) -> None:
+    with SyncAdmin(servers=broker.address) as admin:  # the native port: not yet authenticated
+        admin.create_topic("guarded", queues=1)
+    created = _user(broker, "create", "alice", "--secret", SECRET)
+    assert created.returncode == 0, created.stderr
+    listed = [json.loads(line) for line in _user(broker, "list", "--json").stdout.splitlines()]
+    assert [row["access_key"] for row in listed] == ["alice"]
+    assert SECRET not in json.dumps(listed)
+    time.sleep(1.1)  # the broker reads the users file at most once a second
+    assert _send(broker, "alice", SECRET) == ""
+    assert _send(broker, "alice", "wrong-secret") != ""
+    assert _send(broker, "", "") != ""
+    assert _send(broker, "mallory", SECRET) != ""
+    assert _user(broker, "delete", "alice").returncode == 0
+    time.sleep(1.1)
+    assert _send(broker, "alice", SECRET) != ""
+    assert "refused a gRPC call" in broker.log()
