@@ -3,10 +3,12 @@ with encrypted secrets, and a broker that refuses unsigned or wrongly signed gRP
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -17,7 +19,12 @@ from typing import Any
 
 import pytest
 
+from pocketmq.client import Admin, ClientConfig
 from pocketmq.client.sync import SyncAdmin
+from pocketmq.errors import Code, NoPermissionError
+from pocketmq.protocol import PROTOCOL_VERSION, FrameDecoder, FrameKind, RequestCode, encode_body
+from pocketmq.protocol import structs as w
+from pocketmq.protocol.frames import encode_frame
 from pocketmq.server.auth.signature import parse_authorization, signature_matches
 from pocketmq.server.auth.users import UserStore
 from pocketmq.testing import BrokerProcess
@@ -124,14 +131,14 @@ def _send(broker: BrokerProcess, access_key: str, secret: str) -> str:
 
 @pytest.mark.integration
 def test_only_signed_grpc_calls_of_known_users_get_through(broker: BrokerProcess) -> None:
-    with SyncAdmin(servers=broker.address) as admin:  # the native port: not yet authenticated
-        admin.create_topic("guarded", queues=1)
     created = _user(broker, "create", "alice", "--secret", SECRET)
     assert created.returncode == 0, created.stderr
+    time.sleep(1.1)  # the broker reads the users file at most once a second
+    with SyncAdmin(servers=broker.address, client=_as("alice", SECRET)) as admin:
+        admin.create_topic("guarded", queues=1)
     listed = [json.loads(line) for line in _user(broker, "list", "--json").stdout.splitlines()]
     assert [row["access_key"] for row in listed] == ["alice"]
     assert SECRET not in json.dumps(listed)
-    time.sleep(1.1)  # the broker reads the users file at most once a second
     assert _send(broker, "alice", SECRET) == ""
     assert _send(broker, "alice", "wrong-secret") != ""
     assert _send(broker, "", "") != ""
@@ -140,3 +147,49 @@ def test_only_signed_grpc_calls_of_known_users_get_through(broker: BrokerProcess
     time.sleep(1.1)
     assert _send(broker, "alice", SECRET) != ""
     assert "refused a gRPC call" in broker.log()
+
+
+def _as(access_key: str, secret: str) -> ClientConfig:
+    return ClientConfig(access_key=access_key, secret_key=secret)
+
+
+@pytest.mark.integration
+async def test_the_native_port_answers_only_after_a_challenge_is_met(
+    broker: BrokerProcess,
+) -> None:
+    """The SDK answers the HELLO's challenge; no credentials, a wrong secret or an unknown key
+    get NO_PERMISSION, and a raw request sent before authenticating is refused."""
+    assert _user(broker, "create", "carol", "--secret", "carols-secret").returncode == 0
+    await asyncio.sleep(1.1)
+    async with Admin(servers=broker.address, client=_as("carol", "carols-secret")) as admin:
+        await admin.create_topic("native-guarded", queues=1)
+        assert "native-guarded" in [t.name for t in await admin.list_topics()]
+    for config in (_as("", ""), _as("carol", "wrong"), _as("nobody", "carols-secret")):
+        with pytest.raises(NoPermissionError):
+            async with Admin(servers=broker.address, client=config) as admin:
+                await admin.list_topics()
+    assert await _raw_list_topics(broker.address) == Code.NO_PERMISSION
+    env = {**os.environ, "POCKETMQ_SERVER": broker.address}
+    env |= {"POCKETMQ_ACCESS_KEY": "carol", "POCKETMQ_SECRET_KEY": "carols-secret"}
+    command = [sys.executable, "-m", "pocketmq", "topic", "list", "--json"]
+    listed = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+
+
+async def _raw_list_topics(address: str) -> int:
+    """HELLO, then LIST_TOPICS without AUTHENTICATE: the response code."""
+    host, _, port = address.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    decoder = FrameDecoder()
+    hello = w.HelloRequest(PROTOCOL_VERSION, "raw-client", "test")
+    writer.write(encode_frame(FrameKind.REQUEST, RequestCode.HELLO, 1, encode_body(hello)))
+    writer.write(
+        encode_frame(FrameKind.REQUEST, RequestCode.LIST_TOPICS, 2, encode_body(w.Empty()))
+    )
+    frames: list[Any] = []
+    while len(frames) < 2:
+        frames += decoder.feed(await reader.read(65536))
+    writer.close()
+    return int(frames[1].code)

@@ -77,7 +77,11 @@ class ClientBase(AsyncResource):
     def __init__(self, config: ClientConfig, on_push: PushHandler | None = None) -> None:
         self.client_config = config
         self.pool = ConnectionPool(
-            config.client_id, config.connect_timeout, on_push, config.ssl_context()
+            config.client_id,
+            config.connect_timeout,
+            on_push,
+            config.ssl_context(),
+            (config.access_key, config.secret_key),
         )
         self.routes = RouteCache(self.pool, config)
 

@@ -55,6 +55,12 @@ class ClientConfig:
     # TLS to the brokers (docs/security.md): an ssl.SSLContext, or True for the system's
     # trusted CAs; None or False: plain TCP
     tls: ssl.SSLContext | bool | None = field(default_factory=default_tls)
+    # credentials for brokers that require authentication (docs/security.md); default from
+    # POCKETMQ_ACCESS_KEY / POCKETMQ_SECRET_KEY
+    access_key: str = field(default_factory=lambda: os.environ.get("POCKETMQ_ACCESS_KEY", ""))
+    secret_key: str = field(
+        default_factory=lambda: os.environ.get("POCKETMQ_SECRET_KEY", ""), repr=False
+    )
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The context connections use (None: plain TCP)."""

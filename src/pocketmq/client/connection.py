@@ -27,6 +27,7 @@ import msgspec
 from pocketmq.errors import (
     BrokerConnectionError,
     Code,
+    NoPermissionError,
     ProtocolError,
     RequestTimeoutError,
     error_from_code,
@@ -41,6 +42,7 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.auth import challenge_signature
 from pocketmq.version import VERSION
 
 __all__ = ["ClientConnection", "PushHandler", "connect"]
@@ -274,8 +276,10 @@ async def connect(
     timeout: float,
     on_push: PushHandler | None = None,
     tls: ssl.SSLContext | None = None,
+    credentials: tuple[str, str] = ("", ""),
 ) -> ClientConnection:
-    """Open a connection (over TLS with ``tls``) and complete the HELLO handshake."""
+    """Open a connection (over TLS with ``tls``), complete the HELLO handshake, and answer the
+    broker's challenge with ``credentials`` (access key, secret key) when it asks for one."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise BrokerConnectionError(f"bad address {address!r}: expected host:port", address=address)
@@ -300,6 +304,21 @@ async def connect(
             w.HelloResponse,
             timeout,
         )
+        challenge = connection.hello.auth_challenge
+        if challenge:
+            access_key, secret_key = credentials
+            if not access_key:
+                raise NoPermissionError(
+                    f"the broker at {address} requires authentication: set ClientConfig("
+                    "access_key=..., secret_key=...) or POCKETMQ_ACCESS_KEY/POCKETMQ_SECRET_KEY"
+                )
+            signature = challenge_signature(secret_key, challenge, client_id)
+            await connection.request(
+                RequestCode.AUTHENTICATE,
+                w.AuthenticateRequest(access_key, signature),
+                w.Empty,
+                timeout,
+            )
     except BaseException:
         connection.close()
         raise

@@ -22,10 +22,12 @@ class ConnectionPool:
         connect_timeout: float,
         on_push: PushHandler | None = None,
         tls: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] = ("", ""),
     ) -> None:
         self.client_id = client_id
         self._timeout = connect_timeout
         self._tls = tls
+        self._credentials = credentials
         self.on_push = on_push
         """Receives brokers' one-way requests on connections opened from now on."""
         self._connections: dict[str, ClientConnection] = {}
@@ -45,6 +47,7 @@ class ConnectionPool:
                     timeout=self._timeout,
                     on_push=self.on_push,
                     tls=self._tls,
+                    credentials=self._credentials,
                 )
             )
             self._connecting[address] = task

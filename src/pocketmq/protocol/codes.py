@@ -23,6 +23,7 @@ class RequestCode(enum.IntEnum):
     HELLO = 1
     HEARTBEAT = 2
     UNREGISTER_CLIENT = 3
+    AUTHENTICATE = 4
     SEND = 10
     SEND_BACK = 11
     END_TRANSACTION = 12

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pocketmq.protocol.body import Body
 
 __all__ = [
+    "AuthenticateRequest",
     "ConsumerRegistration",
     "ConsumersChangedNotice",
     "GetConsumersRequest",
@@ -40,6 +41,15 @@ class HelloResponse(Body, frozen=True):
     max_message_size: int
     # the server closes a connection idle this long (0: never); clients close theirs sooner
     idle_timeout_ms: int = 0
+    # set when the server requires AUTHENTICATE before anything else (protocol/auth.py)
+    auth_challenge: str = ""
+
+
+class AuthenticateRequest(Body, frozen=True):
+    """The answer to a HELLO's challenge: who the client is, and proof it knows the secret."""
+
+    access_key: str
+    signature: str
 
 
 class ConsumerRegistration(Body, frozen=True):

@@ -65,6 +65,7 @@ from pocketmq.protocol.consumption import (
     QueueRef,
 )
 from pocketmq.protocol.membership import (
+    AuthenticateRequest,
     ConsumerRegistration,
     ConsumersChangedNotice,
     GetConsumersRequest,
@@ -95,6 +96,7 @@ __all__ = [
     "AckRequest",
     "AckResponse",
     "AttemptRecord",
+    "AuthenticateRequest",
     "BrokerAddress",
     "BrokerStatusResponse",
     "BrowseRequest",
@@ -164,6 +166,7 @@ __all__ = [
 
 REQUESTS: Final[dict[int, type[Body]]] = {
     RequestCode.HELLO: HelloRequest,
+    RequestCode.AUTHENTICATE: AuthenticateRequest,
     RequestCode.HEARTBEAT: HeartbeatRequest,
     RequestCode.UNREGISTER_CLIENT: UnregisterRequest,
     RequestCode.SEND: SendRequest,
@@ -202,6 +205,7 @@ REQUESTS: Final[dict[int, type[Body]]] = {
 
 RESPONSES: Final[dict[int, type[Body]]] = {
     RequestCode.HELLO: HelloResponse,
+    RequestCode.AUTHENTICATE: Empty,
     RequestCode.SEND: SendResponse,
     RequestCode.PULL: PullResponse,
     RequestCode.POP: PopResponse,

@@ -41,6 +41,7 @@ from pocketmq.server.native.paging import message_limit_problem
 from pocketmq.server.native.tcp import FrameServer
 
 if TYPE_CHECKING:
+    from pocketmq.server.auth.users import UserStore
     from pocketmq.server.grpc.server import GrpcServer
     from pocketmq.server.http.metrics import Connections
     from pocketmq.server.http.server import HttpServer
@@ -151,6 +152,7 @@ class BrokerApp:
         self._native: FrameServer | None = None
         self._grpc: GrpcServer | None = None
         self._http: HttpServer | None = None
+        self._users: UserStore | None = None  # authentication on (docs/security.md)
         self.http_address = ""
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
@@ -203,8 +205,18 @@ class BrokerApp:
             if config.namesrv is None and config.namesrv_port is not None:
                 self.namesrv = NameServer(limits=limits, tls=tls)  # clients use one TLS setting
                 await self.namesrv.start(config.host, config.namesrv_port)
+            if config.authentication:
+                from pocketmq.server.auth.users import UserStore
+
+                self._users = UserStore(os.path.join(config.broker.data_dir, "config"))
+                self._users.load()
             handlers = broker_handlers(
-                self.broker, self._route, self._list_brokers, self._topics_changed, self._promote
+                self.broker,
+                self._route,
+                self._list_brokers,
+                self._topics_changed,
+                self._promote,
+                users=self._users,
             )
             self._native = FrameServer(
                 handlers, on_close=self._connection_closed, limits=limits, tls=tls
@@ -251,12 +263,7 @@ class BrokerApp:
         assert self.broker is not None
         from pocketmq.server.grpc.server import GrpcServer  # heavy: only when enabled
 
-        users = None
-        if self.config.authentication:
-            from pocketmq.server.auth.users import UserStore
-
-            users = UserStore(os.path.join(self.config.broker.data_dir, "config"))
-            users.load()
+        users = self._users
         server = GrpcServer(
             self.broker,
             self,

@@ -51,6 +51,7 @@ def _wire_code(exc: PocketMQError) -> int:
     return exc.wire_code if isinstance(exc, BrokerError) else Code.MESSAGE_ILLEGAL
 
 
+_BEFORE_AUTHENTICATION: frozenset[int] = frozenset({RequestCode.HELLO, RequestCode.AUTHENTICATE})
 _REQUEST_NAMES: dict[int, str] = {code.value: code.name for code in RequestCode}
 _RESPONSE_NAMES: dict[int, str] = {code.value: code.name for code in Code}
 
@@ -79,6 +80,8 @@ class ServerConnection(asyncio.Protocol):
     ) -> None:
         self._handlers = handlers
         self._latency = latency
+        self.auth_required = False  # set by a HELLO that issued a challenge
+        self.user = ""  # the access key that authenticated this connection
         self._on_close = on_close
         self._tasks = tasks
         self.limits = limits or ConnectionLimits()
@@ -217,6 +220,15 @@ class ServerConnection(asyncio.Protocol):
         oneway = kind == FrameKind.ONEWAY
         if not self.greeted and code != RequestCode.HELLO:
             self._fail(ProtocolError("the first frame must be HELLO"), request_id)
+            return
+        if self.auth_required and not self.user and code not in _BEFORE_AUTHENTICATION:
+            if not oneway:
+                self._respond_error(
+                    request_id,
+                    Code.NO_PERMISSION,
+                    "this broker requires authentication: configure an access key and secret key "
+                    "(docs/security.md)",
+                )
             return
         handler = self._handlers.get(code)
         request_type = REQUESTS.get(code)

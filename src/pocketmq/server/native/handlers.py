@@ -6,6 +6,8 @@ return a coroutine and the connection runs it as a task.
 
 from __future__ import annotations
 
+import hmac
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,12 +30,15 @@ from pocketmq.errors import (
     Code,
     InvalidArgumentError,
     MessageNotFoundError,
+    NoPermissionError,
     ProtocolError,
     UnsupportedError,
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.auth import challenge_signature
 from pocketmq.protocol.checks import retry_policy_problem
+from pocketmq.server.auth.users import UserStore
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
@@ -133,6 +138,7 @@ def broker_handlers(
     list_brokers: BrokerLister,
     topics_changed: Callable[[], Awaitable[None]],
     promote: Callable[[bool], Awaitable[int]] | None = None,
+    users: UserStore | None = None,
 ) -> HandlerTable:
     """``topics_changed`` is awaited after topics or groups change: the app re-registers with
     the name server before answering, so a route is there as soon as the topic is created."""
@@ -154,6 +160,11 @@ def broker_handlers(
             )
         conn.greeted = True
         conn.client_id = req.client_id
+        challenge = ""
+        if users is not None:  # authentication required: a fresh challenge per connection
+            challenge = secrets.token_hex(16)
+            conn.auth_required = True
+            conn.state["challenge"] = challenge
         return w.HelloResponse(
             PROTOCOL_VERSION,
             VERSION,
@@ -162,7 +173,25 @@ def broker_handlers(
             MAX_FRAME_BODY,
             broker.config.store.max_message_size,
             int(conn.limits.idle_timeout * 1000),
+            challenge,
         )
+
+    def authenticate(conn: ServerConnection, req: w.AuthenticateRequest) -> w.Empty:
+        challenge = conn.state.get("challenge", "")
+        if users is None or not challenge:
+            return w.Empty()  # nothing to prove on a broker without authentication
+        users.refresh()
+        secret = users.secret(req.access_key)
+        expected = challenge_signature(secret or "", challenge, conn.client_id)
+        if secret is None or not hmac.compare_digest(expected, req.signature.lower()):
+            conn.bad_input_log.warning(
+                "unauthenticated", "refused a native connection from %s", conn.remote or "?"
+            )
+            raise NoPermissionError(
+                f"access key {req.access_key!r} and signature do not match a user"
+            )
+        conn.user = req.access_key
+        return w.Empty()
 
     def heartbeat(conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
         def notify(group: str) -> None:
@@ -521,6 +550,7 @@ def broker_handlers(
 
     return {
         RequestCode.HELLO: hello,
+        RequestCode.AUTHENTICATE: authenticate,
         RequestCode.HEARTBEAT: heartbeat,
         RequestCode.UNREGISTER_CLIENT: unregister,
         RequestCode.SEND: send,
