@@ -22,6 +22,7 @@ it, so do not await a second writing transaction from inside the first (docs/rel
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Final, cast
@@ -44,6 +45,9 @@ __all__ = [
 DEFAULT_URL: Final = DEFAULT_DATABASE_URL
 #: Busy timeout of SQLite connections: how long a writer queues behind another one.
 SQLITE_BUSY_TIMEOUT: Final = 30.0
+
+#: How long a new connection retries switching a fresh file to WAL while another holds it.
+_WAL_SWITCH_TIMEOUT: Final = 10.0
 
 #: Execution option marking a SQLite connection as read-only (plain ``BEGIN``).
 _READ_ONLY: Final = "pocketmq_read_only"
@@ -77,7 +81,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _use_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
         finally:
@@ -89,6 +93,26 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
             connection.exec_driver_sql("BEGIN")  # WAL readers never wait for the writer
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _use_wal(cursor: Any) -> None:
+    """Switch the file to WAL once. The switch needs the database to itself and SQLite does not
+    wait for it (the busy timeout does not apply): when several processes open a new file at
+    once (the Spark resend's tasks), all but one see "database is locked". The mode is stored in
+    the file, so: look first, and retry the switch briefly while another connection holds it."""
+    cursor.execute("PRAGMA journal_mode")
+    row = cursor.fetchone()
+    if row is not None and str(row[0]).lower() == "wal":
+        return
+    deadline = time.monotonic() + _WAL_SWITCH_TIMEOUT
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except Exception as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 @asynccontextmanager
