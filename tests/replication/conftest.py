@@ -116,9 +116,11 @@ def make_group(tmp_path: Path) -> Iterator[Any]:
     try:
         yield make
     finally:
-        for group in made:
-            group.stop()
-        namesrv.stop()
+        try:
+            for group in made:
+                group.stop()
+        finally:
+            namesrv.stop()  # even when a broker failed to stop: no process left behind
 
 
 @pytest.fixture
