@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 
 from pocketmq.client.base import ClientBase, resolve_config
@@ -27,6 +28,9 @@ from pocketmq.errors import (
 from pocketmq.names import validate_group_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
+
+_ROUTE_RETRY = 0.2
+"""Seconds between route lookups while no broker of the subscribed topics answers."""
 
 __all__ = ["SimpleConsumer"]
 
@@ -95,7 +99,13 @@ class SimpleConsumer(ClientBase):
         invisible_ms = int(invisible_duration * 1000)
         reachable: list[tuple[str, str, str]] = []
         failure: PocketMQError | None = None
-        for _ in range(2):  # a second round on fresh routes when no broker answered
+        loop = asyncio.get_running_loop()
+        # when no broker answers, ask for the routes again every 0.2 s (a failover, or a name
+        # server that has not yet noticed a broker die) for as long as a receive may wait
+        deadline = loop.time() + max(self.await_duration, self.client_config.request_timeout)
+        for round_number in itertools.count():
+            if round_number:
+                await asyncio.sleep(_ROUTE_RETRY)
             targets = await self._targets()
             self._turn += 1
             turn = self._turn % len(targets)
@@ -110,7 +120,7 @@ class SimpleConsumer(ClientBase):
                 if found:
                     return found
                 reachable.append((topic, expression, address))
-            if reachable:
+            if reachable or loop.time() >= deadline:
                 break
         if not reachable:
             assert failure is not None
