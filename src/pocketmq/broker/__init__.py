@@ -9,6 +9,7 @@ from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
 from pocketmq.broker.history import Attempt, Outcome
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
+from pocketmq.broker.resets import QueueReset, ResetTarget
 from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
 from pocketmq.broker.transactions import (
     EndOutcome,
@@ -32,6 +33,8 @@ __all__ = [
     "Outcome",
     "PullOutcome",
     "PullStatus",
+    "QueueReset",
+    "ResetTarget",
     "RetryPolicy",
     "SendOutcome",
     "TopicConfig",

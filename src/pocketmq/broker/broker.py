@@ -42,6 +42,7 @@ from pocketmq.broker.pulling import PullPath
 from pocketmq.broker.redrive import RedriveService
 from pocketmq.broker.replica_log import ReplicaLog
 from pocketmq.broker.replication import Replication, ReplicationMode, Role
+from pocketmq.broker.resets import OffsetResets
 from pocketmq.broker.schedule import ScheduleService
 from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
@@ -134,6 +135,7 @@ class Broker:
         self.pops = PopPath(shared, self.dead_letters)
         self.catalog = Catalog(shared)
         self.membership = Membership(shared)
+        self.resets = OffsetResets(shared)
         self.state_copy = StateCopy(
             config_dir,
             topics=self.topics,
@@ -229,6 +231,7 @@ class Broker:
         self.consumer_ids = membership.consumer_ids
         self.heartbeat_producer = membership.heartbeat_producer
         self.unregister_producer = membership.unregister_producer
+        self.reset_offsets = self.resets.reset
         for name in self.MASTER_ONLY:
             setattr(self, name, self._master_only(name, getattr(self, name)))
         for name in self.POPS:
@@ -243,6 +246,7 @@ class Broker:
         "delete_topic",
         "create_group",
         "delete_group",
+        "reset_offsets",
     )
     """Operations that write the log or the state a master owns (docs/replication.md §5): a
     slave refuses them, like sends, and the client goes to a master."""

@@ -40,6 +40,8 @@ class Catalog(BrokerPart):
             )
         self.topics.delete(name)
         self.offsets.forget_topic(name)
+        for key in [k for k in self._shared.resets if k[1] == name]:
+            del self._shared.resets[key]
         self.offsets.persist(force=True)  # a re-created topic must not inherit old offsets
         self.pop_state.forget(topic=name)
 
@@ -49,6 +51,8 @@ class Catalog(BrokerPart):
         self.groups.require(name)
         self.groups.delete(name)
         self.offsets.forget_group(name)
+        for key in [k for k in self._shared.resets if k[0] == name]:
+            del self._shared.resets[key]
         self.pop_state.forget(group=name)
 
     def require_group(self, name: str) -> GroupConfig:

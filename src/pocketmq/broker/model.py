@@ -63,6 +63,8 @@ class PullStatus:
     NO_NEW_MESSAGE = "NO_NEW_MESSAGE"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+    # an operator reset the group's offset (broker/resets.py): continue from ``next_offset``
+    OFFSET_MOVED = "OFFSET_MOVED"
 
 
 class PullOutcome(msgspec.Struct, frozen=True, gc=False):

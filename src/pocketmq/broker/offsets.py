@@ -2,7 +2,7 @@
 
 Clustering consumers commit here; the broker keeps the table in memory and persists it on an
 interval, 5 s by default (docs/semantics.md, "Topics, groups, offsets"). A commit never moves an
-offset backwards unless asked to (operator resets go through ``reset``).
+offset backwards unless asked to (operator resets go through ``force``).
 
 ``offsets.json`` keys each entry ``group@topic@queue``, so every name that reaches this table is
 checked first (pocketmq.names: no ``@``, storable length): one bad commit must not make the file
@@ -106,6 +106,11 @@ class OffsetManager:
         if offset > self._offsets.get(key, -1):
             self._offsets[key] = offset
             self._dirty = True
+
+    def force(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set a group's offset, backwards too: an operator's reset (broker/resets.py)."""
+        self._offsets[(group, topic, queue_id)] = offset
+        self._dirty = True
 
     def furthest(self) -> dict[tuple[str, int], int]:
         """The largest committed offset of any group, per (topic, queue)."""

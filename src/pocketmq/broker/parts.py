@@ -133,6 +133,8 @@ class Shared:
     offsets_lost: set[str]
     faults: dict[str, int]
     round_robin: dict[str, int] = field(default_factory=dict)
+    # operator resets push consumers have not followed yet: (group, topic, queue) -> offset
+    resets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     closed: bool = False
     # services built on top of the parts (set once the broker has built them)
     schedule: ScheduleService | None = None

@@ -263,6 +263,12 @@ class PopManager:
             state = self._queues[key] = PopQueue(next_offset=start, committed=start)
         return state
 
+    def replace(self, key: tuple[str, str, int], state: PopQueue) -> None:
+        """Put ``state`` in place of a queue's state (an operator's reset: what was in flight
+        is forgotten)."""
+        self._queues[key] = state
+        self.dirty = True
+
     def items(self) -> list[tuple[tuple[str, str, int], PopQueue]]:
         """A snapshot of every queue's state (expiry scans, status)."""
         return list(self._queues.items())

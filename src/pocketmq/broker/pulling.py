@@ -40,6 +40,10 @@ class PullPath(BrokerPart):
     ) -> PullOutcome | None:
         """A pull answered without waiting, or None when it would wait for new messages."""
         tags = self._check_pull(group, topic, queue_id, expression)
+        if self._shared.resets:
+            moved = self._follow_reset(group, topic, queue_id, offset)
+            if moved is not None:
+                return moved
         got = self.store.get_messages(
             topic, queue_id, offset, max_count=max(1, min(max_count, 1024)), tags=tags
         )
@@ -83,6 +87,10 @@ class PullPath(BrokerPart):
         max_count = max(1, min(max_count, 1024))
         deadline = self._clock() + min(max_wait, self.config.max_long_poll)
         while True:
+            if self._shared.resets:
+                moved = self._follow_reset(group, topic, queue_id, offset)
+                if moved is not None:
+                    return moved
             got = self.store.get_messages(topic, queue_id, offset, max_count=max_count, tags=tags)
             status = got.status
             if status is GetStatus.FOUND:
@@ -105,12 +113,34 @@ class PullPath(BrokerPart):
                 PullStatus.OFFSET_ILLEGAL, got.next_offset, got.min_offset, got.max_offset
             )
 
+    def _follow_reset(
+        self, group: str, topic: str, queue_id: int, offset: int
+    ) -> PullOutcome | None:
+        """An operator reset this queue (broker/resets.py): a pull at the new offset shows the
+        consumer follows it (the reset is done); a pull elsewhere is told where to go."""
+        key = (group, topic, queue_id)
+        target = self._shared.resets.get(key)
+        if target is None:
+            return None
+        if offset == target:
+            del self._shared.resets[key]
+            return None
+        return PullOutcome(
+            PullStatus.OFFSET_MOVED,
+            target,
+            self.store.min_offset(topic, queue_id),
+            self.store.max_offset(topic, queue_id),
+        )
+
     def commit_offsets(self, group: str, entries: Sequence[tuple[str, int, int]]) -> None:
         """Commit a consumer's offsets after checking every entry (so one bad name cannot corrupt
         ``offsets.json``); an offset past the queue's end is cut to the end."""
         self._group(group)
         self.offsets.check(entries)  # names end up in offsets.json keys: refuse before storing
+        resets = self._shared.resets
         for topic, queue_id, offset in entries:
+            if resets and (group, topic, queue_id) in resets:
+                continue  # sent before the consumer followed an operator's reset: stale
             # nobody consumed past the queue's end: a larger offset is a client's mistake
             newest = self.store.max_offset(topic, queue_id)
             self.offsets.commit(group, topic, queue_id, min(offset, newest))

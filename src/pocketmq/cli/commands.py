@@ -285,6 +285,55 @@ def group_status(name: str, topics: tuple[str, ...], as_json: bool, server: str)
     click.echo(f"total lag: {sum(q.lag for _, q in rows)}")
 
 
+@group.command("reset-offset")
+@click.argument("name")
+@click.option("--topic", required=True, help="The topic whose offsets move.")
+@click.option("--to-time", "to_time", help="ISO-8601 time (UTC unless it says otherwise).")
+@click.option("--to-earliest", is_flag=True, help="The oldest message kept.")
+@click.option("--to-latest", is_flag=True, help="Past the newest message: skip the backlog.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per queue.")
+@server_option
+@handle_errors
+def group_reset_offset(
+    name: str,
+    topic: str,
+    to_time: str | None,
+    to_earliest: bool,
+    to_latest: bool,
+    as_json: bool,
+    server: str,
+) -> None:
+    """Move group NAME's offsets on --topic to a time, the earliest or the latest message.
+    Consumers may stay online: they continue from the new offsets (docs/operations.md)."""
+    from datetime import UTC, datetime
+
+    from pocketmq.client.sync import SyncAdmin
+
+    if sum((to_time is not None, to_earliest, to_latest)) != 1:
+        raise click.UsageError("give exactly one of --to-time, --to-earliest, --to-latest")
+    at_ms = 0
+    if to_time is not None:
+        try:
+            moment = datetime.fromisoformat(to_time)
+        except ValueError:
+            raise click.BadParameter(f"{to_time!r} is not an ISO-8601 time") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        at_ms = int(moment.timestamp() * 1000)
+    to = "time" if to_time is not None else "earliest" if to_earliest else "latest"
+    with SyncAdmin(servers=server) as admin:
+        moves = admin.run(lambda a: a.reset_offset(name, topic, to=to, at_ms=at_ms))
+    if as_json:
+        for m in moves:
+            record = {"broker": m.broker_name, "queue_id": m.queue_id}
+            click.echo(json.dumps(record | {"before": m.before, "after": m.after}))
+        return
+    click.echo(f"{'BROKER':12} {'QUEUE':>5} {'BEFORE':>10} {'AFTER':>10}")
+    for m in moves:
+        click.echo(f"{m.broker_name:12} {m.queue_id:>5} {m.before:>10} {m.after:>10}")
+    click.echo(f"group {name} reset on {topic} ({len(moves)} queues)")
+
+
 @group.command("list")
 @click.option("--json", "as_json", is_flag=True)
 @server_option

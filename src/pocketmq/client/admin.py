@@ -17,6 +17,7 @@ from pocketmq.client.admin_types import (
     DeadLetter,
     DeliveryAttempt,
     GroupInfo,
+    OffsetMove,
     Promotion,
     QueueInfo,
     RedriveItem,
@@ -303,6 +304,37 @@ class Admin(ClientBase):
         if not found:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker")
         return sorted(found, key=lambda q: (q.broker_name, q.queue_id))
+
+    async def reset_offset(
+        self, group: str, topic: str, *, to: str = "time", at_ms: int = 0
+    ) -> list[OffsetMove]:
+        """Move ``group``'s offsets on ``topic`` on every broker to ``to``: ``time`` (the first
+        message stored at or after ``at_ms``, milliseconds since the epoch), ``earliest`` or
+        ``latest``. Consumers may stay online: pop consumers continue from the new offsets at
+        their next receive, push consumers are moved at their next pull (docs/operations.md,
+        "Resetting a group's offsets"). Brokers without the topic are skipped; if none has it,
+        :class:`~pocketmq.errors.TopicNotFoundError`."""
+        if to not in ("time", "earliest", "latest"):
+            raise InvalidArgumentError("to must be one of time, earliest, latest")
+        moves: list[OffsetMove] = []
+        found = False
+        for address in await self._brokers():
+            try:
+                reply = await self._call(
+                    address,
+                    RequestCode.RESET_OFFSET,
+                    w.ResetOffsetRequest(group, topic, to, at_ms),
+                    w.ResetOffsetResponse,
+                )
+            except TopicNotFoundError:
+                continue
+            found = True
+            moves.extend(
+                OffsetMove(reply.broker_name, q.queue_id, q.before, q.after) for q in reply.queues
+            )
+        if not found:
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker")
+        return sorted(moves, key=lambda m: (m.broker_name, m.queue_id))
 
     async def browse(
         self, topic: str, *, address: str, queue_id: int = 0, offset: int = 0, max_count: int = 32

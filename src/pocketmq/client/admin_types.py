@@ -23,6 +23,7 @@ __all__ = [
     "DeadLetter",
     "DeliveryAttempt",
     "GroupInfo",
+    "OffsetMove",
     "QueueInfo",
     "RedriveItem",
     "RedriveReport",
@@ -75,6 +76,17 @@ class QueueInfo:
         if self.committed_offset < 0:
             return self.max_offset - self.min_offset
         return max(0, self.max_offset - self.committed_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetMove:
+    """One queue's committed offset before an operator's reset (-1: none) and after it
+    (:meth:`Admin.reset_offset`)."""
+
+    broker_name: str
+    queue_id: int
+    before: int
+    after: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ __all__ = [
     "NameRequest",
     "QueryMessageRequest",
     "QueryMessageResponse",
+    "QueueMove",
     "QueueStatus",
     "QueueStatusRequest",
     "QueueStatusResponse",
@@ -28,6 +29,8 @@ __all__ = [
     "RedriveRequest",
     "RedriveResponse",
     "ReportOutcomesRequest",
+    "ResetOffsetRequest",
+    "ResetOffsetResponse",
     "TopicSpec",
 ]
 
@@ -204,3 +207,28 @@ class QueueStatusResponse(Body, frozen=True):
     topic: str
     broker_name: str
     queues: list[QueueStatus]
+
+
+class ResetOffsetRequest(Body, frozen=True):
+    """Moves a group's offsets on a topic (``pocketmq group reset-offset``): ``to`` is ``time``
+    (``at_ms``: the first message stored at or after it), ``earliest`` or ``latest``."""
+
+    group: str
+    topic: str
+    to: str
+    at_ms: int = 0
+
+
+class QueueMove(Body, frozen=True):
+    """One queue's committed offset before a reset (-1: none) and after it."""
+
+    queue_id: int
+    before: int
+    after: int
+
+
+class ResetOffsetResponse(Body, frozen=True):
+    """What a reset did on this broker, queue by queue."""
+
+    broker_name: str
+    queues: list[QueueMove]

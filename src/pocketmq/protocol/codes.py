@@ -50,6 +50,7 @@ class RequestCode(enum.IntEnum):
     LIST_GROUPS = 55
     BROKER_STATUS = 56
     QUEUE_STATUS = 57
+    RESET_OFFSET = 58
     REGISTER_BROKER = 60
     GET_ROUTE = 61
     LIST_BROKERS = 62

@@ -105,6 +105,14 @@ class Puller:
                         queue_id,
                         reply.next_offset,
                     )
+                elif reply.status == "OFFSET_MOVED":
+                    log.info(
+                        "an operator moved %s/%d from %d to %d",
+                        topic,
+                        queue_id,
+                        pq.next_offset,
+                        reply.next_offset,
+                    )
                 pq.next_offset = reply.next_offset
                 if not pq.messages:
                     self._offsets.mark(pq)

@@ -510,6 +510,13 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                     f"[{outcome.min_offset}, {outcome.max_offset}]",
                 )
             )
+        elif outcome.status == PullStatus.OFFSET_MOVED:
+            yield s.PullMessageResponse(
+                status=status(
+                    C.ILLEGAL_OFFSET,
+                    f"an operator reset the group's offset: continue from {outcome.next_offset}",
+                )
+            )
         else:
             yield s.PullMessageResponse(status=_NO_MESSAGE)
         namespace = queue.topic.resource_namespace

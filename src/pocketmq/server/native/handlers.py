@@ -20,6 +20,7 @@ from pocketmq.broker import (
     GroupConfig,
     InboundMessage,
     PullOutcome,
+    ResetTarget,
     RetryPolicy,
     SendOutcome,
     TransactionCheck,
@@ -450,6 +451,18 @@ def broker_handlers(
             req.topic, name, [w.QueueStatus(q, lo, hi, c) for q, lo, hi, c in rows]
         )
 
+    def reset_offset(conn: ServerConnection, req: w.ResetOffsetRequest) -> w.ResetOffsetResponse:
+        try:
+            target = ResetTarget(req.to)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"reset target {req.to!r} is not one of time, earliest, latest"
+            ) from None
+        moves = broker.reset_offsets(req.group, req.topic, target, req.at_ms)
+        return w.ResetOffsetResponse(
+            name, [w.QueueMove(m.queue_id, m.before, m.after) for m in moves]
+        )
+
     async def get_route(conn: ServerConnection, req: w.GetRouteRequest) -> w.RouteResponse:
         return await route(req.topic)
 
@@ -575,6 +588,7 @@ def broker_handlers(
         RequestCode.BROKER_STATUS: broker_status,
         RequestCode.PROMOTE: promote_broker,
         RequestCode.QUEUE_STATUS: queue_status,
+        RequestCode.RESET_OFFSET: reset_offset,
         RequestCode.GET_ROUTE: get_route,
         RequestCode.LIST_BROKERS: brokers,
         RequestCode.SEND_BACK: send_back,
