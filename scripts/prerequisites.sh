@@ -1,8 +1,8 @@
 #!/bin/sh
 # Installs what pip cannot provide: a Java 17+ runtime for PySpark 4, the JDBC drivers the
 # Spark pipeline reads the reliability tables with (PostgreSQL, MariaDB/MySQL, SQLite), etcd for
-# the automatic-failover tests, and Apache RocketMQ's official Node.js client for the gRPC
-# compatibility tests (tests/grpc/node).
+# the automatic-failover tests, Chromium and ChromeDriver for the dashboard's browser test, and
+# Apache RocketMQ's official Node.js client for the gRPC compatibility tests (tests/grpc/node).
 #
 # Java, the drivers and (when missing) Node.js come from Debian packages (no Maven repository is
 # needed); the Node.js client comes from npm, pinned by tests/grpc/node/package-lock.json. When
@@ -44,6 +44,11 @@ fi
 # etcd for the automatic-failover tests (tests/replication/test_controller.py): Debian's server
 # package; it is started by the tests, never as a system service.
 command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
+
+# Chromium and its WebDriver for the dashboard's browser tests (tests/dashboard/test_browser.py),
+# from Debian; driven headless by Selenium, never started as a service.
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+command -v chromedriver >/dev/null 2>&1 || missing="$missing chromium-driver"
 
 # Node.js 18+ and npm for the official Node.js client (Debian's nodejs is recent enough).
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"

@@ -6,6 +6,7 @@ store directly.
 
 from pocketmq.broker.broker import Broker
 from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
+from pocketmq.broker.consumers import ClientInfo
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
 from pocketmq.broker.history import Attempt, Outcome
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
@@ -25,6 +26,7 @@ __all__ = [
     "Attempt",
     "Broker",
     "BrokerConfig",
+    "ClientInfo",
     "ConsumeFrom",
     "Delivered",
     "EndOutcome",

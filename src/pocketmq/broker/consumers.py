@@ -11,9 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ConsumerRegistry", "Registration"]
+__all__ = ["ClientInfo", "ConsumerRegistry", "Registration"]
 
 Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """Who a consumer is, for operators (the dashboard's group page, ``group status``): the
+    protocol it speaks, its language and client version, and where it connects from."""
+
+    protocol: str = "native"
+    language: str = ""
+    version: str = ""
+    address: str = ""
 
 
 @dataclass(slots=True)
@@ -26,6 +37,7 @@ class Registration:
     subscriptions: dict[str, str]
     last_seen: float
     notify: Notify | None = field(default=None, compare=False)
+    client: ClientInfo = field(default_factory=ClientInfo, compare=False)
 
 
 class ConsumerRegistry:
@@ -44,12 +56,15 @@ class ConsumerRegistry:
         subscriptions: dict[str, str],
         now: float,
         notify: Notify | None,
+        client: ClientInfo | None = None,
     ) -> None:
         """Register or refresh a member; a new member, or one whose subscriptions changed, makes the
         group rebalance."""
         members = self._groups.setdefault(group, {})
         existing = members.get(client_id)
-        members[client_id] = Registration(client_id, model, subscriptions, now, notify)
+        members[client_id] = Registration(
+            client_id, model, subscriptions, now, notify, client or ClientInfo()
+        )
         if existing is None:
             self._changed(group, except_client=client_id)
 
@@ -77,6 +92,10 @@ class ConsumerRegistry:
     def client_ids(self, group: str) -> list[str]:
         """A group's members, sorted, so every member computes the same division of the queues."""
         return sorted(self._groups.get(group, {}))
+
+    def members(self, group: str) -> list[Registration]:
+        """A group's live members with what they told about themselves, by client id."""
+        return sorted(self._groups.get(group, {}).values(), key=lambda r: r.client_id)
 
     def _changed(self, group: str, except_client: str | None = None) -> None:
         for registration in list(self._groups.get(group, {}).values()):

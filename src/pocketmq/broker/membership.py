@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from pocketmq.broker.consumers import Notify
+from pocketmq.broker.consumers import ClientInfo, Notify
 from pocketmq.broker.parts import BrokerPart
 from pocketmq.broker.producers import CheckChannel
 
@@ -27,13 +27,14 @@ class Membership(BrokerPart):
         client_id: str,
         consumers: Sequence[tuple[str, str, dict[str, str]]],
         notify: Notify | None = None,
+        client: ClientInfo | None = None,
     ) -> None:
         """A client's consumer heartbeat: register it in each group it names, for rebalancing (an
-        unknown group is refused unless ``auto_create_groups``)."""
+        unknown group is refused unless ``auto_create_groups``); ``client`` says who it is."""
         now = self._clock()
         for group, model, subscriptions in consumers:
             self._group(group)
-            self.consumers.heartbeat(client_id, group, model, subscriptions, now, notify)
+            self.consumers.heartbeat(client_id, group, model, subscriptions, now, notify, client)
 
     def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
         """A client leaving: out of its groups and its queue locks released, so others take over at

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from pocketmq.broker import Broker, PullStatus, SendOutcome, TransactionCheck
+from pocketmq.broker import Broker, ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.errors import Code
 from pocketmq.protocol import structs as w
 from pocketmq.server.grpc.convert import (
@@ -83,6 +83,20 @@ def _client_id(context: Any) -> str:
         if key == _CLIENT_ID:
             return str(value)
     return str(context.peer())
+
+
+def _client_info(context: Any) -> ClientInfo:
+    """What an official client says about itself in its headers (RocketMQ 5's ``x-mq-language``
+    and ``x-mq-client-version``), and the peer gRPC saw."""
+    headers = dict(context.invocation_metadata() or ())
+    peer = str(context.peer() or "")
+    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    return ClientInfo(
+        "grpc",
+        str(headers.get("x-mq-language", "")).lower(),
+        str(headers.get("x-mq-client-version", "")),
+        address,
+    )
 
 
 def _overall(statuses: Sequence[Any]) -> Any:
@@ -182,7 +196,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                 self._register_producer(session)
             if request.HasField("group") and request.group.name:
                 self._broker.heartbeat(
-                    client_id, [(request.group.name, "clustering", dict(session.subscriptions))]
+                    client_id,
+                    [(request.group.name, "clustering", dict(session.subscriptions))],
+                    None,
+                    _client_info(context),
                 )
             return s.HeartbeatResponse(status=OK)
         except Exception as exc:

@@ -22,6 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
+from pocketmq.broker.overview import committed_positions
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from pocketmq.broker.traffic import SIZE_BUCKETS
 from pocketmq.server.rpcstats import LATENCY_BUCKETS_MS, RpcLatency
@@ -170,12 +171,13 @@ class BrokerCollector(Collector):
         each dead-letter queue's depth."""
         broker = self._broker
         store = broker.store
-        committed: dict[tuple[str, str, int], int] = dict(broker.offsets.snapshot())
+        committed, pops = committed_positions(broker)
         inflight: dict[tuple[str, str], int] = {}
-        for (group, topic, queue_id), state in broker.pop_state.items():
-            key = (group, topic, queue_id)
-            committed[key] = max(committed.get(key, 0), state.committed)
-            inflight[(topic, group)] = inflight.get((topic, group), 0) + len(state.inflight)
+        blocked: dict[tuple[str, str], int] = {}
+        for (group, topic, _), (held, waiting) in pops.items():
+            inflight[(topic, group)] = inflight.get((topic, group), 0) + held
+            if waiting:
+                blocked[(topic, group)] = blocked.get((topic, group), 0) + waiting
         lag: dict[tuple[str, str], int] = {}
         for (group, topic, queue_id), offset in committed.items():
             if topic.startswith((DLQ_PREFIX,)):
@@ -198,11 +200,6 @@ class BrokerCollector(Collector):
         for (topic, group), count in sorted(inflight.items()):
             family.add_metric([topic, group], count)
         yield family
-        blocked: dict[tuple[str, str], int] = {}
-        for (group, topic, _), state in broker.pop_state.items():
-            count = state.blocked_groups()
-            if count:
-                blocked[(topic, group)] = blocked.get((topic, group), 0) + count
         family = GaugeMetricFamily(
             "pocketmq_fifo_blocked_message_groups",
             "FIFO message groups whose next messages wait behind one in flight",

@@ -1,10 +1,12 @@
 """The HTTP listener (``--http-port``, 5557 by default like RocketMQ's exporter; bound to the
-broker's host): ``/metrics`` for Prometheus, ``/healthz`` and ``/readyz`` for orchestrators
-(docs/operations.md). aiohttp and prometheus-client are imported only when it is enabled.
+broker's host): ``/metrics`` for Prometheus, ``/healthz`` and ``/readyz`` for orchestrators, and
+the operator dashboard with its JSON API (docs/operations.md). aiohttp, Jinja2 and
+prometheus-client are imported only when it is enabled.
 """
 
 from __future__ import annotations
 
+import os
 import ssl
 import time
 from collections.abc import Callable
@@ -18,6 +20,8 @@ from prometheus_client.process_collector import ProcessCollector
 
 from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
+from pocketmq.server.http.dashboard.guard import Guard, is_loopback, load_token
+from pocketmq.server.http.dashboard.views import Dashboard
 from pocketmq.server.http.metrics import BrokerCollector, Connections
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -42,7 +46,10 @@ class HttpServer:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        app = web.Application()
+        config_dir = os.path.join(broker.config.data_dir, "config")
+        self.guard = Guard(load_token(config_dir), open_reads=True)
+        app = web.Application(middlewares=[self.guard.middleware], client_max_size=1 << 20)
+        Dashboard(broker, self.guard).add_routes(app)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -51,6 +58,8 @@ class HttpServer:
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listen on ``host:port`` (0: any free port, then in :attr:`port`), HTTPS with ``tls``."""
+        # reading the dashboard needs the HTTP token unless only this machine can connect
+        self.guard.open_reads = is_loopback(host)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True, ssl_context=tls)
         await site.start()

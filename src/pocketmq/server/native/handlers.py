@@ -15,6 +15,7 @@ from pocketmq.broker import (
     VERSION,
     Attempt,
     Broker,
+    ClientInfo,
     ConsumeFrom,
     Delivered,
     GroupConfig,
@@ -161,6 +162,7 @@ def broker_handlers(
             )
         conn.greeted = True
         conn.client_id = req.client_id
+        conn.state["client"] = (req.language, req.client_version)
         challenge = ""
         if users is not None:  # authentication required: a fresh challenge per connection
             challenge = secrets.token_hex(16)
@@ -199,10 +201,12 @@ def broker_handlers(
             conn.push(RequestCode.CONSUMERS_CHANGED, w.ConsumersChangedNotice(group))
 
         conn.client_id = req.client_id
+        language, version = conn.state.get("client", ("", ""))
         broker.heartbeat(
             req.client_id,
             [(c.group, c.model, c.subscriptions) for c in req.consumers],
             notify,
+            ClientInfo("native", language, version, conn.remote),
         )
         conn.state["groups"] = {c.group for c in req.consumers}
         if req.producer_groups:

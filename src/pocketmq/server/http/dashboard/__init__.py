@@ -1,0 +1,1 @@
+"""The operator dashboard served on the broker's HTTP port (docs/operations.md, "Dashboard")."""

@@ -1,0 +1,129 @@
+"""Who may look and who may act (docs/security.md, "Dashboard and HTTP API").
+
+- ``/metrics``, ``/healthz``, ``/readyz`` and static files are open: Prometheus and
+  orchestrators scrape them without credentials.
+- Reading pages and ``/api/`` is open when the HTTP port is bound to a loopback address;
+  otherwise it needs the **HTTP token** (``config/http.token`` in the data directory, created
+  0600 at first start): as ``Authorization: Bearer <token>``, or in a browser by signing in once
+  at ``/login`` (an HttpOnly, SameSite=Strict session cookie derived from the token).
+- Every request that changes something (any method but GET/HEAD) must prove it was not forged by
+  another site: either the Bearer token (a browser never adds it on its own), or the double-submit
+  CSRF token — the ``X-Pocketmq-Csrf`` header equal to the ``pocketmq_csrf`` cookie, which only a
+  page of this dashboard can read and htmx sends with each request — and an ``Origin``, when the
+  browser sends one, naming this host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+__all__ = ["CSRF_COOKIE", "CSRF_HEADER", "Guard", "load_token"]
+
+CSRF_COOKIE = "pocketmq_csrf"
+CSRF_HEADER = "X-Pocketmq-Csrf"
+SESSION_COOKIE = "pocketmq_session"
+_OPEN_PREFIXES = ("/metrics", "/healthz", "/readyz", "/static/", "/login")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def load_token(config_dir: str) -> str:
+    """The HTTP token, created (0600) on first use."""
+    path = os.path.join(config_dir, "http.token")
+    try:
+        with open(path, encoding="ascii") as file:
+            token = file.read().strip()
+        if len(token) >= 32:
+            return token
+    except FileNotFoundError:
+        pass
+    token = secrets.token_hex(24)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="ascii") as file:
+        file.write(token + "\n")
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` can only be reached from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Guard:
+    """The aiohttp middleware enforcing the rules of the module doc."""
+
+    def __init__(self, token: str, open_reads: bool) -> None:
+        self._token = token
+        self._session = hmac.new(token.encode(), b"dashboard session", hashlib.sha256).hexdigest()
+        self.open_reads = open_reads
+
+    def session_cookie(self) -> str:
+        """The value of the session cookie a correct sign-in sets."""
+        return self._session
+
+    def token_matches(self, candidate: str) -> bool:
+        """Whether ``candidate`` is the HTTP token (constant time)."""
+        return hmac.compare_digest(candidate.strip().encode(), self._token.encode())
+
+    def _bearer(self, request: web.Request) -> bool:
+        header = request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        return scheme.lower() == "bearer" and self.token_matches(value)
+
+    def _signed_in(self, request: web.Request) -> bool:
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        return bool(cookie) and hmac.compare_digest(cookie, self._session)
+
+    @staticmethod
+    def _same_site(request: web.Request) -> bool:
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        header = request.headers.get(CSRF_HEADER, "")
+        if not cookie or not hmac.compare_digest(cookie, header):
+            return False
+        origin = request.headers.get("Origin")
+        return origin is None or urlsplit(origin).netloc == request.host
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Refuse what the rules do not allow; give every page its CSRF cookie."""
+        if request.path.startswith(_OPEN_PREFIXES):
+            return await handler(request)
+        bearer = self._bearer(request)
+        if not (bearer or self.open_reads or self._signed_in(request)):
+            if request.path.startswith("/api/"):
+                raise web.HTTPUnauthorized(text="sign in: Authorization: Bearer <http token>\n")
+            raise web.HTTPFound("/login?next=" + request.path)
+        if request.method not in ("GET", "HEAD") and not (bearer or self._same_site(request)):
+            raise web.HTTPForbidden(
+                text="refused: a change needs the Bearer token or this dashboard's CSRF token\n"
+            )
+        fresh = ""
+        if CSRF_COOKIE not in request.cookies:
+            # a first visit: the pages render with the token the response's cookie sets
+            fresh = secrets.token_hex(16)
+            cookies = "; ".join(
+                filter(None, (request.headers.get("Cookie"), f"{CSRF_COOKIE}={fresh}"))
+            )
+            request = request.clone(headers=CIMultiDict({**request.headers, "Cookie": cookies}))
+        response = await handler(request)
+        if fresh:
+            response.set_cookie(CSRF_COOKIE, fresh, samesite="Strict", path="/", httponly=False)
+        return response
+
+
+def csrf_token(request: web.Request) -> str:
+    """The browser's CSRF token (its cookie; the guard gives a first visit one)."""
+    return request.cookies.get(CSRF_COOKIE, "")

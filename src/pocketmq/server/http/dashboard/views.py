@@ -1,0 +1,598 @@
+"""The dashboard's pages and their JSON twins under ``/api/`` (docs/operations.md, "Dashboard").
+
+Every page is built from :mod:`pocketmq.broker.overview` in one pass on the event loop and paged
+(50 rows), so a page never holds the loop for long; the templates are Jinja2 with autoescaping,
+and the only script is htmx, served from ``/static/``.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import io
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import jinja2
+import markupsafe
+import msgspec
+from aiohttp import web
+
+from pocketmq.broker import Broker
+from pocketmq.broker.overview import (
+    DeadLetterRow,
+    GroupOverview,
+    committed_positions,
+    dead_letters,
+    group_overview,
+    group_overviews,
+    last_error,
+)
+from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveRecord
+from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
+from pocketmq.errors import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    MessageNotFoundError,
+    NoPermissionError,
+    PocketMQError,
+    TopicNotFoundError,
+)
+from pocketmq.server.http.dashboard import actions
+from pocketmq.server.http.dashboard.guard import CSRF_HEADER, Guard, csrf_token
+from pocketmq.version import VERSION
+
+__all__ = ["Dashboard"]
+
+PAGE = 50
+_NOT_FOUND = (GroupNotFoundError, TopicNotFoundError, MessageNotFoundError)
+
+
+def _when(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _age(ms: int) -> str:
+    seconds = ms / 1000
+    if seconds < 1:
+        return "0 s" if ms == 0 else f"{ms} ms"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+def _preview(body: bytes) -> tuple[str, str]:
+    """(kind, text): JSON pretty-printed, UTF-8 text, or hex for anything else."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex", body[:4096].hex(" ")
+    try:
+        return "json", json.dumps(json.loads(text), indent=2, ensure_ascii=False)[:16384]
+    except ValueError:
+        return "text", text[:16384]
+
+
+def _parse_time(text: str) -> int:
+    if not text:
+        return 0
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgumentError(f"{text!r} is not an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+class Dashboard:
+    """Routes, data and rendering of the dashboard of one broker."""
+
+    def __init__(self, broker: Broker, guard: Guard) -> None:
+        self._broker = broker
+        self._guard = guard
+        self._templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("pocketmq.server.http.dashboard", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self._templates.filters["when"] = _when
+        self._templates.filters["age"] = _age
+        self._rates: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
+
+    def add_routes(self, app: web.Application) -> None:
+        """Register every page, action and API route."""
+        get, post = app.router.add_get, app.router.add_post
+        get("/", self.front)
+        get("/groups/{group}", self.group)
+        get("/groups/{group}/dlq", self.dlq)
+        get("/groups/{group}/dlq.csv", self.dlq_csv)
+        get("/groups/{group}/redrives", self.redrives)
+        post("/groups/{group}/dlq/resend", self.resend)
+        post("/groups/{group}/reset", self.reset)
+        post("/groups/{group}/policy", self.policy)
+        get("/messages", self.message)
+        get("/topics", self.topics)
+        post("/topics/{topic}/send", self.send)
+        get("/login", self.login_page)
+        post("/login", self.login)
+        get("/api/groups", self.front)
+        get("/api/groups/{group}", self.group)
+        get("/api/groups/{group}/dlq", self.dlq)
+        get("/api/groups/{group}/redrives", self.redrives)
+        post("/api/groups/{group}/dlq/resend", self.resend)
+        post("/api/groups/{group}/reset-offset", self.reset)
+        post("/api/groups/{group}/policy", self.policy)
+        get("/api/messages", self.message)
+        get("/api/topics", self.topics)
+        post("/api/topics/{topic}/messages", self.send)
+        here = __file__.rsplit("/", 1)[0]
+        app.router.add_static("/static/", f"{here}/static", append_version=False)
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def _render(self, request: web.Request, name: str, **values: Any) -> web.Response:
+        template = self._templates.get_template(name)
+        text = template.render(
+            broker=self._broker,
+            version=VERSION,
+            csrf=csrf_token(request),
+            csrf_header=CSRF_HEADER,
+            path=request.path,
+            **values,
+        )
+        return web.Response(text=text, content_type="text/html")
+
+    @staticmethod
+    def _api(request: web.Request) -> bool:
+        return request.path.startswith("/api/")
+
+    async def _form(self, request: web.Request) -> dict[str, Any]:
+        if request.content_type == "application/json":
+            data = await request.json()
+            if not isinstance(data, dict):
+                raise InvalidArgumentError("the body must be a JSON object")
+            return data
+        form = await request.post()
+        out: dict[str, Any] = {}
+        for key in form:
+            values = form.getall(key)
+            out[key] = values if len(values) > 1 or key == "offset" else values[0]
+        return out
+
+    def _failure(self, request: web.Request, exc: PocketMQError) -> web.Response:
+        status = (
+            404
+            if isinstance(exc, _NOT_FOUND)
+            else 403
+            if isinstance(exc, NoPermissionError)
+            else 400
+        )
+        if self._api(request):
+            return web.json_response({"error": str(exc)}, status=status)
+        if request.headers.get("HX-Request"):
+            return web.Response(
+                text=f'<p class="error" role="alert">{markupsafe.escape(str(exc))}</p>',
+                content_type="text/html",
+                status=200,  # htmx swaps 2xx only: show the error where the result would go
+            )
+        response = self._render(request, "error.html", message=str(exc))
+        response.set_status(status)
+        return response
+
+    # -- pages ------------------------------------------------------------------------------
+
+    async def front(self, request: web.Request) -> web.Response:
+        """Groups ranked by trouble, and the broker's state."""
+        overviews = group_overviews(self._broker)
+        page = _page(request)
+        shown = overviews[page * PAGE : (page + 1) * PAGE]
+        if self._api(request):
+            return web.json_response([_group_json(o) for o in shown])
+        return self._render(
+            request,
+            "front.html",
+            groups=shown,
+            page=page,
+            more=len(overviews) > (page + 1) * PAGE,
+            scheduled=self._broker.schedule.pending(),
+            status=self._broker.status(),
+            role=self._broker.role.value,
+        )
+
+    async def group(self, request: web.Request) -> web.Response:
+        """One group: consumers, queues, retry policy, reset."""
+        try:
+            overview = group_overview(self._broker, request.match_info["group"])
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        if self._api(request):
+            return web.json_response(_group_json(overview, detail=True))
+        topics = sorted({q.topic for q in overview.queues if not q.topic.startswith("%")})
+        return self._render(request, "group.html", g=overview, topics=topics, now=time.time())
+
+    async def dlq(self, request: web.Request) -> web.Response:
+        """A group's dead letters, filtered and paged, each with its last error."""
+        name = request.match_info["group"]
+        try:
+            self._broker.require_group(name)
+            rows, more, filters = self._dead_letters(request, name)
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        if self._api(request):
+            return web.json_response(
+                {"dead_letters": [_letter_json(r) for r in rows], "more": more}
+            )
+        return self._render(
+            request,
+            "dlq.html",
+            group=name,
+            rows=rows,
+            more=more,
+            filters=filters,
+            page=_page(request),
+            max_selection=actions.MAX_SELECTION,
+        )
+
+    def _dead_letters(
+        self, request: web.Request, group: str, *, everything: bool = False
+    ) -> tuple[list[DeadLetterRow], bool, dict[str, str]]:
+        query = request.query
+        filters = {k: query.get(k, "").strip() for k in ("key", "tag", "error", "since", "until")}
+        since, until = _parse_time(filters["since"]), _parse_time(filters["until"])
+        page = _page(request)
+        skip, wanted = (0, 10**9) if everything else (page * PAGE, PAGE + 1)
+        rows: list[DeadLetterRow] = []
+        for row in dead_letters(self._broker, group):
+            if filters["key"] and filters["key"] not in row.keys.split(" "):
+                continue
+            if filters["tag"] and row.tag != filters["tag"]:
+                continue
+            if (since and row.stored_at_ms < since) or (until and row.stored_at_ms > until):
+                continue
+            error = last_error(self._broker.message_history(row.message_id), group)
+            if filters["error"] and filters["error"].lower() not in (
+                (error + " " + row.reason).lower()
+            ):
+                continue
+            if skip:
+                skip -= 1
+                continue
+            rows.append(_with_error(row, error))
+            if len(rows) >= wanted:
+                break
+        more = not everything and len(rows) > PAGE
+        return rows[:PAGE] if not everything else rows, more, filters
+
+    async def dlq_csv(self, request: web.Request) -> web.Response:
+        """The filtered dead letters as CSV (every match, not one page)."""
+        name = request.match_info["group"]
+        try:
+            self._broker.require_group(name)
+            rows, _, _ = self._dead_letters(request, name, everything=True)
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(
+            ["dlq_offset", "message_id", "origin_topic", "tag", "keys", "attempts",
+             "stored_at", "reason", "last_error", "redriven", "body"]
+        )  # fmt: skip
+        for r in rows:
+            writer.writerow(
+                [r.dlq_offset, r.message_id, r.origin_topic, r.tag, r.keys, r.attempts,
+                 _when(r.stored_at_ms), r.reason, r.last_error, r.redriven,
+                 r.body.decode("utf-8", "replace")]
+            )  # fmt: skip
+        return web.Response(
+            text=out.getvalue(),
+            content_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="dlq-{name}.csv"'},
+        )
+
+    async def redrives(self, request: web.Request) -> web.Response:
+        """The redrive audit of a group: what was resent where, by whom, when."""
+        name = request.match_info["group"]
+        records = [r for r in self._audit() if r["group"] == name]
+        records.reverse()
+        if self._api(request):
+            return web.json_response(records)
+        return self._render(request, "redrives.html", group=name, records=records[:500])
+
+    def _audit(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            batch = self._broker.browse(REDRIVE_AUDIT_TOPIC, 0, offset, 1024)
+            for message in batch:
+                try:
+                    record = msgspec.json.decode(message.body, type=RedriveRecord)
+                    out.append(msgspec.to_builtins(record))
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+            if len(batch) < 1024:
+                return out
+            offset = batch[-1].queue_offset + 1
+
+    async def message(self, request: web.Request) -> web.Response:
+        """A message by id (or by topic and key): properties, body, delivery timeline."""
+        query = request.query
+        message_id, topic, key = query.get("id", ""), query.get("topic", ""), query.get("key", "")
+        try:
+            found = self._broker.query_messages(
+                message_id=message_id.strip(), topic=topic.strip(), key=key.strip(), max_count=32
+            )
+            if not found:
+                raise MessageNotFoundError("no message matches")
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        ids = list(dict.fromkeys(m.properties.get("UNIQ_KEY", "") for m in found))
+        timeline = self._broker.message_history(ids[0]) if len(ids) == 1 and ids[0] else []
+        if self._api(request):
+            return web.json_response(
+                {
+                    "copies": [_copy_json(m) for m in found],
+                    "attempts": [{f: getattr(a, f) for f in a.__struct_fields__} for a in timeline],
+                }
+            )
+        copies = [(m, *_preview(m.body)) for m in found]
+        return self._render(
+            request, "message.html", copies=copies, timeline=timeline, ids=ids, query=query
+        )
+
+    async def topics(self, request: web.Request) -> web.Response:
+        """Topics with their rates, queues, and the groups consuming them with their lag."""
+        rows = self._topic_rows()
+        if self._api(request):
+            return web.json_response(rows)
+        return self._render(request, "topics.html", rows=rows)
+
+    def _topic_rows(self) -> list[dict[str, Any]]:
+        broker = self._broker
+        now = time.monotonic()
+        counts = dict(broker.traffic.messages_in)
+        if not self._rates or now - self._rates[-1][0] >= 5:
+            self._rates.append((now, counts))
+        while len(self._rates) > 2 and now - self._rates[1][0] >= 60:
+            self._rates.popleft()
+        then, before = self._rates[0]
+        elapsed = max(now - then, 1e-9)
+        committed, _ = committed_positions(broker)
+        lag: dict[str, dict[str, int]] = {}
+        for (group, topic, queue_id), offset in committed.items():
+            behind = max(0, broker.store.max_offset(topic, queue_id) - offset)
+            lag.setdefault(topic, {}).setdefault(group, 0)
+            lag[topic][group] += behind
+        rows = []
+        for config in sorted(broker.topics.all(), key=lambda t: t.name):
+            if config.name.startswith((DLQ_PREFIX, RETRY_PREFIX)) or config.system:
+                continue
+            stored = sum(
+                broker.store.max_offset(config.name, q) - broker.store.min_offset(config.name, q)
+                for q in range(config.queues)
+            )
+            rate = (counts.get(config.name, 0) - before.get(config.name, 0)) / elapsed
+            rows.append(
+                {
+                    "name": config.name,
+                    "type": config.topic_type.value,
+                    "queues": config.queues,
+                    "stored": stored,
+                    "messages_in": counts.get(config.name, 0),
+                    "rate": round(rate if elapsed >= 1 else 0.0, 1),
+                    "groups": dict(sorted(lag.get(config.name, {}).items())),
+                }
+            )
+        return rows
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def resend(self, request: web.Request) -> web.Response:
+        """Dry run or resend the selected dead letters."""
+        group = request.match_info["group"]
+        try:
+            form = await self._form(request)
+            raw = form.get("offset", [])
+            offsets = [int(o) for o in (raw if isinstance(raw, list) else [raw])]
+            lines = await actions.redrive(
+                self._broker,
+                group,
+                offsets,
+                target=str(form.get("target", "origin")),
+                rate=float(form.get("rate", 100)),
+                dry_run=str(form.get("dry_run", "")).lower() in ("1", "true", "on", "yes"),
+            )
+        except ValueError as exc:
+            if isinstance(exc, PocketMQError):
+                return self._failure(request, exc)
+            return self._failure(request, InvalidArgumentError(f"bad value: {exc}"))
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        if self._api(request):
+            return web.json_response([_line_json(line) for line in lines])
+        return self._render(request, "resend_result.html", group=group, lines=lines)
+
+    async def reset(self, request: web.Request) -> web.Response:
+        """Reset the group's offsets on a topic to a time, the earliest or the latest."""
+        group = request.match_info["group"]
+        try:
+            form = await self._form(request)
+            to = str(form.get("to", "time"))
+            at_ms = _parse_time(str(form.get("time", ""))) if to == "time" else 0
+            moves = actions.reset_offsets(
+                self._broker, group, str(form.get("topic", "")), to, at_ms
+            )
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        if self._api(request):
+            return web.json_response(moves)
+        return self._render(request, "reset_result.html", moves=moves)
+
+    async def policy(self, request: web.Request) -> web.Response:
+        """Edit the group's retry policy."""
+        group = request.match_info["group"]
+        try:
+            form = await self._form(request)
+            text = str(form.get("delays", "")).replace(",", " ")
+            delays = [float(d) for d in text.split()]
+            policy = actions.update_policy(
+                self._broker, group, int(form.get("max_retries", 16)), delays
+            )
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        except ValueError as exc:
+            return self._failure(request, InvalidArgumentError(f"bad value: {exc}"))
+        if self._api(request):
+            return web.json_response({"max_retries": policy.max_retries, "delays": policy.delays})
+        return web.Response(
+            text=f'<p class="ok" role="status">saved: {policy.max_retries} retries</p>',
+            content_type="text/html",
+        )
+
+    async def send(self, request: web.Request) -> web.Response:
+        """Send a test message to a topic."""
+        try:
+            form = await self._form(request)
+            result = await actions.send_test(
+                self._broker,
+                request.match_info["topic"],
+                str(form.get("body", "")),
+                str(form.get("tag", "")),
+                str(form.get("key", "")),
+            )
+        except PocketMQError as exc:
+            return self._failure(request, exc)
+        if self._api(request):
+            return web.json_response(result)
+        return web.Response(
+            text=(
+                f'<p class="ok" role="status">{result["code"]}: '
+                f'<a href="/messages?id={result["message_id"]}">{result["message_id"]}</a></p>'
+            ),
+            content_type="text/html",
+        )
+
+    async def login_page(self, request: web.Request) -> web.Response:
+        """Sign in with the HTTP token (needed when the port is not on loopback)."""
+        return self._render(
+            request, "login.html", failed=False, next=request.query.get("next", "/")
+        )
+
+    async def login(self, request: web.Request) -> web.Response:
+        """Check the token; on success set the session cookie and go on."""
+        form = await request.post()
+        target = str(form.get("next", "/"))
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"
+        if not self._guard.token_matches(str(form.get("token", ""))):
+            response = self._render(request, "login.html", failed=True, next=target)
+            response.set_status(401)
+            return response
+        response = web.HTTPFound(target)
+        response.set_cookie(
+            "pocketmq_session",
+            self._guard.session_cookie(),
+            httponly=True,
+            samesite="Strict",
+            path="/",
+        )
+        raise response
+
+
+def _page(request: web.Request) -> int:
+    try:
+        return max(0, int(request.query.get("page", "0")))
+    except ValueError:
+        return 0
+
+
+def _with_error(row: DeadLetterRow, error: str) -> DeadLetterRow:
+    return dataclasses.replace(row, last_error=error)
+
+
+def _group_json(o: GroupOverview, *, detail: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": o.name,
+        "fifo": o.config.fifo,
+        "lag": o.lag,
+        "lag_latency_ms": o.lag_latency_ms,
+        "inflight": o.inflight,
+        "retry_backlog": o.retry_backlog,
+        "dlq_depth": o.dlq_depth,
+        "dlq_last_hour": o.dlq_last_hour,
+        "blocked_fifo_groups": o.blocked_fifo_groups,
+        "redeliveries": o.redeliveries,
+        "consumers": len(o.consumers),
+    }
+    if detail:
+        out["consumers"] = [
+            {
+                "client_id": r.client_id,
+                "protocol": r.client.protocol,
+                "language": r.client.language,
+                "version": r.client.version,
+                "address": r.client.address,
+                "last_heartbeat": r.last_seen,
+            }
+            for r in o.consumers
+        ]
+        out["queues"] = [
+            {
+                "topic": q.topic,
+                "queue_id": q.queue_id,
+                "min_offset": q.min_offset,
+                "max_offset": q.max_offset,
+                "committed": q.committed,
+                "lag": q.lag,
+                "inflight": q.inflight,
+            }
+            for q in o.queues
+        ]
+        retry = o.config.retry
+        out["retry_policy"] = {"max_retries": retry.max_retries, "delays": list(retry.delays)}
+    return out
+
+
+def _letter_json(r: DeadLetterRow) -> dict[str, Any]:
+    return {
+        "dlq_offset": r.dlq_offset,
+        "message_id": r.message_id,
+        "origin_topic": r.origin_topic,
+        "tag": r.tag,
+        "keys": r.keys,
+        "reason": r.reason,
+        "last_error": r.last_error,
+        "attempts": r.attempts,
+        "stored_at_ms": r.stored_at_ms,
+        "redriven": r.redriven,
+    }
+
+
+def _line_json(line: actions.RedriveLine) -> dict[str, Any]:
+    return {
+        "dlq_offset": line.dlq_offset,
+        "message_id": line.message_id,
+        "status": line.status,
+        "topic": line.target_topic,
+        "queue_id": line.queue_id,
+        "queue_offset": line.queue_offset,
+    }
+
+
+def _copy_json(m: Any) -> dict[str, Any]:
+    kind, text = _preview(m.body)
+    return {
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "stored_at_ms": m.store_timestamp,
+        "properties": m.properties,
+        "body": text,
+        "body_kind": kind,
+    }
