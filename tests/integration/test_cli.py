@@ -221,3 +221,32 @@ async def test_operator_commands_status_query_and_delete(
         for line in run(broker, "topic", "list", "--json").stdout.splitlines()
     ]
     assert topic not in topics
+
+
+def test_broker_stats_counts_what_was_sent_and_prints_a_table(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    topic = names("t")
+    assert run(broker, "topic", "create", topic, "--queues", "1").returncode == 0
+
+    def stats() -> dict[str, object]:
+        done = run(broker, "broker", "stats", "--json")
+        assert done.returncode == 0, done.stderr
+        [line] = done.stdout.splitlines()
+        figures: dict[str, object] = json.loads(line)
+        return figures
+
+    before = stats()
+    for body in ("a", "bb", "ccc"):
+        assert run(broker, "send", topic, body).returncode == 0
+    after = stats()
+    assert after["messages stored"] == before["messages stored"] + 3  # type: ignore[operator]
+    assert (after["role"], after["flush_mode"], after["address"]) == (
+        "master",
+        "async",
+        broker.address,
+    )
+    table = run(broker, "broker", "stats")
+    assert table.returncode == 0
+    assert "messages stored" in table.stdout
+    assert f"{after['messages stored']:,}" in table.stdout

@@ -175,6 +175,61 @@ def status(server: str) -> None:
             )
 
 
+_STATS = (
+    ("messages stored", "store", "messages_put"),
+    ("bytes stored", "store", "bytes_put"),
+    ("messages delivered", "counters", "messages_out"),
+    ("pop acks", "counters", "acks"),
+    ("handed back for retry", "counters", "sent_back"),
+    ("dead-lettered", "counters", "dead_lettered"),
+    ("transactions pending", "counters", "transactions_pending"),
+    ("commit log end", "store", "write_position"),
+    ("flushed up to", "store", "flushed_position"),
+    ("segments", "store", "segments"),
+    ("consume queues", "store", "queues"),
+    ("fsyncs", "store", "fsyncs"),
+    ("damaged records read", "store", "damaged_records_read"),
+    ("replication lag (bytes)", "replication", "lag_bytes"),
+    ("in-sync slaves", "replication", "in_sync"),
+)
+
+
+@broker.command()
+@server_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per broker.")
+@handle_errors
+def stats(server: str, as_json: bool) -> None:
+    """The figures an operator watches, one column per broker (slaves included)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    with SyncAdmin(servers=server) as admin:
+        brokers = admin.run(lambda a: a.broker_status())
+    sections = [
+        {"counters": b.counters, "store": b.store, "replication": b.replication} for b in brokers
+    ]
+    if as_json:
+        for b, section in zip(brokers, sections, strict=True):
+            figures = {label: section[part].get(key, 0) for label, part, key in _STATS}
+            line = {"broker": b.broker_name, "address": b.address, "version": b.version}
+            role = str(b.replication.get("role", "master"))
+            click.echo(
+                json.dumps(line | {"role": role, "flush_mode": b.store.get("flush_mode")} | figures)
+            )
+        return
+    table = Table(show_edge=False)
+    table.add_column("")
+    for b in brokers:
+        table.add_column(
+            f"{b.broker_name} {b.replication.get('role', '')}\n{b.address}", justify="right"
+        )
+    table.add_row("version", *(b.version for b in brokers))
+    table.add_row("store", *(str(b.store.get("failure") or "ok") for b in brokers))
+    for label, part, key in _STATS:
+        table.add_row(label, *(f"{s[part].get(key, 0):,}" for s in sections))
+    Console().print(table)
+
+
 @broker.command()
 @server_option
 @click.option("--force", is_flag=True, help="Promote even a slave not known to be in sync.")
