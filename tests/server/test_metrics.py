@@ -65,8 +65,10 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
         for number in range(10):
             tag = "fail" if number < 2 else "ok"
             await producer.send(Message(topic="orders", body=body, tag=tag))
+        jobs_from = time.time()
         for _ in range(5):
             await producer.send(Message(topic="jobs", body=b"job"))
+        jobs_until = time.time()
 
     def listener(messages: list[MessageView]) -> ConsumeStatus:
         failing = any(m.tag == "fail" for m in messages)
@@ -113,7 +115,9 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
         while len(taken) < 5 and time.monotonic() < deadline:
             taken += await consumer.receive(max_messages=5, invisible_duration=60)
         assert len(taken) == 5
+        scraped_from = time.time()
         samples = await scrape(broker)
+        scraped_until = time.time()
 
     assert value(samples, "rocketmq_messages_in_total", topic="orders", is_retry="false") == 10
     assert value(samples, "rocketmq_throughput_in_total", topic="orders", is_retry="false") == 1000
@@ -158,6 +162,15 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
     assert (
         value(samples, "rocketmq_consumer_lag_messages", topic="jobs", consumer_group="workers")
         == 5
+    )
+    # the oldest job still unacknowledged waited from its send to the scrape
+    waited = value(samples, "rocketmq_consumer_lag_latency", topic="jobs", consumer_group="workers")
+    assert (
+        (scraped_from - jobs_until) * 1000 - 5 <= waited <= (scraped_until - jobs_from) * 1000 + 5
+    )
+    assert (
+        value(samples, "rocketmq_consumer_lag_latency", topic="orders", consumer_group="billing")
+        == 0
     )
     assert value(samples, "rocketmq_half_messages") == 0
     # each failing message: RECONSUME_LATER on its first delivery and on its retry, then DLQ

@@ -29,6 +29,7 @@ __all__ = [
     "dead_letters",
     "group_overview",
     "messages_since",
+    "stored_at",
 ]
 
 HOUR_MS = 3_600_000
@@ -185,7 +186,7 @@ def _overview(
         )
         rows.append(row)
         if row.lag:
-            stored = _stored_at(store, topic, queue_id, max(row.committed, row.min_offset))
+            stored = stored_at(store, topic, queue_id, max(row.committed, row.min_offset))
             if stored:
                 oldest = max(oldest, now_ms - stored)
     dlq = dlq_topic(config.name)
@@ -205,7 +206,8 @@ def _overview(
     )
 
 
-def _stored_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
+def stored_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
+    """The store time (ms) of the message at ``offset``, or 0 when it cannot be read."""
     got = store.get_messages(topic, queue_id, offset, max_count=1)
     if got.status is not GetStatus.FOUND or not got.messages:
         return 0
@@ -219,7 +221,7 @@ def messages_since(store: MessageStore, topic: str, queue_id: int, since_ms: int
     end = high
     while low < high:
         middle = (low + high) // 2
-        stored = _stored_at(store, topic, queue_id, middle)
+        stored = stored_at(store, topic, queue_id, middle)
         if stored == 0 or stored >= since_ms:
             high = middle
         else:

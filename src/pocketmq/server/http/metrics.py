@@ -9,6 +9,7 @@ so a scrape costs one pass over the topics and groups.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
-from pocketmq.broker.overview import committed_positions
+from pocketmq.broker.overview import committed_positions, stored_at
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from pocketmq.broker.traffic import SIZE_BUCKETS
 from pocketmq.server.rpcstats import LATENCY_BUCKETS_MS, RpcLatency
@@ -179,11 +180,20 @@ class BrokerCollector(Collector):
             if waiting:
                 blocked[(topic, group)] = blocked.get((topic, group), 0) + waiting
         lag: dict[tuple[str, str], int] = {}
+        oldest: dict[tuple[str, str], int] = {}  # age of the oldest unconsumed message (ms)
+        now_ms = int(time.time() * 1000)
         for (group, topic, queue_id), offset in committed.items():
             if topic.startswith((DLQ_PREFIX,)):
                 continue
             behind = max(0, store.max_offset(topic, queue_id) - offset)
             lag[(topic, group)] = lag.get((topic, group), 0) + behind
+            age = 0
+            if behind:  # one read per lagging queue: its oldest message's store time
+                stored = stored_at(
+                    store, topic, queue_id, max(offset, store.min_offset(topic, queue_id))
+                )
+                age = max(0, now_ms - stored) if stored else 0
+            oldest[(topic, group)] = max(oldest.get((topic, group), 0), age)
         family = GaugeMetricFamily(
             "rocketmq_consumer_lag_messages",
             "Messages stored but not yet consumed (committed) by the group",
@@ -191,6 +201,14 @@ class BrokerCollector(Collector):
         )
         for (topic, group), count in sorted(lag.items()):
             family.add_metric([topic, group], count)
+        yield family
+        family = GaugeMetricFamily(
+            "rocketmq_consumer_lag_latency",
+            "How long the oldest message not yet consumed by the group has waited (ms)",
+            labels=["topic", "consumer_group"],
+        )
+        for (topic, group), age in sorted(oldest.items()):
+            family.add_metric([topic, group], age)
         yield family
         family = GaugeMetricFamily(
             "rocketmq_consumer_inflight_messages",
