@@ -27,13 +27,19 @@ from rich.table import Table
 
 from pocketmq.bench.broker import BENCHES as BROKER_BENCHES
 from pocketmq.bench.broker import BenchResult
+from pocketmq.bench.dashboard import run_dashboard
 from pocketmq.bench.replication import run_replication
 from pocketmq.bench.scrape import run_scrape
 from pocketmq.cli._app import main
 
 __all__: list[str] = []
 
-BENCHES = {**BROKER_BENCHES, "replication": run_replication, "scrape": run_scrape}
+BENCHES = {
+    **BROKER_BENCHES,
+    "replication": run_replication,
+    "scrape": run_scrape,
+    "dashboard": run_dashboard,
+}
 
 
 def _record(path: str | None, name: str, rows: list[dict[str, object]]) -> None:

@@ -7,6 +7,7 @@ and the only script is htmx, served from ``/static/``.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import csv
 import dataclasses
@@ -48,6 +49,7 @@ from pocketmq.version import VERSION
 __all__ = ["Dashboard"]
 
 PAGE = 50
+_YIELD_EVERY = 50  # dead letters examined between returns to the event loop
 _NOT_FOUND = (GroupNotFoundError, TopicNotFoundError, MessageNotFoundError)
 
 
@@ -222,7 +224,7 @@ class Dashboard:
         name = request.match_info["group"]
         try:
             self._broker.require_group(name)
-            rows, more, filters = self._dead_letters(request, name)
+            rows, more, filters = await self._dead_letters(request, name)
         except PocketMQError as exc:
             return self._failure(request, exc)
         if self._api(request):
@@ -240,30 +242,38 @@ class Dashboard:
             max_selection=actions.MAX_SELECTION,
         )
 
-    def _dead_letters(
+    async def _dead_letters(
         self, request: web.Request, group: str, *, everything: bool = False
     ) -> tuple[list[DeadLetterRow], bool, dict[str, str]]:
+        """One page of the dead letters that pass the filters (or all, for exports). A long scan
+        gives the event loop back every few hundred rows, so other clients are served meanwhile;
+        the attempt history is read only for rows shown or filtered by their error."""
         query = request.query
         filters = {k: query.get(k, "").strip() for k in ("key", "tag", "error", "since", "until")}
         since, until = _parse_time(filters["since"]), _parse_time(filters["until"])
+        wanted_error = filters["error"].lower()
         page = _page(request)
         skip, wanted = (0, 10**9) if everything else (page * PAGE, PAGE + 1)
         rows: list[DeadLetterRow] = []
-        for row in dead_letters(self._broker, group):
+        for examined, row in enumerate(dead_letters(self._broker, group), 1):
+            if examined % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             if filters["key"] and filters["key"] not in row.keys.split(" "):
                 continue
             if filters["tag"] and row.tag != filters["tag"]:
                 continue
             if (since and row.stored_at_ms < since) or (until and row.stored_at_ms > until):
                 continue
-            error = last_error(self._broker.message_history(row.message_id), group)
-            if filters["error"] and filters["error"].lower() not in (
-                (error + " " + row.reason).lower()
-            ):
-                continue
+            error: str | None = None
+            if wanted_error:
+                error = last_error(self._broker.message_history(row.message_id), group)
+                if wanted_error not in (error + " " + row.reason).lower():
+                    continue
             if skip:
                 skip -= 1
                 continue
+            if error is None:
+                error = last_error(self._broker.message_history(row.message_id), group)
             rows.append(_with_error(row, error))
             if len(rows) >= wanted:
                 break
@@ -275,7 +285,7 @@ class Dashboard:
         name = request.match_info["group"]
         try:
             self._broker.require_group(name)
-            rows, _, _ = self._dead_letters(request, name, everything=True)
+            rows, _, _ = await self._dead_letters(request, name, everything=True)
         except PocketMQError as exc:
             return self._failure(request, exc)
         out = io.StringIO()
