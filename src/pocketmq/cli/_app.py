@@ -105,6 +105,7 @@ COMMAND_MODULES: dict[str, str] = {
     "store": "pocketmq.cli.store",
     "broker": "pocketmq.cli.store",
     "user": "pocketmq.cli.users",
+    "acl": "pocketmq.cli.acl",
 }
 
 

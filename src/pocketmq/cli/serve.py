@@ -183,6 +183,12 @@ def _logging(level: str) -> None:
     default=None,
     help="gRPC requests must be signed by a user of `pocketmq user` (docs/security.md).",
 )
+@click.option(
+    "--authorization",
+    is_flag=True,
+    default=None,
+    help="Normal users may only do what `pocketmq acl` rules allow (needs --authentication).",
+)
 @click.option("--namesrv-port", type=int, help="Embedded name server port.  [default: 9876]")
 @click.option(
     "--namesrv", help="Use an external name server host:port instead of the embedded one."
@@ -226,6 +232,7 @@ def serve(
     tls_cert: str | None,
     tls_key: str | None,
     authentication: bool | None,
+    authorization: bool | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -266,6 +273,10 @@ def serve(
         config = replace(config, http_port=None)
     if authentication:
         config = replace(config, authentication=True)
+    if authorization:
+        config = replace(config, authorization=True)
+    if config.authorization and not config.authentication:
+        raise click.UsageError("--authorization needs --authentication")
     app = BrokerApp(config)
     try:
         used, _ = loop_factory(loop)

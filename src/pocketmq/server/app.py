@@ -28,7 +28,7 @@ from pocketmq.server.ha.failover import ControllerTimings, Failover
 from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
-from pocketmq.server.native.connection import ServerConnection
+from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.handlers import broker_handlers
 from pocketmq.server.native.limits import (
     DEFAULT_HELLO_TIMEOUT,
@@ -41,6 +41,7 @@ from pocketmq.server.native.paging import message_limit_problem
 from pocketmq.server.native.tcp import FrameServer
 
 if TYPE_CHECKING:
+    from pocketmq.server.auth.authorizer import Authorizer
     from pocketmq.server.auth.users import UserStore
     from pocketmq.server.grpc.server import GrpcServer
     from pocketmq.server.http.metrics import Connections
@@ -85,6 +86,8 @@ class AppConfig:
     tls_key: str | None = None
     # gRPC requests must be signed by a user of `pocketmq user` (docs/security.md)
     authentication: bool = False
+    # each request of a normal user must be allowed by `pocketmq acl` rules (docs/security.md)
+    authorization: bool = False
 
     def tls_pem(self) -> tuple[bytes, bytes] | None:
         """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
@@ -153,6 +156,7 @@ class BrokerApp:
         self._grpc: GrpcServer | None = None
         self._http: HttpServer | None = None
         self._users: UserStore | None = None  # authentication on (docs/security.md)
+        self._authorizer: Authorizer | None = None  # authorization on
         self.http_address = ""
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
@@ -218,6 +222,8 @@ class BrokerApp:
                 self._promote,
                 users=self._users,
             )
+            if config.authorization:
+                handlers = self._authorized(handlers)
             self._native = FrameServer(
                 handlers, on_close=self._connection_closed, limits=limits, tls=tls
             )
@@ -258,6 +264,21 @@ class BrokerApp:
             await self.close()
             raise
 
+    def _authorized(self, handlers: HandlerTable) -> HandlerTable:
+        """Build the ACL's authorizer and put its check in front of every native handler."""
+        from pocketmq.server.auth.acl import AclStore
+        from pocketmq.server.auth.authorizer import Authorizer
+        from pocketmq.server.native.permissions import authorized
+
+        if self._users is None:
+            raise InvalidArgumentError(
+                "authorization needs authentication: start with --authentication too"
+            )
+        acl = AclStore(os.path.join(self.config.broker.data_dir, "config"))
+        acl.load()
+        self._authorizer = Authorizer(self._users, acl)
+        return authorized(handlers, self._authorizer)
+
     async def _start_grpc(self, port: int) -> None:
         """The RocketMQ 5 gRPC adapter (apache.rocketmq.v2) for the official clients."""
         assert self.broker is not None
@@ -269,6 +290,7 @@ class BrokerApp:
             self,
             auto_renew_invisible=self.config.grpc_auto_renew_invisible,
             users=users,
+            authorizer=self._authorizer,
         )
         await server.start(self.config.host, port, self.config.tls_pem())
         self._grpc = server

@@ -48,6 +48,7 @@ class UserStore:
         self._mtime = -1.0
         self._checked = 0.0
         self._fernet: Fernet | None = None
+        self.loaded_at = 0.0  # when the users last changed (the ACL's decision cache follows)
 
     def _cipher(self) -> Fernet:
         if self._fernet is None:
@@ -63,6 +64,8 @@ class UserStore:
         try:
             mtime = self._path.stat().st_mtime
         except FileNotFoundError:
+            if self._mtime != -1.0:
+                self.loaded_at = time.monotonic()
             self._users, self._secrets, self._mtime = {}, {}, -1.0
             return
         if mtime == self._mtime:
@@ -71,6 +74,7 @@ class UserStore:
         self._users = {u["access_key"]: u for u in raw.get("users", [])}
         self._secrets = {}
         self._mtime = mtime
+        self.loaded_at = time.monotonic()
 
     def refresh(self, every: float = 1.0) -> None:
         """:meth:`load` at most once per ``every`` seconds (the broker calls this per request)."""
@@ -92,6 +96,11 @@ class UserStore:
                 return None  # a users.key that does not match: nobody authenticates
             self._secrets[access_key] = cached
         return cached
+
+    def user_type(self, access_key: str) -> str:
+        """``super``, ``normal``, or "" for an unknown access key."""
+        user = self._users.get(access_key)
+        return str(user["type"]) if user else ""
 
     def users(self) -> list[User]:
         """Every user, by access key."""

@@ -17,6 +17,7 @@ import grpc
 
 from pocketmq.broker import Broker
 from pocketmq.protocol import structs as w
+from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.grpc.auth import AuthInterceptor
@@ -51,8 +52,10 @@ class GrpcServer:
         *,
         auto_renew_invisible: float = AUTO_RENEW_INVISIBLE,
         users: UserStore | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self._broker = broker
+        self._authorizer = authorizer  # the ACL on top of authentication
         self._app = app
         self._users = users  # authentication on when given (docs/security.md)
         self.service = MessagingService(
@@ -71,7 +74,9 @@ class GrpcServer:
         message — over TLS with ``tls`` (PEM key and certificate chain); a port in use is an
         ``OSError``, never a shared port."""
         limit = self._broker.config.store.max_message_size + 1024 * 1024  # room for headers
-        interceptors = [AuthInterceptor(self._users)] if self._users is not None else []
+        interceptors = (
+            [AuthInterceptor(self._users, self._authorizer)] if self._users is not None else []
+        )
         server = grpc.aio.server(
             interceptors=interceptors,
             options=[
