@@ -83,3 +83,30 @@ def test_serve_refuses_a_bad_config_file_in_one_line(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "strcit" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_network_address_without_authentication_is_refused_unless_insecure(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "pocketmq", "serve", "--host", "0.0.0.0", "--port", "0",
+               "--no-grpc", "--no-http", "--namesrv-port", "0",
+               "--data-dir", str(tmp_path / "d")]  # fmt: skip
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2
+    assert "--authentication" in refused.stderr
+    assert "--insecure" in refused.stderr
+    assert not (tmp_path / "d").exists()  # refused before anything was created
+    config = _load(tmp_path, '[server]\nhost = "0.0.0.0"\ninsecure = true\n')
+    assert (config.host, config.insecure) == ("0.0.0.0", True)
+
+
+def test_insecure_starts_on_a_network_address(tmp_path: Path) -> None:
+    from pocketmq.client.sync import SyncAdmin
+    from pocketmq.testing import BrokerProcess
+
+    with BrokerProcess(tmp_path / "b", grpc_port=None,
+                       extra_args=("--host", "0.0.0.0", "--insecure")) as broker:  # fmt: skip
+        port = broker.address.rsplit(":", 1)[1]
+        with SyncAdmin(servers=f"127.0.0.1:{port}") as admin:  # it serves every address
+            admin.create_topic("reachable", queues=1)
+            assert "reachable" in [t.name for t in admin.list_topics()]

@@ -30,6 +30,7 @@ from pocketmq.bench.broker import BenchResult
 from pocketmq.bench.dashboard import run_dashboard
 from pocketmq.bench.replication import run_replication
 from pocketmq.bench.scrape import run_scrape
+from pocketmq.bench.security import run_security
 from pocketmq.cli._app import main
 
 __all__: list[str] = []
@@ -39,6 +40,7 @@ BENCHES = {
     "replication": run_replication,
     "scrape": run_scrape,
     "dashboard": run_dashboard,
+    "security": run_security,
 }
 
 

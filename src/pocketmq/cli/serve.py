@@ -23,6 +23,7 @@ from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
+from pocketmq.server.auth.network import is_loopback
 from pocketmq.server.ha.etcd import parse_controller
 from pocketmq.server.loops import LOOPS, loop_factory
 from pocketmq.server.loops import run as run_on_loop
@@ -184,6 +185,12 @@ def _logging(level: str) -> None:
     help="gRPC requests must be signed by a user of `pocketmq user` (docs/security.md).",
 )
 @click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Listen on a non-loopback --host without --authentication all the same.",
+)
+@click.option(
     "--authorization",
     is_flag=True,
     default=None,
@@ -233,6 +240,7 @@ def serve(
     tls_key: str | None,
     authentication: bool | None,
     authorization: bool | None,
+    insecure: bool | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -275,8 +283,16 @@ def serve(
         config = replace(config, authentication=True)
     if authorization:
         config = replace(config, authorization=True)
+    if insecure:
+        config = replace(config, insecure=True)
     if config.authorization and not config.authentication:
         raise click.UsageError("--authorization needs --authentication")
+    if not (config.authentication or config.insecure or is_loopback(config.host)):
+        raise click.UsageError(
+            f"--host {config.host} lets other machines connect, and without --authentication "
+            "anyone there may read, write and delete every topic: add --authentication "
+            "(docs/security.md) or --insecure"
+        )
     app = BrokerApp(config)
     try:
         used, _ = loop_factory(loop)

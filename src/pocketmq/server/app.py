@@ -88,6 +88,8 @@ class AppConfig:
     authentication: bool = False
     # each request of a normal user must be allowed by `pocketmq acl` rules (docs/security.md)
     authorization: bool = False
+    # listen on a non-loopback address without authentication all the same (docs/security.md)
+    insecure: bool = False
 
     def tls_pem(self) -> tuple[bytes, bytes] | None:
         """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""

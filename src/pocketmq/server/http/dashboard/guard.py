@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 import secrets
 from collections.abc import Awaitable, Callable
@@ -26,7 +25,9 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from multidict import CIMultiDict
 
-__all__ = ["CSRF_COOKIE", "CSRF_HEADER", "Guard", "load_token"]
+from pocketmq.server.auth.network import is_loopback
+
+__all__ = ["CSRF_COOKIE", "CSRF_HEADER", "Guard", "is_loopback", "load_token"]
 
 CSRF_COOKIE = "pocketmq_csrf"
 CSRF_HEADER = "X-Pocketmq-Csrf"
@@ -50,16 +51,6 @@ def load_token(config_dir: str) -> str:
     with os.fdopen(descriptor, "w", encoding="ascii") as file:
         file.write(token + "\n")
     return token
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` can only be reached from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Guard:
