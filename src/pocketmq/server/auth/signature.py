@@ -50,4 +50,5 @@ def parse_authorization(header: str) -> Authorization | None:
 def signature_matches(secret: str, date_time: str, signature: str) -> bool:
     """Whether ``signature`` is HMAC-SHA1(secret, date_time) in hex, either case."""
     expected = hmac.new(secret.encode(), date_time.encode(), hashlib.sha1).hexdigest()
-    return hmac.compare_digest(expected, signature.lower())
+    # bytes: compare_digest refuses str with non-ASCII characters (a hostile header has them)
+    return hmac.compare_digest(expected.encode(), signature.lower().encode("utf-8", "replace"))

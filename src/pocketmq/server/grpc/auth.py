@@ -15,6 +15,7 @@ import grpc
 
 from pocketmq.errors import NoPermissionError
 from pocketmq.server.auth.authorizer import Authorizer
+from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.auth.signature import parse_authorization, signature_matches
 from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc.handlers import Malformed
@@ -67,6 +68,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if self._authorizer is None:
                 return handler
             return self._authorizing(handler, handler_call_details.method, user)
+        count_failure("grpc", "unauthenticated")
         log.warning("unauthenticated", "refused a gRPC call: %s", why)
 
         async def refuse(request: Any, context: Any) -> Any:
@@ -100,6 +102,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             try:
                 authorizer.check(user, needs(method, request), source)
             except NoPermissionError as exc:
+                count_failure("grpc", "forbidden")
                 log.warning("forbidden", "refused a gRPC call of %r: %s", user, exc)
                 return str(exc)
             return ""

@@ -26,6 +26,7 @@ from pocketmq.broker import Broker
 from pocketmq.broker.overview import committed_positions, stored_at
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from pocketmq.broker.traffic import SIZE_BUCKETS
+from pocketmq.server.auth.failures import FAILURES
 from pocketmq.server.rpcstats import LATENCY_BUCKETS_MS, RpcLatency
 from pocketmq.version import VERSION
 
@@ -320,6 +321,14 @@ class BrokerCollector(Collector):
         )
         rejected.add_metric([], broker.flow.rejected)
         yield rejected
+        refused = CounterMetricFamily(
+            "pocketmq_auth_failures",
+            "Requests refused for their credentials or by the ACL",
+            labels=["protocol", "reason"],
+        )
+        for (protocol, reason), number in sorted(FAILURES.items()):
+            refused.add_metric([protocol, reason], number)
+        yield refused
 
     def _replication(self) -> Iterator[Metric]:
         replication = self._broker.replication

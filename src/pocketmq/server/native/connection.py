@@ -32,6 +32,7 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
+from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
 from pocketmq.server.rpcstats import RpcLatency
@@ -222,6 +223,7 @@ class ServerConnection(asyncio.Protocol):
             self._fail(ProtocolError("the first frame must be HELLO"), request_id)
             return
         if self.auth_required and not self.user and code not in _BEFORE_AUTHENTICATION:
+            count_failure("native", "unauthenticated")
             if not oneway:
                 self._respond_error(
                     request_id,

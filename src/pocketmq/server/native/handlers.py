@@ -40,6 +40,7 @@ from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import challenge_signature
 from pocketmq.protocol.checks import retry_policy_problem
+from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.auth.users import UserStore
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.paging import (
@@ -186,7 +187,9 @@ def broker_handlers(
         users.refresh()
         secret = users.secret(req.access_key)
         expected = challenge_signature(secret or "", challenge, conn.client_id)
-        if secret is None or not hmac.compare_digest(expected, req.signature.lower()):
+        given = req.signature.lower().encode("utf-8", "replace")  # bytes: any text compares
+        if secret is None or not hmac.compare_digest(expected.encode(), given):
+            count_failure("native", "unauthenticated")
             conn.bad_input_log.warning(
                 "unauthenticated", "refused a native connection from %s", conn.remote or "?"
             )

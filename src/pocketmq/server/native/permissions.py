@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pocketmq.errors import NoPermissionError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.auth.acl import Action
 from pocketmq.server.auth.authorizer import Authorizer, Need, topic_need
+from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.native.connection import Handler, HandlerTable, ServerConnection
 
 __all__ = ["CLUSTER", "authorized", "needs"]
@@ -98,7 +100,11 @@ def authorized(table: HandlerTable, authorizer: Authorizer) -> HandlerTable:
     def wrap(code: int, handler: Handler) -> Handler:
         def checked(conn: ServerConnection, request: Any) -> Any:
             if conn.user:
-                authorizer.check(conn.user, needs(code, request), conn.remote)
+                try:
+                    authorizer.check(conn.user, needs(code, request), conn.remote)
+                except NoPermissionError:
+                    count_failure("native", "forbidden")
+                    raise
             return handler(conn, request)
 
         return checked

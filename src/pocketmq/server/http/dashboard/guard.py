@@ -67,7 +67,7 @@ class Guard:
 
     def token_matches(self, candidate: str) -> bool:
         """Whether ``candidate`` is the HTTP token (constant time)."""
-        return hmac.compare_digest(candidate.strip().encode(), self._token.encode())
+        return _same(candidate.strip(), self._token)
 
     def _bearer(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
@@ -76,13 +76,13 @@ class Guard:
 
     def _signed_in(self, request: web.Request) -> bool:
         cookie = request.cookies.get(SESSION_COOKIE, "")
-        return bool(cookie) and hmac.compare_digest(cookie, self._session)
+        return bool(cookie) and _same(cookie, self._session)
 
     @staticmethod
     def _same_site(request: web.Request) -> bool:
         cookie = request.cookies.get(CSRF_COOKIE, "")
         header = request.headers.get(CSRF_HEADER, "")
-        if not cookie or not hmac.compare_digest(cookie, header):
+        if not cookie or not _same(cookie, header):
             return False
         origin = request.headers.get("Origin")
         return origin is None or urlsplit(origin).netloc == request.host
@@ -113,6 +113,11 @@ class Guard:
         if fresh:
             response.set_cookie(CSRF_COOKIE, fresh, samesite="Strict", path="/", httponly=False)
         return response
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time equality of any two strings (compare_digest refuses non-ASCII str)."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
 def csrf_token(request: web.Request) -> str:
