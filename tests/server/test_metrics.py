@@ -212,3 +212,39 @@ async def test_health_and_readiness(broker: BrokerProcess) -> None:
     assert (status, text) == (200, "ok\n")
     status, text = await asyncio.to_thread(_get, f"http://{broker.http}/readyz")
     assert (status, text) == (200, "ready: master\n")
+
+
+@pytest.mark.integration
+async def test_grpc_calls_and_clients_are_counted_with_their_language(tmp_path: Path) -> None:
+    """The official Python client's sends land in rocketmq_rpc_latency (protocol grpc) and its
+    session in rocketmq_producer_connections with language python; native ones say python too."""
+    from rocketmq import ClientConfiguration, Credentials
+    from rocketmq import Producer as OfficialProducer
+
+    from ..grpc.conftest import message
+
+    with BrokerProcess(tmp_path / "b", config=FAST_BROKER, http_port=0) as broker:
+        async with Admin(servers=broker.address) as admin:
+            await admin.create_topic("watched", queues=1)
+
+        def send_five() -> str:
+            producer = OfficialProducer(ClientConfiguration(broker.grpc, Credentials()),
+                                        ("watched",))  # fmt: skip
+            producer.startup()
+            try:
+                for number in range(5):
+                    producer.send(message("watched", b"%d" % number))
+                return _get(f"http://{broker.http}/metrics")[1]  # while it is connected
+            finally:
+                producer.shutdown()
+
+        during = await asyncio.to_thread(send_five)
+        async with Producer(servers=broker.address) as native:
+            await native.send(Message(topic="watched", body=b"native"))
+            samples = await scrape(broker)
+    sends = {"protocol_type": "grpc", "request_code": "SendMessage", "response_code": "OK"}
+    assert value(samples, "rocketmq_rpc_latency_count", **sends) == 5
+    assert value(samples, "rocketmq_rpc_latency_bucket", **sends, le="+Inf") == 5
+    assert value(samples, "rocketmq_producer_connections", protocol="native",
+                 language="python") == 1  # fmt: skip
+    assert 'rocketmq_producer_connections{language="python",protocol="grpc"} 1.0' in during

@@ -39,6 +39,7 @@ from pocketmq.server.native.limits import (
 )
 from pocketmq.server.native.paging import message_limit_problem
 from pocketmq.server.native.tcp import FrameServer
+from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
     from pocketmq.server.auth.authorizer import Authorizer
@@ -306,7 +307,7 @@ class BrokerApp:
         server = HttpServer(
             self.broker,
             self._connections,
-            lambda: [self._native.latency] if self._native is not None else [],
+            self._latencies,
         )
         await server.start(self.config.host, port, tls)
         self._http = server
@@ -315,16 +316,26 @@ class BrokerApp:
     def _connections(self) -> Connections:
         from pocketmq.server.http.metrics import Connections
 
-        producers = consumers = 0
+        producers: dict[tuple[str, str], int] = {}
+        consumers: dict[tuple[str, str], int] = {}
         if self._native is not None:
             for connection in self._native.connections:
-                producers += bool(connection.state.get("producer_groups"))
-                consumers += bool(connection.state.get("groups"))
-        grpc = self._grpc.service.sessions.kinds() if self._grpc is not None else (0, 0)
-        return Connections(
-            producers={"native": producers, "grpc": grpc[0]},
-            consumers={"native": consumers, "grpc": grpc[1]},
-        )
+                language = connection.state.get("client", ("", ""))[0]
+                key = ("native", language)
+                if connection.producing or connection.state.get("producer_groups"):
+                    producers[key] = producers.get(key, 0) + 1
+                if connection.state.get("groups"):
+                    consumers[key] = consumers.get(key, 0) + 1
+        if self._grpc is not None:
+            grpc_producers, grpc_consumers = self._grpc.service.sessions.kinds()
+            producers |= {("grpc", language): n for language, n in grpc_producers.items()}
+            consumers |= {("grpc", language): n for language, n in grpc_consumers.items()}
+        return Connections(producers=producers, consumers=consumers)
+
+    def _latencies(self) -> list[RpcLatency]:
+        """The answer times of the native and gRPC ports, for ``rocketmq_rpc_latency``."""
+        found = [self._native.latency] if self._native is not None else []
+        return found + ([self._grpc.latency] if self._grpc is not None else [])
 
     def _own_namesrv_tls(self, tls: ssl.SSLContext | None) -> ssl.SSLContext | None:
         """The embedded name server speaks TLS when the broker does; the link to it is within

@@ -11,13 +11,15 @@ status on its stream, and the broker logs one line per interval (docs/grpc.md "E
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import grpc
 
-from pocketmq.server.grpc.pb import s
+from pocketmq.server.grpc.pb import d, s
 from pocketmq.server.ratelog import RateLimitedLog
+from pocketmq.server.rpcstats import RpcLatency
 
 __all__ = ["SERVICE", "Malformed", "messaging_handler"]
 
@@ -53,27 +55,50 @@ def _lenient(method: str, parse: Callable[[bytes], Any]) -> Callable[[bytes], An
     return deserialize
 
 
-def _unary(implementation: Callable[[Any, Any], Awaitable[Any]]) -> Callable[..., Any]:
+def _status_name(response: Any) -> str:
+    """The RocketMQ status code a response carries, by name (``OK``, ``FORBIDDEN``, ...)."""
+    try:
+        return str(d.Code.Name(response.status.code))
+    except (AttributeError, ValueError):
+        return "UNKNOWN"
+
+
+def _unary(
+    implementation: Callable[[Any, Any], Awaitable[Any]], name: str, latency: RpcLatency | None
+) -> Callable[..., Any]:
     async def handle(request: Any, context: Any) -> Any:
         if isinstance(request, Malformed):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.report(context.peer()))
-        return await implementation(request, context)
+        started = time.perf_counter()
+        response = await implementation(request, context)
+        if latency is not None:
+            latency.observe("grpc", name, _status_name(response), time.perf_counter() - started)
+        return response
 
     return handle
 
 
-def _server_streaming(implementation: Callable[[Any, Any], AsyncIterator[Any]]) -> Any:
+def _server_streaming(
+    implementation: Callable[[Any, Any], AsyncIterator[Any]], name: str, latency: RpcLatency | None
+) -> Any:
     async def handle(request: Any, context: Any) -> AsyncIterator[Any]:
         if isinstance(request, Malformed):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.report(context.peer()))
+        started = time.perf_counter()
+        code = ""
         async for response in implementation(request, context):
+            if not code and response.HasField("status"):
+                code = _status_name(response)
             yield response
+        if latency is not None:  # a long poll counts its wait, as on the native port
+            latency.observe("grpc", name, code or "OK", time.perf_counter() - started)
 
     return handle
 
 
-def messaging_handler(servicer: Any) -> grpc.GenericRpcHandler:
-    """Every method of the service, bound to ``servicer``'s coroutine of the same name."""
+def messaging_handler(servicer: Any, latency: RpcLatency | None = None) -> grpc.GenericRpcHandler:
+    """Every method of the service, bound to ``servicer``'s coroutine of the same name; each
+    answer's time goes into ``latency`` (``rocketmq_rpc_latency``, protocol ``grpc``)."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in s.DESCRIPTOR.services_by_name["MessagingService"].methods:
         parse = _lenient(method.name, getattr(s, method.input_type.name).FromString)
@@ -85,12 +110,14 @@ def messaging_handler(servicer: Any) -> grpc.GenericRpcHandler:
             )
         elif method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _server_streaming(implementation),
+                _server_streaming(implementation, method.name, latency),
                 request_deserializer=parse,
                 response_serializer=serialize,
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(implementation), request_deserializer=parse, response_serializer=serialize
+                _unary(implementation, method.name, latency),
+                request_deserializer=parse,
+                response_serializer=serialize,
             )
     return grpc.method_handlers_generic_handler(SERVICE, handlers)

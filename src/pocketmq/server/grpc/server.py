@@ -23,6 +23,7 @@ from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.grpc.auth import AuthInterceptor
 from pocketmq.server.grpc.handlers import messaging_handler
 from pocketmq.server.grpc.service import MessagingService
+from pocketmq.server.rpcstats import RpcLatency
 
 __all__ = ["GrpcServer"]
 
@@ -64,6 +65,7 @@ class GrpcServer:
             lambda: app.grpc_address,
             auto_renew_invisible=auto_renew_invisible,
         )
+        self.latency = RpcLatency()  # every call's answer time, for the metrics
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.host = ""
@@ -84,7 +86,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),  # a second broker on this port must fail, not share
             ],
         )
-        server.add_generic_rpc_handlers((messaging_handler(self.service),))
+        server.add_generic_rpc_handlers((messaging_handler(self.service, self.latency),))
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             if tls is not None:

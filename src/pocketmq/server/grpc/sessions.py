@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pocketmq.server.grpc.pb import Code, s
+from pocketmq.server.grpc.pb import Code, d, s
 
 __all__ = ["ClientSession", "Sessions", "transaction_check_command"]
 
@@ -31,6 +31,7 @@ class ClientSession:
     topics: frozenset[str] = frozenset()  # producers: the topics they publish
     subscriptions: dict[str, str] = field(default_factory=dict)  # consumers: topic → filter
     last_seen: float = 0.0
+    language: str = ""  # from the Settings' user agent: java, golang, python, node_js, ...
     # commands to write on the client's Telemetry stream; None ends the stream
     outbox: asyncio.Queue[Any] | None = None
 
@@ -38,6 +39,9 @@ class ClientSession:
         """Take in a Settings command: the client's type and, for producers, its topics, for
         consumers, its group and subscriptions."""
         self.client_type = int(settings.client_type)
+        if settings.HasField("user_agent"):
+            language = d.Language.Name(settings.user_agent.language)
+            self.language = "" if language == "LANGUAGE_UNSPECIFIED" else language.lower()
         if settings.HasField("publishing"):
             self.topics = frozenset(t.name for t in settings.publishing.topics)
         if settings.HasField("subscription"):
@@ -89,11 +93,15 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def kinds(self) -> tuple[int, int]:
-        """How many sessions are producers, and how many consumers (apache.rocketmq.v2
-        ClientType: 1 producer, 2-4 consumers), for the connection metrics."""
-        producers = sum(1 for s in self._sessions.values() if s.client_type == 1)
-        consumers = sum(1 for s in self._sessions.values() if s.client_type in (2, 3, 4))
+    def kinds(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Producer sessions and consumer sessions by language (apache.rocketmq.v2 ClientType:
+        1 producer, 2-4 consumers), for the connection metrics."""
+        producers: dict[str, int] = {}
+        consumers: dict[str, int] = {}
+        for session in self._sessions.values():
+            into = producers if session.client_type == 1 else consumers
+            if session.client_type in (1, 2, 3, 4):
+                into[session.language] = into.get(session.language, 0) + 1
         return producers, consumers
 
 

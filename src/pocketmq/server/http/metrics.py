@@ -37,10 +37,10 @@ _REDELIVERED = frozenset({"RECONSUME_LATER", "EXCEPTION", "TIMEOUT", "INVISIBLE_
 
 @dataclass(frozen=True, slots=True)
 class Connections:
-    """Clients connected now, by kind and protocol (``native`` or ``grpc``)."""
+    """Clients connected now, by kind, protocol (``native`` or ``grpc``) and language."""
 
-    producers: dict[str, int]
-    consumers: dict[str, int]
+    producers: dict[tuple[str, str], int]
+    consumers: dict[tuple[str, str], int]
 
 
 class BrokerCollector(Collector):
@@ -73,10 +73,12 @@ class BrokerCollector(Collector):
             ("consumer", connections.consumers),
         ):
             family = GaugeMetricFamily(
-                f"rocketmq_{kind}_connections", f"{kind.title()} connections", labels=["protocol"]
+                f"rocketmq_{kind}_connections",
+                f"{kind.title()} connections",
+                labels=["protocol", "language"],
             )
-            for protocol, count in sorted(counts.items()):
-                family.add_metric([protocol], count)
+            for (protocol, language), count in sorted(counts.items()):
+                family.add_metric([protocol, language], count)
             yield family
         yield self._rpc_latency()
         lag = GaugeMetricFamily(

@@ -83,6 +83,7 @@ class ServerConnection(asyncio.Protocol):
         self._latency = latency
         self.auth_required = False  # set by a HELLO that issued a challenge
         self.user = ""  # the access key that authenticated this connection
+        self.producing = False  # it sent a message (the connection metrics)
         self._on_close = on_close
         self._tasks = tasks
         self.limits = limits or ConnectionLimits()

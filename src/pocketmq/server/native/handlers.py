@@ -282,6 +282,7 @@ def broker_handlers(
             InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
             for m in req.messages
         ]
+        conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         # each message is checked by the broker's send contract (a bad one is refused alone)
         outcomes, durable_end = broker.send_now(
             inbound, producer_group=req.producer_group, born_host=conn.remote
