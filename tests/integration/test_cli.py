@@ -250,3 +250,35 @@ def test_broker_stats_counts_what_was_sent_and_prints_a_table(
     assert table.returncode == 0
     assert "messages stored" in table.stdout
     assert f"{after['messages stored']:,}" in table.stdout
+
+
+async def test_dlq_list_and_resend_once_with_a_rate(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    topic, group = names("t"), names("g")
+    assert run(broker, "topic", "create", topic, "--queues", "1").returncode == 0
+    assert run(broker, "group", "create", group, "--max-retries", "0").returncode == 0
+    for body in ("a", "b", "c"):
+        assert run(broker, "send", topic, body, "--key", f"k-{body}").returncode == 0
+
+    async def refuse(messages: list[MessageView]) -> ConsumeStatus:
+        return ConsumeStatus.RECONSUME_LATER
+
+    async with PushConsumer(group, topic, refuse, servers=broker.address):
+        for _ in range(100):
+            listed = await asyncio.to_thread(run, broker, "dlq", "list", group, "--json")
+            if len(listed.stdout.splitlines()) == 3:
+                break
+            await asyncio.sleep(0.1)
+    assert len(listed.stdout.splitlines()) == 3
+    dry = await asyncio.to_thread(run, broker, "dlq", "resend", group, "--dry-run",
+                                  "--filter", "key=k-b")  # fmt: skip
+    assert dry.returncode == 0
+    assert len(dry.stdout.splitlines()) == 1
+    assert "1 message(s) match" in dry.stderr
+    first = await asyncio.to_thread(run, broker, "dlq", "resend", group, "--rate", "50")
+    assert first.returncode == 0, first.stderr
+    assert len([line for line in first.stdout.splitlines() if line.startswith("resent ")]) == 3
+    assert "resent 3, already resent before 0, failed 0" in first.stderr
+    again = await asyncio.to_thread(run, broker, "dlq", "resend", group)
+    assert "resent 0, already resent before 3, failed 0" in again.stderr

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors, message_json
+from pocketmq.cli.progress import progress_bar
 from pocketmq.client import Admin, DeadLetter, MessageView, RedriveReport
 from pocketmq.client.sync import SyncAdmin
 
@@ -283,31 +284,50 @@ def dlq_resend(
                 click.echo(f"would resend {letter.message.message_id} to {letter.origin_topic}")
             click.echo(f"{len(letters)} message(s) match (dry run: nothing sent)", err=True)
             return
-        resent = skipped = failed = 0
         batch = max(1, min(64, int(rate))) if rate else 64
         interval = batch / rate if rate else 0.0
-        for start in range(0, len(letters), batch):
-            began = time.monotonic()
-            chunk = letters[start : start + batch]
-            by_address: dict[str, list[int]] = {}
-            for letter in chunk:
-                by_address.setdefault(letter.address, []).append(letter.dlq_offset)
-            for address, offsets in by_address.items():
-                reply = admin.run(_redrive(address, group, offsets, target))
-                for item in reply.items:
-                    if item.status == "resent":
-                        resent += 1
-                        click.echo(f"resent {item.message_id} -> {item.topic}[{item.queue_id}]")
-                    elif item.status == "already":
-                        skipped += 1
-                    else:
-                        failed += 1
-                        click.echo(
-                            f"failed {item.message_id or item.dlq_offset}: {item.status}", err=True
-                        )
-            pause = interval - (time.monotonic() - began)
-            if pause > 0:
-                time.sleep(pause)
+        with progress_bar("resending", len(letters)) as advance:
+            resent, skipped, failed = _resend_all(
+                admin, group, letters, target, batch, interval, advance
+            )
     click.echo(f"resent {resent}, already resent before {skipped}, failed {failed}", err=True)
     if failed:
         raise SystemExit(1)
+
+
+def _resend_all(
+    admin: SyncAdmin,
+    group: str,
+    letters: list[DeadLetter],
+    target: str,
+    batch: int,
+    interval: float,
+    advance: Callable[[int, str], None],
+) -> tuple[int, int, int]:
+    """Resend ``letters`` ``batch`` at a time, ``interval`` seconds apart (the rate); counts of
+    resent, already resent before, and failed."""
+    resent = skipped = failed = 0
+    for start in range(0, len(letters), batch):
+        began = time.monotonic()
+        chunk = letters[start : start + batch]
+        by_address: dict[str, list[int]] = {}
+        for letter in chunk:
+            by_address.setdefault(letter.address, []).append(letter.dlq_offset)
+        for address, offsets in by_address.items():
+            reply = admin.run(_redrive(address, group, offsets, target))
+            for item in reply.items:
+                if item.status == "resent":
+                    resent += 1
+                    click.echo(f"resent {item.message_id} -> {item.topic}[{item.queue_id}]")
+                elif item.status == "already":
+                    skipped += 1
+                else:
+                    failed += 1
+                    click.echo(
+                        f"failed {item.message_id or item.dlq_offset}: {item.status}", err=True
+                    )
+        advance(len(chunk), f"resent {resent}, failed {failed}")
+        pause = interval - (time.monotonic() - began)
+        if pause > 0:
+            time.sleep(pause)
+    return resent, skipped, failed

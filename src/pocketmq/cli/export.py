@@ -49,19 +49,22 @@ def export_cmd(
     from rich.console import Console
     from rich.table import Table
 
+    from pocketmq.cli.progress import progress_bar
     from pocketmq.pipeline.export import export_to_parquet
 
     if not (topics or all_topics or dlq_groups or history):
         raise click.UsageError("name something to export: --topic, --all-topics, --dlq, --history")
-    summary = export_to_parquet(
-        out,
-        servers=server,
-        topics=topics,
-        all_topics=all_topics,
-        dlq_groups=dlq_groups,
-        history=history,
-        since=since,
-    )
+    with progress_bar("exporting", None) as advance:
+        summary = export_to_parquet(
+            out,
+            servers=server,
+            topics=topics,
+            all_topics=all_topics,
+            dlq_groups=dlq_groups,
+            history=history,
+            since=since,
+            progress=lambda source: advance(1, f"{source.topic}: {source.rows} rows"),
+        )
     table = Table(title="export")
     for i, header in enumerate(("kind", "topic", "queues", "rows", "files", "already", "skipped")):
         table.add_column(header, justify="left" if i < 2 else "right")
