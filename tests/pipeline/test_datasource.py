@@ -4,6 +4,9 @@ streaming reads across restarts, writes (batch and streaming, replayed) and read
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 
-from pocketmq.client import Message, SendResult
+from pocketmq.client import ClientConfig, Message, SendResult
 from pocketmq.client.sync import SyncAdmin, SyncProducer
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
 from pocketmq.pipeline.browse import QueueSpan
@@ -352,3 +355,39 @@ def test_partitions_per_queue_range() -> None:
     ]
     with pytest.raises(BrokerConnectionError, match="broker-b"):
         _ranges("t", spans, {}, {"broker-b": {"0": 5}}, None)
+
+
+# -- credentials -----------------------------------------------------------------------------
+
+
+def test_reads_and_writes_with_the_keys_given_as_options(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A broker with authentication: the options' keys are used on the driver and in every
+    task; without them the read is refused; the secret never shows in the options' text."""
+    with BrokerProcess(tmp_path / "b", grpc_port=None,
+                       extra_args=("--authentication",)) as guarded:  # fmt: skip
+        command = [sys.executable, "-m", "pocketmq", "user", "create", "spark", "--secret",
+                   "spark-secret", "--data-dir", str(guarded.data_dir / "data")]  # fmt: skip
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+        keys = ClientConfig(access_key="spark", secret_key="spark-secret")
+        time.sleep(1.1)  # the broker reads the users file at most once a second
+        with SyncAdmin(servers=guarded.address, client=keys) as admin:
+            admin.create_topic("secured", queues=2)
+        credentials = {"accessKey": "spark", "secretKey": "spark-secret"}
+        rows = spark.createDataFrame([Row(body=b"one"), Row(body=b"two")])
+        (
+            rows.write.format("pocketmq")
+            .option("servers", guarded.address)
+            .option("topic", "secured")
+            .options(**credentials)
+            .mode("append")
+            .save()
+        )
+        back = _reader(spark, guarded.address, "secured", **credentials).collect()
+        assert sorted(r.body for r in back) == [b"one", b"two"]
+        with pytest.raises(Exception, match=r"requires authentication"):  # Spark wraps it
+            _reader(spark, guarded.address, "secured").collect()
+    parsed = _Options.parse({"servers": "h:1", "accessKey": "spark", "secretKey": "spark-secret"})
+    assert "spark-secret" not in repr(parsed)
+    assert parsed.client().secret_key == "spark-secret"

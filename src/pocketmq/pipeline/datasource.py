@@ -57,7 +57,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql.datasource import (
@@ -93,12 +93,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATA_SOURCE_NAME",
+    "OPTION_ACCESS_KEY",
     "OPTION_BATCH_SIZE",
     "OPTION_ENDING_OFFSETS",
     "OPTION_ENDPOINTS",
     "OPTION_MAX_OFFSETS_PER_TRIGGER",
     "OPTION_MAX_ROWS_PER_PARTITION",
     "OPTION_PAGE_SIZE",
+    "OPTION_SECRET_KEY",
     "OPTION_SERVERS",
     "OPTION_STARTING_OFFSETS",
     "OPTION_TOPIC",
@@ -127,6 +129,10 @@ OPTION_MAX_ROWS_PER_PARTITION: Final = "maxRowsPerPartition"
 OPTION_PAGE_SIZE: Final = "pageSize"
 #: Writes: messages per send request (rows without a message group; default 64).
 OPTION_BATCH_SIZE: Final = "batchSize"
+#: A user's keys for a broker with authentication (default: ``$POCKETMQ_ACCESS_KEY`` and
+#: ``$POCKETMQ_SECRET_KEY`` on the driver and every executor).
+OPTION_ACCESS_KEY: Final = "accessKey"
+OPTION_SECRET_KEY: Final = "secretKey"
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -159,6 +165,8 @@ class _Options:
     max_rows_per_partition: int | None
     page_size: int
     batch_size: int
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)  # never in a log or a plan's text
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> _Options:
@@ -174,6 +182,8 @@ class _Options:
             max_rows_per_partition=_positive(options, OPTION_MAX_ROWS_PER_PARTITION),
             page_size=_positive(options, OPTION_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
             batch_size=_positive(options, OPTION_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
+            access_key=(options.get(OPTION_ACCESS_KEY) or "").strip(),
+            secret_key=options.get(OPTION_SECRET_KEY) or "",
         )
 
     def require_topic(self) -> str:
@@ -181,8 +191,16 @@ class _Options:
             raise InvalidArgumentError("the pocketmq data source needs .option('topic', ...)")
         return self.topic
 
+    def client(self) -> ClientConfig:
+        """The SDK's settings: these servers, and the keys when the options give them."""
+        if self.access_key:
+            return ClientConfig(
+                servers=self.servers, access_key=self.access_key, secret_key=self.secret_key
+            )
+        return ClientConfig(servers=self.servers)
+
     def admin(self) -> SyncAdmin:
-        return SyncAdmin(client=ClientConfig(servers=self.servers))
+        return SyncAdmin(client=self.client())
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
@@ -503,7 +521,7 @@ def _write(options: _Options, rows: Iterator[Row], *, streaming: bool) -> _Sent:
     sent = 0
     pending: list[Message] = []
     fields: frozenset[str] | None = None
-    with SyncProducer(client=ClientConfig(servers=options.servers)) as producer:
+    with SyncProducer(client=options.client()) as producer:
 
         def flush() -> None:
             nonlocal sent
