@@ -209,6 +209,13 @@ async def test_a_new_rule_takes_effect_within_a_second(broker: BrokerProcess) ->
         assert done.returncode == 0
         await asyncio.sleep(1.1)
         await producer.send(Message(topic="ledger", body=b"after"))
+        # the connection remembers the topics it may publish to: a revocation must reach it too
+        revoke = [*grant[:4], "revoke", *grant[5:7], "--data-dir", grant[-1]]
+        done = await asyncio.to_thread(subprocess.run, revoke, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        await asyncio.sleep(1.1)
+        with pytest.raises(NoPermissionError):
+            await producer.send(Message(topic="ledger", body=b"revoked"))
     assert await _stored(broker.address, "ledger") == 1
 
 

@@ -5,6 +5,7 @@ rules change, so a producer's thousandth send costs a dictionary lookup, not a r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from pocketmq.errors import NoPermissionError
@@ -33,15 +34,25 @@ class Authorizer:
         self._acl = acl
         self._cache: dict[tuple[str, str, str, Action, str], tuple[bool, str]] = {}
         self._generation = (-1, -1.0)
+        self._next_refresh = 0.0
+
+    def current(self) -> tuple[int, float]:
+        """The rules' and users' version now (files read again at most once a second): what a
+        connection's own cache of allowed topics is valid for."""
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            self._next_refresh = now + 1.0
+            self._users.refresh(0.0)
+            self._acl.refresh(0.0)
+            generation = (self._acl.generation, self._users.loaded_at)
+            if generation != self._generation:
+                self._cache.clear()
+                self._generation = generation
+        return self._generation
 
     def check(self, user: str, needs: Iterable[Need], source: str) -> None:
         """Raise :class:`NoPermissionError` naming the first need the rules do not allow."""
-        self._users.refresh()
-        self._acl.refresh()
-        generation = (self._acl.generation, self._users.loaded_at)
-        if generation != self._generation:
-            self._cache.clear()
-            self._generation = generation
+        self.current()
         for kind, name, action in needs:
             key = (user, kind, name, action, source)
             verdict = self._cache.get(key)
