@@ -108,6 +108,11 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
         value(blocked, "pocketmq_fifo_blocked_message_groups", topic="lines",
               consumer_group="fifo-workers") == 1
     )  # fmt: skip
+    # A's next two are ready but held back; A's first and B are in flight
+    lines = {"topic": "lines", "consumer_group": "fifo-workers"}
+    assert value(blocked, "rocketmq_consumer_ready_messages", **lines) == 2
+    assert value(blocked, "rocketmq_consumer_inflight_messages", **lines) == 2
+    assert 0 < value(blocked, "rocketmq_consumer_queueing_latency", **lines) < 60_000
     # workers: 5 popped, none acknowledged
     async with SimpleConsumer("workers", "jobs", servers=address, await_duration=2) as consumer:
         taken = []
@@ -119,9 +124,12 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
         samples = await scrape(broker)
         scraped_until = time.time()
 
-    assert value(samples, "rocketmq_messages_in_total", topic="orders", is_retry="false") == 10
-    assert value(samples, "rocketmq_throughput_in_total", topic="orders", is_retry="false") == 1000
-    assert value(samples, "rocketmq_messages_in_total", topic="jobs", is_retry="false") == 5
+    normal = {"message_type": "normal", "is_retry": "false"}
+    assert value(samples, "rocketmq_messages_in_total", topic="orders", **normal) == 10
+    assert value(samples, "rocketmq_throughput_in_total", topic="orders", **normal) == 1000
+    assert value(samples, "rocketmq_messages_in_total", topic="jobs", **normal) == 5
+    fifo = {"message_type": "fifo", "is_retry": "false"}
+    assert value(samples, "rocketmq_messages_in_total", topic="lines", **fifo) == 4
     assert (
         value(
             samples,
@@ -134,7 +142,10 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
     )
     # the two failures came back once each through the retry topic
     retry = "%RETRY%billing"
-    assert value(samples, "rocketmq_messages_in_total", topic=retry, is_retry="true") == 2
+    assert (
+        value(samples, "rocketmq_messages_in_total", topic=retry, message_type="normal",
+              is_retry="true") == 2
+    )  # fmt: skip
     assert (
         value(
             samples,
@@ -163,6 +174,10 @@ async def test_each_series_counts_exactly_what_the_workload_did(broker: BrokerPr
         value(samples, "rocketmq_consumer_lag_messages", topic="jobs", consumer_group="workers")
         == 5
     )
+    # every job was handed out: none is ready, none queueing, five still lagging
+    jobs = {"topic": "jobs", "consumer_group": "workers"}
+    assert value(samples, "rocketmq_consumer_ready_messages", **jobs) == 0
+    assert value(samples, "rocketmq_consumer_queueing_latency", **jobs) == 0
     # the oldest job still unacknowledged waited from its send to the scrape
     waited = value(samples, "rocketmq_consumer_lag_latency", topic="jobs", consumer_group="workers")
     assert (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pocketmq import properties as props
 from pocketmq.broker.consumers import Registration
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DeadLetterRow",
     "GroupOverview",
+    "PopProgress",
     "QueueProgress",
     "committed_positions",
     "dead_letters",
@@ -121,16 +122,27 @@ class DeadLetterRow:
     last_error: str = ""
 
 
+class PopProgress(NamedTuple):
+    """A pop queue's state as operators see it."""
+
+    inflight: int  # handed out, not acknowledged
+    blocked: int  # FIFO message groups held behind one in flight
+    next_offset: int  # the first message never read for the group
+    parked: tuple[int, ...] = ()  # FIFO: read but held back behind their group (offsets)
+
+
 def committed_positions(
     broker: Broker,
-) -> tuple[dict[tuple[str, str, int], int], dict[tuple[str, str, int], tuple[int, int]]]:
+) -> tuple[dict[tuple[str, str, int], int], dict[tuple[str, str, int], PopProgress]]:
     """Per (group, topic, queue): the consumed position (committed offsets and pop progress, the
-    further of the two), and pop state's (in-flight messages, blocked FIFO groups)."""
+    further of the two), and pop state's progress."""
     committed: dict[tuple[str, str, int], int] = dict(broker.offsets.snapshot())
-    pops: dict[tuple[str, str, int], tuple[int, int]] = {}
+    pops: dict[tuple[str, str, int], PopProgress] = {}
     for key, state in broker.pop_state.items():
         committed[key] = max(committed.get(key, 0), state.committed)
-        pops[key] = (len(state.inflight), state.blocked_groups())
+        pops[key] = PopProgress(
+            len(state.inflight), state.blocked_groups(), state.next_offset, tuple(state.parked)
+        )
     return committed, pops
 
 
@@ -164,7 +176,7 @@ def _overview(
     config: GroupConfig,
     queues: list[tuple[str, int]],
     committed: dict[tuple[str, str, int], int],
-    pops: dict[tuple[str, str, int], tuple[int, int]],
+    pops: dict[tuple[str, str, int], PopProgress],
 ) -> GroupOverview:
     store = broker.store
     now_ms = int(broker._clock() * 1000)
@@ -174,7 +186,8 @@ def _overview(
         if topic.startswith(DLQ_PREFIX) or broker.topics.get(topic) is None:
             continue
         key = (config.name, topic, queue_id)
-        inflight, blocked = pops.get(key, (0, 0))
+        progress = pops.get(key)
+        inflight, blocked = (progress.inflight, progress.blocked) if progress else (0, 0)
         row = QueueProgress(
             topic,
             queue_id,

@@ -123,16 +123,20 @@ class BrokerCollector(Collector):
 
     def _traffic(self) -> Iterator[Metric]:
         traffic = self._broker.traffic
+        labels_in = ["topic", "message_type", "is_retry"]
         messages_in = CounterMetricFamily(
-            "rocketmq_messages_in", "Messages stored", labels=["topic", "is_retry"]
+            "rocketmq_messages_in", "Messages stored", labels=labels_in
         )
         bytes_in = CounterMetricFamily(
-            "rocketmq_throughput_in", "Message body bytes stored", labels=["topic", "is_retry"]
+            "rocketmq_throughput_in", "Message body bytes stored", labels=labels_in
         )
+        topics = self._broker.topics
         for topic, count in sorted(traffic.messages_in.items()):
             retry = str(topic.startswith(RETRY_PREFIX)).lower()
-            messages_in.add_metric([topic, retry], count)
-            bytes_in.add_metric([topic, retry], traffic.bytes_in[topic])
+            config = topics.get(topic)
+            kind = config.topic_type.value if config is not None else "normal"
+            messages_in.add_metric([topic, kind, retry], count)
+            bytes_in.add_metric([topic, kind, retry], traffic.bytes_in[topic])
         yield messages_in
         yield bytes_in
         labels = ["topic", "consumer_group", "is_retry"]
@@ -151,7 +155,6 @@ class BrokerCollector(Collector):
         sizes = HistogramMetricFamily(
             "rocketmq_message_size", "Message body sizes (bytes)", labels=["topic", "message_type"]
         )
-        topics = self._broker.topics
         for topic, counts in sorted(traffic.sizes.items()):
             config = topics.get(topic)
             kind = config.topic_type.value if config is not None else "normal"
@@ -178,25 +181,38 @@ class BrokerCollector(Collector):
         committed, pops = committed_positions(broker)
         inflight: dict[tuple[str, str], int] = {}
         blocked: dict[tuple[str, str], int] = {}
-        for (group, topic, _), (held, waiting) in pops.items():
-            inflight[(topic, group)] = inflight.get((topic, group), 0) + held
-            if waiting:
-                blocked[(topic, group)] = blocked.get((topic, group), 0) + waiting
+        for (group, topic, _), progress in pops.items():
+            inflight[(topic, group)] = inflight.get((topic, group), 0) + progress.inflight
+            if progress.blocked:
+                blocked[(topic, group)] = blocked.get((topic, group), 0) + progress.blocked
         lag: dict[tuple[str, str], int] = {}
         oldest: dict[tuple[str, str], int] = {}  # age of the oldest unconsumed message (ms)
+        ready: dict[tuple[str, str], int] = {}  # stored, not yet handed out
+        queueing: dict[tuple[str, str], int] = {}  # age of the oldest of those (ms)
         now_ms = int(time.time() * 1000)
+
+        def age_at(topic: str, queue_id: int, offset: int) -> int:
+            stored = stored_at(
+                store, topic, queue_id, max(offset, store.min_offset(topic, queue_id))
+            )
+            return max(0, now_ms - stored) if stored else 0
+
         for (group, topic, queue_id), offset in committed.items():
             if topic.startswith((DLQ_PREFIX,)):
                 continue
-            behind = max(0, store.max_offset(topic, queue_id) - offset)
-            lag[(topic, group)] = lag.get((topic, group), 0) + behind
-            age = 0
-            if behind:  # one read per lagging queue: its oldest message's store time
-                stored = stored_at(
-                    store, topic, queue_id, max(offset, store.min_offset(topic, queue_id))
-                )
-                age = max(0, now_ms - stored) if stored else 0
-            oldest[(topic, group)] = max(oldest.get((topic, group), 0), age)
+            key, end = (topic, group), store.max_offset(topic, queue_id)
+            behind = max(0, end - offset)
+            lag[key] = lag.get(key, 0) + behind
+            # one read per lagging queue: its oldest message's store time
+            oldest[key] = max(oldest.get(key, 0), age_at(topic, queue_id, offset) if behind else 0)
+            popped = pops.get((group, topic, queue_id))
+            unread = max(popped.next_offset if popped is not None else offset, offset)
+            parked = popped.parked if popped is not None else ()
+            waiting = max(0, end - unread) + len(parked)
+            ready[key] = ready.get(key, 0) + waiting
+            first = min((*parked, unread))
+            age = age_at(topic, queue_id, first) if waiting else 0
+            queueing[key] = max(queueing.get(key, 0), age)
         family = GaugeMetricFamily(
             "rocketmq_consumer_lag_messages",
             "Messages stored but not yet consumed (committed) by the group",
@@ -211,6 +227,23 @@ class BrokerCollector(Collector):
             labels=["topic", "consumer_group"],
         )
         for (topic, group), age in sorted(oldest.items()):
+            family.add_metric([topic, group], age)
+        yield family
+        family = GaugeMetricFamily(
+            "rocketmq_consumer_ready_messages",
+            "Messages stored and not yet handed out to the group (pop: never delivered, FIFO "
+            "ones held behind their group included; pull: past the committed offset)",
+            labels=["topic", "consumer_group"],
+        )
+        for (topic, group), count in sorted(ready.items()):
+            family.add_metric([topic, group], count)
+        yield family
+        family = GaugeMetricFamily(
+            "rocketmq_consumer_queueing_latency",
+            "How long the oldest ready message has waited since it was stored (ms)",
+            labels=["topic", "consumer_group"],
+        )
+        for (topic, group), age in sorted(queueing.items()):
             family.add_metric([topic, group], age)
         yield family
         family = GaugeMetricFamily(
