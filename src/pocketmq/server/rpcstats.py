@@ -12,6 +12,7 @@ from bisect import bisect_left
 __all__ = ["LATENCY_BUCKETS_MS", "RpcLatency"]
 
 LATENCY_BUCKETS_MS = (1.0, 3.0, 5.0, 10.0, 100.0, 1000.0, 3000.0)
+_FIRST = LATENCY_BUCKETS_MS[0]
 
 
 class RpcLatency:
@@ -24,11 +25,15 @@ class RpcLatency:
 
     def observe(self, protocol: str, request: str, response: str, seconds: float) -> None:
         """One request of kind ``request`` answered with ``response`` after ``seconds``."""
-        key = (protocol, request, response)
+        self.observe_key((protocol, request, response), seconds)
+
+    def observe_key(self, key: tuple[str, str, str], seconds: float) -> None:
+        """:meth:`observe` with the labels already in a tuple (the native port keeps one per
+        request and response code, so the hot path builds none)."""
         counts = self.counts.get(key)
         if counts is None:
             counts = self.counts[key] = [0] * (len(LATENCY_BUCKETS_MS) + 1)
             self.sums_ms[key] = 0.0
         millis = seconds * 1000
-        counts[bisect_left(LATENCY_BUCKETS_MS, millis)] += 1
+        counts[0 if millis <= _FIRST else bisect_left(LATENCY_BUCKETS_MS, millis)] += 1
         self.sums_ms[key] += millis

@@ -57,6 +57,10 @@ _REQUEST_NAMES: dict[int, str] = {code.value: code.name for code in RequestCode}
 _RESPONSE_NAMES: dict[int, str] = {code.value: code.name for code in Code}
 
 
+# (request code, response code) -> the latency metric's labels, built once per pair
+_LABELS: dict[tuple[int, int], tuple[str, str, str]] = {}
+
+
 def _name(value: int, names: dict[int, str]) -> str:
     """A code's name for metric labels (its number when unknown)."""
     return names.get(value) or str(value)
@@ -268,12 +272,14 @@ class ServerConnection(asyncio.Protocol):
 
     def _observe(self, code: int, response: int, started: float) -> None:
         if self._latency is not None:
-            self._latency.observe(
-                "native",
-                _name(code, _REQUEST_NAMES),
-                _name(response, _RESPONSE_NAMES),
-                time.perf_counter() - started,
-            )
+            key = _LABELS.get((code, response))
+            if key is None:
+                key = _LABELS[(code, response)] = (
+                    "native",
+                    _name(code, _REQUEST_NAMES),
+                    _name(response, _RESPONSE_NAMES),
+                )
+            self._latency.observe_key(key, time.perf_counter() - started)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.inflight -= 1
