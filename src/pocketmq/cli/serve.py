@@ -179,6 +179,13 @@ def _logging(level: str) -> None:
 @click.option("--tls-cert", help="PEM certificate chain: TLS on the native, gRPC and HTTP ports.")
 @click.option("--tls-key", help="PEM private key of --tls-cert.")
 @click.option(
+    "--grpc-tls",
+    type=click.Choice(["disabled", "permissive", "enforcing"]),
+    help="TLS on the gRPC port; permissive: TLS and plaintext on the one port. Without "
+    "--tls-cert a self-signed certificate is generated.  [default: enforcing with --tls-cert, "
+    "else permissive]",
+)
+@click.option(
     "--authentication",
     is_flag=True,
     default=None,
@@ -241,6 +248,7 @@ def serve(
     authentication: bool | None,
     authorization: bool | None,
     insecure: bool | None,
+    grpc_tls: str | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -285,6 +293,8 @@ def serve(
         config = replace(config, authorization=True)
     if insecure:
         config = replace(config, insecure=True)
+    if grpc_tls:
+        config = replace(config, grpc_tls=grpc_tls)
     if config.authorization and not config.authentication:
         raise click.UsageError("--authorization needs --authentication")
     if not (config.authentication or config.insecure or is_loopback(config.host)):

@@ -91,12 +91,37 @@ class AppConfig:
     authorization: bool = False
     # listen on a non-loopback address without authentication all the same (docs/security.md)
     insecure: bool = False
+    # TLS on the gRPC port: disabled | permissive (TLS and plaintext) | enforcing; "" = enforcing
+    # with a certificate, permissive (self-signed) without one (docs/security.md, "TLS")
+    grpc_tls: str = ""
 
     def tls_pem(self) -> tuple[bytes, bytes] | None:
         """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
         if not (self.tls_cert and self.tls_key):
             return None
         return Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes()
+
+    def grpc_tls_mode(self) -> str:
+        """The gRPC port's TLS mode, checked."""
+        mode = self.grpc_tls or ("enforcing" if self.tls_cert else "permissive")
+        if mode not in ("disabled", "permissive", "enforcing"):
+            raise InvalidArgumentError(
+                f"grpc_tls {mode!r} is not one of disabled, permissive, enforcing"
+            )
+        return mode
+
+    def grpc_tls_pem(self) -> tuple[bytes, bytes] | None:
+        """The gRPC port's key and certificate: the broker's, or a self-signed pair generated
+        into the data directory when TLS is asked for without one."""
+        if self.grpc_tls_mode() == "disabled":
+            return None
+        found = self.tls_pem()
+        if found is not None:
+            return found
+        from pocketmq.server.auth.certificates import self_signed
+
+        cert, key = self_signed(os.path.join(self.broker.data_dir, "config"), [self.host])
+        return Path(key).read_bytes(), Path(cert).read_bytes()
 
     def tls_context(self) -> ssl.SSLContext | None:
         """The server-side TLS context, or None; InvalidArgumentError for a half or bad pair."""
@@ -295,7 +320,13 @@ class BrokerApp:
             users=users,
             authorizer=self._authorizer,
         )
-        await server.start(self.config.host, port, self.config.tls_pem())
+        config = self.config
+        await server.start(
+            config.host,
+            port,
+            config.grpc_tls_pem(),
+            permissive=config.grpc_tls_mode() == "permissive",
+        )
         self._grpc = server
         self.grpc_address = f"{self._advertised_host()}:{server.port}"
 

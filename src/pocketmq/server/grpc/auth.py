@@ -30,9 +30,15 @@ log = RateLimitedLog(logging.getLogger("pocketmq.server.grpc"))
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Refuses every call whose ``authorization`` header does not check out."""
 
-    def __init__(self, users: UserStore, authorizer: Authorizer | None = None) -> None:
+    def __init__(
+        self,
+        users: UserStore,
+        authorizer: Authorizer | None = None,
+        real_peer: Callable[[str], str] = str,
+    ) -> None:
         self._users = users
         self._authorizer = authorizer
+        self._real_peer = real_peer  # the client behind the permissive-mode forwarder
 
     def problem(self, metadata: dict[str, str]) -> str:
         """Why the call is refused ("" when it may go on)."""
@@ -97,7 +103,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def denied(request: Any, context: Any) -> str:
             if isinstance(request, Malformed):
                 return ""  # refused as INVALID_ARGUMENT by the handler itself
-            peer = str(context.peer() or "")
+            peer = self._real_peer(str(context.peer() or ""))
             source = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
             try:
                 authorizer.check(user, needs(method, request), source)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import grpc
 
@@ -22,6 +22,7 @@ from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.grpc.auth import AuthInterceptor
 from pocketmq.server.grpc.handlers import messaging_handler
+from pocketmq.server.grpc.permissive import PermissiveForwarder
 from pocketmq.server.grpc.service import MessagingService
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -64,20 +65,32 @@ class GrpcServer:
             app._route,
             lambda: app.grpc_address,
             auto_renew_invisible=auto_renew_invisible,
+            real_peer=self.real_peer,
         )
         self.latency = RpcLatency()  # every call's answer time, for the metrics
+        self._forwarder: PermissiveForwarder | None = None
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.host = ""
         self.port = 0
 
-    async def start(self, host: str, port: int, tls: tuple[bytes, bytes] | None = None) -> None:
+    async def start(
+        self,
+        host: str,
+        port: int,
+        tls: tuple[bytes, bytes] | None = None,
+        *,
+        permissive: bool = False,
+    ) -> None:
         """Listen on ``host:port`` (0: any free port) with a request limit just above the largest
-        message — over TLS with ``tls`` (PEM key and certificate chain); a port in use is an
+        message — over TLS with ``tls`` (PEM key and certificate chain), or TLS and plaintext on
+        the one port with ``permissive`` (server/grpc/permissive.py); a port in use is an
         ``OSError``, never a shared port."""
         limit = self._broker.config.store.max_message_size + 1024 * 1024  # room for headers
         interceptors = (
-            [AuthInterceptor(self._users, self._authorizer)] if self._users is not None else []
+            [AuthInterceptor(self._users, self._authorizer, self.real_peer)]
+            if self._users is not None
+            else []
         )
         server = grpc.aio.server(
             interceptors=interceptors,
@@ -87,22 +100,31 @@ class GrpcServer:
             ],
         )
         server.add_generic_rpc_handlers((messaging_handler(self.service, self.latency),))
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        try:
-            if tls is not None:
-                credentials = grpc.ssl_server_credentials([tls])
-                bound = server.add_secure_port(target, credentials)
-            else:
-                bound = server.add_insecure_port(target)
-        except RuntimeError as exc:
-            raise OSError(f"cannot listen for gRPC on {target}: {exc}") from None
-        if not bound:
-            raise OSError(f"cannot listen for gRPC on {target}")
-        await server.start()
-        self._server = server
+        if permissive:
+            if tls is None:
+                raise ValueError("permissive gRPC TLS needs a certificate")
+            plain = _bind(server, "127.0.0.1", 0, None)
+            secure = _bind(server, "127.0.0.1", 0, tls)
+            await server.start()
+            self._server = server
+            self._forwarder = PermissiveForwarder(("127.0.0.1", plain), ("127.0.0.1", secure))
+            try:
+                await self._forwarder.start(host, port)
+            except OSError as exc:
+                raise OSError(f"cannot listen for gRPC on {host}:{port}: {exc}") from None
+            bound = self._forwarder.port
+        else:
+            bound = _bind(server, host, port, tls)
+            await server.start()
+            self._server = server
         self.host, self.port = host, bound
         self._sweeper = asyncio.create_task(self._sweep_sessions(), name="grpc-sessions")
-        log.info("gRPC (apache.rocketmq.v2) listening on %s:%d", host, bound)
+        mode = "TLS and plaintext" if permissive else "TLS" if tls else "plaintext"
+        log.info("gRPC (apache.rocketmq.v2) listening on %s:%d (%s)", host, bound, mode)
+
+    def real_peer(self, peer: str) -> str:
+        """The client's address for a peer gRPC reports (the forwarder's, in permissive mode)."""
+        return self._forwarder.real_peer(peer) if self._forwarder is not None else peer
 
     async def _sweep_sessions(self) -> None:
         while True:
@@ -116,6 +138,23 @@ class GrpcServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+        if self._forwarder is not None:
+            await self._forwarder.close()
         if self._server is not None:
             await self._server.stop(_STOP_GRACE)
             self._server = None
+
+
+def _bind(server: Any, host: str, port: int, tls: tuple[bytes, bytes] | None) -> int:
+    """Add a listening port to ``server``; its number, or an ``OSError`` saying why not."""
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        if tls is not None:
+            bound = server.add_secure_port(target, grpc.ssl_server_credentials([tls]))
+        else:
+            bound = server.add_insecure_port(target)
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen for gRPC on {target}: {exc}") from None
+    if not bound:
+        raise OSError(f"cannot listen for gRPC on {target}")
+    return int(bound)

@@ -85,11 +85,11 @@ def _client_id(context: Any) -> str:
     return str(context.peer())
 
 
-def _client_info(context: Any) -> ClientInfo:
+def _client_info(context: Any, real_peer: Callable[[str], str] = str) -> ClientInfo:
     """What an official client says about itself in its headers (RocketMQ 5's ``x-mq-language``
     and ``x-mq-client-version``), and the peer gRPC saw."""
     headers = dict(context.invocation_metadata() or ())
-    peer = str(context.peer() or "")
+    peer = real_peer(str(context.peer() or ""))
     address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
     return ClientInfo(
         "grpc",
@@ -127,7 +127,9 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         store_host: Callable[[], str],
         *,
         auto_renew_invisible: float,
+        real_peer: Callable[[str], str] = str,
     ) -> None:
+        self._real_peer = real_peer  # the client behind the permissive-mode forwarder
         self._broker = broker
         self._routes = routes
         self._store_host = store_host
@@ -199,7 +201,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                     client_id,
                     [(request.group.name, "clustering", dict(session.subscriptions))],
                     None,
-                    _client_info(context),
+                    _client_info(context, self._real_peer),
                 )
             return s.HeartbeatResponse(status=OK)
         except Exception as exc:
