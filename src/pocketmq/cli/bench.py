@@ -28,6 +28,7 @@ from rich.table import Table
 from pocketmq.bench.broker import BENCHES as BROKER_BENCHES
 from pocketmq.bench.broker import BenchResult
 from pocketmq.bench.dashboard import run_dashboard
+from pocketmq.bench.grpc_tls import run_grpc_tls
 from pocketmq.bench.replication import run_replication
 from pocketmq.bench.scrape import run_scrape
 from pocketmq.bench.security import run_security
@@ -41,6 +42,7 @@ BENCHES = {
     "scrape": run_scrape,
     "dashboard": run_dashboard,
     "security": run_security,
+    "grpc-tls": run_grpc_tls,
 }
 
 
