@@ -137,3 +137,45 @@ async def test_the_embedded_name_server_speaks_tls_too(broker: BrokerProcess, ca
     async with Producer(servers=broker.namesrv, client=config) as producer:
         result = await producer.send(Message(topic="routed", body=b"via the name server"))
     assert result.message_id
+
+
+async def test_replication_runs_over_tls_and_a_slave_must_trust_its_master(
+    ca: Any, tmp_path: Path
+) -> None:
+    """With --tls-cert the replication port speaks TLS: a slave given the CA (--tls-ca) copies
+    the master's log; one that cannot verify the master's certificate gets no byte of it."""
+    from ..integration.conftest import eventually
+
+    _, ca_file, cert, key = ca
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    group = {"config": FAST_BROKER, "grpc_port": None, "broker_name": "secured"}
+    config = _client(ca_file)
+    with (
+        BrokerProcess(tmp_path / "m", extra_args=tls, **group) as master,
+        BrokerProcess(
+            tmp_path / "s",
+            extra_args=(*tls, "--broker-id", "1", "--master", master.ha, "--tls-ca", str(ca_file)),
+            **group,
+        ) as slave,  # fmt: skip
+        BrokerProcess(
+            tmp_path / "u", extra_args=(*tls, "--broker-id", "2", "--master", master.ha), **group
+        ) as untrusting,  # fmt: skip
+    ):
+        async with Admin(servers=master.address, client=config) as admin:
+            await admin.create_topic("replicated", queues=1)
+        async with Producer(servers=master.address, client=config) as producer:
+            sent = await producer.send(Message(topic="replicated", body=b"over TLS"))
+
+        async def copied(address: str) -> bool:
+            async with Admin(servers=address, client=config) as admin:
+                try:
+                    found = await admin.browse("replicated", address=address)
+                except Exception:  # the topic has not reached the slave yet
+                    return False
+            return [m.message_id for m in found] == [sent.message_id]
+
+        await eventually(lambda: copied(slave.address), timeout=20)
+        async with Admin(servers=untrusting.address, client=config) as admin:
+            [status] = [s for s in await admin.broker_status() if s.address == untrusting.address]
+        assert "CERTIFICATE_VERIFY_FAILED" in str(status.replication.get("link_error", ""))
+        assert not await copied(untrusting.address)

@@ -179,6 +179,9 @@ def _logging(level: str) -> None:
 @click.option("--tls-cert", help="PEM certificate chain: TLS on the native, gRPC and HTTP ports.")
 @click.option("--tls-key", help="PEM private key of --tls-cert.")
 @click.option(
+    "--tls-ca", help="CA bundle a slave verifies its master's replication certificate with."
+)
+@click.option(
     "--grpc-tls",
     type=click.Choice(["disabled", "permissive", "enforcing"]),
     help="TLS on the gRPC port; permissive: TLS and plaintext on the one port. Without "
@@ -249,6 +252,7 @@ def serve(
     authorization: bool | None,
     insecure: bool | None,
     grpc_tls: str | None,
+    tls_ca: str | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -283,6 +287,8 @@ def serve(
         tls_cert=tls_cert,
         tls_key=tls_key,
     )
+    if tls_ca:
+        config = replace(config, tls_ca=tls_ca)
     if no_grpc:
         config = replace(config, grpc_port=None)
     if no_http:

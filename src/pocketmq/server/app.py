@@ -85,6 +85,9 @@ class AppConfig:
     # TLS on the native, gRPC and HTTP ports (docs/security.md): PEM files, both or neither
     tls_cert: str | None = None
     tls_key: str | None = None
+    # CA bundle a slave verifies its master's replication certificate with (default: the
+    # system's roots); replication is over TLS whenever tls_cert is set (docs/security.md)
+    tls_ca: str | None = None
     # gRPC requests must be signed by a user of `pocketmq user` (docs/security.md)
     authentication: bool = False
     # each request of a normal user must be allowed by `pocketmq acl` rules (docs/security.md)
@@ -122,6 +125,19 @@ class AppConfig:
 
         cert, key = self_signed(os.path.join(self.broker.data_dir, "config"), [self.host])
         return Path(key).read_bytes(), Path(cert).read_bytes()
+
+    def replication_client_tls(self) -> ssl.SSLContext | None:
+        """What a slave connects to its master's replication port with: TLS verifying the
+        master's certificate against ``tls_ca`` (or the system's roots) when the group uses
+        TLS (``tls_cert`` set), else None."""
+        if not self.tls_cert:
+            return None
+        try:
+            return ssl.create_default_context(cafile=self.tls_ca or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidArgumentError(
+                f"cannot load the TLS CA file {self.tls_ca!r}: {exc}"
+            ) from None
 
     def tls_context(self) -> ssl.SSLContext | None:
         """The server-side TLS context, or None; InvalidArgumentError for a half or bad pair."""
@@ -262,6 +278,7 @@ class BrokerApp:
                 await self._start_http(config.http_port, tls)
             self.group = GroupRole(
                 self.broker,
+                tls=(tls, config.replication_client_tls()),
                 host=config.host,
                 ha_port=self._ha_port(),
                 ha_port_fixed=config.ha_port is not None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 
 import msgspec
 
@@ -36,8 +37,11 @@ _IDLE_WAIT = 1.0
 class HaServer:
     """Accepts slaves and streams the log to each."""
 
-    def __init__(self, broker: Broker, *, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(
+        self, broker: Broker, *, chunk_bytes: int = CHUNK_BYTES, tls: ssl.SSLContext | None = None
+    ) -> None:
         self._broker = broker
+        self._tls = tls  # the broker's certificate: slaves connect over TLS (docs/security.md)
         self._chunk = chunk_bytes
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.Task[None]] = set()
@@ -46,7 +50,9 @@ class HaServer:
 
     async def start(self, host: str, port: int) -> None:
         """Listen for slaves on ``host:port`` (0: any free port, then in :attr:`port`)."""
-        self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._accept, host, port, reuse_address=True, ssl=self._tls
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

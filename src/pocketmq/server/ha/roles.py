@@ -10,6 +10,7 @@ a newer epoch steps down and follows it, which cuts what its log has beyond thei
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from pocketmq.broker import Broker
@@ -37,8 +38,11 @@ class GroupRole:
         own_address: Callable[[], str],
         advertise: Callable[[str, int], str],
         on_change: Callable[[], Awaitable[None]],
+        tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None] = (None, None),
     ) -> None:
         self._broker = broker
+        # (what the replication port serves with, what a slave connects with): docs/security.md
+        self._tls_server, self._tls_client = tls
         self._host = host
         self._ha_port = ha_port
         self._ha_port_fixed = ha_port_fixed
@@ -66,7 +70,7 @@ class GroupRole:
             self._follow()
 
     async def _serve(self) -> None:
-        server = HaServer(self._broker)
+        server = HaServer(self._broker, tls=self._tls_server)
         try:
             await server.start(self._host, self._ha_port)
         except OSError as exc:
@@ -86,7 +90,8 @@ class GroupRole:
             self._own_address,
             metadata_interval=self._broker.config.ha_metadata_interval,
             topics_changed=self._on_change,
-            link_lost=self._on_change,  # registering again names the group's master now
+            link_lost=self._on_change,
+            tls=self._tls_client,  # registering again names the group's master now
         )
         client.start()
         self.client = client

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -50,8 +51,10 @@ class HaClient:
         metadata_interval: float = METADATA_INTERVAL,
         topics_changed: Callable[[], Awaitable[None]] | None = None,
         link_lost: Callable[[], Awaitable[None]] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._broker = broker
+        self._tls = tls  # verifies the master's certificate when the group uses TLS
         self._topics_changed = topics_changed
         self._link_lost = link_lost
         self._master = master
@@ -104,7 +107,7 @@ class HaClient:
 
     async def _follow(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
+        reader, writer = await asyncio.open_connection(host, int(port), ssl=self._tls)
         stream = FrameStream(reader, writer)
         tasks: list[asyncio.Task[None]] = []
         try:
