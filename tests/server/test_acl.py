@@ -239,6 +239,30 @@ def _official_send(broker: BrokerProcess, topic: str) -> str:
     return ""
 
 
+def _official_receive(broker: BrokerProcess, group: str, topic: str) -> tuple[list[bytes], str]:
+    """Receive and ack with the official SimpleConsumer as alice: (bodies, error or "")."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq.v5.client.connection import RpcClient
+
+    asyncio.set_event_loop(RpcClient.get_channel_io_loop())  # as tests/grpc/conftest.py does
+    configuration = ClientConfiguration(broker.grpc, Credentials("alice", "alice-secret"))
+    consumer = SimpleConsumer(configuration, group, {topic: FilterExpression("*")}, 1)
+    bodies: list[bytes] = []
+    try:
+        consumer.startup()
+        deadline = time.monotonic() + 20
+        while not bodies and time.monotonic() < deadline:
+            for message in consumer.receive(8, 30):
+                consumer.ack(message)
+                bodies.append(message.body)
+    except Exception as exc:  # the official client's own error types
+        return bodies, str(exc) or type(exc).__name__
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.shutdown()
+    return bodies, ""
+
+
 @pytest.mark.integration
 async def test_the_official_client_is_refused_what_its_user_may_not_do(
     broker: BrokerProcess,
@@ -246,9 +270,17 @@ async def test_the_official_client_is_refused_what_its_user_may_not_do(
     async with Admin(servers=broker.address, client=ROOT) as admin:
         await admin.create_topic("orders-grpc", queues=1)
         await admin.create_topic("salaries", queues=1)
+        await admin.create_group("billing")
+        await admin.create_group("hr")
     assert await asyncio.to_thread(_official_send, broker, "orders-grpc") == ""
     refused = await asyncio.to_thread(_official_send, broker, "salaries")
     assert refused != ""
     assert await _stored(broker.address, "orders-grpc") == 1
     assert await _stored(broker.address, "salaries") == 0
     assert "refused a gRPC call of 'alice'" in broker.log()
+    bodies, error = await asyncio.to_thread(_official_receive, broker, "billing", "orders-grpc")
+    assert (bodies, error) == ([b"official"], "")
+    async with Admin(servers=broker.address, client=ROOT) as admin:
+        assert sum(q.lag for q in await admin.queues("orders-grpc", "billing")) == 0  # acked
+    _, error = await asyncio.to_thread(_official_receive, broker, "hr", "orders-grpc")
+    assert error != ""  # no Sub on Group:hr

@@ -179,3 +179,31 @@ async def test_replication_runs_over_tls_and_a_slave_must_trust_its_master(
             [status] = [s for s in await admin.broker_status() if s.address == untrusting.address]
         assert "CERTIFICATE_VERIFY_FAILED" in str(status.replication.get("link_error", ""))
         assert not await copied(untrusting.address)
+
+
+async def test_the_sdk_authenticates_over_tls(ca: Any, tmp_path: Path) -> None:
+    """TLS and authentication together: the challenge is answered inside the TLS session; a
+    wrong secret is still refused."""
+    import subprocess
+    import sys
+
+    from pocketmq.errors import NoPermissionError
+
+    _, ca_file, cert, key = ca
+    extra = ("--tls-cert", str(cert), "--tls-key", str(key), "--authentication")
+    with BrokerProcess(tmp_path / "b", config=FAST_BROKER, grpc_port=None,
+                       extra_args=extra) as broker:  # fmt: skip
+        command = [sys.executable, "-m", "pocketmq", "user", "create", "tina", "--secret", "t-s",
+                   "--data-dir", str(broker.data_dir / "data")]  # fmt: skip
+        await asyncio.to_thread(subprocess.run, command, check=True, capture_output=True)
+        await asyncio.sleep(1.1)
+        tls = ssl.create_default_context(cafile=str(ca_file))
+        good = ClientConfig(tls=tls, access_key="tina", secret_key="t-s")
+        async with Admin(servers=broker.address, client=good) as admin:
+            await admin.create_topic("sealed", queues=1)
+        async with Producer(servers=broker.address, client=good) as producer:
+            assert (await producer.send(Message(topic="sealed", body=b"x"))).message_id
+        bad = ClientConfig(tls=tls, access_key="tina", secret_key="wrong")
+        with pytest.raises(NoPermissionError):
+            async with Admin(servers=broker.address, client=bad) as admin:
+                await admin.list_topics()
