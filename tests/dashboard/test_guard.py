@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
+from pocketmq.server.auth.users import UserStore
 from pocketmq.server.http.dashboard.guard import Guard, is_loopback, load_token
 
 TOKEN = "t" * 48
@@ -95,3 +97,29 @@ def test_the_token_file_is_private_and_stable(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_only_loopback_addresses_open_the_pages(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_user_sessions_cannot_be_forged_and_end_with_the_user(tmp_path: Path) -> None:
+    users = UserStore(tmp_path)
+    users.create("alice", "alices-secret")
+    guard = Guard(TOKEN, open_reads=False, users=users)
+    assert guard.user_matches("alice", "alices-secret")
+    assert not guard.user_matches("alice", "wrong")
+    assert not guard.user_matches("mallory", "alices-secret")
+    assert not Guard(TOKEN, open_reads=False).user_matches("alice", "alices-secret")
+    cookie = guard.session_cookie("alice")
+    assert cookie.startswith("alice:")
+    assert cookie != guard.session_cookie("bob")
+    assert Guard("u" * 48, open_reads=False, users=users).session_cookie("alice") != cookie
+
+    def who(value: str) -> str | None:
+        request = make_mocked_request("GET", "/", headers={"Cookie": f"pocketmq_session={value}"})
+        return guard.user_of(request)
+
+    assert who(cookie) == "alice"
+    assert who(guard.session_cookie()) == ""  # the token's holder
+    assert who("bob" + cookie[5:]) is None  # another name under alice's MAC
+    assert who(cookie[:-1] + ("0" if cookie[-1] != "0" else "1")) is None
+    users.delete("alice")
+    time.sleep(1.05)  # the users file is read again at most once a second
+    assert who(cookie) is None

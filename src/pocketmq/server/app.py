@@ -356,6 +356,8 @@ class BrokerApp:
             self.broker,
             self._connections,
             self._latencies,
+            users=self._users,
+            authorizer=self._authorizer,
         )
         await server.start(self.config.host, port, tls)
         self._http = server

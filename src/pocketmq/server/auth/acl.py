@@ -32,9 +32,19 @@ from pathlib import Path
 from pocketmq.broker.persist import write_files
 from pocketmq.errors import InvalidArgumentError
 
-__all__ = ["AclStore", "Action", "Resource", "Rule", "decide", "make_rule", "resource_of_topic"]
+__all__ = [
+    "CLUSTER",
+    "AclStore",
+    "Action",
+    "Resource",
+    "Rule",
+    "decide",
+    "make_rule",
+    "resource_of_topic",
+]
 
 _DLQ, _RETRY = "%DLQ%", "%RETRY%"
+CLUSTER = "DefaultCluster"  # the name ``Cluster:`` rules match (RocketMQ's default cluster name)
 
 
 class Action(enum.Enum):

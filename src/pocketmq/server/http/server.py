@@ -20,6 +20,8 @@ from prometheus_client.process_collector import ProcessCollector
 
 from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
+from pocketmq.server.auth.authorizer import Authorizer
+from pocketmq.server.auth.users import UserStore
 from pocketmq.server.http.dashboard.guard import Guard, is_loopback, load_token
 from pocketmq.server.http.dashboard.views import Dashboard
 from pocketmq.server.http.metrics import BrokerCollector, Connections
@@ -36,6 +38,9 @@ class HttpServer:
         broker: Broker,
         connections: Callable[[], Connections],
         latencies: Callable[[], list[RpcLatency]] = list,
+        *,
+        users: UserStore | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self._broker = broker
         self.scrape_seconds = 0.0
@@ -47,9 +52,9 @@ class HttpServer:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         config_dir = os.path.join(broker.config.data_dir, "config")
-        self.guard = Guard(load_token(config_dir), open_reads=True)
+        self.guard = Guard(load_token(config_dir), open_reads=True, users=users)
         app = web.Application(middlewares=[self.guard.middleware], client_max_size=1 << 20)
-        Dashboard(broker, self.guard).add_routes(app)
+        Dashboard(broker, self.guard, authorizer).add_routes(app)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)

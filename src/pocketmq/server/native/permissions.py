@@ -11,14 +11,13 @@ from typing import Any
 from pocketmq.errors import NoPermissionError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.server.auth.acl import Action
+from pocketmq.server.auth.acl import CLUSTER, Action
 from pocketmq.server.auth.authorizer import Authorizer, Need, topic_need
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.native.connection import Handler, HandlerTable, ServerConnection
 
 __all__ = ["CLUSTER", "authorized", "needs"]
 
-CLUSTER = "DefaultCluster"  # the name ``Cluster:`` rules match (RocketMQ's default cluster name)
 
 _A = Action
 

@@ -26,6 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from pocketmq.server.auth.network import is_loopback
+from pocketmq.server.auth.users import UserStore
 
 __all__ = ["CSRF_COOKIE", "CSRF_HEADER", "Guard", "is_loopback", "load_token"]
 
@@ -56,18 +57,47 @@ def load_token(config_dir: str) -> str:
 class Guard:
     """The aiohttp middleware enforcing the rules of the module doc."""
 
-    def __init__(self, token: str, open_reads: bool) -> None:
+    def __init__(self, token: str, open_reads: bool, users: UserStore | None = None) -> None:
         self._token = token
-        self._session = hmac.new(token.encode(), b"dashboard session", hashlib.sha256).hexdigest()
+        self._key = hmac.new(token.encode(), b"dashboard session", hashlib.sha256).digest()
+        self._users = users  # with authentication on, users may sign in with their keys
         self.open_reads = open_reads
 
-    def session_cookie(self) -> str:
-        """The value of the session cookie a correct sign-in sets."""
-        return self._session
+    def session_cookie(self, user: str = "") -> str:
+        """The session cookie a sign-in sets: ``user`` ("" for the HTTP token's holder) and a
+        MAC of it under a key derived from the token (a cookie cannot be forged or edited)."""
+        mac = hmac.new(self._key, user.encode(), hashlib.sha256).hexdigest()
+        return f"{user}:{mac}"
+
+    @property
+    def users_enabled(self) -> bool:
+        """Whether users may sign in with their keys (authentication is on)."""
+        return self._users is not None
 
     def token_matches(self, candidate: str) -> bool:
         """Whether ``candidate`` is the HTTP token (constant time)."""
         return _same(candidate.strip(), self._token)
+
+    def user_matches(self, access_key: str, secret_key: str) -> bool:
+        """Whether a user of ``pocketmq user`` has these keys (authentication on only)."""
+        if self._users is None or not access_key:
+            return False
+        self._users.refresh()
+        secret = self._users.secret(access_key)
+        return secret is not None and _same(secret_key, secret)
+
+    def user_of(self, request: web.Request) -> str | None:
+        """Who is asking: an access key for a user's session, "" for the token's holder, None
+        for nobody signed in (allowed only on loopback)."""
+        if self._bearer(request):
+            return ""
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        user, sep, _ = cookie.rpartition(":")
+        if not sep or not _same(cookie, self.session_cookie(user)):
+            return None
+        if user and (self._users is None or not self._users.user_type(user)):
+            return None  # the user was deleted since signing in
+        return user
 
     def _bearer(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
@@ -75,8 +105,7 @@ class Guard:
         return scheme.lower() == "bearer" and self.token_matches(value)
 
     def _signed_in(self, request: web.Request) -> bool:
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        return bool(cookie) and _same(cookie, self._session)
+        return self.user_of(request) is not None
 
     @staticmethod
     def _same_site(request: web.Request) -> bool:

@@ -42,6 +42,9 @@ from pocketmq.errors import (
     PocketMQError,
     TopicNotFoundError,
 )
+from pocketmq.server.auth.acl import CLUSTER, Action
+from pocketmq.server.auth.authorizer import Authorizer, Need, topic_need
+from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.http.dashboard import actions
 from pocketmq.server.http.dashboard.guard import CSRF_HEADER, Guard, csrf_token
 from pocketmq.version import VERSION
@@ -49,6 +52,7 @@ from pocketmq.version import VERSION
 __all__ = ["Dashboard"]
 
 PAGE = 50
+_CLUSTER_GET: Need = ("Cluster", CLUSTER, Action.GET)
 _YIELD_EVERY = 50  # dead letters examined between returns to the event loop
 _NOT_FOUND = (GroupNotFoundError, TopicNotFoundError, MessageNotFoundError)
 
@@ -96,9 +100,10 @@ def _parse_time(text: str) -> int:
 class Dashboard:
     """Routes, data and rendering of the dashboard of one broker."""
 
-    def __init__(self, broker: Broker, guard: Guard) -> None:
+    def __init__(self, broker: Broker, guard: Guard, authorizer: Authorizer | None = None) -> None:
         self._broker = broker
         self._guard = guard
+        self._authorizer = authorizer  # with --authorization, users' sessions follow the ACL
         self._templates = jinja2.Environment(
             loader=jinja2.PackageLoader("pocketmq.server.http.dashboard", "templates"),
             autoescape=True,
@@ -147,9 +152,21 @@ class Dashboard:
             csrf=csrf_token(request),
             csrf_header=CSRF_HEADER,
             path=request.path,
+            users_sign_in=self._guard.users_enabled,
             **values,
         )
         return web.Response(text=text, content_type="text/html")
+
+    def _check(self, request: web.Request, *needs: Need) -> None:
+        """Refuse (:class:`NoPermissionError`) what a signed-in user's rules do not allow; the
+        HTTP token's holder and a visitor on loopback are not checked (docs/security.md)."""
+        user = self._guard.user_of(request)
+        if user and self._authorizer is not None:
+            try:
+                self._authorizer.check(user, needs, request.remote or "")
+            except NoPermissionError:
+                count_failure("http", "forbidden")
+                raise
 
     @staticmethod
     def _api(request: web.Request) -> bool:
@@ -192,6 +209,10 @@ class Dashboard:
 
     async def front(self, request: web.Request) -> web.Response:
         """Groups ranked by trouble, and the broker's state."""
+        try:
+            self._check(request, _CLUSTER_GET)
+        except PocketMQError as exc:
+            return self._failure(request, exc)
         overviews = group_overviews(self._broker)
         page = _page(request)
         shown = overviews[page * PAGE : (page + 1) * PAGE]
@@ -211,6 +232,7 @@ class Dashboard:
     async def group(self, request: web.Request) -> web.Response:
         """One group: consumers, queues, retry policy, reset."""
         try:
+            self._check(request, ("Group", request.match_info["group"], Action.GET))
             overview = group_overview(self._broker, request.match_info["group"])
         except PocketMQError as exc:
             return self._failure(request, exc)
@@ -223,6 +245,7 @@ class Dashboard:
         """A group's dead letters, filtered and paged, each with its last error."""
         name = request.match_info["group"]
         try:
+            self._check(request, ("Group", name, Action.GET))
             self._broker.require_group(name)
             rows, more, filters = await self._dead_letters(request, name)
         except PocketMQError as exc:
@@ -284,6 +307,7 @@ class Dashboard:
         """The filtered dead letters as CSV (every match, not one page)."""
         name = request.match_info["group"]
         try:
+            self._check(request, ("Group", name, Action.GET))
             self._broker.require_group(name)
             rows, _, _ = await self._dead_letters(request, name, everything=True)
         except PocketMQError as exc:
@@ -309,6 +333,10 @@ class Dashboard:
     async def redrives(self, request: web.Request) -> web.Response:
         """The redrive audit of a group: what was resent where, by whom, when."""
         name = request.match_info["group"]
+        try:
+            self._check(request, ("Group", name, Action.GET))
+        except PocketMQError as exc:
+            return self._failure(request, exc)
         records = [r for r in self._audit() if r["group"] == name]
         records.reverse()
         if self._api(request):
@@ -335,6 +363,7 @@ class Dashboard:
         query = request.query
         message_id, topic, key = query.get("id", ""), query.get("topic", ""), query.get("key", "")
         try:
+            self._check(request, _CLUSTER_GET)
             found = self._broker.query_messages(
                 message_id=message_id.strip(), topic=topic.strip(), key=key.strip(), max_count=32
             )
@@ -358,6 +387,10 @@ class Dashboard:
 
     async def topics(self, request: web.Request) -> web.Response:
         """Topics with their rates, queues, and the groups consuming them with their lag."""
+        try:
+            self._check(request, _CLUSTER_GET)
+        except PocketMQError as exc:
+            return self._failure(request, exc)
         rows = self._topic_rows()
         if self._api(request):
             return web.json_response(rows)
@@ -407,6 +440,7 @@ class Dashboard:
         """Dry run or resend the selected dead letters."""
         group = request.match_info["group"]
         try:
+            self._check(request, ("Group", group, Action.UPDATE))
             form = await self._form(request)
             raw = form.get("offset", [])
             offsets = [int(o) for o in (raw if isinstance(raw, list) else [raw])]
@@ -433,6 +467,11 @@ class Dashboard:
         group = request.match_info["group"]
         try:
             form = await self._form(request)
+            self._check(
+                request,
+                ("Group", group, Action.UPDATE),
+                topic_need(str(form.get("topic", "")), Action.GET),
+            )
             to = str(form.get("to", "time"))
             at_ms = _parse_time(str(form.get("time", ""))) if to == "time" else 0
             moves = actions.reset_offsets(
@@ -448,6 +487,7 @@ class Dashboard:
         """Edit the group's retry policy."""
         group = request.match_info["group"]
         try:
+            self._check(request, ("Group", group, Action.UPDATE))
             form = await self._form(request)
             text = str(form.get("delays", "")).replace(",", " ")
             delays = [float(d) for d in text.split()]
@@ -468,6 +508,7 @@ class Dashboard:
     async def send(self, request: web.Request) -> web.Response:
         """Send a test message to a topic."""
         try:
+            self._check(request, topic_need(request.match_info["topic"], Action.PUB))
             form = await self._form(request)
             result = await actions.send_test(
                 self._broker,
@@ -495,19 +536,28 @@ class Dashboard:
         )
 
     async def login(self, request: web.Request) -> web.Response:
-        """Check the token; on success set the session cookie and go on."""
+        """Check the HTTP token, or a user's access key and secret key (authentication on);
+        on success set the session cookie and go on."""
         form = await request.post()
         target = str(form.get("next", "/"))
         if not target.startswith("/") or target.startswith("//"):
             target = "/"
-        if not self._guard.token_matches(str(form.get("token", ""))):
+        access_key = str(form.get("access_key", "")).strip()
+        if access_key and self._guard.user_matches(access_key, str(form.get("secret_key", ""))):
+            user: str | None = access_key
+        elif not access_key and self._guard.token_matches(str(form.get("token", ""))):
+            user = ""
+        else:
+            user = None
+        if user is None:
+            count_failure("http", "unauthenticated")
             response = self._render(request, "login.html", failed=True, next=target)
             response.set_status(401)
             return response
         response = web.HTTPFound(target)
         response.set_cookie(
             "pocketmq_session",
-            self._guard.session_cookie(),
+            self._guard.session_cookie(user),
             httponly=True,
             samesite="Strict",
             path="/",
