@@ -24,9 +24,23 @@ from pocketmq.client.message import Message, MessageView, SendResult
 from pocketmq.errors import PocketMQError, TopicNotFoundError
 from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
 
-__all__ = ["handle_errors", "message_json"]
+__all__ = ["handle_errors", "message_json", "parse_when"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_when(text: str) -> int:
+    """An ISO-8601 time (UTC unless it says otherwise) as milliseconds since the epoch; a clear
+    usage error otherwise."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
 
 
 def handle_errors(func: F) -> F:
@@ -305,21 +319,11 @@ def group_reset_offset(
 ) -> None:
     """Move group NAME's offsets on --topic to a time, the earliest or the latest message.
     Consumers may stay online: they continue from the new offsets (docs/operations.md)."""
-    from datetime import UTC, datetime
-
     from pocketmq.client.sync import SyncAdmin
 
     if sum((to_time is not None, to_earliest, to_latest)) != 1:
         raise click.UsageError("give exactly one of --to-time, --to-earliest, --to-latest")
-    at_ms = 0
-    if to_time is not None:
-        try:
-            moment = datetime.fromisoformat(to_time)
-        except ValueError:
-            raise click.BadParameter(f"{to_time!r} is not an ISO-8601 time") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        at_ms = int(moment.timestamp() * 1000)
+    at_ms = parse_when(to_time) if to_time is not None else 0
     to = "time" if to_time is not None else "earliest" if to_earliest else "latest"
     with SyncAdmin(servers=server) as admin:
         moves = admin.run(lambda a: a.reset_offset(name, topic, to=to, at_ms=at_ms))

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pocketmq.cli._app import main, server_option
-from pocketmq.cli.commands import handle_errors, message_json
+from pocketmq.cli.commands import handle_errors, message_json, parse_when
 from pocketmq.cli.progress import progress_bar
 from pocketmq.client import Admin, DeadLetter, MessageView, RedriveReport
 from pocketmq.client.sync import SyncAdmin
@@ -27,16 +27,6 @@ __all__ = ["DeadLetterFilter"]
 
 def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def _parse_when(text: str) -> int:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 class DeadLetterFilter:
@@ -59,9 +49,9 @@ class DeadLetterFilter:
             elif name == "id":
                 self.ids.add(value)
             elif name == "since":
-                self.since = _parse_when(value)
+                self.since = parse_when(value)
             elif name == "until":
-                self.until = _parse_when(value)
+                self.until = parse_when(value)
             else:
                 raise click.BadParameter(f"unknown filter {name!r}", param_hint="--filter")
 

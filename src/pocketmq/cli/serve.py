@@ -287,20 +287,16 @@ def serve(
         tls_cert=tls_cert,
         tls_key=tls_key,
     )
-    if tls_ca:
-        config = replace(config, tls_ca=tls_ca)
-    if no_grpc:
-        config = replace(config, grpc_port=None)
-    if no_http:
-        config = replace(config, http_port=None)
-    if authentication:
-        config = replace(config, authentication=True)
-    if authorization:
-        config = replace(config, authorization=True)
-    if insecure:
-        config = replace(config, insecure=True)
-    if grpc_tls:
-        config = replace(config, grpc_tls=grpc_tls)
+    config = replace(  # what the command line says wins over the config file
+        config,
+        tls_ca=tls_ca or config.tls_ca,
+        grpc_tls=grpc_tls or config.grpc_tls,
+        authentication=bool(authentication) or config.authentication,
+        authorization=bool(authorization) or config.authorization,
+        insecure=bool(insecure) or config.insecure,
+        grpc_port=None if no_grpc else config.grpc_port,
+        http_port=None if no_http else config.http_port,
+    )
     if config.authorization and not config.authentication:
         raise click.UsageError("--authorization needs --authentication")
     if not (config.authentication or config.insecure or is_loopback(config.host)):
