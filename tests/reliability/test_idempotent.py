@@ -286,3 +286,62 @@ async def test_same_message_twice_in_one_batch(backend: Backend, clock: FakeCloc
     assert entry is not None
     assert entry.receive_count == 2
     assert consumer.statistics().duplicates == 1
+
+
+@pytest.mark.parametrize("batch_transactions", [True, False], ids=["batch", "per-message"])
+async def test_a_batch_commits_once_and_a_failing_message_rolls_back_alone(
+    sql_backend: SqlBackend, batch_transactions: bool
+) -> None:
+    """One transaction for the batch (a savepoint per message): C's Core row, ORM row and outbox
+    message vanish with C alone; A's and B's commit. The same outcome message by message, with
+    one commit per message instead of one per batch."""
+    metadata = MetaData()
+    core = Table(f"{sql_backend.tables.stub.name}_core", metadata,
+                 Column("message_id", String(64), primary_key=True))  # fmt: skip
+    orm = Table(f"{sql_backend.tables.stub.name}_orm2", metadata,
+                Column("message_id", String(64), primary_key=True))  # fmt: skip
+    async with sql_backend.engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    opened = Counter[str]()
+    original = sql_backend.transaction
+
+    def counting() -> Any:  # the handler transactions the consumer opens
+        opened["all"] += 1
+        return original()
+
+    sql_backend.transaction = counting  # type: ignore[method-assign]
+    try:
+        failing = {"C"}
+
+        async def handle(message: MessageView, tx: SqlTransaction) -> None:
+            await tx.connection.execute(core.insert().values(message_id=message.message_id))
+            await tx.session.execute(orm.insert().values(message_id=message.message_id))
+            tx.add_message(Message(topic="receipts", body=message.message_id.encode()))
+            if message.message_id in failing:
+                raise RuntimeError("after every kind of write")
+
+        consumer = IdempotentConsumer(
+            sql_backend, handle, group="billing", batch_transactions=batch_transactions
+        )
+        batch = [view("A", 0), view("B", 1), view("C", 2)]
+        assert await consumer(batch) is ConsumeStatus.RECONSUME_LATER
+        assert opened["all"] == (1 if batch_transactions else 3)  # one for all, or one each
+        async with sql_backend.engine.connect() as conn:
+            assert sorted((await conn.execute(select(core.c.message_id))).scalars()) == ["A", "B"]
+            assert sorted((await conn.execute(select(orm.c.message_id))).scalars()) == ["A", "B"]
+        assert sorted(s.content for s in await sql_backend.list_stubs()) == [b"A", b"B"]
+        statuses = {m: (await sql_backend.get_log("billing", m)) for m in "ABC"}
+        assert {m: e.status if e else None for m, e in statuses.items()} == {
+            "A": LogStatus.CONSUMED, "B": LogStatus.CONSUMED, "C": LogStatus.RECEIVED}  # fmt: skip
+        failing.clear()
+        assert await consumer(batch) is ConsumeStatus.SUCCESS
+        async with sql_backend.engine.connect() as conn:
+            assert sorted((await conn.execute(select(core.c.message_id))).scalars()) == [
+                "A", "B", "C"]  # fmt: skip
+        assert sorted(s.content for s in await sql_backend.list_stubs()) == [b"A", b"B", b"C"]
+        stats = consumer.statistics()
+        assert (stats.handled, stats.duplicates, stats.failed) == (3, 2, 1)
+    finally:
+        sql_backend.transaction = original  # type: ignore[method-assign]
+        async with sql_backend.engine.begin() as conn:
+            await conn.run_sync(metadata.drop_all)

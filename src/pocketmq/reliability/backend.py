@@ -25,8 +25,8 @@ from __future__ import annotations
 import enum
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Generic, TypeVar
 
@@ -96,6 +96,27 @@ class Transaction(ABC):
     def on_commit(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` once this transaction has committed (never after a rollback)."""
         self._callbacks.append(callback)
+
+    #: Whether :meth:`savepoint` works here (SQL databases); the idempotent consumer then runs a
+    #: whole batch in one transaction, each message in its own savepoint.
+    supports_savepoints = False
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A part of this transaction that fails alone: an exception inside rolls back only what
+        was written (and staged in the outbox, and registered with :meth:`on_commit`) since it
+        began, then propagates; the transaction itself goes on."""
+        staged, callbacks = len(self._staged), len(self._callbacks)
+        try:
+            async with self._savepoint():
+                yield
+        except BaseException:
+            del self._staged[staged:]
+            del self._callbacks[callbacks:]
+            raise
+
+    def _savepoint(self) -> AbstractAsyncContextManager[None]:
+        raise NotImplementedError(f"{type(self).__name__} has no savepoints")
 
     def _run_commit_callbacks(self) -> None:
         for callback in self._callbacks:

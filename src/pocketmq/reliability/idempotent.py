@@ -114,6 +114,7 @@ class IdempotentConsumer(Generic[TxT]):
         confirm_stubs: bool = True,
         busy_status: ConsumeStatus = ConsumeStatus.RECONSUME_LATER,
         clock: Clock | None = None,
+        batch_transactions: bool = True,
     ) -> None:
         if not group:
             raise InvalidArgumentError("group must not be empty")
@@ -129,6 +130,9 @@ class IdempotentConsumer(Generic[TxT]):
         self.confirm_stubs = confirm_stubs
         self.busy_status = busy_status
         self.clock = clock if clock is not None else backend.clock
+        # one transaction per delivered batch, a savepoint per message, where the backend has
+        # savepoints (SQL); otherwise, or when False, one transaction per message
+        self.batch_transactions = batch_transactions
         self._counts = dict.fromkeys(
             ("received", "handled", "duplicates", "busy", "failed", "lease_errors"), 0
         )
@@ -148,6 +152,10 @@ class IdempotentConsumer(Generic[TxT]):
         entries = await self._log_receipts(messages)
         if entries is None:
             return ConsumeStatus.RECONSUME_LATER
+        if self.batch_transactions and len(messages) > 1:
+            status = await self._batch(messages, entries)
+            if status is not None:
+                return status
         settled: set[str] = set()
         for message, entry in zip(messages, entries, strict=True):
             if message.message_id in settled:  # the same message twice in one batch
@@ -161,6 +169,94 @@ class IdempotentConsumer(Generic[TxT]):
             if outcome is ConsumeOutcome.BUSY and self.busy_status is ConsumeStatus.RECONSUME_LATER:
                 return ConsumeStatus.RECONSUME_LATER
         return ConsumeStatus.SUCCESS
+
+    async def _batch(
+        self, messages: Sequence[MessageView], entries: Sequence[LogEntry]
+    ) -> ConsumeStatus | None:
+        """The batch in one transaction, each message's handler and claim in a savepoint: one
+        commit (one WAL flush) for the whole batch. None when the backend has no savepoints (the
+        caller goes message by message). Outcomes are counted once the commit succeeded; if it
+        fails, nothing of the batch happened and it is redelivered."""
+        outcomes: list[ConsumeOutcome] = []
+        tokens: list[tuple[str, str | None]] = []
+        status = ConsumeStatus.SUCCESS
+        try:
+            async with self.backend.transaction() as tx:
+                if not tx.supports_savepoints:
+                    self.batch_transactions = False
+                    return None
+                settled: set[str] = set()
+                for message, entry in zip(messages, entries, strict=True):
+                    if message.message_id in settled or entry.status is LogStatus.CONSUMED:
+                        outcomes.append(ConsumeOutcome.DUPLICATE)
+                        continue
+                    token, busy = await self._lease(message.message_id)
+                    if busy:
+                        outcomes.append(ConsumeOutcome.BUSY)
+                        if self.busy_status is ConsumeStatus.RECONSUME_LATER:
+                            status = ConsumeStatus.RECONSUME_LATER
+                            break
+                        continue
+                    tokens.append((message.message_id, token))
+                    outcome = await self._in_savepoint(tx, message)
+                    outcomes.append(outcome)
+                    if outcome is ConsumeOutcome.FAILED:
+                        # its redelivery must not find the lease held and be taken for busy
+                        await self._release(message.message_id, token)
+                        status = ConsumeStatus.RECONSUME_LATER
+                        break
+                    settled.add(message.message_id)
+        except Exception:
+            _log.exception(
+                "committing a batch of %d for group %s failed", len(messages), self.group
+            )
+            for message_id, token in tokens:
+                await self._release(message_id, token)
+            self._count(ConsumeOutcome.FAILED)
+            return ConsumeStatus.RECONSUME_LATER
+        for outcome in outcomes:
+            self._count(outcome)
+        return status
+
+    async def _lease(self, message_id: str) -> tuple[str | None, bool]:
+        """(token, busy): the Redis lease on the message, when there is a lease store."""
+        if self.leases is None:
+            return None, False
+        try:
+            token = await self.leases.acquire(self.group, message_id, self.lease_ttl)
+        except Exception:
+            self._counts["lease_errors"] += 1
+            _log.warning("lease store failed; deciding %s by the database alone", message_id)
+            return None, False
+        return token, token is None
+
+    async def _in_savepoint(self, tx: TxT, message: MessageView) -> ConsumeOutcome:
+        """One message of a batch: handler, claim and stub confirmation in a savepoint."""
+        group, message_id = self.group, message.message_id
+        try:
+            async with tx.savepoint():
+                await self.handler(message, tx)
+                now = self.clock.now()
+                if not await tx.claim_log(group, message_id, now):
+                    raise _LostRace(record=False)
+                if self.confirm_stubs:
+                    confirmation = await tx.confirm_stub(message_id, now)
+                    if confirmation is StubConfirmation.ALREADY_CONFIRMED:
+                        raise _LostRace(record=True)
+        except _LostRace as race:
+            if race.record:  # done long ago, its log row pruned since: mark this one done too
+                await tx.claim_log(group, message_id, self.clock.now())
+            return ConsumeOutcome.DUPLICATE
+        except Exception:
+            try:
+                after = await self.backend.get_log(group, message_id)
+            except Exception:
+                after = None
+            if after is not None and after.status is LogStatus.CONSUMED:
+                return ConsumeOutcome.DUPLICATE  # a racing worker committed first
+            _log.exception("handling %s for group %s failed; rolled back", message_id, group)
+            return ConsumeOutcome.FAILED
+        return ConsumeOutcome.HANDLED
 
     async def consume(self, message: MessageView) -> ConsumeOutcome:
         """Run the whole flow for one message and say how it ended."""

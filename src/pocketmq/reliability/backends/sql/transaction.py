@@ -10,6 +10,8 @@ as a Core ``AsyncConnection`` and, for ORM code, an ``AsyncSession`` bound to it
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -48,8 +50,34 @@ class SqlTransaction(Transaction):
     def session(self) -> AsyncSession:
         """An ORM session on this transaction's connection (created on first use)."""
         if self._session is None:
-            self._session = AsyncSession(bind=self.connection, expire_on_commit=False)
+            # joins the connection's transaction as it is (savepoints are ours to manage: the
+            # idempotent consumer runs each message of a batch in one)
+            self._session = AsyncSession(
+                bind=self.connection,
+                expire_on_commit=False,
+                join_transaction_mode="rollback_only",
+            )
         return self._session
+
+    supports_savepoints = True
+
+    @asynccontextmanager
+    async def _savepoint(self) -> AsyncIterator[None]:
+        """``SAVEPOINT`` on the connection; the ORM session's pending rows are flushed into it,
+        and dropped with it when it rolls back."""
+        nested = await self.connection.begin_nested()
+        try:
+            yield
+            if self._session is not None:
+                await self._session.flush()
+        except BaseException:
+            if self._session is not None:  # its pending objects belong to the failed part
+                self._session.expunge_all()
+                await self._session.close()
+                self._session = None
+            await nested.rollback()
+            raise
+        await nested.commit()
 
     async def claim_log(self, group: str, message_id: str, now: datetime) -> bool:
         """RECEIVED -> CONSUMED as a conditional UPDATE: the row stays locked until commit, so a
