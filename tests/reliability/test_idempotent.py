@@ -190,10 +190,15 @@ async def test_batch_stops_at_the_first_failure(backend: Backend) -> None:
     consumer = IdempotentConsumer(backend, handler, group="g")
     batch = [view("A", 0), view("B", 1), view("C", 2)]
     assert await consumer(batch) is ConsumeStatus.RECONSUME_LATER
-    assert handler.runs == Counter({"A": 1, "B": 1})
+    # SQL: the all-at-once attempt ran A and B and rolled back; then message by message
+    at_once = isinstance(backend, SqlBackend)
+    assert handler.runs == (Counter({"A": 2, "B": 2}) if at_once else Counter({"A": 1, "B": 1}))
+    assert handler.committed == Counter({"A": 1})
     handler.fail.clear()
     assert await consumer(batch) is ConsumeStatus.SUCCESS
-    assert handler.runs == Counter({"A": 1, "B": 2, "C": 1})
+    assert handler.runs == (
+        Counter({"A": 2, "B": 3, "C": 1}) if at_once else Counter({"A": 1, "B": 2, "C": 1})
+    )
     assert handler.committed == Counter({"A": 1, "B": 1, "C": 1})
 
 
@@ -325,7 +330,8 @@ async def test_a_batch_commits_once_and_a_failing_message_rolls_back_alone(
         )
         batch = [view("A", 0), view("B", 1), view("C", 2)]
         assert await consumer(batch) is ConsumeStatus.RECONSUME_LATER
-        assert opened["all"] == (1 if batch_transactions else 3)  # one for all, or one each
+        # all at once (rolled back by C) then message by message in one, or one per message
+        assert opened["all"] == (2 if batch_transactions else 3)
         async with sql_backend.engine.connect() as conn:
             assert sorted((await conn.execute(select(core.c.message_id))).scalars()) == ["A", "B"]
             assert sorted((await conn.execute(select(orm.c.message_id))).scalars()) == ["A", "B"]
@@ -345,3 +351,26 @@ async def test_a_batch_commits_once_and_a_failing_message_rolls_back_alone(
         sql_backend.transaction = original  # type: ignore[method-assign]
         async with sql_backend.engine.begin() as conn:
             await conn.run_sync(metadata.drop_all)
+
+
+async def test_a_mariadb_deadlock_inside_a_savepoint_loses_the_whole_batch(
+    sql_backend: SqlBackend,
+) -> None:
+    """MariaDB rolls a deadlocked transaction back whole (then the savepoint is gone too): the
+    consumer must not commit or count the rest of the batch. PostgreSQL and SQLite lose only
+    the savepoint's part."""
+    from sqlalchemy.exc import OperationalError
+
+    class Driver(Exception):
+        pass
+
+    deadlock = OperationalError("UPDATE ...", None, Driver(1213, "Deadlock found"))
+    gone = OperationalError("ROLLBACK TO SAVEPOINT", None, Driver(1305, "does not exist"))
+    gone.__context__ = deadlock
+    other = OperationalError("INSERT ...", None, Driver(1062, "Duplicate entry"))
+    async with sql_backend.transaction() as tx:
+        mysql = tx.connection.dialect.name in ("mysql", "mariadb")
+        assert tx.lost_whole(deadlock) is mysql
+        assert tx.lost_whole(gone) is mysql
+        assert tx.lost_whole(other) is False
+        assert tx.lost_whole(RuntimeError("business")) is False

@@ -44,6 +44,7 @@ class IdempotentBenchResult:
     messages_per_second: float
     duplicate_seconds: float
     duplicates_per_second: float
+    batch_transactions: bool = True
 
 
 async def run_benchmark(
@@ -53,6 +54,7 @@ async def run_benchmark(
     messages: int = 5000,
     batch_size: int = 32,
     concurrency: int = 4,
+    batch_transactions: bool = True,
 ) -> IdempotentBenchResult:
     """Consume ``messages`` once, then all of them again as duplicates; time both passes."""
     from sqlalchemy import Column, Integer, MetaData, String, Table
@@ -99,7 +101,13 @@ async def run_benchmark(
                 orders.insert().values(message_id=message.message_id, amount=1)
             )
 
-        consumer = IdempotentConsumer(backend, handle, group="bench", leases=leases)
+        consumer = IdempotentConsumer(
+            backend,
+            handle,
+            group="bench",
+            leases=leases,
+            batch_transactions=batch_transactions,
+        )
         batches = [views[i : i + batch_size] for i in range(0, len(views), batch_size)]
 
         async def deliver_all() -> float:
@@ -138,6 +146,7 @@ async def run_benchmark(
         messages_per_second=round(messages / first, 1),
         duplicate_seconds=round(second, 3),
         duplicates_per_second=round(messages / second, 1),
+        batch_transactions=batch_transactions,
     )
 
 
@@ -153,6 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument(
+        "--per-message",
+        action="store_true",
+        help="one transaction per message (the default is one per delivered batch)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     result = asyncio.run(
@@ -162,12 +176,14 @@ def main(argv: list[str] | None = None) -> None:
             messages=args.messages,
             batch_size=args.batch_size,
             concurrency=args.concurrency,
+            batch_transactions=not args.per_message,
         )
     )
     if args.json:
         print(json.dumps(asdict(result)))
     else:
         mode = "redis + db" if result.redis else "db only"
+        mode += ", one transaction per " + ("batch" if result.batch_transactions else "message")
         print(
             f"{result.database} ({mode}), {result.messages} messages, batch {result.batch_size}, "
             f"concurrency {result.concurrency}: {result.messages_per_second:.0f} msg/s "

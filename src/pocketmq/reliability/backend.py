@@ -118,6 +118,12 @@ class Transaction(ABC):
     def _savepoint(self) -> AbstractAsyncContextManager[None]:
         raise NotImplementedError(f"{type(self).__name__} has no savepoints")
 
+    def lost_whole(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised inside a savepoint) cost the whole transaction, not just the
+        savepoint's part — a MariaDB/MySQL deadlock rolls everything back — so nothing of it
+        may be committed or counted."""
+        return False
+
     def _run_commit_callbacks(self) -> None:
         for callback in self._callbacks:
             try:
@@ -140,6 +146,20 @@ class Transaction(ABC):
     @abstractmethod
     async def stub_status(self, message_id: str) -> StubStatus | None:
         """The stub's status as this transaction sees it; None when there is no stub."""
+
+    async def claim_logs(self, group: str, message_ids: Sequence[str], now: datetime) -> int:
+        """:meth:`claim_log` for each id; how many moved to CONSUMED (backends override it with
+        one statement)."""
+        return sum([await self.claim_log(group, message_id, now) for message_id in message_ids])
+
+    async def confirm_stubs(self, message_ids: Sequence[str], now: datetime) -> bool:
+        """:meth:`confirm_stub` for each id; False (and nothing is promised about the others)
+        when one was CONFIRMED already — a message consumed long ago."""
+        for message_id in message_ids:
+            confirmation = await self.confirm_stub(message_id, now)
+            if confirmation is StubConfirmation.ALREADY_CONFIRMED:
+                return False
+        return True
 
 
 TxT = TypeVar("TxT", bound=Transaction)
@@ -353,6 +373,12 @@ class LeaseStore(ABC):
     @abstractmethod
     async def release(self, group: str, message_id: str, token: str) -> bool:
         """Give the lease back if ``token`` still holds it; return whether it did."""
+
+    async def acquire_many(
+        self, group: str, message_ids: Sequence[str], ttl: float
+    ) -> list[str | None]:
+        """:meth:`acquire` for each id, in order (stores override it with one round trip)."""
+        return [await self.acquire(group, message_id, ttl) for message_id in message_ids]
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Idempotent."""

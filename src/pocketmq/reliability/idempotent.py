@@ -153,7 +153,9 @@ class IdempotentConsumer(Generic[TxT]):
         if entries is None:
             return ConsumeStatus.RECONSUME_LATER
         if self.batch_transactions and len(messages) > 1:
-            status = await self._batch(messages, entries)
+            status = await self._batch_at_once(messages, entries)
+            if status is None:
+                status = await self._batch(messages, entries)
             if status is not None:
                 return status
         settled: set[str] = set()
@@ -169,6 +171,64 @@ class IdempotentConsumer(Generic[TxT]):
             if outcome is ConsumeOutcome.BUSY and self.busy_status is ConsumeStatus.RECONSUME_LATER:
                 return ConsumeStatus.RECONSUME_LATER
         return ConsumeStatus.SUCCESS
+
+    async def _batch_at_once(
+        self, messages: Sequence[MessageView], entries: Sequence[LogEntry]
+    ) -> ConsumeStatus | None:
+        """The fast path for a batch where nothing goes wrong: leases in one round trip, every
+        handler in one transaction without savepoints, then one claim and one stub confirmation
+        for all. It commits only when every message was claimed and none was confirmed long
+        ago; anything else — a busy lease, a handler that raises, a lost race, a failed commit —
+        rolls it all back and returns None, and :meth:`_batch` does the batch message by message
+        (savepoints), which sorts out who failed. A handler may therefore run twice for one
+        delivery: its effects in the transaction still commit once (docs/reliability.md)."""
+        fresh: list[MessageView] = []
+        seen: set[str] = set()
+        for message, entry in zip(messages, entries, strict=True):
+            if message.message_id not in seen and entry.status is not LogStatus.CONSUMED:
+                fresh.append(message)
+            seen.add(message.message_id)
+        ids = [m.message_id for m in fresh]
+        tokens = await self._leases_for(ids)
+        if tokens is None:
+            return None
+        try:
+            async with self.backend.transaction() as tx:
+                if not tx.supports_savepoints:  # no careful path to fall back on: per message
+                    self.batch_transactions = False
+                    raise _Fallback
+                for message in fresh:
+                    await self.handler(message, tx)
+                now = self.clock.now()
+                if ids and await tx.claim_logs(self.group, ids, now) != len(ids):
+                    raise _Fallback  # another worker consumed one of them
+                if ids and self.confirm_stubs and not await tx.confirm_stubs(ids, now):
+                    raise _Fallback  # one was consumed long ago (its log row pruned)
+        except Exception:  # _Fallback, a handler's exception, the database: the careful way
+            for message_id, token in zip(ids, tokens, strict=True):
+                await self._release(message_id, token)
+            return None
+        for _ in fresh:
+            self._count(ConsumeOutcome.HANDLED)
+        for _ in range(len(messages) - len(fresh)):
+            self._count(ConsumeOutcome.DUPLICATE)
+        return ConsumeStatus.SUCCESS
+
+    async def _leases_for(self, message_ids: list[str]) -> list[str | None] | None:
+        """Leases on every id in one round trip; None (nothing held) when one is busy."""
+        if self.leases is None or not message_ids:
+            return [None] * len(message_ids)
+        try:
+            tokens = await self.leases.acquire_many(self.group, message_ids, self.lease_ttl)
+        except Exception:
+            self._counts["lease_errors"] += 1
+            _log.warning("lease store failed; deciding a batch by the database alone")
+            return [None] * len(message_ids)
+        if all(token is not None for token in tokens):
+            return tokens
+        for message_id, token in zip(message_ids, tokens, strict=True):
+            await self._release(message_id, token)
+        return None
 
     async def _batch(
         self, messages: Sequence[MessageView], entries: Sequence[LogEntry]
@@ -247,7 +307,9 @@ class IdempotentConsumer(Generic[TxT]):
             if race.record:  # done long ago, its log row pruned since: mark this one done too
                 await tx.claim_log(group, message_id, self.clock.now())
             return ConsumeOutcome.DUPLICATE
-        except Exception:
+        except Exception as exc:
+            if tx.lost_whole(exc):
+                raise  # the whole batch is gone: it must not commit (and is redelivered)
             try:
                 after = await self.backend.get_log(group, message_id)
             except Exception:
@@ -340,6 +402,10 @@ class IdempotentConsumer(Generic[TxT]):
         except Exception:
             self._counts["lease_errors"] += 1
             _log.warning("could not release the lease on %s; it expires by itself", message_id)
+
+
+class _Fallback(Exception):
+    """The fast path of a batch cannot commit: roll it back, go message by message."""
 
 
 class _LostRace(Exception):

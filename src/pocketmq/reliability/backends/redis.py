@@ -14,6 +14,7 @@ database's conditional update decides in every case (see ``idempotent.py``).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pocketmq.errors import InvalidArgumentError
@@ -82,6 +83,20 @@ class RedisLeaseStore(LeaseStore):
             self.key(group, message_id), token, nx=True, px=max(1, round(ttl * 1000))
         )
         return token if ok else None
+
+    async def acquire_many(
+        self, group: str, message_ids: Sequence[str], ttl: float
+    ) -> list[str | None]:
+        """Every ``SET NX`` of a batch in one pipelined round trip."""
+        if ttl <= 0:
+            raise InvalidArgumentError("lease ttl must be positive")
+        tokens = [secrets.token_hex(8) for _ in message_ids]
+        millis = max(1, round(ttl * 1000))
+        async with self.client.pipeline(transaction=False) as pipe:
+            for message_id, token in zip(message_ids, tokens, strict=True):
+                pipe.set(self.key(group, message_id), token, nx=True, px=millis)
+            results = await pipe.execute()
+        return [token if ok else None for token, ok in zip(tokens, results, strict=True)]
 
     async def release(self, group: str, message_id: str, token: str) -> bool:
         """Compare-and-delete in one script: a holder whose lease expired cannot delete a newer

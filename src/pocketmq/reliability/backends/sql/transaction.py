@@ -10,12 +10,12 @@ as a Core ``AsyncConnection`` and, for ORM code, an ``AsyncSession`` bound to it
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -79,6 +79,22 @@ class SqlTransaction(Transaction):
             raise
         await nested.commit()
 
+    def lost_whole(self, exc: BaseException) -> bool:
+        """MariaDB/MySQL roll the whole transaction back on a deadlock (1213), after which the
+        savepoint is gone (1305); PostgreSQL and SQLite only lose the savepoint's part."""
+        if self.connection.dialect.name not in ("mysql", "mariadb"):
+            return False
+        seen: BaseException | None = exc
+        for _ in range(8):  # the deadlock may be the context of a failed ROLLBACK TO SAVEPOINT
+            if seen is None:
+                break
+            original = getattr(seen, "orig", None)
+            arguments = getattr(original, "args", ())
+            if arguments and arguments[0] in (1213, 1305):
+                return True
+            seen = seen.__cause__ or seen.__context__
+        return False
+
     async def claim_log(self, group: str, message_id: str, now: datetime) -> bool:
         """RECEIVED -> CONSUMED as a conditional UPDATE: the row stays locked until commit, so a
         racing duplicate waits and then sees the outcome.
@@ -109,6 +125,38 @@ class SqlTransaction(Transaction):
             return StubConfirmation.CONFIRMED
         found = await self.stub_status(message_id)
         return StubConfirmation.NO_STUB if found is None else StubConfirmation.ALREADY_CONFIRMED
+
+    async def claim_logs(self, group: str, message_ids: Sequence[str], now: datetime) -> int:
+        """RECEIVED -> CONSUMED for a whole batch in one conditional UPDATE."""
+        log = self._tables.log
+        result = await self.connection.execute(
+            update(log)
+            .where(
+                log.c.consumer_group == group,
+                log.c.message_id.in_(list(message_ids)),
+                log.c.status == LogStatus.RECEIVED.value,
+            )
+            .values(status=LogStatus.CONSUMED.value, consumed_at=now)
+        )
+        return rowcount(result)
+
+    async def confirm_stubs(self, message_ids: Sequence[str], now: datetime) -> bool:
+        """One query for stubs CONFIRMED already (then False), one UPDATE for the rest."""
+        stub = self._tables.stub
+        ids = list(message_ids)
+        confirmed = await self.connection.scalar(
+            select(func.count())
+            .select_from(stub)
+            .where(stub.c.message_id.in_(ids), stub.c.status == StubStatus.CONFIRMED.value)
+        )
+        if confirmed:
+            return False
+        await self.connection.execute(
+            update(stub)
+            .where(stub.c.message_id.in_(ids))
+            .values(status=StubStatus.CONFIRMED.value, updated_at=now)
+        )
+        return True
 
     async def stub_status(self, message_id: str) -> StubStatus | None:
         """The status as this transaction sees it (its own uncommitted changes included)."""
