@@ -282,3 +282,16 @@ async def test_dlq_list_and_resend_once_with_a_rate(
     assert "resent 3, already resent before 0, failed 0" in first.stderr
     again = await asyncio.to_thread(run, broker, "dlq", "resend", group)
     assert "resent 0, already resent before 3, failed 0" in again.stderr
+
+
+def test_cluster_list_shows_version_uptime_and_disk(broker: BrokerProcess) -> None:
+    from pocketmq.version import VERSION
+
+    done = run(broker, "cluster", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    [row] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert row["version"] == VERSION
+    assert row["uptime_seconds"] > 0
+    assert 0 < row["disk_free_bytes"] <= row["disk_total_bytes"]
+    table = run(broker, "cluster", "list").stdout.splitlines()
+    assert table[0].split()[4:7] == ["VERSION", "UPTIME", "DISK_FREE"]

@@ -7,6 +7,7 @@ messages up by id or key, the attempt history, per-queue offsets and the broker'
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Sequence
 
 from pocketmq.broker.groups import GroupConfig
@@ -158,9 +159,17 @@ class Catalog(BrokerPart):
         """The broker's counters and store figures as plain values, for ``pocketmq broker status``
         and the benchmarks."""
         stats = self.store.statistics()
+        try:
+            disk = shutil.disk_usage(self.config.data_dir)
+            free, total = disk.free, disk.total
+        except OSError:  # the directory is gone or unreadable: say so rather than fail
+            free = total = -1
         return {
             "counters": {**self.counters, "transactions_pending": self.transactions.pending_count},
+            "uptime_seconds": round(self._clock() - self._shared.started_at, 1),
             "store": {
+                "disk_free_bytes": free,
+                "disk_total_bytes": total,
                 "messages_put": stats.messages_put,
                 "bytes_put": stats.bytes_put,
                 "write_position": stats.write_position,

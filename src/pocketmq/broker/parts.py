@@ -133,6 +133,7 @@ class Shared:
     offsets_lost: set[str]
     faults: dict[str, int]
     round_robin: dict[str, int] = field(default_factory=dict)
+    started_at: float = 0.0  # the broker's clock when it was built (uptime in its status)
     # operator resets push consumers have not followed yet: (group, topic, queue) -> offset
     resets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     closed: bool = False

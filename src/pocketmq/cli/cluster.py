@@ -12,7 +12,26 @@ from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors
 from pocketmq.client.sync import SyncAdmin
 
-_COLUMNS = ("group", "id", "address", "role", "epoch", "log_end", "controller", "lease", "isr")
+_COLUMNS = (
+    "group", "id", "address", "role", "version", "uptime", "disk_free", "epoch", "log_end",
+    "controller", "lease", "isr",
+)  # fmt: skip
+
+
+def _size(count: int) -> str:
+    if count < 0:
+        return "?"
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20)):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return f"{count}B"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
 
 
 @main.group()
@@ -29,6 +48,12 @@ def _row(item: Any) -> dict[str, Any]:
         "id": replication.get("broker_id", ""),
         "address": item.address,
         "role": replication.get("role", ""),
+        "version": item.version,
+        "uptime": _duration(item.uptime_seconds),
+        "uptime_seconds": item.uptime_seconds,
+        "disk_free": _size(int(item.store.get("disk_free_bytes", -1))),
+        "disk_free_bytes": int(item.store.get("disk_free_bytes", -1)),
+        "disk_total_bytes": int(item.store.get("disk_total_bytes", -1)),
         "epoch": replication.get("epoch", 0),
         "log_end": replication.get("log_end", 0),
         "controller": controller.get("state", "none"),
@@ -44,7 +69,8 @@ def _row(item: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per broker.")
 @handle_errors
 def cluster_list(server: str, as_json: bool) -> None:
-    """Every broker: group, id, role, epoch, log end, controller state, lease left, in-sync set.
+    """Every broker: group, id, role, version, uptime, free disk, epoch, log end, controller
+    state, lease left, in-sync set.
 
     Ask a name server (or any broker of the cluster) with --server."""
     with SyncAdmin(servers=server) as admin:

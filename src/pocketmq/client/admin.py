@@ -437,6 +437,7 @@ class Admin(ClientBase):
                     reply.counters,
                     reply.store,
                     reply.replication,
+                    reply.uptime_seconds,
                 )
             )
         return found

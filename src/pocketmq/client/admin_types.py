@@ -146,6 +146,7 @@ class BrokerStatus:
     counters: Mapping[str, int]
     store: Mapping[str, Any]
     replication: Mapping[str, Any] = field(default_factory=dict)
+    uptime_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

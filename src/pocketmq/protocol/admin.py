@@ -182,6 +182,7 @@ class BrokerStatusResponse(Body, frozen=True):
     counters: dict[str, int]
     store: dict[str, Any]
     replication: dict[str, Any] = {}
+    uptime_seconds: float = 0.0  # since the broker started (last, so older peers decode)
 
 
 class QueueStatusRequest(Body, frozen=True):

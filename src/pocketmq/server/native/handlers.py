@@ -450,7 +450,12 @@ def broker_handlers(
     def broker_status(conn: ServerConnection, req: w.Empty) -> w.BrokerStatusResponse:
         status: dict[str, Any] = broker.status()
         return w.BrokerStatusResponse(
-            name, VERSION, status["counters"], status["store"], status["replication"]
+            name,
+            VERSION,
+            status["counters"],
+            status["store"],
+            status["replication"],
+            status["uptime_seconds"],
         )
 
     def queue_status(conn: ServerConnection, req: w.QueueStatusRequest) -> w.QueueStatusResponse:
