@@ -207,3 +207,26 @@ async def test_the_sdk_authenticates_over_tls(ca: Any, tmp_path: Path) -> None:
         with pytest.raises(NoPermissionError):
             async with Admin(servers=broker.address, client=bad) as admin:
                 await admin.list_topics()
+
+
+async def test_a_stand_alone_name_server_over_tls(ca: Any, tmp_path: Path) -> None:
+    """``pocketmq namesrv --tls-cert``: the broker registers over TLS (--namesrv-tls, verifying
+    with --tls-ca) and a client finds the route there with its TLS setting; a plain client
+    cannot."""
+    from pocketmq.testing import NameServerProcess
+
+    _, ca_file, cert, key = ca
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    with NameServerProcess(tmp_path / "ns", extra_args=tls) as namesrv:
+        extra = (*tls, "--namesrv-tls", "--tls-ca", str(ca_file))
+        with BrokerProcess(tmp_path / "b", config=FAST_BROKER, grpc_port=None,
+                           namesrv=namesrv.address, extra_args=extra) as broker:  # fmt: skip
+            config = _client(ca_file)
+            async with Admin(servers=broker.address, client=config) as admin:
+                await admin.create_topic("named", queues=1)
+            async with Producer(servers=namesrv.address, client=config) as producer:
+                sent = await producer.send(Message(topic="named", body=b"routed over TLS"))
+            assert sent.message_id
+            with pytest.raises(BrokerConnectionError):
+                async with Producer(servers=namesrv.address) as plain:
+                    await plain.send(Message(topic="named", body=b"plain"))

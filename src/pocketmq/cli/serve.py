@@ -179,7 +179,15 @@ def _logging(level: str) -> None:
 @click.option("--tls-cert", help="PEM certificate chain: TLS on the native, gRPC and HTTP ports.")
 @click.option("--tls-key", help="PEM private key of --tls-cert.")
 @click.option(
-    "--tls-ca", help="CA bundle a slave verifies its master's replication certificate with."
+    "--tls-ca",
+    help="CA bundle a slave verifies its master's replication certificate with (and the "
+    "broker its --namesrv-tls name server's).",
+)
+@click.option(
+    "--namesrv-tls",
+    is_flag=True,
+    default=None,
+    help="The --namesrv name server speaks TLS (pocketmq namesrv --tls-cert).",
 )
 @click.option(
     "--grpc-tls",
@@ -253,6 +261,7 @@ def serve(
     insecure: bool | None,
     grpc_tls: str | None,
     tls_ca: str | None,
+    namesrv_tls: bool | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -294,6 +303,7 @@ def serve(
         authentication=bool(authentication) or config.authentication,
         authorization=bool(authorization) or config.authorization,
         insecure=bool(insecure) or config.insecure,
+        namesrv_tls=bool(namesrv_tls) or config.namesrv_tls,
         grpc_port=None if no_grpc else config.grpc_port,
         http_port=None if no_http else config.http_port,
     )
@@ -320,13 +330,22 @@ def serve(
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=9876, show_default=True, type=int)
+@click.option("--tls-cert", help="PEM certificate chain: the name server speaks TLS.")
+@click.option("--tls-key", help="PEM private key of --tls-cert.")
 @click.option(
     "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
 )
-def namesrv(host: str, port: int, log_level: str) -> None:
-    """Run a stand-alone name server for a cluster of brokers."""
+def namesrv(
+    host: str, port: int, tls_cert: str | None, tls_key: str | None, log_level: str
+) -> None:
+    """Run a stand-alone name server for a cluster of brokers (over TLS with --tls-cert; brokers
+    then need --namesrv-tls, clients their TLS setting: docs/security.md)."""
     _logging(log_level)
-    server = NameServer()
+    try:
+        tls = AppConfig(tls_cert=tls_cert, tls_key=tls_key).tls_context()
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
+    server = NameServer(tls=tls)
 
     async def start() -> None:
         await server.start(host, port)

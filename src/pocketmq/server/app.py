@@ -88,6 +88,8 @@ class AppConfig:
     # CA bundle a slave verifies its master's replication certificate with (default: the
     # system's roots); replication is over TLS whenever tls_cert is set (docs/security.md)
     tls_ca: str | None = None
+    # the external name server (`namesrv`) speaks TLS: verified against tls_ca or the system's
+    namesrv_tls: bool = False
     # gRPC requests must be signed by a user of `pocketmq user` (docs/security.md)
     authentication: bool = False
     # each request of a normal user must be allowed by `pocketmq acl` rules (docs/security.md)
@@ -388,10 +390,18 @@ class BrokerApp:
         return found + ([self._grpc.latency] if self._grpc is not None else [])
 
     def _own_namesrv_tls(self, tls: ssl.SSLContext | None) -> ssl.SSLContext | None:
-        """The embedded name server speaks TLS when the broker does; the link to it is within
-        this process, so it need not verify the certificate. An external name server
-        (``pocketmq namesrv``) is plain TCP (docs/security.md)."""
-        if tls is None or self.namesrv is None:
+        """How the broker reaches its name server: the embedded one speaks TLS when the broker
+        does, and is within this process, so its certificate need not be verified; an external
+        one (``pocketmq namesrv``) speaks TLS with ``namesrv_tls``, verified against
+        ``tls_ca`` (or the system's roots) (docs/security.md)."""
+        if self.namesrv is None:
+            if not self.config.namesrv_tls:
+                return None
+            try:
+                return ssl.create_default_context(cafile=self.config.tls_ca or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise InvalidArgumentError(f"cannot load the TLS CA file: {exc}") from None
+        if tls is None:
             return None
         context = ssl.create_default_context()
         context.check_hostname = False

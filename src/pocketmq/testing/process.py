@@ -248,11 +248,19 @@ class NameServerProcess:
     """A running ``pocketmq namesrv``, for tests of a cluster of brokers that register with one
     name server. Use as a context manager, or call ``stop()``."""
 
-    def __init__(self, log_dir: Path, *, port: int = 0, startup_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        port: int = 0,
+        startup_timeout: float = 30.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / "namesrv.log"
         self.process = _spawn(
-            [sys.executable, "-m", "pocketmq", "namesrv", "--port", str(port)], self.log_path
+            [sys.executable, "-m", "pocketmq", "namesrv", "--port", str(port), *extra_args],
+            self.log_path,
         )
         self.address = _wait_for_line(
             self.process, _NAMESRV_READY, self.log_path, startup_timeout
