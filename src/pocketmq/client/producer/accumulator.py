@@ -1,11 +1,19 @@
 """Auto-batching: messages sent one by one leave in batches.
 
-With ``ProducerConfig(linger=...)`` a plain message (no message group) is held per topic until
-``max_batch`` messages or ``max_batch_bytes`` bytes are waiting, or ``linger`` seconds passed
-since the first of them; then the batch goes out as one SEND request and each caller gets its
-own result (or the batch's error). Fewer, bigger requests cost the broker far less per message
-(docs/benchmarks.md); the price is up to ``linger`` of extra latency. FIFO messages are never
-held: their order is kept by sending them one at a time.
+Two ways (docs/semantics.md, "Producer batching"):
+
+- **Adaptive** (the default, ``ProducerConfig(batching=True)``): a plain message (no message
+  group) goes out at once when no send of its topic is in flight from this producer; while one
+  is, the messages that arrive wait for it and then leave together, as one request (or sooner,
+  when ``max_batch`` messages or ``max_batch_bytes`` bytes are waiting). A producer that awaits
+  each send is never delayed; one with many sends outstanding gets batches without a timer.
+- **Linger** (``ProducerConfig(linger=...)``): a plain message is held until ``max_batch``
+  messages or ``max_batch_bytes`` bytes are waiting, or ``linger`` seconds passed since the
+  first of them; the price is up to ``linger`` of extra latency.
+
+Either way the batch is one SEND request and each caller gets its own result (or the batch's
+error). Fewer, bigger requests cost the broker far less per message (docs/benchmarks.md). FIFO
+messages are never held: their order is kept by sending them one at a time.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ class Accumulator:
         self._buffers: dict[str, list[_Pending]] = {}
         self._buffer_bytes: dict[str, int] = {}
         self._flushers: dict[str, asyncio.TimerHandle] = {}
+        self._adaptive = config.linger is None
+        self._sending: dict[str, int] = {}  # per topic: batches in flight
         self.in_flight: set[asyncio.Task[None]] = set()
         """Batches being sent (a flush waits for them)."""
 
@@ -53,6 +63,9 @@ class Accumulator:
         config = self._config
         if len(buffer) >= config.max_batch or size >= config.max_batch_bytes:
             self._flush_topic(topic)
+        elif self._adaptive:
+            if not self._sending.get(topic):
+                self._flush_topic(topic)  # nothing to wait for: leave at once
         elif topic not in self._flushers:
             assert config.linger is not None
             self._flushers[topic] = loop.call_later(config.linger, self._flush_topic, topic)
@@ -71,11 +84,27 @@ class Accumulator:
         self._buffer_bytes.pop(topic, None)
         if not batch:
             return
+        self._sending[topic] = self._sending.get(topic, 0) + 1
         task = asyncio.ensure_future(self._send(topic, batch))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
 
+    def _sent(self, topic: str) -> None:
+        left = self._sending.get(topic, 1) - 1
+        if left > 0:
+            self._sending[topic] = left
+            return
+        self._sending.pop(topic, None)
+        if self._adaptive and self._buffers.get(topic):
+            self._flush_topic(topic)  # what waited for the batch before leaves now
+
     async def _send(self, topic: str, batch: list[_Pending]) -> None:
+        try:
+            await self._send_and_settle(topic, batch)
+        finally:
+            self._sent(topic)
+
+    async def _send_and_settle(self, topic: str, batch: list[_Pending]) -> None:
         try:
             results = await self._send_batch(topic, [p.wire for p in batch])
         except BaseException as exc:

@@ -25,8 +25,10 @@ class ProducerConfig:
     ``group`` is the producer group (required only for transactions: the broker checks unfinished
     transactions back with a producer of that group). A send is tried ``retries + 1`` times at
     most, all inside ``send_timeout`` seconds; flow-control refusals wait out ``backoff``.
-    ``linger`` turns on auto-batching: messages without a message group wait up to that many
-    seconds to fill a batch of ``max_batch`` messages or ``max_batch_bytes`` bytes.
+    ``batching`` (on by default) sends what arrives while a send of the same topic is in flight
+    as one request once it returns — no added latency; ``linger`` instead holds messages without
+    a message group up to that many seconds to fill a batch of ``max_batch`` messages or
+    ``max_batch_bytes`` bytes (docs/semantics.md, "Producer batching").
     ``max_message_size`` refuses bigger bodies before anything is sent.
     """
 
@@ -34,8 +36,10 @@ class ProducerConfig:
     retries: int = 2
     send_timeout: float = 3.0
     backoff: Backoff = field(default_factory=Backoff)
+    batching: bool = True
+    """Adaptive batching: messages that wait for an in-flight send of their topic leave together."""
     linger: float | None = None
-    """Auto-batching: wait up to this many seconds to fill a batch (None: send at once)."""
+    """Timed batching: wait up to this many seconds to fill a batch (None: adaptive or off)."""
     max_batch: int = 256
     max_batch_bytes: int = 4 * 1024 * 1024
     max_message_size: int = 4 * 1024 * 1024

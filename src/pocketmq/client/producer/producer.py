@@ -80,7 +80,8 @@ class Producer(ClientBase):
         validate_message(message, self.config.max_message_size)
         wire = to_wire(message)
         group = message.message_group
-        if self.config.linger is not None and not group:
+        config = self.config
+        if not group and (config.batching or config.linger is not None):
             return await self._accumulator.add(wire)
         [result] = await self.sender.send(message.topic, [wire], group=group)
         return result

@@ -1,0 +1,107 @@
+"""The producer's batching (client/producer/accumulator.py, docs/semantics.md "Producer
+batching"): adaptive by default — a lone send leaves at once, sends that arrive while one of
+their topic is in flight leave together when it returns — and timed with a linger."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pocketmq.client.message import SendResult
+from pocketmq.client.producer.accumulator import Accumulator
+from pocketmq.client.producer.config import ProducerConfig
+from pocketmq.protocol import structs as w
+
+
+class FakeBroker:
+    """Records each request; holds it until told to answer."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[bytes]] = []
+        self.gates: list[asyncio.Event] = []
+
+    async def send_batch(self, topic: str, wires: list[w.WireMessage]) -> list[SendResult]:
+        self.requests.append([wire.body for wire in wires])
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return [
+            SendResult(
+                message_id=f"id-{wire.body.decode()}",
+                topic=topic,
+                queue_id=0,
+                queue_offset=n,
+                broker_name="b",
+            )
+            for n, wire in enumerate(wires)
+        ]
+
+
+def _wire(body: str) -> w.WireMessage:
+    return w.WireMessage("orders", body.encode())
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_a_lone_send_leaves_at_once_and_what_waits_leaves_together() -> None:
+    broker = FakeBroker()
+    accumulator = Accumulator(ProducerConfig(), broker.send_batch)
+    first = asyncio.ensure_future(accumulator.add(_wire("1")))
+    await _settle()
+    assert broker.requests == [[b"1"]]  # no timer, no waiting for company
+    waiting = [asyncio.ensure_future(accumulator.add(_wire(str(n)))) for n in range(2, 6)]
+    await _settle()
+    assert broker.requests == [[b"1"]]  # they wait for the one in flight
+    broker.gates[0].set()
+    assert (await first).message_id == "id-1"
+    await _settle()
+    assert broker.requests == [[b"1"], [b"2", b"3", b"4", b"5"]]  # one request for the four
+    broker.gates[1].set()
+    results = await asyncio.gather(*waiting)
+    assert [r.message_id for r in results] == ["id-2", "id-3", "id-4", "id-5"]
+    assert not accumulator.in_flight or all(t.done() for t in accumulator.in_flight)
+
+
+async def test_a_full_batch_does_not_wait_for_the_one_in_flight() -> None:
+    broker = FakeBroker()
+    accumulator = Accumulator(ProducerConfig(max_batch=3), broker.send_batch)
+    tasks = [asyncio.ensure_future(accumulator.add(_wire(str(n)))) for n in range(1, 5)]
+    await _settle()
+    assert broker.requests == [[b"1"], [b"2", b"3", b"4"]]
+    for gate in broker.gates:
+        gate.set()
+    assert len(await asyncio.gather(*tasks)) == 4
+
+
+async def test_linger_holds_even_a_lone_send_until_the_timer() -> None:
+    broker = FakeBroker()
+    accumulator = Accumulator(ProducerConfig(linger=0.05), broker.send_batch)
+    task = asyncio.ensure_future(accumulator.add(_wire("1")))
+    await _settle()
+    assert broker.requests == []
+    await asyncio.sleep(0.1)
+    assert broker.requests == [[b"1"]]
+    broker.gates[0].set()
+    assert (await task).message_id == "id-1"
+
+
+async def test_a_failed_batch_fails_each_of_its_sends_and_the_next_still_leaves() -> None:
+    calls: list[list[bytes]] = []
+    release = asyncio.Event()
+
+    async def failing(topic: str, wires: list[w.WireMessage]) -> list[SendResult]:
+        calls.append([wire.body for wire in wires])
+        await release.wait()
+        raise ConnectionError("broker gone")
+
+    accumulator = Accumulator(ProducerConfig(), failing)
+    first = asyncio.ensure_future(accumulator.add(_wire("1")))
+    await _settle()
+    others = [asyncio.ensure_future(accumulator.add(_wire(str(n)))) for n in (2, 3)]
+    await _settle()
+    release.set()
+    outcomes = await asyncio.gather(first, *others, return_exceptions=True)
+    assert all(isinstance(o, ConnectionError) for o in outcomes)
+    assert calls == [[b"1"], [b"2", b"3"]]
