@@ -154,7 +154,8 @@ async def run_produce(server: str | None = None, count: int = 100_000) -> list[B
     async with bench_broker(server) as (address, pid):
         await _topic(address, "bench-produce")
         message = Message(topic="bench-produce", body=BODY)
-        async with Producer(servers=address) as producer:
+        unbatched = ProducerConfig(batching=False)
+        async with Producer(servers=address, config=unbatched) as producer:
             await producer.send(message)  # warm up the route and connection
             each = max(1000, count // 20)
             with Meter(pid) as meter:
@@ -164,6 +165,11 @@ async def run_produce(server: str | None = None, count: int = 100_000) -> list[B
             with Meter(pid) as meter:
                 await in_flight(count // 2, 512, lambda: producer.send(message))
             results.append(meter.result("pipelined, unbatched (512 in flight)", count // 2))
+        async with Producer(servers=address) as adaptive:  # the default: adaptive batching
+            await adaptive.send(message)
+            with Meter(pid) as meter:
+                await in_flight(count // 2, 512, lambda: adaptive.send(message))
+            results.append(meter.result("pipelined, default (adaptive batching)", count // 2))
         config = ProducerConfig(linger=0.002, max_batch=256)
         async with Producer(servers=address, config=config) as batching:
             await batching.send(message)
