@@ -290,19 +290,25 @@ class IdempotentConsumer(Generic[TxT]):
             return None, False
         return token, token is None
 
+    async def _handle_and_claim(self, tx: TxT, message: MessageView) -> None:
+        """Steps 3 and 4 for one message in ``tx``: the handler, then the log row's claim and
+        the stub's confirmation; :class:`_LostRace` when another worker (or an earlier one,
+        long ago) consumed it."""
+        await self.handler(message, tx)
+        now = self.clock.now()
+        if not await tx.claim_log(self.group, message.message_id, now):
+            raise _LostRace(record=False)
+        if self.confirm_stubs:
+            confirmation = await tx.confirm_stub(message.message_id, now)
+            if confirmation is StubConfirmation.ALREADY_CONFIRMED:
+                raise _LostRace(record=True)
+
     async def _in_savepoint(self, tx: TxT, message: MessageView) -> ConsumeOutcome:
         """One message of a batch: handler, claim and stub confirmation in a savepoint."""
         group, message_id = self.group, message.message_id
         try:
             async with tx.savepoint():
-                await self.handler(message, tx)
-                now = self.clock.now()
-                if not await tx.claim_log(group, message_id, now):
-                    raise _LostRace(record=False)
-                if self.confirm_stubs:
-                    confirmation = await tx.confirm_stub(message_id, now)
-                    if confirmation is StubConfirmation.ALREADY_CONFIRMED:
-                        raise _LostRace(record=True)
+                await self._handle_and_claim(tx, message)
         except _LostRace as race:
             if race.record:  # done long ago, its log row pruned since: mark this one done too
                 await tx.claim_log(group, message_id, self.clock.now())
@@ -379,14 +385,7 @@ class IdempotentConsumer(Generic[TxT]):
         group, message_id = self.group, message.message_id
         try:
             async with self.backend.transaction() as tx:
-                await self.handler(message, tx)
-                now = self.clock.now()
-                if not await tx.claim_log(group, message_id, now):
-                    raise _LostRace(record=False)
-                if self.confirm_stubs:
-                    confirmation = await tx.confirm_stub(message_id, now)
-                    if confirmation is StubConfirmation.ALREADY_CONFIRMED:
-                        raise _LostRace(record=True)
+                await self._handle_and_claim(tx, message)
         except _LostRace as race:
             if race.record:  # done long ago, its log row pruned since: mark this one done too
                 async with self.backend.transaction() as tx:
