@@ -154,7 +154,7 @@ class IdempotentConsumer(Generic[TxT]):
             return ConsumeStatus.RECONSUME_LATER
         if self.batch_transactions and len(messages) > 1:
             status = await self._batch_at_once(messages, entries)
-            if status is None:
+            if status is None and self.batch_transactions:  # cleared: the backend has no savepoints
                 status = await self._batch(messages, entries)
             if status is not None:
                 return status
@@ -232,19 +232,16 @@ class IdempotentConsumer(Generic[TxT]):
 
     async def _batch(
         self, messages: Sequence[MessageView], entries: Sequence[LogEntry]
-    ) -> ConsumeStatus | None:
-        """The batch in one transaction, each message's handler and claim in a savepoint: one
-        commit (one WAL flush) for the whole batch. None when the backend has no savepoints (the
-        caller goes message by message). Outcomes are counted once the commit succeeded; if it
-        fails, nothing of the batch happened and it is redelivered."""
+    ) -> ConsumeStatus:
+        """The batch in one transaction, each message's handler and claim in a savepoint (the
+        backend has them: :meth:`_batch_at_once` found out): one commit for the whole batch.
+        Outcomes are counted once the commit succeeded; if it fails, nothing of the batch
+        happened and it is redelivered."""
         outcomes: list[ConsumeOutcome] = []
         tokens: list[tuple[str, str | None]] = []
         status = ConsumeStatus.SUCCESS
         try:
             async with self.backend.transaction() as tx:
-                if not tx.supports_savepoints:
-                    self.batch_transactions = False
-                    return None
                 settled: set[str] = set()
                 for message, entry in zip(messages, entries, strict=True):
                     if message.message_id in settled or entry.status is LogStatus.CONSUMED:
@@ -316,14 +313,7 @@ class IdempotentConsumer(Generic[TxT]):
         except Exception as exc:
             if tx.lost_whole(exc):
                 raise  # the whole batch is gone: it must not commit (and is redelivered)
-            try:
-                after = await self.backend.get_log(group, message_id)
-            except Exception:
-                after = None
-            if after is not None and after.status is LogStatus.CONSUMED:
-                return ConsumeOutcome.DUPLICATE  # a racing worker committed first
-            _log.exception("handling %s for group %s failed; rolled back", message_id, group)
-            return ConsumeOutcome.FAILED
+            return await self._failed_or_duplicate(message_id)
         return ConsumeOutcome.HANDLED
 
     async def consume(self, message: MessageView) -> ConsumeOutcome:
@@ -372,14 +362,7 @@ class IdempotentConsumer(Generic[TxT]):
             return await self._run(message)
         except Exception:
             await self._release(message_id, token)
-            try:
-                after = await self.backend.get_log(group, message_id)
-            except Exception:
-                after = None
-            if after is not None and after.status is LogStatus.CONSUMED:
-                return ConsumeOutcome.DUPLICATE  # a racing worker committed first
-            _log.exception("handling %s for group %s failed; rolled back", message_id, group)
-            return ConsumeOutcome.FAILED
+            return await self._failed_or_duplicate(message_id)
 
     async def _run(self, message: MessageView) -> ConsumeOutcome:
         group, message_id = self.group, message.message_id
@@ -392,6 +375,18 @@ class IdempotentConsumer(Generic[TxT]):
                     await tx.claim_log(group, message_id, self.clock.now())
             return ConsumeOutcome.DUPLICATE
         return ConsumeOutcome.HANDLED
+
+    async def _failed_or_duplicate(self, message_id: str) -> ConsumeOutcome:
+        """After a rolled-back attempt: a duplicate when a racing worker committed the message
+        first (our handler may have tripped over its rows, e.g. a unique key), else a failure."""
+        try:
+            after = await self.backend.get_log(self.group, message_id)
+        except Exception:
+            after = None
+        if after is not None and after.status is LogStatus.CONSUMED:
+            return ConsumeOutcome.DUPLICATE
+        _log.exception("handling %s for group %s failed; rolled back", message_id, self.group)
+        return ConsumeOutcome.FAILED
 
     async def _release(self, message_id: str, token: str | None) -> None:
         if self.leases is None or token is None:

@@ -131,12 +131,13 @@ class BrokerCollector(Collector):
             "rocketmq_throughput_in", "Message body bytes stored", labels=labels_in
         )
         topics = self._broker.topics
+        stored_bytes = traffic.bytes_in  # a fresh dict per read: take it once per scrape
         for topic, count in sorted(traffic.messages_in.items()):
             retry = str(topic.startswith(RETRY_PREFIX)).lower()
             config = topics.get(topic)
             kind = config.topic_type.value if config is not None else "normal"
             messages_in.add_metric([topic, kind, retry], count)
-            bytes_in.add_metric([topic, kind, retry], traffic.bytes_in[topic])
+            bytes_in.add_metric([topic, kind, retry], stored_bytes[topic])
         yield messages_in
         yield bytes_in
         labels = ["topic", "consumer_group", "is_retry"]
@@ -162,7 +163,7 @@ class BrokerCollector(Collector):
             for bound, count in zip((*SIZE_BUCKETS, float("inf")), counts, strict=True):
                 cumulative += count
                 buckets.append((str(float(bound)) if bound != float("inf") else "+Inf", cumulative))
-            sizes.add_metric([topic, kind], buckets, traffic.bytes_in[topic])
+            sizes.add_metric([topic, kind], buckets, stored_bytes[topic])
         yield sizes
         dead = CounterMetricFamily(
             "rocketmq_send_to_dlq_messages",
@@ -191,11 +192,15 @@ class BrokerCollector(Collector):
         queueing: dict[tuple[str, str], int] = {}  # age of the oldest of those (ms)
         now_ms = int(time.time() * 1000)
 
+        ages: dict[tuple[str, int, int], int] = {}  # lag and queueing often ask the same
+
         def age_at(topic: str, queue_id: int, offset: int) -> int:
-            stored = stored_at(
-                store, topic, queue_id, max(offset, store.min_offset(topic, queue_id))
-            )
-            return max(0, now_ms - stored) if stored else 0
+            position = (topic, queue_id, max(offset, store.min_offset(topic, queue_id)))
+            age = ages.get(position)
+            if age is None:
+                stored = stored_at(store, *position)
+                age = ages[position] = max(0, now_ms - stored) if stored else 0
+            return age
 
         for (group, topic, queue_id), offset in committed.items():
             if topic.startswith((DLQ_PREFIX,)):
