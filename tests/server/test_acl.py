@@ -284,3 +284,34 @@ async def test_the_official_client_is_refused_what_its_user_may_not_do(
         assert sum(q.lag for q in await admin.queues("orders-grpc", "billing")) == 0  # acked
     _, error = await asyncio.to_thread(_official_receive, broker, "hr", "orders-grpc")
     assert error != ""  # no Sub on Group:hr
+
+
+def test_a_damaged_acl_file_is_refused_at_start_and_keeps_the_rules_in_force_when_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = AclStore(tmp_path)
+    store.grant(make_rule("alice", "Topic:orders", ["Pub"], allow=True))
+    running = AclStore(tmp_path)
+    running.load()
+    (tmp_path / "acl.json").write_text('{"rules": [{"user": "alice", "resou')  # cut short
+    with pytest.raises(InvalidArgumentError, match=r"acl\.json is damaged"):
+        AclStore(tmp_path).load()  # a broker starting, or `pocketmq acl` about to rewrite it
+    running.refresh(0.0)
+    assert [str(r.resource) for r in running.rules("alice")] == ["Topic:orders"]
+    assert "previous rules stay in force" in caplog.text
+    with pytest.raises(InvalidArgumentError):
+        store.grant(make_rule("bob", "Topic:x", ["Pub"], allow=True))  # nothing overwritten
+    assert '"resou' in (tmp_path / "acl.json").read_text()
+
+
+def test_a_broker_with_a_damaged_acl_file_does_not_start(tmp_path: Path) -> None:
+    config = tmp_path / "d" / "config"
+    config.mkdir(parents=True)
+    (config / "acl.json").write_text("not json")
+    command = [sys.executable, "-m", "pocketmq", "serve", "--data-dir", str(tmp_path / "d"),
+               "--port", "0", "--grpc-port", "0", "--no-http", "--namesrv-port", "0",
+               "--authentication", "--authorization"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "acl.json is damaged" in done.stderr
+    assert "Traceback" not in done.stderr

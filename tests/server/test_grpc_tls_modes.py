@@ -109,3 +109,24 @@ def test_the_forwarder_reports_the_client_behind_each_connection() -> None:
     assert forwarder.real_peer("ipv4:127.0.0.1:40000") == "10.1.2.3:5555"
     assert forwarder.real_peer("ipv4:127.0.0.1:40001") == "ipv4:127.0.0.1:40001"
     assert forwarder.real_peer("unix:/tmp/x") == "unix:/tmp/x"
+
+
+def test_a_damaged_self_signed_pair_is_made_again(tmp_path: Path) -> None:
+    from pocketmq.server.auth.certificates import self_signed
+
+    cert, key = self_signed(tmp_path, ["127.0.0.1"])
+    first = Path(cert).read_bytes()
+    assert self_signed(tmp_path, ["127.0.0.1"]) == (cert, key)
+    assert Path(cert).read_bytes() == first  # a good pair is kept
+    Path(cert).write_text("garbage")
+    self_signed(tmp_path, ["127.0.0.1"])
+    assert Path(cert).read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
+    other, _ = self_signed(tmp_path / "other", [])
+    Path(key).write_bytes((Path(other).parent / "self-signed.key").read_bytes())  # wrong key
+    renewed = self_signed(tmp_path, ["127.0.0.1"])
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    certificate = x509.load_pem_x509_certificate(Path(renewed[0]).read_bytes())
+    private = serialization.load_pem_private_key(Path(renewed[1]).read_bytes(), password=None)
+    assert certificate.public_key().public_numbers() == private.public_key().public_numbers()  # type: ignore[union-attr]

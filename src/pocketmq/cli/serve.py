@@ -323,7 +323,7 @@ def serve(
     logging.getLogger("pocketmq.server").info("event loop: %s", used)
     try:
         run_on_loop(_run_until_signalled(app.start, app.ready_line, app.close), loop)
-    except OSError as exc:
+    except (OSError, InvalidArgumentError) as exc:
         raise click.ClickException(f"cannot start the broker: {exc}") from None
 
 

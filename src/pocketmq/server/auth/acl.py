@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import json
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -43,6 +44,7 @@ __all__ = [
     "resource_of_topic",
 ]
 
+_log = logging.getLogger("pocketmq.server.auth")
 _DLQ, _RETRY = "%DLQ%", "%RETRY%"
 CLUSTER = "DefaultCluster"  # the name ``Cluster:`` rules match (RocketMQ's default cluster name)
 
@@ -237,8 +239,11 @@ class AclStore:
         self._checked = 0.0
         self.generation = 0  # bumped on every reload: cached decisions are dropped
 
-    def load(self) -> None:
-        """Read the rules again if the file changed."""
+    def load(self, *, strict: bool = True) -> None:
+        """Read the rules again if the file changed. A damaged file is an
+        :class:`InvalidArgumentError` (a broker starting, ``pocketmq acl`` about to rewrite
+        it), or with ``strict=False`` (a running broker) an error log while the rules in force
+        stay."""
         try:
             mtime = self._path.stat().st_mtime
         except FileNotFoundError:
@@ -248,8 +253,19 @@ class AclStore:
             return
         if mtime == self._mtime:
             return
-        raw = json.loads(self._path.read_text())
-        self._rules = [Rule.from_json(r) for r in raw.get("rules", [])]
+        try:
+            raw = json.loads(self._path.read_text())
+            rules = [Rule.from_json(r) for r in raw.get("rules", [])]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            problem = f"{self._path} is damaged ({exc}): fix it with `pocketmq acl` or restore it"
+            if strict:
+                raise InvalidArgumentError(problem) from None
+            # running: keep the rules in force (a half-written edit must not open or shut
+            # everything); the next change of the file is read again
+            _log.error("%s; the previous rules stay in force", problem)
+            self._mtime = mtime
+            return
+        self._rules = rules
         self._mtime = mtime
         self.generation += 1
 
@@ -258,7 +274,7 @@ class AclStore:
         now = time.monotonic()
         if now - self._checked >= every:
             self._checked = now
-            self.load()
+            self.load(strict=False)
 
     def rules(self, user: str | None = None) -> list[Rule]:
         """Every rule (of ``user``), as stored."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import os
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from cryptography.x509.oid import NameOID
 from pocketmq.broker.persist import write_files
 
 __all__ = ["self_signed"]
+
+log = logging.getLogger("pocketmq.server")
 
 
 def _names(hosts: list[str]) -> list[x509.GeneralName]:
@@ -35,13 +38,26 @@ def _names(hosts: list[str]) -> list[x509.GeneralName]:
     return found
 
 
+def _usable(cert_path: Path, key_path: Path) -> bool:
+    """Whether the pair reads back as a certificate and the private key of its public key."""
+    try:
+        certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        return False
+    return certificate.public_key().public_numbers() == key.public_key().public_numbers()  # type: ignore[union-attr]
+
+
 def self_signed(config_dir: str | Path, hosts: list[str]) -> tuple[str, str]:
     """Paths of ``(certificate, key)`` in ``config_dir/tls``, made on first call (an EC P-256
     key, valid ten years, for localhost, the loopback addresses and ``hosts``)."""
     directory = Path(config_dir) / "tls"
     cert_path, key_path = directory / "self-signed.crt", directory / "self-signed.key"
     if cert_path.exists() and key_path.exists():
-        return str(cert_path), str(key_path)
+        if _usable(cert_path, key_path):
+            return str(cert_path), str(key_path)
+        # generated files of ours, not an operator's: damaged ones are made again
+        log.warning("%s or its key is damaged; generating a new self-signed pair", cert_path)
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pocketmq self-signed")])
