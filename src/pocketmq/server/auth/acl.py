@@ -241,9 +241,8 @@ class AclStore:
 
     def load(self, *, strict: bool = True) -> None:
         """Read the rules again if the file changed. A damaged file is an
-        :class:`InvalidArgumentError` (a broker starting, ``pocketmq acl`` about to rewrite
-        it), or with ``strict=False`` (a running broker) an error log while the rules in force
-        stay."""
+        :class:`InvalidArgumentError` (``pocketmq acl`` about to rewrite it), or with
+        ``strict=False`` (a broker) an error log while the rules in force stay."""
         try:
             mtime = self._path.stat().st_mtime
         except FileNotFoundError:
@@ -260,9 +259,14 @@ class AclStore:
             problem = f"{self._path} is damaged ({exc}): fix it with `pocketmq acl` or restore it"
             if strict:
                 raise InvalidArgumentError(problem) from None
-            # running: keep the rules in force (a half-written edit must not open or shut
-            # everything); the next change of the file is read again
-            _log.error("%s; the previous rules stay in force", problem)
+            # a broker keeps the rules in force — none when it is starting, so normal users are
+            # refused everything (fail closed, and the broker still starts: storage-format.md
+            # §10) — and reads the file again when it next changes
+            _log.error(
+                "%s; the rules in force stay (%d; with none, normal users are refused everything)",
+                problem,
+                len(self._rules),
+            )
             self._mtime = mtime
             return
         self._rules = rules
