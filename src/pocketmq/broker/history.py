@@ -127,8 +127,11 @@ class AttemptHistory:
         """Every attempt recorded for ``message_id``, oldest first (the buffer is flushed first, so
         a query sees its own recent attempts)."""
         self.flush()
-        found = [
-            _decode(record.body)
-            for record in self._store.query_by_key(HISTORY_TOPIC, message_id, limit)
-        ]
+        # the index answers newest first: put the records back in written order, so attempts
+        # recorded in the same millisecond (a last failure and its dead-lettering) keep it
+        records = sorted(
+            self._store.query_by_key(HISTORY_TOPIC, message_id, limit),
+            key=lambda record: record.physical_offset,
+        )
+        found = [_decode(record.body) for record in records]
         return sorted(found, key=lambda a: (a.delivered_at, a.attempt, a.finished_at))
