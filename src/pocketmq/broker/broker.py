@@ -347,6 +347,9 @@ class Broker:
             await self._start_master_services()
         self.flow.start()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="broker-housekeeping"))
+        self._tasks.append(
+            asyncio.create_task(self.history.drain_forever(), name="broker-history-intake")
+        )
 
     async def _start_master_services(self) -> None:
         await self.schedule.start()
@@ -386,7 +389,7 @@ class Broker:
                 writes: list[tuple[str, bytes]] = []
                 self.pop_state.persist(sink=writes.append)
                 self.schedule.persist(sink=writes.append)
-                self.history.flush()
+                self.history.tick()
                 if now - last_offsets >= self.config.offset_persist_interval:
                     self.offsets.persist(sink=writes.append)
                     last_offsets = now

@@ -61,20 +61,9 @@ class Catalog(BrokerPart):
         return self._group(name)
 
     def report_outcomes(self, group: str, consumer: str, attempts: Sequence[Attempt]) -> None:
-        """Push consumers report their successful attempts (failures come with send-back)."""
-        for attempt in attempts:
-            self.history.record(
-                message_id=attempt.message_id,
-                group=group,
-                topic=attempt.topic,
-                attempt=attempt.attempt,
-                outcome=attempt.outcome,
-                consumer=consumer or attempt.consumer,
-                error=attempt.error,
-                delivered_at=attempt.delivered_at / 1000,
-                finished_at=attempt.finished_at / 1000,
-                message_group=attempt.message_group,
-            )
+        """Push consumers report their successful attempts (failures come with send-back); they
+        are recorded in the background, a slice at a time (:mod:`pocketmq.broker.history`)."""
+        self.history.report(group, consumer, attempts)
 
     def message_history(self, message_id: str) -> list[Attempt]:
         """Every recorded delivery attempt of a message, oldest first (``pocketmq message

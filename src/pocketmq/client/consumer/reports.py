@@ -1,7 +1,8 @@
 """Reporting successful attempts to the broker, for the attempt history.
 
 The broker records failed attempts itself (it receives them as send-backs); successes it only
-learns from the consumer. They are sent in batches, one-way, about once a second and on close:
+learns from the consumer. They are sent in batches, one-way, every :data:`REPORT_AT` successes,
+about once a second and on close (small frames: a broker records them between deliveries):
 ``pocketmq message history`` may miss the last second of a crashed consumer's successes, never a
 message (docs/semantics.md, "attempt history"). ``report_outcomes=False`` turns this off.
 """
@@ -18,7 +19,9 @@ from pocketmq.errors import PocketMQError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
-__all__ = ["OutcomeReports"]
+__all__ = ["REPORT_AT", "OutcomeReports"]
+
+REPORT_AT = 256  # successes pending for one broker that are sent without waiting for the timer
 
 
 class OutcomeReports:
@@ -50,6 +53,8 @@ class OutcomeReports:
             )
             for view in views
         )
+        if len(pending) >= REPORT_AT:
+            self.flush()
 
     def flush(self) -> None:
         """Send what was recorded to the brokers still connected (one-way, best effort)."""

@@ -356,6 +356,12 @@ class BrokerCollector(Collector):
         yield outcomes
         yield redeliveries
         yield redriven
+        dropped = CounterMetricFamily(
+            "pocketmq_history_dropped",
+            "Reported attempts counted but not stored: the history's intake was full",
+        )
+        dropped.add_metric([], broker.history.dropped)
+        yield dropped
         rejected = CounterMetricFamily(
             "pocketmq_flow_control_rejections", "Sends refused by flow control"
         )
