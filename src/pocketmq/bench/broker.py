@@ -12,7 +12,7 @@ import os
 import resource
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,17 @@ from pocketmq.client import (
 )
 from pocketmq.testing import BrokerProcess
 
-__all__ = ["BenchResult", "run_consume", "run_delay", "run_fifo", "run_latency", "run_produce"]
+__all__ = [
+    "BenchResult",
+    "Meter",
+    "in_flight",
+    "process_cpu",
+    "run_consume",
+    "run_delay",
+    "run_fifo",
+    "run_latency",
+    "run_produce",
+]
 
 BODY = os.urandom(1024)
 
@@ -87,21 +97,30 @@ def own_cpu() -> float:
 
 
 class Meter:
-    """Wall time and both processes' CPU over a measured section."""
+    """Wall time and both sides' CPU over a measured section (the server side may be several
+    processes: a peer broker's, or none when benchmarking a server started elsewhere)."""
 
-    def __init__(self, broker_pid: int | None) -> None:
-        self._pid = broker_pid
+    def __init__(self, broker_pid: int | Sequence[int] | None) -> None:
+        if broker_pid is None:
+            self._pids: tuple[int, ...] = ()
+        elif isinstance(broker_pid, int):
+            self._pids = (broker_pid,)
+        else:
+            self._pids = tuple(broker_pid)
+
+    def _server_cpu(self) -> float:
+        return sum(process_cpu(pid) for pid in self._pids)
 
     def __enter__(self) -> Meter:
         self.wall = time.perf_counter()
         self.cpu = own_cpu()
-        self.broker = process_cpu(self._pid) if self._pid else 0.0
+        self.broker = self._server_cpu()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.wall
         self.client_cpu = own_cpu() - self.cpu
-        self.broker_cpu = (process_cpu(self._pid) - self.broker) if self._pid else 0.0
+        self.broker_cpu = self._server_cpu() - self.broker
 
     def result(self, case: str, messages: int, **extra: float) -> BenchResult:
         """The figures of the measured section, for ``case``."""

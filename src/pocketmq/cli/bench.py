@@ -145,6 +145,10 @@ PASS_THROUGH: dict[str, tuple[str, str]] = {
         "pocketmq.bench.grpc",
         "The official RocketMQ 5 Python client against pocketmq, beside the native SDK.",
     ),
+    "peers": (
+        "pocketmq.bench.peers.run",
+        "pocketmq as shipped beside Redis Streams, NATS JetStream and RabbitMQ, ratios in one run.",
+    ),
     "reconcile": (
         "pocketmq.bench.pipeline",
         "The Spark reconcile job on 10M stubs against the same query in DuckDB.",

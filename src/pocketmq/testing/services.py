@@ -45,6 +45,18 @@ KNOWN_SERVICES: Final[dict[str, ServiceAddress]] = {
         port=3306,
         how_to_start="start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
     ),
+    "rabbitmq": ServiceAddress(
+        name="RabbitMQ",
+        host="127.0.0.1",
+        port=5672,
+        how_to_start="rabbitmq-server -detached",
+    ),
+    "nats": ServiceAddress(
+        name="NATS with JetStream",
+        host="127.0.0.1",
+        port=4222,
+        how_to_start="nats-server -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server &",
+    ),
 }
 
 

@@ -1,0 +1,251 @@
+"""``pocketmq bench peers``: pocketmq as shipped beside Redis Streams, NATS JetStream and RabbitMQ,
+the same workloads in one run, alternating the order each round, with the ratios
+(docs/benchmarks.md, "Side by side with the peers").
+
+pocketmq's async flush (the default) is compared with the peers that acknowledge before an fsync
+(Redis with AOF everysec, JetStream with file storage); its sync flush with the one that
+acknowledges after (RabbitMQ's quorum queue). A peer that is not reachable is reported and left
+out; nothing else is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from pocketmq.bench.broker import Meter
+from pocketmq.bench.peers.workload import Peer, Scale
+
+__all__ = ["SYSTEMS", "Figure", "main", "run_peers"]
+
+
+def _pocketmq(flush: str) -> Callable[[], Peer]:
+    def make() -> Peer:
+        from pocketmq.bench.peers.pocket import PocketPeer
+
+        return PocketPeer(flush)
+
+    return make
+
+
+def _redis() -> Peer:
+    from pocketmq.bench.peers.redis_streams import RedisPeer
+
+    return RedisPeer()
+
+
+def _jetstream() -> Peer:
+    from pocketmq.bench.peers.jetstream import JetStreamPeer
+
+    return JetStreamPeer()
+
+
+def _rabbitmq() -> Peer:
+    from pocketmq.bench.peers.rabbitmq import RabbitPeer
+
+    return RabbitPeer()
+
+
+#: Every system, by the key ``--systems`` takes, in the order of the first round.
+SYSTEMS: dict[str, Callable[[], Peer]] = {
+    "pocketmq-async": _pocketmq("async"),
+    "redis": _redis,
+    "jetstream": _jetstream,
+    "pocketmq-sync": _pocketmq("sync"),
+    "rabbitmq": _rabbitmq,
+}
+#: Which peers each pocketmq configuration is compared with (same durability promise).
+COMPARED = {"pocketmq-async": ("redis", "jetstream"), "pocketmq-sync": ("rabbitmq",)}
+
+#: Workload -> (unit, whether a higher figure is better).
+WORKLOADS: dict[str, tuple[str, bool]] = {
+    "publish, await each ack": ("msg/s", True),
+    "publish, 256 in flight": ("msg/s", True),
+    "consume + ack a backlog": ("msg/s", True),
+    "e2e latency p50": ("ms", False),
+    "e2e latency p99": ("ms", False),
+    "redelivery after 1 s, error p50": ("ms", False),
+    "redelivery after 1 s, error p99": ("ms", False),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One system's figure for one workload in one round; CPU in microseconds per message."""
+
+    system: str
+    workload: str
+    value: float
+    round: int
+    client_cpu_us: float = 0.0
+    server_cpu_us: float = 0.0
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else 0.0
+
+
+async def _throughput(
+    system: str, workload: str, round_: int, peer: Peer, count: int, run: Callable[[], object]
+) -> Figure:
+    with Meter(peer.server_pids) as meter:
+        await run()  # type: ignore[misc]
+    return Figure(
+        system,
+        workload,
+        count / meter.seconds,
+        round_,
+        meter.client_cpu / count * 1e6,
+        meter.broker_cpu / count * 1e6,
+    )
+
+
+async def measure(system: str, peer: Peer, scale: Scale, round_: int) -> list[Figure]:
+    """Every workload on one started system, in the order of :data:`WORKLOADS`, after an untimed
+    warm-up (connections, routes, a server's first allocations)."""
+    await peer.publish_each(max(10, scale.publish_each // 10))
+    figures = [
+        await _throughput(
+            system, "publish, await each ack", round_, peer, scale.publish_each,
+            lambda: peer.publish_each(scale.publish_each),
+        ),
+        await _throughput(
+            system, "publish, 256 in flight", round_, peer, scale.in_flight,
+            lambda: peer.publish_in_flight(scale.in_flight, scale.width),
+        ),
+    ]  # fmt: skip
+    await peer.fill(scale.backlog)
+    figures.append(
+        await _throughput(
+            system, "consume + ack a backlog", round_, peer, scale.backlog,
+            lambda: peer.consume(scale.backlog),
+        )
+    )  # fmt: skip
+    latencies = await peer.latency(scale.latency_rate, scale.latency_seconds)
+    errors = await peer.redelivery(
+        scale.redeliveries, scale.redelivery_rate, scale.redelivery_delay
+    )
+    for workload, values, fraction in (
+        ("e2e latency p50", latencies, 0.5),
+        ("e2e latency p99", latencies, 0.99),
+        ("redelivery after 1 s, error p50", errors, 0.5),
+        ("redelivery after 1 s, error p99", errors, 0.99),
+    ):
+        figures.append(Figure(system, workload, _percentile(values, fraction) * 1000, round_))
+    return figures
+
+
+async def run_peers(
+    systems: list[str], scale: Scale, rounds: int, say: Callable[[str], None] = print
+) -> tuple[list[Figure], dict[str, str]]:
+    """Run every system ``rounds`` times, reversing the order every other round (the machine is
+    shared: alternating spreads its noise). Returns the figures and the systems that could not
+    be reached, with why."""
+    figures: list[Figure] = []
+    missing: dict[str, str] = {}
+    for round_ in range(rounds):
+        order = systems if round_ % 2 == 0 else systems[::-1]
+        for system in order:
+            if system in missing:
+                continue
+            peer = SYSTEMS[system]()
+            try:
+                await peer.start()
+            except OSError as exc:
+                missing[system] = str(exc)
+                say(f"{system}: left out ({exc})")
+                await peer.close()
+                continue
+            say(f"round {round_ + 1}/{rounds}: {system} ...")
+            try:
+                figures += await measure(system, peer, scale, round_)
+            finally:
+                await peer.close()
+    return figures, missing
+
+
+def _ratio(workload: str, ours: float, theirs: list[float]) -> float:
+    """pocketmq ÷ best peer for rates; best peer ÷ pocketmq for times: > 1 means pocketmq wins."""
+    higher = WORKLOADS[workload][1]
+    if higher:
+        return ours / max(theirs) if max(theirs) else 0.0
+    floor = 0.01  # 10 µs: no figure here is that small, but an early redelivery can be negative
+    return max(min(abs(t) for t in theirs), floor) / max(abs(ours), floor)
+
+
+def report(figures: list[Figure], systems: list[str]) -> tuple[Table, Table]:
+    """The figures (median, min–max over rounds) with the ratios, and the CPU per message."""
+    by: dict[tuple[str, str], list[Figure]] = defaultdict(list)
+    for figure in figures:
+        by[(figure.system, figure.workload)].append(figure)
+    present = [s for s in systems if any(f.system == s for f in figures)]
+    comparisons = [(ours, [p for p in peers if p in present])
+                   for ours, peers in COMPARED.items() if ours in present]  # fmt: skip
+    comparisons = [(ours, peers) for ours, peers in comparisons if peers]
+    table = Table("workload", *present, *(f"{ours} ÷ best of {', '.join(peers)}"
+                                          for ours, peers in comparisons))  # fmt: skip
+    cpu = Table("workload", *(f"{s} client / server µs/msg" for s in present))
+    for workload, (unit, _) in WORKLOADS.items():
+        medians = {s: statistics.median(f.value for f in by[(s, workload)]) for s in present}
+        cells = []
+        for system in present:
+            values = [f.value for f in by[(system, workload)]]
+            spread = f" ({min(values):,.1f}–{max(values):,.1f})" if len(values) > 1 else ""
+            cells.append(f"{medians[system]:,.{0 if unit == 'msg/s' else 2}f}{spread}")
+        ratios = [
+            f"{_ratio(workload, medians[ours], [medians[p] for p in peers]):.2f}"
+            for ours, peers in comparisons
+        ]
+        table.add_row(f"{workload} ({unit})", *cells, *ratios)
+        if unit == "msg/s":
+            cpu.add_row(
+                workload,
+                *(
+                    f"{statistics.median(f.client_cpu_us for f in by[(s, workload)]):.0f} / "
+                    f"{statistics.median(f.server_cpu_us for f in by[(s, workload)]):.0f}"
+                    for s in present
+                ),
+            )
+    return table, cpu
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The command line: run, print both tables, append the figures to ``--record``."""
+    parser = argparse.ArgumentParser(
+        prog="pocketmq bench peers",
+        description="pocketmq (defaults) beside Redis Streams, NATS JetStream and RabbitMQ.",
+    )
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated, from: {', '.join(SYSTEMS)}",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, alternating the order")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the message counts")
+    parser.add_argument("--record", help="append the figures as JSON lines to this file")
+    args = parser.parse_args(argv)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        parser.error(f"unknown system(s): {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
+    figures, _ = asyncio.run(run_peers(systems, Scale().scaled(args.scale), max(1, args.rounds)))
+    console = Console(width=200)
+    for table in report(figures, systems):
+        console.print(table)
+    if args.record:
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        with open(args.record, "a") as handle:
+            for figure in figures:
+                row = {"bench": "peers", "at": stamp, "host": platform.node(), **asdict(figure)}
+                handle.write(json.dumps(row) + "\n")
