@@ -89,7 +89,7 @@ async def test_admin_results_are_typed_and_browse_reads_without_consuming(tmp_pa
                 ledger += await admin.browse(
                     "%SYS%HISTORY", address=q.address, queue_id=q.queue_id, max_count=1024
                 )
-            attempts = [DeliveryAttempt.from_ledger(m) for m in ledger]
+            attempts = [a for m in ledger for a in DeliveryAttempt.from_ledger(m)]
             history = await admin.message_history(message_id)
             assert history
             assert all(_typed(a) for a in history)

@@ -6,9 +6,10 @@ consumer, outcome, error text, when it was delivered and when it finished — as
 internal topic ``%SYS%HISTORY`` keyed by message id, so ``pocketmq message history ID`` is one
 index lookup, and the history ages out with the commit log.
 
-Entries are buffered and written in batches (every housekeeping tick, or at 256 entries): the
-history is for people and audits, so losing the last fraction of a second in a crash is accepted
-(documented in docs/semantics.md).
+Entries are buffered and written in batches (every housekeeping tick, or at 256 entries), up to
+:data:`_PACK` attempts to a store record indexed under each of their message ids: the store's
+cost is per record. The history is for people and audits, so losing the last fraction of a
+second in a crash is accepted (documented in docs/semantics.md).
 
 Successes arrive in bulk (push consumers report them about every 256 messages or once a second):
 they wait in a bounded intake that a background task records :data:`_SLICE` at a time, yielding
@@ -31,11 +32,12 @@ import msgspec
 from pocketmq import properties as props
 from pocketmq.store import MessageStore, StoreMessage
 
-__all__ = ["HISTORY_TOPIC", "Attempt", "AttemptHistory", "Outcome"]
+__all__ = ["HISTORY_TOPIC", "Attempt", "AttemptHistory", "Outcome", "decode_attempts"]
 
 HISTORY_TOPIC = "%SYS%HISTORY"
 _FLUSH_AT = 256
 _SLICE = 32  # reported entries recorded and written per event-loop turn (about 0.5 ms)
+_PACK = 32  # attempts per record: one store record, indexed under each attempt's message id
 _INTAKE_LIMIT = 200_000  # reported entries waiting; beyond it they are counted, not stored
 
 
@@ -68,7 +70,18 @@ class Attempt(msgspec.Struct, frozen=True, array_like=True):
 
 
 _encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder(Attempt).decode
+_decode_one = msgspec.msgpack.Decoder(Attempt).decode
+_decode_packed = msgspec.msgpack.Decoder(list[Attempt]).decode
+
+
+def decode_attempts(body: bytes) -> list[Attempt]:
+    """The attempts one ``%SYS%HISTORY`` record holds: a packed record (an array of up to
+    :data:`_PACK` attempts, written since 2026-11-25) or an older one-attempt record
+    (docs/storage-format.md, "The attempt history")."""
+    try:
+        return _decode_packed(body)
+    except msgspec.ValidationError:
+        return [_decode_one(body)]
 
 
 class AttemptHistory:
@@ -79,7 +92,7 @@ class AttemptHistory:
         self._store = store
         self._clock = clock
         self.enabled = enabled
-        self._buffer: list[StoreMessage] = []
+        self._buffer: list[Attempt] = []
         self.recorded = 0
         self.outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, group) -> attempts
         self._intake: collections.deque[tuple[str, str, Attempt]] = collections.deque()
@@ -160,17 +173,10 @@ class AttemptHistory:
             finished_at=int((finished_at if finished_at is not None else now) * 1000),
             message_group=message_group,
         )
-        self._buffer.append(
-            StoreMessage(
-                topic=HISTORY_TOPIC,
-                queue_id=0,
-                body=_encode(entry),
-                properties={props.KEYS: message_id},
-            )
-        )
+        self._buffer.append(entry)
         self.recorded += 1
         if len(self._buffer) >= _FLUSH_AT:
-            self.flush()
+            self._write()
 
     def flush(self) -> None:
         """Record the whole intake and append everything buffered now (before a query, on
@@ -184,9 +190,23 @@ class AttemptHistory:
         self._write()
 
     def _write(self) -> None:
+        """Append the buffered attempts, :data:`_PACK` to a record: the store's cost is per
+        record, and a record is found under every message id it holds (``KEYS``)."""
         buffer, self._buffer = self._buffer, []
         if buffer:
-            self._store.append(buffer)
+            self._store.append(
+                [
+                    StoreMessage(
+                        topic=HISTORY_TOPIC,
+                        queue_id=0,
+                        body=_encode(chunk),
+                        properties={
+                            props.KEYS: " ".join(dict.fromkeys(a.message_id for a in chunk))
+                        },
+                    )
+                    for chunk in (buffer[i : i + _PACK] for i in range(0, len(buffer), _PACK))
+                ]
+            )
 
     def query(self, message_id: str, limit: int = 512) -> list[Attempt]:
         """Every attempt recorded for ``message_id``, oldest first (the buffer is flushed first, so
@@ -198,5 +218,10 @@ class AttemptHistory:
             self._store.query_by_key(HISTORY_TOPIC, message_id, limit),
             key=lambda record: record.physical_offset,
         )
-        found = [_decode(record.body) for record in records]
+        found = [
+            attempt
+            for record in records
+            for attempt in decode_attempts(record.body)
+            if attempt.message_id == message_id
+        ]
         return sorted(found, key=lambda a: (a.delivered_at, a.attempt, a.finished_at))

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from pocketmq import properties as props
 from pocketmq.client.message import MessageView
 from pocketmq.protocol import decode_body
@@ -31,6 +33,9 @@ __all__ = [
     "TopicInfo",
     "TransactionInfo",
 ]
+
+
+_decode_packed = msgspec.msgpack.Decoder(list[w.AttemptRecord]).decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +182,15 @@ class DeliveryAttempt:
     message_group: str = ""
 
     @classmethod
-    def from_ledger(cls, message: StoredMessage) -> DeliveryAttempt:
-        """The attempt a record of the broker's ``%SYS%HISTORY`` ledger holds (read with
-        :meth:`Admin.browse`)."""
-        return attempt_from_wire(decode_body(message.body, w.AttemptRecord))
+    def from_ledger(cls, message: StoredMessage) -> list[DeliveryAttempt]:
+        """The attempts a record of the broker's ``%SYS%HISTORY`` ledger holds (read with
+        :meth:`Admin.browse`): up to 32 in a packed record, one in a record written before
+        packing (docs/storage-format.md, "The attempt history")."""
+        try:
+            records = _decode_packed(message.body)
+        except msgspec.ValidationError:  # one attempt: a record written before packing
+            records = [decode_body(message.body, w.AttemptRecord)]
+        return [attempt_from_wire(record) for record in records]
 
 
 def attempt_from_wire(record: w.AttemptRecord) -> DeliveryAttempt:

@@ -234,7 +234,8 @@ def _topic_date(message: StoredMessage) -> tuple[str, int]:
 
 
 def _history_date(message: StoredMessage) -> tuple[str, int]:
-    delivered = DeliveryAttempt.from_ledger(message).delivered_at
+    # a packed record's attempts were recorded together: its first attempt dates them all
+    delivered = DeliveryAttempt.from_ledger(message)[0].delivered_at
     return utc_date(delivered), delivered
 
 
@@ -243,7 +244,7 @@ def _topic_table(messages: list[StoredMessage]) -> pa.Table:
 
 
 def _history_table(messages: list[StoredMessage]) -> pa.Table:
-    return attempts_table([DeliveryAttempt.from_ledger(m) for m in messages])
+    return attempts_table([a for m in messages for a in DeliveryAttempt.from_ledger(m)])
 
 
 def _export_source(
