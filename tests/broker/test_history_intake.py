@@ -70,3 +70,18 @@ async def test_reports_of_a_broker_without_history_are_counted_only(tmp_path: Pa
         assert broker.message_history("M00000001") == []
     finally:
         await broker.close()
+
+
+async def test_reports_waiting_when_the_history_is_turned_off_are_not_written(
+    tmp_path: Path,
+) -> None:
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    await broker.start()
+    try:
+        broker.report_outcomes("g", "", _successes(10))
+        broker.history.enabled = False  # as a master that is demoted to a slave
+        broker.history.flush()
+        assert broker.history.recorded == 0
+        assert broker.history.outcomes[("SUCCESS", "g")] == 10
+    finally:
+        await broker.close()

@@ -37,6 +37,7 @@ __all__ = ["HISTORY_TOPIC", "Attempt", "AttemptHistory", "Outcome", "decode_atte
 HISTORY_TOPIC = "%SYS%HISTORY"
 _FLUSH_AT = 256
 _SLICE = 32  # reported entries recorded and written per event-loop turn (about 0.5 ms)
+_ERROR_LIMIT = 2000  # characters of an attempt's error text kept
 _PACK = 32  # attempts per record: one store record, indexed under each attempt's message id
 _INTAKE_LIMIT = 200_000  # reported entries waiting; beyond it they are counted, not stored
 
@@ -124,21 +125,29 @@ class AttemptHistory:
                 await asyncio.sleep(0)
 
     def _record_reported(self, limit: int | None = None) -> None:
-        intake = self._intake
+        """Move reported attempts from the intake to the write buffer: as they are, unless the
+        group or reporting consumer differs or the error text is too long."""
+        intake, buffer, outcomes = self._intake, self._buffer, self.outcomes
         for _ in range(len(intake) if limit is None else min(limit, len(intake))):
             group, consumer, attempt = intake.popleft()
-            self.record(
-                message_id=attempt.message_id,
-                group=group,
-                topic=attempt.topic,
-                attempt=attempt.attempt,
-                outcome=attempt.outcome,
-                consumer=consumer or attempt.consumer,
-                error=attempt.error,
-                delivered_at=attempt.delivered_at / 1000,
-                finished_at=attempt.finished_at / 1000,
-                message_group=attempt.message_group,
-            )
+            outcomes[(attempt.outcome, group)] += 1
+            if not attempt.message_id or not self.enabled:  # off since (a demoted master)
+                continue
+            if (
+                attempt.group != group
+                or (consumer and attempt.consumer != consumer)
+                or len(attempt.error) > _ERROR_LIMIT
+            ):
+                attempt = msgspec.structs.replace(
+                    attempt,
+                    group=group,
+                    consumer=consumer or attempt.consumer,
+                    error=attempt.error[:_ERROR_LIMIT],
+                )
+            buffer.append(attempt)
+            self.recorded += 1
+        if len(buffer) >= _FLUSH_AT:
+            self._write()
 
     def record(
         self,
@@ -168,7 +177,7 @@ class AttemptHistory:
             attempt=attempt,
             consumer=consumer,
             outcome=outcome.value if isinstance(outcome, Outcome) else outcome,
-            error=error[:2000],
+            error=error[:_ERROR_LIMIT],
             delivered_at=int((delivered_at if delivered_at is not None else now) * 1000),
             finished_at=int((finished_at if finished_at is not None else now) * 1000),
             message_group=message_group,

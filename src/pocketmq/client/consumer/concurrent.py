@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from pocketmq import properties as props
 from pocketmq.client.consumer.config import ConsumeContext
@@ -33,11 +34,12 @@ class ConcurrentConsumer(Consumption):
         """Take batches off the work queue and consume them, until cancelled."""
         work = self._state.work
         assert work is not None
+        me = asyncio.current_task()
         while True:
             pq, batch = await work.get()
             try:
                 if not pq.dropped:
-                    await self.consume(pq, batch)
+                    await self.consume(pq, batch, me)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -45,14 +47,20 @@ class ConcurrentConsumer(Consumption):
             finally:
                 work.task_done()
 
-    async def consume(self, pq: ProcessQueue, batch: list[w.DeliveredMessage]) -> None:
-        """One listener call for ``batch``, then finish or hand back each message."""
+    async def consume(
+        self,
+        pq: ProcessQueue,
+        batch: list[w.DeliveredMessage],
+        task: asyncio.Task[Any] | None = None,
+    ) -> None:
+        """One listener call for ``batch`` (in ``task``, the worker's), then finish or hand back
+        each message."""
         state = self._state
         counters = state.counters
         views = [pq.view(m) for m in batch]
         context = ConsumeContext(ack_index=len(batch) - 1, queue=pq.key)
         started = time.time()
-        status, outcome, error = await self._listener(views, context)
+        status, outcome, error = await self._listener(views, context, task)
         if status is ConsumeStatus.SUCCESS:
             cut = max(-1, min(context.ack_index, len(batch) - 1)) + 1
         else:

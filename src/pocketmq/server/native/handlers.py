@@ -500,27 +500,29 @@ def broker_handlers(
         return w.Empty()
 
     def report_outcomes(conn: ServerConnection, req: w.ReportOutcomesRequest) -> w.Empty:
-        problems = [p for a in req.attempts if (p := attempt_problem(a)) is not None]
-        broker.report_outcomes(
-            req.group,
-            req.consumer or conn.client_id,
-            [
+        reporter = req.consumer or conn.client_id
+        accepted: list[Attempt] = []
+        problems: list[str] = []
+        for a in req.attempts:
+            problem = attempt_problem(a)
+            if problem is not None:
+                problems.append(problem)
+                continue
+            accepted.append(
                 Attempt(
                     a.message_id,
                     req.group,
                     a.topic,
                     a.attempt,
-                    a.consumer,
+                    reporter or a.consumer,
                     a.outcome,
                     a.error,
                     a.delivered_at,
                     a.finished_at,
                     a.message_group,
                 )
-                for a in req.attempts
-                if attempt_problem(a) is None
-            ],
-        )
+            )
+        broker.report_outcomes(req.group, reporter, accepted)
         if problems:  # the others are recorded
             raise InvalidArgumentError(
                 f"{len(problems)} of {len(req.attempts)} attempt records refused: {problems[0]}"
