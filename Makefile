@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(VENV)/bin/pocketmq bench dashboard --record $(BENCH_LOG)
 	$(VENV)/bin/pocketmq bench security --record $(BENCH_LOG)
 	$(VENV)/bin/pocketmq bench grpc-tls --record $(BENCH_LOG)
+	$(VENV)/bin/pocketmq bench peers --record $(BENCH_LOG)
 	$(VENV)/bin/pocketmq bench idempotent --url postgresql+psycopg://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
 	$(VENV)/bin/pocketmq bench grpc
 	$(VENV)/bin/pocketmq bench reconcile
