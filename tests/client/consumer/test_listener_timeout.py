@@ -90,3 +90,25 @@ async def test_a_cancelled_consumer_is_cancelled_not_timed_out() -> None:
         pass
     else:
         raise AssertionError("a cancelled call must stay cancelled")
+
+
+async def test_a_close_that_meets_an_expiry_still_cancels() -> None:
+    """The watchdog's cancel and a closing consumer's cancel land together: the worker must end."""
+
+    async def slow(views: list[MessageView]) -> ConsumeStatus:
+        await asyncio.sleep(30)
+        return ConsumeStatus.SUCCESS
+
+    call = ListenerCall(slow, consume_timeout=10)
+    task = asyncio.create_task(call(VIEWS, CONTEXT))
+    await asyncio.sleep(0.05)
+    call._expired.add(task)  # the watchdog's expiry ...
+    task.cancel()
+    task.cancel()  # ... and the consumer's close, in the same turn
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("the close's cancellation was swallowed as a timeout")
+    assert call._expired == set()

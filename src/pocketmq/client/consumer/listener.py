@@ -99,8 +99,8 @@ class ListenerCall:
         try:
             return await pending
         except asyncio.CancelledError:
-            if task not in self._expired:
-                raise
+            if task not in self._expired or task.cancelling() > 1:
+                raise  # cancelled by someone else (too): a closing consumer stays cancelled
             raise TimeoutError from None
         finally:
             del self._deadlines[task]
