@@ -83,3 +83,20 @@ def test_other_signals() -> None:
     assert not control.backlog_exceeded(2)
     assert control.backlog_exceeded(3)
     assert not flow().backlog_exceeded(10**9)  # no cap configured
+
+
+async def test_a_restart_forgets_the_stalls_of_starting_up() -> None:
+    # the first tick wakes 300 ms late (a server starting its listeners on the loop)
+    clock = SteppedClock([0.0, 0.301, 0.301, 0.302, 0.302, 0.303])
+    control = flow(clock)
+    control.start(tick=0.001)
+    try:
+        await clock.read(2)
+        assert control.overload_reason(store_busy=False) is not None
+        await control.restart()  # the server is up
+        assert control.lag == 0.0
+        assert control.overload_reason(store_busy=False) is None
+        await clock.read(4)  # and measuring goes on
+        assert control.overload_reason(store_busy=False) is None
+    finally:
+        await control.stop()

@@ -45,9 +45,7 @@ async def test_a_record_written_before_packing_still_reads(tmp_path: Path) -> No
     await broker.start()
     try:
         old = msgspec.msgpack.encode(_success("OLD1"))  # one attempt, the format before packing
-        broker.store.append(
-            [StoreMessage(HISTORY_TOPIC, 0, old, properties={props.KEYS: "OLD1"})]
-        )
+        broker.store.append([StoreMessage(HISTORY_TOPIC, 0, old, properties={props.KEYS: "OLD1"})])
         broker.report_outcomes("g", "", [_success("OLD1", attempt=2)])
         assert [a.attempt for a in broker.message_history("OLD1")] == [1, 2]
         assert decode_attempts(old) == [_success("OLD1")]

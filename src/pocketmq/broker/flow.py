@@ -40,11 +40,21 @@ class FlowControl:
         self.lag = 0.0
         self.pending_flushes = 0
         self.rejected = 0
+        self._tick = 0.05
         self._ticker: asyncio.Task[None] | None = None
 
     def start(self, tick: float = 0.05) -> None:
         """Start the ticker that measures event-loop lag every ``tick`` seconds."""
+        self._tick = tick
         self._ticker = asyncio.create_task(self._measure_lag(tick))
+
+    async def restart(self) -> None:
+        """Forget the lag measured so far and measure afresh: called once the server is up, so
+        the stalls of starting it (imports, listeners, certificates: a few hundred ms on a small
+        machine) do not refuse the first sends as if requests were queueing."""
+        await self.stop()
+        self.lag = 0.0
+        self.start(self._tick)
 
     async def stop(self) -> None:
         """Stop the lag ticker (shutdown)."""

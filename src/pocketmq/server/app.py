@@ -307,6 +307,7 @@ class BrokerApp:
                 )
                 await self._register()
                 self._registrar = asyncio.create_task(self._register_forever())
+            await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
         except BaseException:
             await self.close()
             raise

@@ -43,9 +43,11 @@ class JetStreamPeer(Peer):
 
     @property
     def server_pids(self) -> list[int]:
+        """The running ``nats-server`` processes."""
         return processes_named("nats-server")
 
     async def start(self) -> None:
+        """Connect to the running server (a refused port fails at once, a silent one in 5 s)."""
         where = urllib.parse.urlsplit(self._url)
         try:  # fail fast when nothing listens
             _, writer = await asyncio.open_connection(where.hostname, where.port or 4222)
@@ -61,6 +63,7 @@ class JetStreamPeer(Peer):
         self._js = self._connection.jetstream()
 
     async def close(self) -> None:
+        """Delete the streams this benchmark created and disconnect."""
         if self._connection is None:
             return
         for stream in self._streams:
@@ -77,21 +80,25 @@ class JetStreamPeer(Peer):
         return name
 
     async def publish_each(self, count: int) -> None:
+        """``js.publish`` awaited one by one (each waits for its ``PubAck``)."""
         subject = await self._stream()
         for n in range(count):
             await self._js.publish(subject, stamped_body(n))
 
     async def publish_in_flight(self, count: int, width: int) -> None:
+        """``js.publish`` from ``width`` workers on one connection."""
         subject = await self._stream()
         body = stamped_body()
         await in_flight(count, width, lambda: self._js.publish(subject, body))
 
     async def fill(self, count: int) -> None:
+        """``js.publish`` with 256 outstanding, into a stream of its own."""
         self._backlog = await self._stream()
         body = stamped_body()
         await in_flight(count, 256, lambda: self._js.publish(self._backlog, body))
 
     async def consume(self, count: int) -> None:
+        """A durable pull consumer: ``fetch(256)``, then ``ack`` each message."""
         subscription = await self._js.pull_subscribe(self._backlog, durable="c")
         consumed = 0
         while consumed < count:
@@ -101,6 +108,7 @@ class JetStreamPeer(Peer):
             consumed += len(messages)
 
     async def latency(self, rate: int, seconds: float) -> list[float]:
+        """A durable push consumer acknowledging each message."""
         subject = await self._stream()
         total = int(rate * seconds)
         probe = LatencyProbe(total)
@@ -117,6 +125,7 @@ class JetStreamPeer(Peer):
             await subscription.unsubscribe()
 
     async def redelivery(self, count: int, rate: int, delay: float) -> list[float]:
+        """A durable push consumer answering a first delivery with ``nak(delay)``."""
         subject = await self._stream()
         probe = RedeliveryProbe(count, delay)
 

@@ -31,6 +31,7 @@ class PocketPeer(Peer):
 
     @property
     def server_pids(self) -> list[int]:
+        """The broker process, while it runs."""
         running = self._process.process if self._process else None
         return [running.pid] if running else []
 
@@ -40,6 +41,7 @@ class PocketPeer(Peer):
         return self._process.address
 
     async def start(self) -> None:
+        """Start ``pocketmq serve`` (its defaults; ``--flush sync`` for the sync variant)."""
         self._directory = tempfile.mkdtemp(prefix="pocketmq-peers-", dir=".")
         flush = None if self.flush == "async" else self.flush  # the default is not even named
         self._process = await asyncio.to_thread(
@@ -51,6 +53,7 @@ class PocketPeer(Peer):
         )
 
     async def close(self) -> None:
+        """Stop the broker and remove its data directory."""
         if self._process is not None:
             await asyncio.to_thread(self._process.stop)
             self._process = None
@@ -68,24 +71,28 @@ class PocketPeer(Peer):
         return name
 
     async def publish_each(self, count: int) -> None:
+        """The default ``Producer``, awaiting each ``send``."""
         topic = await self._topic()
         async with Producer(servers=self._address) as producer:
             for n in range(count):
                 await producer.send(Message(topic=topic, body=stamped_body(n)))
 
     async def publish_in_flight(self, count: int, width: int) -> None:
+        """The default ``Producer`` (adaptive batching) with ``width`` sends outstanding."""
         topic = await self._topic()
         message = Message(topic=topic, body=stamped_body())
         async with Producer(servers=self._address) as producer:
             await in_flight(count, width, lambda: producer.send(message))
 
     async def fill(self, count: int) -> None:
+        """A topic and group of their own, filled through the default ``Producer``."""
         self._backlog = await self._topic(group=True)
         message = Message(topic=self._backlog, body=stamped_body())
         async with Producer(servers=self._address) as producer:
             await in_flight(count, 1024, lambda: producer.send(message))
 
     async def consume(self, count: int) -> None:
+        """The default ``PushConsumer``: one message per listener call, outcomes reported."""
         done = asyncio.Event()
         consumed = 0
 
@@ -100,6 +107,7 @@ class PocketPeer(Peer):
             await asyncio.wait_for(done.wait(), 600)
 
     async def latency(self, rate: int, seconds: float) -> list[float]:
+        """Default ``PushConsumer`` and ``Producer``; each send is its own task (open loop)."""
         topic = await self._topic(group=True)
         total = int(rate * seconds)
         probe = LatencyProbe(total)
@@ -119,6 +127,8 @@ class PocketPeer(Peer):
             return await probe.wait()
 
     async def redelivery(self, count: int, rate: int, delay: float) -> list[float]:
+        """A group whose first retry delay is ``delay``: the listener returns
+        ``RECONSUME_LATER`` once."""
         topic = await self._topic(group=True, retry_delays=(delay,))
         probe = RedeliveryProbe(count, delay)
 

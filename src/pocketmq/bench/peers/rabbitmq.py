@@ -47,9 +47,11 @@ class RabbitPeer(Peer):
 
     @property
     def server_pids(self) -> list[int]:
+        """The running RabbitMQ node (``beam.smp``)."""
         return processes_named("beam.smp")
 
     async def start(self) -> None:
+        """Connect with a publisher-confirm channel."""
         try:
             self._connection = await aio_pika.connect(self._url, timeout=5)
         except Exception as exc:  # aio-pika raises AMQPConnectionError subclasses and OSError
@@ -57,6 +59,7 @@ class RabbitPeer(Peer):
         self._publisher = await self._connection.channel(publisher_confirms=True)
 
     async def close(self) -> None:
+        """Delete the queues this benchmark declared and disconnect."""
         if self._connection is None:
             return
         for queue in self._queues:
@@ -82,21 +85,25 @@ class RabbitPeer(Peer):
         return channel, await declared.consume(handle)
 
     async def publish_each(self, count: int) -> None:
+        """Persistent publishes, each awaiting its confirm."""
         queue = await self._queue()
         for n in range(count):
             await self._publish(queue, stamped_body(n))
 
     async def publish_in_flight(self, count: int, width: int) -> None:
+        """Persistent publishes from ``width`` workers on one confirm channel."""
         queue = await self._queue()
         body = stamped_body()
         await in_flight(count, width, lambda: self._publish(queue, body))
 
     async def fill(self, count: int) -> None:
+        """Persistent publishes with 256 outstanding, into a quorum queue of its own."""
         self._backlog = await self._queue()
         body = stamped_body()
         await in_flight(count, 256, lambda: self._publish(self._backlog, body))
 
     async def consume(self, count: int) -> None:
+        """A consumer with a prefetch of 256, acknowledging each message."""
         done = asyncio.Event()
         consumed = 0
 
@@ -114,6 +121,7 @@ class RabbitPeer(Peer):
             await channel.close()
 
     async def latency(self, rate: int, seconds: float) -> list[float]:
+        """A consumer with a prefetch of 256, acknowledging each message while sends go out."""
         queue = await self._queue()
         total = int(rate * seconds)
         probe = LatencyProbe(total)
@@ -130,6 +138,8 @@ class RabbitPeer(Peer):
             await channel.close()
 
     async def redelivery(self, count: int, rate: int, delay: float) -> list[float]:
+        """A first delivery is republished to a TTL queue that dead-letters it back after
+        ``delay``, then acknowledged."""
         queue = await self._queue()
         parking = await self._queue(
             {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue}

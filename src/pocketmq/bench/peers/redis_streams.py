@@ -44,6 +44,7 @@ class RedisPeer(Peer):
 
     @property
     def server_pids(self) -> list[int]:
+        """The benchmark's own ``redis-server``."""
         return [self._server.pid] if self._server else []
 
     @property
@@ -52,6 +53,8 @@ class RedisPeer(Peer):
         return self._client
 
     async def start(self) -> None:
+        """Start ``redis-server`` with AOF ``everysec`` on a free port and wait for its
+        ``PING``."""
         path = shutil.which(self._executable)
         if path is None:
             raise OSError(f"{self._executable} is not installed (Debian: redis-server)")
@@ -74,6 +77,7 @@ class RedisPeer(Peer):
         raise OSError(f"redis-server did not answer on port {port}")
 
     async def close(self) -> None:
+        """Close the client, stop the server, remove its directory."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -91,11 +95,13 @@ class RedisPeer(Peer):
         return key
 
     async def publish_each(self, count: int) -> None:
+        """``XADD`` awaited one by one."""
         key = await self._stream()
         for n in range(count):
             await self._redis.xadd(key, {_FIELD: stamped_body(n)})
 
     async def publish_in_flight(self, count: int, width: int) -> None:
+        """``XADD`` from ``width`` workers (redis-py sends one command per connection)."""
         key = await self._stream()
         body: dict[Any, Any] = {_FIELD: stamped_body()}
 
@@ -105,6 +111,7 @@ class RedisPeer(Peer):
         await in_flight(count, width, send)
 
     async def fill(self, count: int) -> None:
+        """``XADD`` in pipelines of 1,000, into a stream with a consumer group."""
         self._backlog = await self._stream(group=True)
         body: dict[Any, Any] = {_FIELD: stamped_body()}
         for start in range(0, count, 1000):
@@ -121,6 +128,7 @@ class RedisPeer(Peer):
         ]
 
     async def consume(self, count: int) -> None:
+        """``XREADGROUP`` 256 at a time, one ``XACK`` per read."""
         key, consumed = self._backlog, 0
         while consumed < count:
             entries = await self._read(key, block=1000)
@@ -129,6 +137,7 @@ class RedisPeer(Peer):
                 consumed += len(entries)
 
     async def latency(self, rate: int, seconds: float) -> list[float]:
+        """A blocking ``XREADGROUP`` loop (100 ms) acknowledging each read while sends go out."""
         key = await self._stream(group=True)
         total = int(rate * seconds)
         probe = LatencyProbe(total)
@@ -145,10 +154,13 @@ class RedisPeer(Peer):
         try:
             await paced(rate, total, lambda n: self._redis.xadd(key, {_FIELD: stamped_body(n)}))
             return await probe.wait()
-        finally:
-            reading.cancel()
+        finally:  # the loop ends at its next turn; cancelling a blocked read leaks its connection
+            probe.done.set()
+            await reading
 
     async def redelivery(self, count: int, rate: int, delay: float) -> list[float]:
+        """First deliveries stay pending; ``XAUTOCLAIM`` every 10 ms takes back what is idle
+        for ``delay``."""
         key = await self._stream(group=True)
         probe = RedeliveryProbe(count, delay)
 
@@ -173,6 +185,6 @@ class RedisPeer(Peer):
         try:
             await paced(rate, count, lambda n: self._redis.xadd(key, {_FIELD: stamped_body(n)}))
             return await probe.wait()
-        finally:
-            for task in tasks:
-                task.cancel()
+        finally:  # the loops end at their next turn (see latency)
+            probe.done.set()
+            await asyncio.gather(*tasks)
