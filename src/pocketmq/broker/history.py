@@ -103,16 +103,15 @@ class AttemptHistory:
     def report(self, group: str, consumer: str, attempts: Sequence[Attempt]) -> None:
         """Queue attempts a consumer reported (module doc): :meth:`drain_forever` records them
         a slice at a time; beyond the intake's bound they are only counted."""
-        if not self.enabled:
-            for attempt in attempts:
-                self.outcomes[(attempt.outcome, group)] += 1
-            return
-        room = _INTAKE_LIMIT - len(self._intake)
-        for attempt in attempts[max(room, 0) :]:
+        room = max(_INTAKE_LIMIT - len(self._intake), 0) if self.enabled else 0
+        kept, counted_only = attempts[:room], attempts[room:]
+        for attempt in counted_only:  # kept ones are counted when recorded
             self.outcomes[(attempt.outcome, group)] += 1
-        self.dropped += max(len(attempts) - max(room, 0), 0)
-        self._intake.extend((group, consumer, attempt) for attempt in attempts[: max(room, 0)])
-        self._arrived.set()
+        if self.enabled:
+            self.dropped += len(counted_only)
+        if kept:
+            self._intake.extend((group, consumer, attempt) for attempt in kept)
+            self._arrived.set()
 
     async def drain_forever(self) -> None:
         """Record the intake :data:`_SLICE` entries per event-loop turn (broker task)."""

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pocketmq.bench.broker import in_flight
@@ -70,6 +71,26 @@ class PocketPeer(Peer):
                 )
         return name
 
+    async def _paced_while_consuming(
+        self,
+        topic: str,
+        listener: Callable[[list[MessageView]], Awaitable[ConsumeStatus]],
+        rate: int,
+        count: int,
+        until: Callable[[], Awaitable[list[float]]],
+    ) -> list[float]:
+        """Send ``count`` stamped messages at ``rate`` with the default ``Producer`` while the
+        default ``PushConsumer`` of the topic's group hands them to ``listener``; consume on
+        until ``until`` answers (a probe has seen every message)."""
+        async with (
+            PushConsumer(topic, topic, listener, servers=self._address),
+            Producer(servers=self._address) as producer,
+        ):
+            await paced(
+                rate, count, lambda n: producer.send(Message(topic=topic, body=stamped_body(n)))
+            )
+            return await until()
+
     async def publish_each(self, count: int) -> None:
         """The default ``Producer``, awaiting each ``send``."""
         topic = await self._topic()
@@ -117,14 +138,7 @@ class PocketPeer(Peer):
                 probe.received(message.body)
             return ConsumeStatus.SUCCESS
 
-        async with (
-            PushConsumer(topic, topic, listener, servers=self._address),
-            Producer(servers=self._address) as producer,
-        ):
-            await paced(
-                rate, total, lambda n: producer.send(Message(topic=topic, body=stamped_body(n)))
-            )
-            return await probe.wait()
+        return await self._paced_while_consuming(topic, listener, rate, total, probe.wait)
 
     async def redelivery(self, count: int, rate: int, delay: float) -> list[float]:
         """A group whose first retry delay is ``delay``: the listener returns
@@ -138,11 +152,4 @@ class PocketPeer(Peer):
                 return ConsumeStatus.RECONSUME_LATER
             return ConsumeStatus.SUCCESS
 
-        async with (
-            PushConsumer(topic, topic, listener, servers=self._address),
-            Producer(servers=self._address) as producer,
-        ):
-            await paced(
-                rate, count, lambda n: producer.send(Message(topic=topic, body=stamped_body(n)))
-            )
-            return await probe.wait()
+        return await self._paced_while_consuming(topic, listener, rate, count, probe.wait)
