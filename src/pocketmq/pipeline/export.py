@@ -12,7 +12,8 @@ Topic and DLQ files have :data:`~pocketmq.pipeline.schemas.TOPIC_EXPORT_SCHEMA` 
 ``%25`` and Spark decodes it), ``date`` being the UTC date the broker stored the message. History
 files have :data:`~pocketmq.pipeline.schemas.ATTEMPT_HISTORY_SCHEMA`, partitioned by the UTC date
 of ``delivered_at`` (the history is one ledger per broker, not one per topic; its ``topic``
-column is the message's topic).
+column is the message's topic; a record's attempts, recorded together, go to its first one's
+date).
 
 **Why file names carry offsets.** Each file holds one contiguous run of queue offsets
 ``[first, end)`` of one queue on one broker, all of one date. A re-run first lists the files
