@@ -221,7 +221,9 @@ def test_write_then_read_back_and_a_rewrite_repeats_the_ids(
     assert (back[b"three"].keys, back[b"two"].tag) == ("order-3 c-7", "created")
     fifo = (back[b"f1"], back[b"f2"])
     assert fifo[0].queue_id == fifo[1].queue_id  # one group, one queue, in order
-    assert fifo[1].queue_offset == fifo[0].queue_offset + 1
+    # in order, not necessarily adjacent: Spark writes its partitions in parallel, so another
+    # partition's rows may land in the same queue between the two
+    assert fifo[1].queue_offset > fifo[0].queue_offset
     assert fifo[0].message_group == "acct-1"
 
     # Writing the same rows again (a re-run, a retried task) re-sends the same ids.
