@@ -22,6 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"protocol"},
     "reliability": {"client"},  # never the wire protocol: it works through the SDK
     "pipeline": {"client", "reliability"},  # through the SDK and the toolkit only
+    # a gRPC gateway: the server's gRPC adapter over the SDK's native connection (docs/proxy.md)
+    "proxy": {"server", "broker", "client", "protocol"},
     "testing": {"server", "broker", "store", "client", "protocol"},
     "cli": {"*"},
     "bench": {"*"},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import re
 import threading
 import time
@@ -95,9 +96,17 @@ def message(topic: str, body: bytes, **fields: Any) -> Message:
     return out
 
 
+# POCKETMQ_TEST_GRPC_WORKERS=N runs the whole suite through N proxy processes in front of the
+# broker (`serve --grpc-workers N`, docs/proxy.md); tests/proxy runs a part of it so in CI
+GRPC_WORKERS = int(os.environ.get("POCKETMQ_TEST_GRPC_WORKERS", "0"))
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with scratch_broker(tmp_path_factory, "grpc-broker", config=BROKER_CONFIG) as process:
+    config = BROKER_CONFIG
+    if GRPC_WORKERS:
+        config = {**BROKER_CONFIG, "server": {"grpc_workers": GRPC_WORKERS}}
+    with scratch_broker(tmp_path_factory, "grpc-broker", config=config) as process:
         yield process
 
 

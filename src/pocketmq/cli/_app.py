@@ -102,6 +102,7 @@ COMMAND_MODULES: dict[str, str] = {
     "pipeline": "pocketmq.cli.pipeline",
     "serve": "pocketmq.cli.serve",
     "namesrv": "pocketmq.cli.serve",
+    "proxy": "pocketmq.cli.proxy",
     "store": "pocketmq.cli.store",
     "broker": "pocketmq.cli.store",
     "user": "pocketmq.cli.users",

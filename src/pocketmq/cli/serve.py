@@ -29,7 +29,7 @@ from pocketmq.server.loops import LOOPS, loop_factory
 from pocketmq.server.loops import run as run_on_loop
 from pocketmq.store import FlushMode, StoreConfig
 
-__all__ = ["build_config"]
+__all__ = ["LOG_LEVELS", "build_config", "run_until_signalled", "setup_logging"]
 
 C = TypeVar("C")
 LOG_LEVELS = ["debug", "info", "warning", "error"]
@@ -158,7 +158,8 @@ async def _run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
     await stop()
 
 
-def _logging(level: str) -> None:
+def setup_logging(level: str) -> None:
+    """Log to stderr at ``level``, the format every long-running command uses."""
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         stream=sys.stderr,
@@ -174,6 +175,12 @@ def _logging(level: str) -> None:
 )
 @click.option("--grpc-port", type=int, help="gRPC (RocketMQ 5) port.  [default: 8081]")
 @click.option("--no-grpc", is_flag=True, help="Do not serve the gRPC (official client) protocol.")
+@click.option(
+    "--grpc-workers",
+    type=click.IntRange(min=0),
+    help="Serve gRPC from this many proxy processes sharing the port (docs/proxy.md).  "
+    "[default: 0, in the broker process]",
+)
 @click.option("--http-port", type=int, help="Metrics and health checks (HTTP).  [default: 5557]")
 @click.option("--no-http", is_flag=True, help="Do not serve metrics and health checks.")
 @click.option("--tls-cert", help="PEM certificate chain: TLS on the native, gRPC and HTTP ports.")
@@ -252,6 +259,7 @@ def serve(
     port: int | None,
     grpc_port: int | None,
     no_grpc: bool,
+    grpc_workers: int | None,
     http_port: int | None,
     no_http: bool,
     tls_cert: str | None,
@@ -276,7 +284,7 @@ def serve(
     loop: str,
 ) -> None:
     """Run a broker (with an embedded name server unless --namesrv is given)."""
-    _logging(log_level)
+    setup_logging(log_level)
     config = build_config(
         config_file=config_file,
         data_dir=data_dir,
@@ -305,6 +313,7 @@ def serve(
         insecure=bool(insecure) or config.insecure,
         namesrv_tls=bool(namesrv_tls) or config.namesrv_tls,
         grpc_port=None if no_grpc else config.grpc_port,
+        grpc_workers=config.grpc_workers if grpc_workers is None else grpc_workers,
         http_port=None if no_http else config.http_port,
     )
     if config.authorization and not config.authentication:
@@ -340,7 +349,7 @@ def namesrv(
 ) -> None:
     """Run a stand-alone name server for a cluster of brokers (over TLS with --tls-cert; brokers
     then need --namesrv-tls, clients their TLS setting: docs/security.md)."""
-    _logging(log_level)
+    setup_logging(log_level)
     try:
         tls = AppConfig(tls_cert=tls_cert, tls_key=tls_key).tls_context()
     except InvalidArgumentError as exc:
@@ -358,3 +367,8 @@ def namesrv(
         )
     except OSError as exc:
         raise click.ClickException(f"cannot start the name server: {exc}") from None
+
+
+def run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
+    """Run ``start``, print ``ready()``, wait for SIGTERM/SIGINT, run ``stop`` (asyncio loop)."""
+    asyncio.run(_run_until_signalled(start, ready, stop))

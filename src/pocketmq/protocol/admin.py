@@ -233,3 +233,15 @@ class ResetOffsetResponse(Body, frozen=True):
 
     broker_name: str
     queues: list[QueueMove]
+
+
+class GatewayInfoResponse(Body, frozen=True):
+    """What a gRPC gateway in front of this broker must know to answer as the broker would: its
+    name, its message limits, the delay levels and the longest long poll (docs/proxy.md)."""
+
+    broker_name: str
+    max_message_size: int
+    max_properties_size: int
+    delay_levels: list[float]
+    max_long_poll_ms: int
+    auto_renew_invisible_ms: int

@@ -27,11 +27,13 @@ class RequestCode(enum.IntEnum):
     SEND = 10
     SEND_BACK = 11
     END_TRANSACTION = 12
+    RECALL = 13
     PULL = 20
     POP = 21
     ACK = 22
     CHANGE_INVISIBLE = 23
     REPORT_OUTCOMES = 24
+    FORWARD_TO_DEAD_LETTER = 25
     COMMIT_OFFSET = 30
     QUERY_OFFSET = 31
     GET_CONSUMERS = 32
@@ -54,6 +56,8 @@ class RequestCode(enum.IntEnum):
     REGISTER_BROKER = 60
     GET_ROUTE = 61
     LIST_BROKERS = 62
+    GATEWAY_INFO = 63
+    GATEWAY_GROUP = 64
     CHECK_TRANSACTION = 70
     CONSUMERS_CHANGED = 71
     PROMOTE = 80

@@ -166,3 +166,13 @@ class QueryOffsetResponse(Body, frozen=True):
     applies)."""
 
     offset: int
+
+
+class ForwardToDeadLetterRequest(Body, frozen=True):
+    """Moves a popped message to its group's dead-letter queue now: a consumer that gave up on it
+    after its own local retries (the official FIFO push consumers do)."""
+
+    group: str
+    topic: str
+    receipt_handle: str
+    reason: str = ""

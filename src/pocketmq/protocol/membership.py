@@ -68,6 +68,11 @@ class HeartbeatRequest(Body, frozen=True):
     client_id: str
     producer_groups: list[str] = []
     consumers: list[ConsumerRegistration] = []
+    # a gateway relaying another protocol's client describes it (empty: the connection's HELLO)
+    protocol: str = ""
+    language: str = ""
+    client_version: str = ""
+    address: str = ""
 
 
 class UnregisterRequest(Body, frozen=True):

@@ -55,6 +55,9 @@ class SendRequest(Body, frozen=True):
 
     messages: list[WireMessage]
     producer_group: str = ""
+    # where the messages were born when the sender relays them (a gRPC gateway); empty: the
+    # connection's own address
+    born_host: str = ""
 
 
 class SendResultItem(Body, frozen=True):
@@ -68,6 +71,8 @@ class SendResultItem(Body, frozen=True):
     queue_offset: int = -1
     transaction_id: str = ""
     physical_offset: int = -1
+    recall_handle: str = ""  # delayed messages: cancels the delivery (RECALL)
+    rule: str = ""  # the send-contract rule a refused message broke (pocketmq.contract.Rule)
 
 
 class SendResponse(Body, frozen=True):
@@ -122,6 +127,7 @@ class CheckTransactionRequest(Body, frozen=True):
     producer_group: str
     transaction_id: str
     message: DeliveredMessage
+    client_id: str = ""  # the producer asked, when one connection carries several (a gateway)
 
 
 class TransactionStateRequest(Body, frozen=True):
@@ -146,3 +152,16 @@ class TransactionStateResponse(Body, frozen=True):
     updated_at_ms: int
     source: str = ""  # who decided: client | check | broker | recovery
     detail: str = ""
+
+
+class RecallRequest(Body, frozen=True):
+    """Cancels a delayed message before it is due, by the recall handle its send answered."""
+
+    topic: str
+    recall_handle: str
+
+
+class RecallResponse(Body, frozen=True):
+    """The id of the message whose delivery was cancelled."""
+
+    message_id: str

@@ -29,6 +29,7 @@ from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.gateway import gateway_handlers
 from pocketmq.server.native.handlers import broker_handlers
 from pocketmq.server.native.limits import (
     DEFAULT_HELLO_TIMEOUT,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from pocketmq.server.grpc.server import GrpcServer
     from pocketmq.server.http.metrics import Connections
     from pocketmq.server.http.server import HttpServer
+    from pocketmq.server.workers import ProxyWorkers
 
 __all__ = ["AppConfig", "BrokerApp"]
 
@@ -70,6 +72,8 @@ class AppConfig:
     register_interval: float = REGISTER_INTERVAL
     # gRPC push consumers receive with auto_renew and never extend: this is their invisible time
     grpc_auto_renew_invisible: float = AUTO_RENEW_INVISIBLE
+    # > 0: the gRPC port is served by this many proxy processes (server/workers.py)
+    grpc_workers: int = 0
     # what one native-protocol client may hold (pocketmq.server.native.limits; docs/semantics.md)
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     hello_timeout: float = DEFAULT_HELLO_TIMEOUT
@@ -200,6 +204,7 @@ class BrokerApp:
         self.namesrv: NameServer | None = None
         self._native: FrameServer | None = None
         self._grpc: GrpcServer | None = None
+        self.grpc_workers: ProxyWorkers | None = None
         self._http: HttpServer | None = None
         self._users: UserStore | None = None  # authentication on (docs/security.md)
         self._authorizer: Authorizer | None = None  # authorization on
@@ -268,13 +273,16 @@ class BrokerApp:
                 self._promote,
                 users=self._users,
             )
+            handlers |= gateway_handlers(self.broker, config.grpc_auto_renew_invisible)
             if config.authorization:
                 handlers = self._authorized(handlers)
             self._native = FrameServer(
                 handlers, on_close=self._connection_closed, limits=limits, tls=tls
             )
             await self._native.start(config.host, config.port)
-            if config.grpc_port is not None:
+            if config.grpc_port is not None and config.grpc_workers > 0:
+                await self._start_grpc_workers(config.grpc_port)
+            elif config.grpc_port is not None:
                 await self._start_grpc(config.grpc_port)
             if config.http_port is not None:
                 await self._start_http(config.http_port, tls)
@@ -330,12 +338,13 @@ class BrokerApp:
     async def _start_grpc(self, port: int) -> None:
         """The RocketMQ 5 gRPC adapter (apache.rocketmq.v2) for the official clients."""
         assert self.broker is not None
-        from pocketmq.server.grpc.server import GrpcServer  # heavy: only when enabled
+        from pocketmq.server.grpc.port import LocalPort  # heavy: only when enabled
+        from pocketmq.server.grpc.server import GrpcServer
 
         users = self._users
         server = GrpcServer(
-            self.broker,
-            self,
+            LocalPort(self.broker, self._route),
+            lambda: self.grpc_address,
             auto_renew_invisible=self.config.grpc_auto_renew_invisible,
             users=users,
             authorizer=self._authorizer,
@@ -349,6 +358,28 @@ class BrokerApp:
         )
         self._grpc = server
         self.grpc_address = f"{self._advertised_host()}:{server.port}"
+
+    async def _start_grpc_workers(self, port: int) -> None:
+        """The gRPC port served by proxy processes (server/workers.py, docs/proxy.md)."""
+        from pocketmq.server.workers import ProxyWorkers, reserve_port
+
+        config = self.config
+        if config.authentication or config.tls_cert or config.grpc_tls not in ("", "disabled"):
+            raise InvalidArgumentError(
+                "grpc_workers serve plaintext gRPC without authentication for now (docs/proxy.md, "
+                "Limits): serve gRPC in the broker process for TLS or authentication"
+            )
+        holder = reserve_port(config.host, port)
+        try:
+            bound = holder.getsockname()[1]
+            self.grpc_address = f"{self._advertised_host()}:{bound}"
+            workers = ProxyWorkers(
+                config.grpc_workers, self.native_address, config.host, bound, self.grpc_address
+            )
+            await workers.start()
+        finally:
+            holder.close()
+        self.grpc_workers = workers
 
     async def _start_http(self, port: int, tls: ssl.SSLContext | None) -> None:
         """Prometheus metrics and health checks (docs/operations.md)."""
@@ -545,6 +576,8 @@ class BrokerApp:
             await self._native.close()
         if self._grpc is not None:
             await self._grpc.close()
+        if self.grpc_workers is not None:
+            await self.grpc_workers.close()
         if self._http is not None:
             await self._http.close()
         if self._link is not None:

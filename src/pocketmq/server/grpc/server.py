@@ -11,18 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Final, Protocol
+from collections.abc import Callable
+from typing import Any, Final
 
 import grpc
 
-from pocketmq.broker import Broker
-from pocketmq.protocol import structs as w
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.grpc.auth import AuthInterceptor
 from pocketmq.server.grpc.handlers import messaging_handler
 from pocketmq.server.grpc.permissive import PermissiveForwarder
+from pocketmq.server.grpc.port import BrokerPort
 from pocketmq.server.grpc.service import MessagingService
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -35,22 +35,14 @@ _SESSION_IDLE: Final = 90.0  # three missed heartbeats
 _STOP_GRACE: Final = 1.0
 
 
-class RouteApp(Protocol):
-    """What the adapter needs from the process it runs in (a ``BrokerApp``)."""
-
-    grpc_address: str
-
-    async def _route(self, topic: str) -> w.RouteResponse: ...
-
-
 class GrpcServer:
     """The gRPC listener's lifecycle: the ``grpc.aio`` server, the one MessagingService it serves,
     and the sweep that forgets silent client sessions."""
 
     def __init__(
         self,
-        broker: Broker,
-        app: RouteApp,
+        broker: BrokerPort,
+        grpc_address: Callable[[], str],
         *,
         auto_renew_invisible: float = AUTO_RENEW_INVISIBLE,
         users: UserStore | None = None,
@@ -58,12 +50,10 @@ class GrpcServer:
     ) -> None:
         self._broker = broker
         self._authorizer = authorizer  # the ACL on top of authentication
-        self._app = app
         self._users = users  # authentication on when given (docs/security.md)
         self.service = MessagingService(
             broker,
-            app._route,
-            lambda: app.grpc_address,
+            grpc_address,
             auto_renew_invisible=auto_renew_invisible,
             real_peer=self.real_peer,
         )
@@ -81,12 +71,14 @@ class GrpcServer:
         tls: tuple[bytes, bytes] | None = None,
         *,
         permissive: bool = False,
+        reuse_port: bool = False,
     ) -> None:
         """Listen on ``host:port`` (0: any free port) with a request limit just above the largest
         message — over TLS with ``tls`` (PEM key and certificate chain), or TLS and plaintext on
         the one port with ``permissive`` (server/grpc/permissive.py); a port in use is an
-        ``OSError``, never a shared port."""
-        limit = self._broker.config.store.max_message_size + 1024 * 1024  # room for headers
+        ``OSError``, never a shared port, unless ``reuse_port`` (the proxy workers of one broker
+        share its gRPC port: docs/proxy.md)."""
+        limit = self._broker.limits.max_message_size + 1024 * 1024  # room for headers
         interceptors = (
             [AuthInterceptor(self._users, self._authorizer, self.real_peer)]
             if self._users is not None
@@ -96,7 +88,8 @@ class GrpcServer:
             interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", limit),
-                ("grpc.so_reuseport", 0),  # a second broker on this port must fail, not share
+                # a second broker on this port must fail, not share it; proxy workers share
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )
         server.add_generic_rpc_handlers((messaging_handler(self.service, self.latency),))

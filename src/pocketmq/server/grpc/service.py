@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
-from pocketmq.broker import Broker, ClientInfo, PullStatus, SendOutcome, TransactionCheck
+from pocketmq.broker import ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.errors import Code
-from pocketmq.protocol import structs as w
 from pocketmq.server.grpc.convert import (
     ACCEPTED_TYPES,
     delivered_message,
@@ -48,6 +47,7 @@ from pocketmq.server.grpc.pb import (
     s,
 )
 from pocketmq.server.grpc.pb import Code as V2Code
+from pocketmq.server.grpc.port import BrokerPort
 from pocketmq.server.grpc.routing import (
     PERMISSION,
     grpc_addresses,
@@ -63,7 +63,6 @@ from pocketmq.server.grpc.settings import (
     producer_settings,
 )
 from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
-from pocketmq.server.native.paging import pop_byte_budget
 
 __all__ = ["MessagingService"]
 
@@ -71,7 +70,6 @@ log = logging.getLogger("pocketmq.server.grpc")
 
 C = V2Code
 MT = MessageType
-RouteSource = Callable[[str], Awaitable[w.RouteResponse]]
 
 _NO_MESSAGE: Final = status(C.MESSAGE_NOT_FOUND, "no new message")
 _DEADLINE_MARGIN: Final = 0.5  # answer a long poll this long before the client's deadline
@@ -122,22 +120,17 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     def __init__(
         self,
-        broker: Broker,
-        routes: RouteSource,
+        broker: BrokerPort,
         store_host: Callable[[], str],
         *,
         auto_renew_invisible: float,
         real_peer: Callable[[str], str] = str,
     ) -> None:
         self._real_peer = real_peer  # the client behind the permissive-mode forwarder
-        self._broker = broker
-        self._routes = routes
+        self._broker = broker  # in this process or behind a proxy (server/grpc/port.py)
         self._store_host = store_host
         self._auto_renew = auto_renew_invisible
         self.sessions = Sessions()
-        store = broker.config.store
-        # one receive holds what it hands out in memory: as much as a native pop answers
-        self._receive_bytes = pop_byte_budget(store.max_message_size, store.max_properties_size)
 
     # -- routing and membership -----------------------------------------------------------
 
@@ -146,10 +139,9 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         accepts (the clients refuse to send without them)."""
         try:
             topic = request.topic.name
-            route = await self._routes(topic)
+            route = await self._broker.route(topic)
             own = self._broker.name
-            config = self._broker.topics.get(topic)
-            own_write = masterless_write(route, own, config.perm if config is not None else None)
+            own_write = masterless_write(route, own, await self._broker.topic_perm(topic))
             queues = message_queues(route, request.topic.resource_namespace, own, own_write)
             if not queues:
                 raise V2Error(C.TOPIC_NOT_FOUND, f"no broker serves topic {topic!r} over gRPC")
@@ -162,8 +154,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         broker pops from all of its queues, so one long poll per broker is enough."""
         try:
             topic = request.topic.name
-            self._broker.require_group(request.group.name)
-            route = await self._routes(topic)
+            await self._broker.group(request.group.name)
+            route = await self._broker.route(topic)
             readable: dict[str, int] = {}
             for queue in route.queues:
                 if queue.perm & 4:
@@ -195,12 +187,12 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             client_id = _client_id(context)
             session = self.sessions.touch(client_id)
             if session.client_type == ClientType.PRODUCER:
-                self._register_producer(session)
+                await self._register_producer(session, _client_info(context, self._real_peer))
             if request.HasField("group") and request.group.name:
-                self._broker.heartbeat(
+                await self._broker.heartbeat_consumer(
                     client_id,
-                    [(request.group.name, "clustering", dict(session.subscriptions))],
-                    None,
+                    request.group.name,
+                    dict(session.subscriptions),
                     _client_info(context, self._real_peer),
                 )
             return s.HeartbeatResponse(status=OK)
@@ -213,10 +205,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         try:
             client_id = _client_id(context)
             group = request.group.name if request.HasField("group") else ""
-            self._broker.unregister(client_id, [group] if group else None)
             session = self.sessions.get(client_id)
-            if session is not None:
-                self._broker.unregister_producer(client_id, owner=session)
+            await self._broker.unregister(client_id, group, session)
             self.sessions.remove(client_id)
             return s.NotifyClientTerminationResponse(status=OK)
         except Exception as exc:
@@ -231,7 +221,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         if session.outbox is not None:  # the client rebuilt its stream: the newest one wins
             session.outbox.put_nowait(None)
         session.outbox = outbox
-        reader = asyncio.create_task(self._read_telemetry(request_iterator, session, outbox))
+        client = _client_info(context, self._real_peer)
+        reader = asyncio.create_task(
+            self._read_telemetry(request_iterator, session, outbox, client)
+        )
         try:
             while (command := await outbox.get()) is not None:
                 await context.write(command)
@@ -241,7 +234,11 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                 session.outbox = None
 
     async def _read_telemetry(
-        self, requests: AsyncIterator[Any], session: Any, outbox: asyncio.Queue[Any]
+        self,
+        requests: AsyncIterator[Any],
+        session: Any,
+        outbox: asyncio.Queue[Any],
+        client: ClientInfo,
     ) -> None:
         try:
             async for command in requests:
@@ -250,7 +247,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                     detail = command.report(session.client_id)
                     outbox.put_nowait(s.TelemetryCommand(status=status(C.BAD_REQUEST, detail)))
                 elif command.HasField("settings"):
-                    outbox.put_nowait(self._settings_reply(session, command.settings))
+                    outbox.put_nowait(await self._settings_reply(session, command.settings, client))
                 # thread stack traces and verify results are not asked for; nothing to do
         except asyncio.CancelledError:
             raise
@@ -259,17 +256,17 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         finally:
             outbox.put_nowait(None)
 
-    def _settings_reply(self, session: Any, settings: Any) -> Any:
+    async def _settings_reply(self, session: Any, settings: Any, client: ClientInfo) -> Any:
         try:
             session.update(settings)
-            config = self._broker.config
+            limits = self._broker.limits
             if settings.client_type == ClientType.PRODUCER:
-                reply = producer_settings(settings, config.store.max_message_size)
-                self._register_producer(session)
+                reply = producer_settings(settings, limits.max_message_size)
+                await self._register_producer(session, client)
             elif settings.client_type in CONSUMER_TYPES:
-                group = self._broker.require_group(settings.subscription.group.name)
+                group = await self._broker.group(settings.subscription.group.name)
                 reply = consumer_settings(
-                    settings, group, config.delay_levels, config.max_long_poll
+                    settings, group, limits.delay_levels, limits.max_long_poll
                 )
             else:
                 raise V2Error(
@@ -282,7 +279,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     # -- producing ------------------------------------------------------------------------
 
-    def _register_producer(self, session: Any) -> None:
+    async def _register_producer(self, session: Any, client: ClientInfo) -> None:
         """Official producers have no producer group: as RocketMQ's proxy does, each topic they
         publish is their group, so the broker's transaction checks for a topic reach them."""
         if not session.topics:
@@ -293,8 +290,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             v2 = delivered_message(request.message, "", store_host())
             return bool(session.push(transaction_check_command(v2, request.transaction_id)))
 
-        self._broker.heartbeat_producer(
-            session.client_id, sorted(session.topics), check, owner=session
+        await self._broker.register_producer(
+            session.client_id, sorted(session.topics), check, session, client
         )
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
@@ -315,7 +312,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         inbound = []
         positions = []
         producer_group = ""
-        max_body = broker.config.store.max_message_size
+        max_body = broker.limits.max_message_size
         for number, message in enumerate(messages):
             try:
                 item, kind = inbound_message(message, now_ms, max_body=max_body)
@@ -331,9 +328,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             positions.append(number)
         if inbound:
             born_host = _host_port(messages[positions[0]].system_properties.born_host)
-            outcomes = await broker.send(
-                inbound, producer_group=producer_group, born_host=born_host
-            )
+            outcomes = await broker.send(inbound, producer_group, born_host)
             for number, outcome in zip(positions, outcomes, strict=True):
                 entries[number] = self._entry(outcome)
         return s.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
@@ -355,7 +350,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     async def RecallMessage(self, request: Any, context: Any) -> Any:
         """Cancel a delayed message by its recall handle before it is due."""
         try:
-            message_id = self._broker.recall(request.topic.name, request.recall_handle)
+            message_id = await self._broker.recall(request.topic.name, request.recall_handle)
             return s.RecallMessageResponse(status=OK, message_id=message_id)
         except Exception as exc:
             return s.RecallMessageResponse(status=error_status(exc, "RecallMessage"))
@@ -373,7 +368,6 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                 request.transaction_id,
                 commit=resolution == TransactionResolution.COMMIT,
                 from_check=request.source == TransactionSource.SOURCE_SERVER_CHECK,
-                topic=request.topic.name,
             )
             return s.EndTransactionResponse(status=OK)
         except Exception as exc:
@@ -421,7 +415,6 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                 expression=self._expression(request.filter_expression),
                 consumer=client_id,
                 queue_hint=queue.id,
-                max_bytes=self._receive_bytes,
                 attempt_id=request.attempt_id if request.HasField("attempt_id") else "",
             )
         except Exception as exc:
@@ -443,12 +436,14 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         """Acknowledge popped messages; each entry succeeds or fails on its own."""
         group, topic = request.group.name, request.topic.name
         results = []
-        for entry in request.entries:
-            try:
-                self._broker.ack(group, topic, entry.receipt_handle)
-                entry_status = OK
-            except Exception as exc:
-                entry_status = error_status(exc, "AckMessage")
+        try:
+            errors = await self._broker.ack(
+                group, [(topic, entry.receipt_handle) for entry in request.entries]
+            )
+        except Exception as exc:  # the broker could not be asked: every entry failed alike
+            errors = [exc] * len(request.entries)
+        for entry, error in zip(request.entries, errors, strict=True):
+            entry_status = OK if error is None else error_status(error, "AckMessage")
             results.append(
                 s.AckMessageResultEntry(
                     message_id=entry.message_id,
@@ -464,7 +459,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         """Re-hide a popped message (a nack with a delay); a failure still answers the handle it was
         given, because the clients overwrite theirs before checking the status."""
         try:
-            handle = self._broker.change_invisible(
+            handle = await self._broker.change_invisible(
                 request.group.name,
                 request.topic.name,
                 request.receipt_handle,
@@ -481,11 +476,11 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         """A FIFO push consumer gave up on a message after its local retries: move it to the group's
         DLQ now."""
         try:
-            self._broker.forward_to_dead_letter(
+            await self._broker.forward_to_dead_letter(
                 request.group.name,
                 request.topic.name,
                 request.receipt_handle,
-                reason=(
+                (
                     f"forwarded by the consumer after {request.delivery_attempt} of "
                     f"{request.max_delivery_attempts} attempts"
                 ),
@@ -550,8 +545,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         """Commit a pull consumer's offset for one queue."""
         try:
             queue = request.message_queue
-            self._broker.commit_offsets(
-                request.group.name, [(queue.topic.name, queue.id, request.offset)]
+            await self._broker.commit_offset(
+                request.group.name, queue.topic.name, queue.id, request.offset
             )
             return s.UpdateOffsetResponse(status=OK)
         except Exception as exc:
@@ -561,7 +556,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         """A group's committed offset in one queue."""
         try:
             queue = request.message_queue
-            offset = self._broker.query_offset(request.group.name, queue.topic.name, queue.id)
+            offset = await self._broker.query_offset(request.group.name, queue.topic.name, queue.id)
             return s.GetOffsetResponse(status=OK, offset=offset)
         except Exception as exc:
             return s.GetOffsetResponse(status=error_status(exc, "GetOffset"))
@@ -573,11 +568,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             policy = request.query_offset_policy
             if policy == QueryOffsetPolicy.TIMESTAMP:
                 raise V2Error(C.UNSUPPORTED, "looking up an offset by time is not supported")
-            rows = {row[0]: row for row in self._broker.queue_status(queue.topic.name)}
-            row = rows.get(queue.id)
-            if row is None:
+            bounds = await self._broker.queue_range(queue.topic.name, queue.id)
+            if bounds is None:
                 raise V2Error(C.BAD_REQUEST, f"topic {queue.topic.name!r} has no queue {queue.id}")
-            offset = row[1] if policy == QueryOffsetPolicy.BEGINNING else row[2]
+            offset = bounds[0] if policy == QueryOffsetPolicy.BEGINNING else bounds[1]
             return s.QueryOffsetResponse(status=OK, offset=offset)
         except Exception as exc:
             return s.QueryOffsetResponse(status=error_status(exc, "QueryOffset"))

@@ -205,11 +205,16 @@ def broker_handlers(
 
         conn.client_id = req.client_id
         language, version = conn.state.get("client", ("", ""))
+        info = (  # a gateway describes the client it relays (docs/protocol.md "Gateways")
+            ClientInfo(req.protocol, req.language, req.client_version, req.address)
+            if req.protocol
+            else ClientInfo("native", language, version, conn.remote)
+        )
         broker.heartbeat(
             req.client_id,
             [(c.group, c.model, c.subscriptions) for c in req.consumers],
             notify,
-            ClientInfo("native", language, version, conn.remote),
+            info,
         )
         conn.state["groups"] = {c.group for c in req.consumers}
         if req.producer_groups:
@@ -220,7 +225,10 @@ def broker_handlers(
                 conn.push(
                     RequestCode.CHECK_TRANSACTION,
                     w.CheckTransactionRequest(
-                        item.producer_group, item.transaction_id, to_wire(item.message, name)
+                        item.producer_group,
+                        item.transaction_id,
+                        to_wire(item.message, name),
+                        req.client_id,
                     ),
                 )
                 return True
@@ -266,6 +274,8 @@ def broker_handlers(
                     o.queue_offset,
                     o.transaction_id,
                     o.physical_offset,
+                    o.recall_handle,
+                    o.rule,
                 )
                 for o in outcomes
             ],
@@ -285,7 +295,7 @@ def broker_handlers(
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         # each message is checked by the broker's send contract (a bad one is refused alone)
         outcomes, durable_end = broker.send_now(
-            inbound, producer_group=req.producer_group, born_host=conn.remote
+            inbound, producer_group=req.producer_group, born_host=req.born_host or conn.remote
         )
         if durable_end:  # sync flush: answer once the disk has it
             return send_after_flush(outcomes, durable_end)

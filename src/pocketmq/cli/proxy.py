@@ -1,0 +1,93 @@
+"""``pocketmq proxy``: a gRPC gateway for the official clients in front of one broker.
+
+It prints a ready line once it serves (``pocketmq proxy ready grpc=H:P broker=NAME@H:P``) and
+stops gracefully on SIGTERM or SIGINT, like ``pocketmq serve`` (docs/proxy.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+import click
+
+from pocketmq.cli._app import main
+from pocketmq.cli.serve import LOG_LEVELS, run_until_signalled, setup_logging
+from pocketmq.errors import BrokerError
+from pocketmq.server.auth.network import is_loopback
+
+__all__ = ["proxy"]
+
+
+@main.command()
+@click.option(
+    "--broker",
+    default="127.0.0.1:10911",
+    show_default=True,
+    help="The broker's native address (host:port) this proxy forwards to.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--grpc-port", default=8081, show_default=True, type=int, help="gRPC port.")
+@click.option(
+    "--advertise",
+    default="",
+    help="The address official clients are told to use.  [default: the one bound]",
+)
+@click.option(
+    "--reuse-port",
+    is_flag=True,
+    help="Share the port with other proxies of the same broker (the kernel spreads clients).",
+)
+@click.option(
+    "--exit-with-stdin",
+    is_flag=True,
+    hidden=True,
+    help="Stop when standard input closes (a worker of `serve --grpc-workers`).",
+)
+@click.option("--log-level", default="info", type=click.Choice(LOG_LEVELS))
+def proxy(
+    broker: str,
+    host: str,
+    grpc_port: int,
+    advertise: str,
+    reuse_port: bool,
+    exit_with_stdin: bool,
+    log_level: str,
+) -> None:
+    """Serve the official RocketMQ 5 clients' gRPC for BROKER, forwarding over the native
+    protocol (docs/proxy.md)."""
+    from pocketmq.proxy.gateway import Gateway  # grpc is heavy: only for this command
+
+    setup_logging(log_level)
+    if not is_loopback(host):
+        raise click.UsageError(
+            f"--host {host} lets other machines connect, and the proxy does not authenticate "
+            "clients yet (docs/proxy.md, Limits): run it on loopback"
+        )
+    gateway = Gateway(broker, host, grpc_port, advertise=advertise, reuse_port=reuse_port)
+
+    async def start() -> None:
+        if exit_with_stdin:
+            _stop_when_stdin_closes()
+        await gateway.start()
+
+    try:
+        run_until_signalled(start, gateway.ready_line, gateway.close)
+    except (OSError, BrokerError) as exc:
+        raise click.ClickException(f"cannot start the proxy: {exc}") from None
+
+
+def _stop_when_stdin_closes() -> None:
+    """SIGTERM ourselves (a graceful stop) once standard input reaches its end: the broker that
+    started this worker holds the pipe's other end, and a killed broker closes it."""
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+
+    def readable() -> None:
+        if not os.read(fd, 4096):
+            loop.remove_reader(fd)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    loop.add_reader(fd, readable)

@@ -1,0 +1,70 @@
+"""Merging many clients' requests into one native request (docs/proxy.md, "Batching").
+
+A proxy serves many official clients, each sending one message (or acking a few) per RPC. The
+broker's cost is mostly per request, not per message, so the proxy keeps at most one request of
+each kind in flight to the broker and lets everything that arrives meanwhile ride in the next
+one, like a disk's group commit: an idle proxy adds no delay, a busy one sends fewer, larger
+requests. Each caller gets back exactly the results of its own items, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+__all__ = ["Batcher"]
+
+I = TypeVar("I")  # noqa: E741 - an item
+R = TypeVar("R")  # its result
+
+
+class Batcher(Generic[I, R]):
+    """Runs ``call`` on merged batches of at most ``max_batch`` items, one batch at a time
+    (module doc). ``call`` answers one result per item; if it raises, every caller of that batch
+    gets the exception."""
+
+    def __init__(self, call: Callable[[list[I]], Awaitable[list[R]]], max_batch: int) -> None:
+        self._call = call
+        self._max = max_batch
+        self._waiting: deque[tuple[list[I], asyncio.Future[list[R]]]] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, items: list[I]) -> list[R]:
+        """``items``' results, once a batch carrying them was answered."""
+        future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((items, future))
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                batch: list[tuple[list[I], asyncio.Future[list[R]]]] = []
+                size = 0
+                while self._waiting and (not batch or size + len(self._waiting[0][0]) <= self._max):
+                    entry = self._waiting.popleft()
+                    batch.append(entry)
+                    size += len(entry[0])
+                await self._run(batch)
+        finally:
+            self._task = None
+
+    async def _run(self, batch: list[tuple[list[I], asyncio.Future[list[R]]]]) -> None:
+        merged = [item for items, _ in batch for item in items]
+        try:
+            results = await self._call(merged)
+            if len(results) != len(merged):
+                raise RuntimeError(f"{len(merged)} items answered with {len(results)} results")
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        start = 0
+        for items, future in batch:
+            if not future.done():  # a caller that gave up (its RPC was cancelled) is skipped
+                future.set_result(results[start : start + len(items)])
+            start += len(items)

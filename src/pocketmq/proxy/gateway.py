@@ -1,0 +1,87 @@
+"""One proxy process: the gRPC adapter on a port of its own, its broker over the native protocol.
+
+RocketMQ 5 puts the gRPC endpoint in a proxy tier in front of the brokers because gRPC costs far
+more CPU per request than the broker's own work. A ``pocketmq proxy`` does the same for one
+broker: it terminates the official clients' gRPC with the very adapter the broker runs in-process
+(server/grpc), and forwards each call as a native request (:mod:`pocketmq.proxy.remote`). It
+keeps no state a client depends on — receipts, offsets, transactions and FIFO state all live in
+the broker — so a proxy can be restarted, or several run side by side on one port
+(``pocketmq serve --grpc-workers N``), without a client losing anything (docs/proxy.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from pocketmq.errors import BrokerConnectionError
+from pocketmq.proxy.remote import RemotePort
+from pocketmq.server.grpc.server import GrpcServer
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger("pocketmq.proxy")
+
+CONNECT_PATIENCE: Final = 30.0
+"""How long a starting proxy keeps trying to reach its broker before it gives up."""
+
+
+class Gateway:
+    """A proxy's lifecycle: reach the broker, then serve gRPC on ``host:port`` (``reuse_port``:
+    share the port with the other workers of one broker). ``advertise`` is the address clients
+    are told to use (the shared port's), defaulting to the one bound."""
+
+    def __init__(
+        self,
+        broker_address: str,
+        host: str,
+        port: int,
+        *,
+        advertise: str = "",
+        reuse_port: bool = False,
+    ) -> None:
+        self.port = RemotePort(broker_address)
+        self._host = host
+        self._wanted_port = port
+        self._advertise = advertise
+        self._reuse_port = reuse_port
+        self._server: GrpcServer | None = None
+        self.grpc_address = ""
+
+    async def start(self) -> None:
+        """Connect to the broker (retrying for :data:`CONNECT_PATIENCE`) and listen."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONNECT_PATIENCE
+        while True:
+            try:
+                await self.port.start()
+                break
+            except BrokerConnectionError as exc:
+                if loop.time() > deadline:
+                    raise
+                log.warning("broker %s not reachable yet: %s", self.port.address, exc)
+                await asyncio.sleep(0.5)
+        server = GrpcServer(
+            self.port,
+            lambda: self.grpc_address,
+            auto_renew_invisible=self.port.auto_renew_invisible,
+        )
+        await server.start(self._host, self._wanted_port, reuse_port=self._reuse_port)
+        self._server = server
+        self.grpc_address = self._advertise or f"{self._host}:{server.port}"
+        self.port.advertised = self.grpc_address
+
+    def ready_line(self) -> str:
+        """The line scripts (and ``pocketmq serve --grpc-workers``) wait for."""
+        return (
+            f"pocketmq proxy ready grpc={self.grpc_address} "
+            f"broker={self.port.name}@{self.port.address}"
+        )
+
+    async def close(self) -> None:
+        """Stop serving, then close the broker connection."""
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
+        await self.port.close()

@@ -1,0 +1,411 @@
+"""The gRPC adapter's broker, reached over the native protocol (docs/proxy.md).
+
+:class:`RemotePort` is the :class:`~pocketmq.server.grpc.port.BrokerPort` of a ``pocketmq
+proxy`` process: every call the adapter makes becomes one native request to the broker the proxy
+fronts, on one connection that is re-opened when it drops. Sends and acks from many official
+clients are merged (:mod:`pocketmq.proxy.batching`); transaction checks the broker pushes are
+handed to the official producer the broker named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from typing import Final, TypeVar
+
+import msgspec
+
+from pocketmq.broker import (
+    ClientInfo,
+    Delivered,
+    GroupConfig,
+    InboundMessage,
+    PullOutcome,
+    SendOutcome,
+    TransactionCheck,
+)
+from pocketmq.client.connection import ClientConnection, close_quietly, connect
+from pocketmq.errors import BrokerError, Code, error_from_code
+from pocketmq.protocol import structs as w
+from pocketmq.protocol.codes import RequestCode
+from pocketmq.proxy.batching import Batcher
+from pocketmq.server.grpc.port import BrokerLimits, CheckChannel
+from pocketmq.server.native.handlers import group_from_spec
+
+__all__ = ["RemotePort", "delivered", "outcome"]
+
+log = logging.getLogger("pocketmq.proxy")
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+REQUEST_TIMEOUT: Final = 5.0
+"""How long a request may go unanswered before the client hears an error (a long poll gets its
+wait on top)."""
+
+MAX_BATCH: Final = 256
+"""At most this many sends or acks go in one native request."""
+
+
+def delivered(message: w.DeliveredMessage) -> Delivered:
+    """A delivered message from the wire in the broker's own terms (the adapter's input)."""
+    return Delivered(
+        message.topic,
+        message.queue_id,
+        message.queue_offset,
+        message.body,
+        message.properties,
+        message.born_timestamp,
+        message.store_timestamp,
+        message.physical_offset,
+        message.delivery_attempt,
+        message.receipt_handle,
+        message.born_host,
+    )
+
+
+def outcome(item: w.SendResultItem, topic: str) -> SendOutcome:
+    """One message's send result from the wire; an unknown code is a system error."""
+    try:
+        code = Code(item.code)
+    except ValueError:
+        code = Code.SYSTEM_ERROR
+    return SendOutcome(
+        code,
+        item.remark,
+        item.message_id,
+        item.queue_id,
+        item.queue_offset,
+        item.physical_offset,
+        item.transaction_id,
+        topic,
+        item.recall_handle,
+        item.rule,
+    )
+
+
+class _Producer(msgspec.Struct):
+    topics: list[str]
+    check: CheckChannel
+    client: ClientInfo
+
+
+class RemotePort:
+    """A :class:`~pocketmq.server.grpc.port.BrokerPort` over one native connection to the broker
+    at ``address`` (module doc). Call :meth:`start` before serving."""
+
+    def __init__(self, address: str, *, timeout: float = REQUEST_TIMEOUT) -> None:
+        self.address = address
+        self._timeout = timeout
+        self._client_id = f"proxy@{socket.gethostname()}@{os.getpid()}"
+        self._connection: ClientConnection | None = None
+        self._connecting = asyncio.Lock()
+        self._producers: dict[str, _Producer] = {}
+        self._sends: dict[tuple[str, str], Batcher[InboundMessage, SendOutcome]] = {}
+        self._acks: dict[str, Batcher[tuple[str, str], Exception | None]] = {}
+        self.name = ""
+        self.limits = BrokerLimits(0, 0, (1.0,), 0.0)
+        self.auto_renew_invisible = 0.0
+        self.advertised = ""  # the proxy's own gRPC address, set once it listens
+
+    async def start(self) -> None:
+        """Connect and learn the broker's name and limits (GATEWAY_INFO)."""
+        info = await self._call(RequestCode.GATEWAY_INFO, w.Empty(), w.GatewayInfoResponse)
+        self.name = info.broker_name
+        self.limits = BrokerLimits(
+            info.max_message_size,
+            info.max_properties_size,
+            tuple(info.delay_levels),
+            info.max_long_poll_ms / 1000,
+        )
+        self.auto_renew_invisible = info.auto_renew_invisible_ms / 1000
+
+    async def close(self) -> None:
+        """Close the connection to the broker."""
+        if self._connection is not None:
+            await close_quietly(self._connection)
+            self._connection = None
+
+    # -- the connection -------------------------------------------------------------------
+
+    async def _open(self) -> ClientConnection:
+        connection = self._connection
+        if connection is not None and connection.is_open:
+            return connection
+        async with self._connecting:
+            connection = self._connection
+            if connection is not None and connection.is_open:
+                return connection
+            connection = await connect(
+                self.address, self._client_id, timeout=self._timeout, on_push=self._on_push
+            )
+            self._connection = connection
+            # the broker forgot this connection's producers when the last one closed
+            for client_id, producer in self._producers.items():
+                self._heartbeat_producer(connection, client_id, producer)
+            return connection
+
+    async def _call(
+        self, code: RequestCode, body: msgspec.Struct, reply: type[T], wait: float = 0.0
+    ) -> T:
+        connection = await self._open()
+        return await connection.request(code, body, reply, self._timeout + wait)
+
+    def _on_push(self, connection: ClientConnection, code: int, body: bytes) -> None:
+        if code != RequestCode.CHECK_TRANSACTION:
+            return  # rebalance notices: official consumers do not rebalance
+        request = w.decode_body(body, w.CheckTransactionRequest)
+        check = TransactionCheck(
+            request.producer_group, request.transaction_id, 0, delivered(request.message)
+        )
+        producer = self._producers.get(request.client_id)
+        candidates = [producer] if producer is not None else []
+        candidates += [p for p in self._producers.values() if request.producer_group in p.topics]
+        for candidate in candidates:
+            if candidate.check(check):
+                return
+        log.info(
+            "no official producer of %r here for transaction %s: the broker asks again later",
+            request.producer_group,
+            request.transaction_id,
+        )
+
+    def _heartbeat_producer(
+        self, connection: ClientConnection, client_id: str, producer: _Producer
+    ) -> None:
+        client = producer.client
+        connection.send_request(
+            RequestCode.HEARTBEAT,
+            w.HeartbeatRequest(
+                client_id,
+                producer.topics,
+                [],
+                client.protocol,
+                client.language,
+                client.version,
+                client.address,
+            ),
+            None,
+        ).add_done_callback(_quiet)
+
+    # -- membership -----------------------------------------------------------------------
+
+    async def route(self, topic: str) -> w.RouteResponse:
+        """The broker's route, with this proxy as its broker's gRPC endpoint: clients that
+        found the topic through the proxy keep coming through it (other brokers' endpoints are
+        theirs, or their own proxies')."""
+        route = await self._call(RequestCode.GET_ROUTE, w.GetRouteRequest(topic), w.RouteResponse)
+        if not self.advertised:
+            return route
+        brokers = [
+            msgspec.structs.replace(b, grpc_address=self.advertised)
+            if b.address == self.address
+            else b
+            for b in route.brokers
+        ]
+        return msgspec.structs.replace(route, brokers=brokers)
+
+    async def topic_perm(self, topic: str) -> int | None:
+        listed = await self._call(RequestCode.LIST_TOPICS, w.Empty(), w.ListTopicsResponse)
+        for spec in listed.topics:
+            if spec.name == topic:
+                return spec.perm
+        return None
+
+    async def group(self, name: str) -> GroupConfig:
+        spec = await self._call(RequestCode.GATEWAY_GROUP, w.NameRequest(name), w.GroupSpec)
+        return group_from_spec(spec)
+
+    async def heartbeat_consumer(
+        self, client_id: str, group: str, subscriptions: dict[str, str], client: ClientInfo
+    ) -> None:
+        registration = w.ConsumerRegistration(group, "clustering", subscriptions)
+        await self._call(
+            RequestCode.HEARTBEAT,
+            w.HeartbeatRequest(
+                client_id,
+                [],
+                [registration],
+                client.protocol,
+                client.language,
+                client.version,
+                client.address,
+            ),
+            w.Empty,
+        )
+
+    async def register_producer(
+        self,
+        client_id: str,
+        topics: Sequence[str],
+        check: CheckChannel,
+        owner: object,
+        client: ClientInfo,
+    ) -> None:
+        producer = _Producer(list(topics), check, client)
+        self._producers[client_id] = producer
+        self._heartbeat_producer(await self._open(), client_id, producer)
+
+    async def unregister(self, client_id: str, group: str, owner: object) -> None:
+        self._producers.pop(client_id, None)
+        await self._call(
+            RequestCode.UNREGISTER_CLIENT,
+            w.UnregisterRequest(client_id, [group] if group else []),
+            w.Empty,
+        )
+
+    # -- producing ------------------------------------------------------------------------
+
+    async def send(
+        self, messages: list[InboundMessage], producer_group: str, born_host: str
+    ) -> list[SendOutcome]:
+        key = (producer_group, born_host)
+        batcher = self._sends.get(key)
+        if batcher is None:
+
+            async def send_batch(batch: list[InboundMessage]) -> list[SendOutcome]:
+                return await self._send_now(batch, producer_group, born_host)
+
+            batcher = self._sends[key] = Batcher(send_batch, MAX_BATCH)
+        return await batcher.submit(messages)
+
+    async def _send_now(
+        self, messages: list[InboundMessage], producer_group: str, born_host: str
+    ) -> list[SendOutcome]:
+        wire = [
+            w.WireMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
+            for m in messages
+        ]
+        response = await self._call(
+            RequestCode.SEND, w.SendRequest(wire, producer_group, born_host), w.SendResponse
+        )
+        return [outcome(item, m.topic) for item, m in zip(response.results, messages, strict=True)]
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        answer = await self._call(
+            RequestCode.RECALL, w.RecallRequest(topic, recall_handle), w.RecallResponse
+        )
+        return answer.message_id
+
+    async def end_transaction(
+        self, topic: str, message_id: str, transaction_id: str, *, commit: bool, from_check: bool
+    ) -> None:
+        await self._call(
+            RequestCode.END_TRANSACTION,
+            w.EndTransactionRequest(
+                topic, message_id, transaction_id, commit, from_check, -1, topic
+            ),
+            w.EndTransactionResponse,
+        )
+
+    # -- consuming ------------------------------------------------------------------------
+
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_count: int,
+        invisible: float,
+        max_wait: float,
+        expression: str,
+        consumer: str,
+        queue_hint: int,
+        attempt_id: str,
+    ) -> list[Delivered]:
+        request = w.PopRequest(
+            group,
+            topic,
+            max_count,
+            round(invisible * 1000),
+            round(max_wait * 1000),
+            expression,
+            queue_hint,
+            consumer,
+            attempt_id,
+        )
+        answer = await self._call(RequestCode.POP, request, w.PopResponse, wait=max_wait)
+        return [delivered(m) for m in answer.messages]
+
+    async def ack(self, group: str, entries: Sequence[tuple[str, str]]) -> list[Exception | None]:
+        batcher = self._acks.get(group)
+        if batcher is None:
+
+            async def ack_batch(batch: list[tuple[str, str]]) -> list[Exception | None]:
+                return await self._ack_now(group, batch)
+
+            batcher = self._acks[group] = Batcher(ack_batch, MAX_BATCH)
+        return await batcher.submit(list(entries))
+
+    async def _ack_now(self, group: str, entries: list[tuple[str, str]]) -> list[Exception | None]:
+        request = w.AckRequest(group, [w.AckEntry(topic, handle) for topic, handle in entries])
+        answer = await self._call(RequestCode.ACK, request, w.AckResponse)
+        remarks = answer.remarks or [""] * len(answer.codes)
+        return [
+            None if code == Code.SUCCESS else error_from_code(code, remark)
+            for code, remark in zip(answer.codes, remarks, strict=True)
+        ]
+
+    async def change_invisible(
+        self, group: str, topic: str, receipt_handle: str, invisible: float
+    ) -> str:
+        request = w.ChangeInvisibleRequest(group, topic, receipt_handle, round(invisible * 1000))
+        answer = await self._call(RequestCode.CHANGE_INVISIBLE, request, w.ChangeInvisibleResponse)
+        return answer.receipt_handle
+
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, reason: str
+    ) -> None:
+        request = w.ForwardToDeadLetterRequest(group, topic, receipt_handle, reason)
+        await self._call(RequestCode.FORWARD_TO_DEAD_LETTER, request, w.Empty)
+
+    async def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int,
+        expression: str,
+        max_wait: float,
+    ) -> PullOutcome:
+        request = w.PullRequest(
+            group, topic, queue_id, offset, max_count, expression, round(max_wait * 1000)
+        )
+        answer = await self._call(RequestCode.PULL, request, w.PullResponse, wait=max_wait)
+        return PullOutcome(
+            answer.status,
+            answer.next_offset,
+            answer.min_offset,
+            answer.max_offset,
+            [delivered(m) for m in answer.messages],
+        )
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        request = w.CommitOffsetRequest(group, [w.OffsetEntry(topic, queue_id, offset)])
+        await self._call(RequestCode.COMMIT_OFFSET, request, w.Empty)
+
+    async def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        request = w.QueryOffsetRequest(group, topic, queue_id)
+        answer = await self._call(RequestCode.QUERY_OFFSET, request, w.QueryOffsetResponse)
+        return answer.offset
+
+    async def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        answer = await self._call(
+            RequestCode.QUEUE_STATUS, w.QueueStatusRequest(topic), w.QueueStatusResponse
+        )
+        for queue in answer.queues:
+            if queue.queue_id == queue_id:
+                return queue.min_offset, queue.max_offset
+        return None
+
+
+def _quiet(future: asyncio.Future[object]) -> None:
+    """Producer heartbeats are fire-and-forget: the next one repeats a lost one."""
+    if not future.cancelled() and future.exception() is not None:
+        error = future.exception()
+        level = logging.DEBUG if isinstance(error, BrokerError) else logging.WARNING
+        log.log(level, "a producer heartbeat failed: %s", error)

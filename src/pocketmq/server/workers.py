@@ -1,0 +1,168 @@
+"""``pocketmq serve --grpc-workers N``: the broker's gRPC port served by N proxy processes.
+
+One Python process runs on one core, and gRPC costs the official clients' broker several times
+the CPU of the work it asks for (docs/benchmarks.md). With workers, the broker process keeps its
+queues and speaks only the native protocol; N ``pocketmq proxy`` children share the gRPC port
+(``SO_REUSEPORT``: the kernel spreads connections over them) and forward each call to it
+(docs/proxy.md). A worker that dies is started again; clients reconnect to a live one and lose
+nothing, since a proxy holds no state of theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from typing import Final
+
+__all__ = ["ProxyWorkers", "reserve_port"]
+
+log = logging.getLogger("pocketmq.server.workers")
+
+READY_TIMEOUT: Final = 60.0
+"""How long a worker may take to print its ready line (imports grpc, connects, listens)."""
+RESTART_DELAY: Final = 1.0
+"""The pause before a worker that died is started again (no tight crash loop)."""
+_STOP_TIMEOUT: Final = 10.0
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """A bound, not listening, ``SO_REUSEPORT`` socket on ``host:port`` (0: a free port): it holds
+    the port for the workers (who bind it the same way) against anyone else meanwhile."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    holder = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        holder.bind((host, port))
+    except OSError:
+        holder.close()
+        raise
+    return holder
+
+
+class ProxyWorkers:
+    """``count`` proxy processes for the broker at ``broker_address``, sharing ``host:port`` and
+    advertising ``advertise`` (module doc)."""
+
+    def __init__(
+        self, count: int, broker_address: str, host: str, port: int, advertise: str
+    ) -> None:
+        self._count = count
+        self._command = [
+            sys.executable,
+            "-m",
+            "pocketmq",
+            "proxy",
+            "--broker",
+            broker_address,
+            "--host",
+            host,
+            "--grpc-port",
+            str(port),
+            "--advertise",
+            advertise,
+            "--reuse-port",
+            "--exit-with-stdin",  # a killed broker takes its workers with it
+            "--log-level",
+            logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+        ]
+        self._processes: list[asyncio.subprocess.Process | None] = [None] * count
+        self._supervisors: list[asyncio.Task[None]] = []
+        self._relays: dict[int, asyncio.Task[None]] = {}
+        self._closing = False
+        self.restarts = 0
+
+    async def start(self) -> None:
+        """Start every worker and wait until each serves; an ``OSError`` says why one could not."""
+        try:
+            await asyncio.gather(*(self._spawn(number) for number in range(self._count)))
+        except BaseException:
+            await self.close()
+            raise
+        self._supervisors = [
+            asyncio.create_task(self._supervise(number), name=f"grpc-worker-{number}")
+            for number in range(self._count)
+        ]
+
+    def pids(self) -> list[int]:
+        """The live workers' process ids (for CPU figures and tests)."""
+        return [p.pid for p in self._processes if p is not None and p.returncode is None]
+
+    async def _spawn(self, number: int) -> None:
+        process = await asyncio.create_subprocess_exec(
+            *self._command,
+            stdin=asyncio.subprocess.PIPE,  # never written: closing it stops the worker
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._processes[number] = process
+        assert process.stdout is not None
+        seen: list[str] = []
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                while True:
+                    raw = await process.stdout.readline()
+                    if not raw:
+                        await process.wait()
+                        tail = " | ".join(seen[-3:]) or "no output"
+                        raise OSError(
+                            f"gRPC worker {number} exited ({process.returncode}) before "
+                            f"serving: {tail}"
+                        )
+                    line = raw.decode(errors="replace").rstrip()
+                    if line.startswith("pocketmq proxy ready"):
+                        break
+                    seen.append(line)
+        except TimeoutError:
+            process.kill()
+            raise OSError(
+                f"gRPC worker {number} did not serve within {READY_TIMEOUT:.0f}s"
+            ) from None
+        log.info("gRPC worker %d (pid %d) serving", number, process.pid)
+        self._relays[number] = asyncio.create_task(
+            self._relay(number, process.stdout), name=f"grpc-worker-log-{number}"
+        )
+
+    @staticmethod
+    async def _relay(number: int, output: asyncio.StreamReader) -> None:
+        """A worker's log lines, in the broker's log."""
+        while raw := await output.readline():
+            log.info("worker %d: %s", number, raw.decode(errors="replace").rstrip())
+
+    async def _supervise(self, number: int) -> None:
+        while not self._closing:
+            process = self._processes[number]
+            if process is not None:
+                code = await process.wait()
+                if self._closing:
+                    return
+                log.warning("gRPC worker %d exited (%s): starting it again", number, code)
+            await asyncio.sleep(RESTART_DELAY)
+            try:
+                await self._spawn(number)
+                self.restarts += 1
+            except OSError as exc:
+                log.error("%s", exc)
+                self._processes[number] = None
+
+    async def close(self) -> None:
+        """Stop the workers (SIGTERM, then SIGKILL after a grace period)."""
+        self._closing = True
+        for task in self._supervisors:
+            task.cancel()
+        for task in self._supervisors:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        running = [p for p in self._processes if p is not None and p.returncode is None]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        for process in running:
+            try:
+                await asyncio.wait_for(process.wait(), _STOP_TIMEOUT)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
