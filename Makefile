@@ -25,6 +25,8 @@ run: $(STAMP)
 
 test: $(STAMP) prerequisites
 	$(PY) -m pytest -m "not slow"
+	# every official-client test again, through the proxy tier (docs/proxy.md)
+	POCKETMQ_TEST_GRPC_WORKERS=2 $(PY) -m pytest -m "not slow" tests/grpc
 
 test-slow: $(STAMP) prerequisites
 	$(PY) -m pytest -m slow
@@ -56,6 +58,7 @@ bench: $(STAMP)
 	$(VENV)/bin/pocketmq bench peers --record $(BENCH_LOG)
 	$(VENV)/bin/pocketmq bench idempotent --url postgresql+psycopg://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
 	$(VENV)/bin/pocketmq bench grpc
+	$(VENV)/bin/pocketmq bench proxy
 	$(VENV)/bin/pocketmq bench reconcile
 
 clean:

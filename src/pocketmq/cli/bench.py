@@ -145,6 +145,10 @@ PASS_THROUGH: dict[str, tuple[str, str]] = {
         "pocketmq.bench.grpc",
         "The official RocketMQ 5 Python client against pocketmq, beside the native SDK.",
     ),
+    "proxy": (
+        "pocketmq.bench.proxy",
+        "Official producers through gRPC served in the broker process vs by proxy workers.",
+    ),
     "peers": (
         "pocketmq.bench.peers.run",
         "pocketmq as shipped beside Redis Streams, NATS JetStream and RabbitMQ, ratios in one run.",

@@ -208,6 +208,7 @@ class RemotePort:
         return msgspec.structs.replace(route, brokers=brokers)
 
     async def topic_perm(self, topic: str) -> int | None:
+        """As a native request (``BrokerPort.topic_perm``)."""
         listed = await self._call(RequestCode.LIST_TOPICS, w.Empty(), w.ListTopicsResponse)
         for spec in listed.topics:
             if spec.name == topic:
@@ -215,12 +216,14 @@ class RemotePort:
         return None
 
     async def group(self, name: str) -> GroupConfig:
+        """As a native request (``BrokerPort.group``)."""
         spec = await self._call(RequestCode.GATEWAY_GROUP, w.NameRequest(name), w.GroupSpec)
         return group_from_spec(spec)
 
     async def heartbeat_consumer(
         self, client_id: str, group: str, subscriptions: dict[str, str], client: ClientInfo
     ) -> None:
+        """As a native request (``BrokerPort.heartbeat_consumer``)."""
         registration = w.ConsumerRegistration(group, "clustering", subscriptions)
         await self._call(
             RequestCode.HEARTBEAT,
@@ -244,11 +247,13 @@ class RemotePort:
         owner: object,
         client: ClientInfo,
     ) -> None:
+        """As a native request (``BrokerPort.register_producer``)."""
         producer = _Producer(list(topics), check, client)
         self._producers[client_id] = producer
         self._heartbeat_producer(await self._open(), client_id, producer)
 
     async def unregister(self, client_id: str, group: str, owner: object) -> None:
+        """As a native request (``BrokerPort.unregister``)."""
         self._producers.pop(client_id, None)
         await self._call(
             RequestCode.UNREGISTER_CLIENT,
@@ -261,6 +266,7 @@ class RemotePort:
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
     ) -> list[SendOutcome]:
+        """As a native request (``BrokerPort.send``)."""
         key = (producer_group, born_host)
         batcher = self._sends.get(key)
         if batcher is None:
@@ -284,6 +290,7 @@ class RemotePort:
         return [outcome(item, m.topic) for item, m in zip(response.results, messages, strict=True)]
 
     async def recall(self, topic: str, recall_handle: str) -> str:
+        """As a native request (``BrokerPort.recall``)."""
         answer = await self._call(
             RequestCode.RECALL, w.RecallRequest(topic, recall_handle), w.RecallResponse
         )
@@ -292,6 +299,7 @@ class RemotePort:
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, *, commit: bool, from_check: bool
     ) -> None:
+        """As a native request (``BrokerPort.end_transaction``)."""
         await self._call(
             RequestCode.END_TRANSACTION,
             w.EndTransactionRequest(
@@ -315,6 +323,7 @@ class RemotePort:
         queue_hint: int,
         attempt_id: str,
     ) -> list[Delivered]:
+        """As a native request (``BrokerPort.pop``)."""
         request = w.PopRequest(
             group,
             topic,
@@ -330,6 +339,7 @@ class RemotePort:
         return [delivered(m) for m in answer.messages]
 
     async def ack(self, group: str, entries: Sequence[tuple[str, str]]) -> list[Exception | None]:
+        """As a native request (``BrokerPort.ack``)."""
         batcher = self._acks.get(group)
         if batcher is None:
 
@@ -351,6 +361,7 @@ class RemotePort:
     async def change_invisible(
         self, group: str, topic: str, receipt_handle: str, invisible: float
     ) -> str:
+        """As a native request (``BrokerPort.change_invisible``)."""
         request = w.ChangeInvisibleRequest(group, topic, receipt_handle, round(invisible * 1000))
         answer = await self._call(RequestCode.CHANGE_INVISIBLE, request, w.ChangeInvisibleResponse)
         return answer.receipt_handle
@@ -358,6 +369,7 @@ class RemotePort:
     async def forward_to_dead_letter(
         self, group: str, topic: str, receipt_handle: str, reason: str
     ) -> None:
+        """As a native request (``BrokerPort.forward_to_dead_letter``)."""
         request = w.ForwardToDeadLetterRequest(group, topic, receipt_handle, reason)
         await self._call(RequestCode.FORWARD_TO_DEAD_LETTER, request, w.Empty)
 
@@ -372,6 +384,7 @@ class RemotePort:
         expression: str,
         max_wait: float,
     ) -> PullOutcome:
+        """As a native request (``BrokerPort.pull``)."""
         request = w.PullRequest(
             group, topic, queue_id, offset, max_count, expression, round(max_wait * 1000)
         )
@@ -385,15 +398,18 @@ class RemotePort:
         )
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """As a native request (``BrokerPort.commit_offset``)."""
         request = w.CommitOffsetRequest(group, [w.OffsetEntry(topic, queue_id, offset)])
         await self._call(RequestCode.COMMIT_OFFSET, request, w.Empty)
 
     async def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """As a native request (``BrokerPort.query_offset``)."""
         request = w.QueryOffsetRequest(group, topic, queue_id)
         answer = await self._call(RequestCode.QUERY_OFFSET, request, w.QueryOffsetResponse)
         return answer.offset
 
     async def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """As a native request (``BrokerPort.queue_range``)."""
         answer = await self._call(
             RequestCode.QUEUE_STATUS, w.QueueStatusRequest(topic), w.QueueStatusResponse
         )

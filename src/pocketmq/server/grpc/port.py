@@ -50,15 +50,23 @@ class BrokerPort(Protocol):
     name: str
     limits: BrokerLimits
 
-    async def route(self, topic: str) -> w.RouteResponse: ...
+    async def route(self, topic: str) -> w.RouteResponse:
+        """The topic's route across the cluster, as the adapter lists it to official clients."""
+        ...
 
-    async def topic_perm(self, topic: str) -> int | None: ...
+    async def topic_perm(self, topic: str) -> int | None:
+        """The topic's permission here (None: no such topic), for the masterless-write rule."""
+        ...
 
-    async def group(self, name: str) -> GroupConfig: ...
+    async def group(self, name: str) -> GroupConfig:
+        """The group's configuration (created on first use if the broker auto-creates groups)."""
+        ...
 
     async def heartbeat_consumer(
         self, client_id: str, group: str, subscriptions: dict[str, str], client: ClientInfo
-    ) -> None: ...
+    ) -> None:
+        """Register an official consumer in its group, described as the client it is."""
+        ...
 
     async def register_producer(
         self,
@@ -67,19 +75,29 @@ class BrokerPort(Protocol):
         check: CheckChannel,
         owner: object,
         client: ClientInfo,
-    ) -> None: ...
+    ) -> None:
+        """Keep an official producer's check-back channel for its topics (its producer groups)."""
+        ...
 
-    async def unregister(self, client_id: str, group: str, owner: object) -> None: ...
+    async def unregister(self, client_id: str, group: str, owner: object) -> None:
+        """A client leaving: out of its group and its check-back channels dropped at once."""
+        ...
 
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
-    ) -> list[SendOutcome]: ...
+    ) -> list[SendOutcome]:
+        """Store messages through the broker's send path; one outcome per message."""
+        ...
 
-    async def recall(self, topic: str, recall_handle: str) -> str: ...
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message by its recall handle; its message id."""
+        ...
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, *, commit: bool, from_check: bool
-    ) -> None: ...
+    ) -> None:
+        """Commit or roll back a half message (the topic stands for the producer group)."""
+        ...
 
     async def pop(
         self,
@@ -93,19 +111,25 @@ class BrokerPort(Protocol):
         consumer: str,
         queue_hint: int,
         attempt_id: str,
-    ) -> list[Delivered]: ...
+    ) -> list[Delivered]:
+        """Pop messages with receipt handles, long-polling up to ``max_wait``."""
+        ...
 
-    async def ack(
-        self, group: str, entries: Sequence[tuple[str, str]]
-    ) -> list[Exception | None]: ...
+    async def ack(self, group: str, entries: Sequence[tuple[str, str]]) -> list[Exception | None]:
+        """Acknowledge popped messages; per entry None or the error it met."""
+        ...
 
     async def change_invisible(
         self, group: str, topic: str, receipt_handle: str, invisible: float
-    ) -> str: ...
+    ) -> str:
+        """Hide a popped message again for ``invisible`` seconds; its new receipt handle."""
+        ...
 
     async def forward_to_dead_letter(
         self, group: str, topic: str, receipt_handle: str, reason: str
-    ) -> None: ...
+    ) -> None:
+        """Move a popped message to its group's dead-letter queue now."""
+        ...
 
     async def pull(
         self,
@@ -117,13 +141,21 @@ class BrokerPort(Protocol):
         max_count: int,
         expression: str,
         max_wait: float,
-    ) -> PullOutcome: ...
+    ) -> PullOutcome:
+        """Pull mode: messages of one queue from ``offset``."""
+        ...
 
-    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit a group's offset in one queue."""
+        ...
 
-    async def query_offset(self, group: str, topic: str, queue_id: int) -> int: ...
+    async def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """A group's committed offset in one queue (-1: none)."""
+        ...
 
-    async def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None: ...
+    async def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """A queue's first and next offsets, or None when the topic has no such queue."""
+        ...
 
 
 class LocalPort:
@@ -147,18 +179,22 @@ class LocalPort:
         )
 
     async def route(self, topic: str) -> w.RouteResponse:
+        """The broker's own :meth:`BrokerPort.route`."""
         return await self._routes(topic)
 
     async def topic_perm(self, topic: str) -> int | None:
+        """The broker's own :meth:`BrokerPort.topic_perm`."""
         config = self._broker.topics.get(topic)
         return config.perm if config is not None else None
 
     async def group(self, name: str) -> GroupConfig:
+        """The broker's own :meth:`BrokerPort.group`."""
         return self._broker.require_group(name)
 
     async def heartbeat_consumer(
         self, client_id: str, group: str, subscriptions: dict[str, str], client: ClientInfo
     ) -> None:
+        """The broker's own :meth:`BrokerPort.heartbeat_consumer`."""
         self._broker.heartbeat(client_id, [(group, "clustering", subscriptions)], None, client)
 
     async def register_producer(
@@ -169,23 +205,28 @@ class LocalPort:
         owner: object,
         client: ClientInfo,
     ) -> None:
+        """The broker's own :meth:`BrokerPort.register_producer`."""
         self._broker.heartbeat_producer(client_id, topics, check, owner=owner)
 
     async def unregister(self, client_id: str, group: str, owner: object) -> None:
+        """The broker's own :meth:`BrokerPort.unregister`."""
         self._broker.unregister(client_id, [group] if group else None)
         self._broker.unregister_producer(client_id, owner=owner)
 
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
     ) -> list[SendOutcome]:
+        """The broker's own :meth:`BrokerPort.send`."""
         return await self._broker.send(messages, producer_group=producer_group, born_host=born_host)
 
     async def recall(self, topic: str, recall_handle: str) -> str:
+        """The broker's own :meth:`BrokerPort.recall`."""
         return self._broker.recall(topic, recall_handle)
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, *, commit: bool, from_check: bool
     ) -> None:
+        """The broker's own :meth:`BrokerPort.end_transaction`."""
         await self._broker.end_transaction(
             topic, message_id, transaction_id, commit=commit, from_check=from_check, topic=topic
         )
@@ -203,6 +244,7 @@ class LocalPort:
         queue_hint: int,
         attempt_id: str,
     ) -> list[Delivered]:
+        """The broker's own :meth:`BrokerPort.pop`."""
         return await self._broker.pop(
             group,
             topic,
@@ -217,6 +259,7 @@ class LocalPort:
         )
 
     async def ack(self, group: str, entries: Sequence[tuple[str, str]]) -> list[Exception | None]:
+        """The broker's own :meth:`BrokerPort.ack`."""
         results: list[Exception | None] = []
         for topic, handle in entries:
             try:
@@ -229,11 +272,13 @@ class LocalPort:
     async def change_invisible(
         self, group: str, topic: str, receipt_handle: str, invisible: float
     ) -> str:
+        """The broker's own :meth:`BrokerPort.change_invisible`."""
         return self._broker.change_invisible(group, topic, receipt_handle, invisible)
 
     async def forward_to_dead_letter(
         self, group: str, topic: str, receipt_handle: str, reason: str
     ) -> None:
+        """The broker's own :meth:`BrokerPort.forward_to_dead_letter`."""
         self._broker.forward_to_dead_letter(group, topic, receipt_handle, reason=reason)
 
     async def pull(
@@ -247,6 +292,7 @@ class LocalPort:
         expression: str,
         max_wait: float,
     ) -> PullOutcome:
+        """The broker's own :meth:`BrokerPort.pull`."""
         return await self._broker.pull(
             group,
             topic,
@@ -258,12 +304,15 @@ class LocalPort:
         )
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """The broker's own :meth:`BrokerPort.commit_offset`."""
         self._broker.commit_offsets(group, [(topic, queue_id, offset)])
 
     async def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The broker's own :meth:`BrokerPort.query_offset`."""
         return self._broker.query_offset(group, topic, queue_id)
 
     async def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """The broker's own :meth:`BrokerPort.queue_range`."""
         for row in self._broker.queue_status(topic):
             if row[0] == queue_id:
                 return row[1], row[2]

@@ -1,0 +1,78 @@
+"""The proxy's request merging (pocketmq/proxy/batching.py): one request in flight, the rest
+ride in the next one, each caller gets exactly its own results."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pocketmq.proxy.batching import Batcher
+
+
+async def _turns() -> None:
+    """Let every ready task run (a submit, then the batcher's drain task)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+class _Recorder:
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls: list[list[int]] = []
+        self.release = asyncio.Event()
+        self._fail_on = fail_on
+
+    async def __call__(self, items: list[int]) -> list[int]:
+        self.calls.append(list(items))
+        await self.release.wait()
+        if self._fail_on is not None and self._fail_on in items:
+            raise RuntimeError("broker said no")
+        return [item * 10 for item in items]
+
+
+async def test_an_idle_batcher_sends_at_once_and_merges_what_waits_meanwhile() -> None:
+    call = _Recorder()
+    batcher: Batcher[int, int] = Batcher(call, max_batch=100)
+    first = asyncio.create_task(batcher.submit([1]))
+    await _turns()
+    assert call.calls == [[1]]  # nothing in flight: no waiting for company
+    later = [asyncio.create_task(batcher.submit([n, n + 1])) for n in (2, 4, 6)]
+    await _turns()
+    assert call.calls == [[1]]  # one request at a time
+    call.release.set()
+    assert await first == [10]
+    assert [await task for task in later] == [[20, 30], [40, 50], [60, 70]]
+    assert call.calls == [[1], [2, 3, 4, 5, 6, 7]]  # the three waiting callers in one request
+
+
+async def test_a_batch_never_exceeds_its_limit_and_keeps_callers_whole() -> None:
+    call = _Recorder()
+    call.release.set()
+    blocker = asyncio.Event()
+
+    async def slow(items: list[int]) -> list[int]:
+        await blocker.wait()
+        return await call(items)
+
+    batcher: Batcher[int, int] = Batcher(slow, max_batch=4)
+    tasks = [asyncio.create_task(batcher.submit([n, n, n])) for n in range(4)]
+    await _turns()
+    blocker.set()
+    results = [await task for task in tasks]
+    assert results == [[n * 10] * 3 for n in range(4)]
+    assert all(len(items) <= 4 for items in call.calls[1:])
+    assert [len(items) for items in call.calls] == [3, 3, 3, 3]
+
+
+async def test_a_failed_request_fails_every_caller_in_it_and_the_next_batch_still_runs() -> None:
+    call = _Recorder(fail_on=2)
+    batcher: Batcher[int, int] = Batcher(call, max_batch=100)
+    first = asyncio.create_task(batcher.submit([1]))
+    await _turns()
+    doomed = [asyncio.create_task(batcher.submit([n])) for n in (2, 3)]
+    call.release.set()
+    assert await first == [10]
+    for task in doomed:
+        with pytest.raises(RuntimeError, match="broker said no"):
+            await task
+    assert await batcher.submit([5]) == [50]
