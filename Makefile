@@ -26,7 +26,9 @@ run: $(STAMP)
 test: $(STAMP) prerequisites
 	$(PY) -m pytest -m "not slow"
 	# every official-client test again, through the proxy tier (docs/proxy.md)
-	POCKETMQ_TEST_GRPC_WORKERS=2 $(PY) -m pytest -m "not slow" tests/grpc
+	POCKETMQ_TEST_GRPC_WORKERS=2 $(PY) -m pytest -m "not slow" tests/grpc \
+		tests/server/test_tls.py tests/server/test_authentication.py \
+		tests/server/test_acl.py tests/server/test_grpc_tls_modes.py
 
 test-slow: $(STAMP) prerequisites
 	$(PY) -m pytest -m slow

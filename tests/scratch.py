@@ -9,6 +9,7 @@ session-scoped fixtures remove theirs with :func:`scratch_dir` (docs/testing.md)
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,3 +42,10 @@ def scratch_broker(factory: pytest.TempPathFactory, name: str, **options: Any) -
         finally:
             code = process.stop()
             assert code == 0, process.log()[-5000:]
+
+
+def grpc_worker_args() -> tuple[str, ...]:
+    """``--grpc-workers N`` when ``POCKETMQ_TEST_GRPC_WORKERS`` asks for the official-client
+    tests to run through the proxy tier (``make test`` runs them both ways), else nothing."""
+    count = os.environ.get("POCKETMQ_TEST_GRPC_WORKERS", "0")
+    return ("--grpc-workers", count) if count not in ("", "0") else ()

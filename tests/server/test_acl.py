@@ -23,7 +23,7 @@ from pocketmq.server.auth.users import UserStore
 from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER
-from ..scratch import scratch_broker
+from ..scratch import grpc_worker_args, scratch_broker
 
 A = Action
 
@@ -135,7 +135,7 @@ def test_the_authorizer_lets_super_users_through_and_follows_rule_edits(tmp_path
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     options: dict[str, Any] = {
         "config": FAST_BROKER,
-        "extra_args": ("--authentication", "--authorization"),
+        "extra_args": ("--authentication", "--authorization", *grpc_worker_args()),
     }
     with scratch_broker(tmp_path_factory, "acl-broker", **options) as process:
         data = str(process.data_dir / "data")

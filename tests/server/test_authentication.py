@@ -26,11 +26,11 @@ from pocketmq.protocol import PROTOCOL_VERSION, FrameDecoder, FrameKind, Request
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.frames import encode_frame
 from pocketmq.server.auth.signature import parse_authorization, signature_matches
-from pocketmq.server.auth.users import UserStore
+from pocketmq.server.auth.users import GATEWAY_USER, UserStore
 from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER
-from ..scratch import scratch_broker
+from ..scratch import grpc_worker_args, scratch_broker
 
 STAMP = "20261124T101500Z"
 SECRET = "s3cret-key"
@@ -99,7 +99,8 @@ def test_secrets_are_encrypted_at_rest_and_edits_are_seen(tmp_path: Path) -> Non
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    options: dict[str, Any] = {"config": FAST_BROKER, "extra_args": ("--authentication",)}
+    extra = ("--authentication", *grpc_worker_args())
+    options: dict[str, Any] = {"config": FAST_BROKER, "extra_args": extra}
     with scratch_broker(tmp_path_factory, "auth-broker", **options) as process:
         yield process
 
@@ -176,6 +177,17 @@ async def test_the_native_port_answers_only_after_a_challenge_is_met(
         subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert listed.returncode == 0, listed.stderr
+
+
+@pytest.mark.integration
+async def test_the_gateway_identity_is_closed_to_guesses(broker: BrokerProcess) -> None:
+    """``gateway/proxy`` is what a broker's own proxy workers sign in as, with a secret made at
+    each start (docs/proxy.md): without workers nobody can use it, not even with an empty
+    secret, and with them a guessed secret is refused like any other."""
+    for secret in ("", "guess", "0" * 64):
+        with pytest.raises(NoPermissionError):
+            async with Admin(servers=broker.address, client=_as(GATEWAY_USER, secret)) as admin:
+                await admin.list_topics()
 
 
 async def _raw_list_topics(address: str) -> int:

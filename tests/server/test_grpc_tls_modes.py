@@ -19,6 +19,7 @@ from pocketmq.server.grpc.permissive import PermissiveForwarder
 from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER
+from ..scratch import grpc_worker_args
 
 pytestmark = pytest.mark.integration
 
@@ -58,8 +59,8 @@ def _official(endpoint: str, topic: str, tls: bool, roots: Path | None) -> subpr
 
 
 def test_permissive_serves_tls_and_plaintext_clients_on_one_port_at_once(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "b", config=FAST_BROKER,
-                       extra_args=("--grpc-tls", "permissive")) as broker:  # fmt: skip
+    mode = ("--grpc-tls", "permissive", *grpc_worker_args())
+    with BrokerProcess(tmp_path / "b", config=FAST_BROKER, extra_args=mode) as broker:
         config_dir = broker.data_dir / "data" / "config" / "tls"
         certificate = config_dir / "self-signed.crt"
         assert certificate.exists()
@@ -86,8 +87,8 @@ def _browse(address: str, topic: str) -> list[StoredMessage]:
 def test_enforcing_refuses_a_plaintext_client_and_keeps_the_generated_certificate(
     tmp_path: Path,
 ) -> None:
-    with BrokerProcess(tmp_path / "b", config=FAST_BROKER,
-                       extra_args=("--grpc-tls", "enforcing")) as broker:  # fmt: skip
+    mode = ("--grpc-tls", "enforcing", *grpc_worker_args())
+    with BrokerProcess(tmp_path / "b", config=FAST_BROKER, extra_args=mode) as broker:
         certificate = broker.data_dir / "data" / "config" / "tls" / "self-signed.crt"
         first = certificate.read_bytes()
         with SyncAdmin(servers=broker.address) as admin:

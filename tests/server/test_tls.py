@@ -24,7 +24,7 @@ from pocketmq.errors import BrokerConnectionError
 from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER
-from ..scratch import scratch_broker
+from ..scratch import grpc_worker_args, scratch_broker
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[trustme.CA, Path, Path
 @pytest.fixture(scope="module")
 def broker(ca: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     _, _, cert, key = ca
-    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key), *grpc_worker_args())
     options = {"config": FAST_BROKER, "http_port": 0, "extra_args": tls}
     with scratch_broker(tmp_path_factory, "tls-broker", **options) as process:
         yield process

@@ -15,7 +15,7 @@ import click
 
 from pocketmq.cli._app import main
 from pocketmq.cli.serve import LOG_LEVELS, run_until_signalled, setup_logging
-from pocketmq.errors import BrokerError
+from pocketmq.errors import BrokerError, InvalidArgumentError
 from pocketmq.server.auth.network import is_loopback
 
 __all__ = ["proxy"]
@@ -41,6 +41,33 @@ __all__ = ["proxy"]
     help="Share the port with other proxies of the same broker (the kernel spreads clients).",
 )
 @click.option(
+    "--data-dir",
+    help="The broker's data directory, for its users and ACL rules (with --authentication).",
+)
+@click.option(
+    "--authentication",
+    is_flag=True,
+    help="gRPC requests must be signed by a user of the broker's `pocketmq user` list.",
+)
+@click.option(
+    "--authorization", is_flag=True, help="Normal users may only do what `pocketmq acl` allows."
+)
+@click.option("--tls-cert", help="PEM certificate chain served on the gRPC port.")
+@click.option("--tls-key", help="PEM private key of --tls-cert.")
+@click.option(
+    "--grpc-tls",
+    type=click.Choice(["disabled", "permissive", "enforcing"]),
+    help="TLS on the gRPC port; permissive: TLS and plaintext on one port.  "
+    "[default: enforcing with --tls-cert, else disabled]",
+)
+@click.option(
+    "--broker-ca",
+    help="The broker's native port speaks TLS: trust this CA bundle or certificate for it.",
+)
+@click.option(
+    "--insecure", is_flag=True, help="Listen on a non-loopback --host without --authentication."
+)
+@click.option(
     "--exit-with-stdin",
     is_flag=True,
     hidden=True,
@@ -53,20 +80,49 @@ def proxy(
     grpc_port: int,
     advertise: str,
     reuse_port: bool,
+    data_dir: str | None,
+    authentication: bool,
+    authorization: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    grpc_tls: str | None,
+    broker_ca: str | None,
+    insecure: bool,
     exit_with_stdin: bool,
     log_level: str,
 ) -> None:
     """Serve the official RocketMQ 5 clients' gRPC for BROKER, forwarding over the native
-    protocol (docs/proxy.md)."""
-    from pocketmq.proxy.gateway import Gateway  # grpc is heavy: only for this command
+    protocol (docs/proxy.md). To a broker with --authentication it signs in as
+    POCKETMQ_ACCESS_KEY / POCKETMQ_SECRET_KEY (a super user)."""
+    from pocketmq.proxy.gateway import Gateway, GatewaySecurity  # grpc is heavy: only here
 
     setup_logging(log_level)
-    if not is_loopback(host):
+    if not (authentication or insecure or is_loopback(host)):
         raise click.UsageError(
-            f"--host {host} lets other machines connect, and the proxy does not authenticate "
-            "clients yet (docs/proxy.md, Limits): run it on loopback"
+            f"--host {host} lets other machines connect, and without --authentication anyone "
+            "there may read and write every topic: add --authentication or --insecure"
         )
-    gateway = Gateway(broker, host, grpc_port, advertise=advertise, reuse_port=reuse_port)
+    if (authentication or authorization) and not data_dir:
+        raise click.UsageError("--authentication needs --data-dir (the broker's users)")
+    if authorization and not authentication:
+        raise click.UsageError("--authorization needs --authentication")
+    try:
+        security = GatewaySecurity.build(
+            data_dir=data_dir,
+            authentication=authentication,
+            authorization=authorization,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            grpc_tls=grpc_tls or ("enforcing" if tls_cert else "disabled"),
+            broker_ca=broker_ca,
+            broker_host=broker.rpartition(":")[0],
+            environment=os.environ,
+        )
+    except (OSError, InvalidArgumentError) as exc:
+        raise click.UsageError(str(exc)) from None
+    gateway = Gateway(
+        broker, host, grpc_port, advertise=advertise, reuse_port=reuse_port, security=security
+    )
 
     async def start() -> None:
         if exit_with_stdin:

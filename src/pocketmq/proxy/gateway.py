@@ -17,9 +17,10 @@ from typing import Final
 
 from pocketmq.errors import BrokerConnectionError
 from pocketmq.proxy.remote import RemotePort
+from pocketmq.proxy.security import GatewaySecurity
 from pocketmq.server.grpc.server import GrpcServer
 
-__all__ = ["Gateway"]
+__all__ = ["Gateway", "GatewaySecurity"]
 
 log = logging.getLogger("pocketmq.proxy")
 
@@ -40,8 +41,12 @@ class Gateway:
         *,
         advertise: str = "",
         reuse_port: bool = False,
+        security: GatewaySecurity | None = None,
     ) -> None:
-        self.port = RemotePort(broker_address)
+        self._security = security = security or GatewaySecurity()
+        self.port = RemotePort(
+            broker_address, tls=security.link_tls, credentials=security.credentials
+        )
         self._host = host
         self._wanted_port = port
         self._advertise = advertise
@@ -62,12 +67,21 @@ class Gateway:
                     raise
                 log.warning("broker %s not reachable yet: %s", self.port.address, exc)
                 await asyncio.sleep(0.5)
+        security = self._security
         server = GrpcServer(
             self.port,
             lambda: self.grpc_address,
             auto_renew_invisible=self.port.auto_renew_invisible,
+            users=security.users,
+            authorizer=security.authorizer,
         )
-        await server.start(self._host, self._wanted_port, reuse_port=self._reuse_port)
+        await server.start(
+            self._host,
+            self._wanted_port,
+            security.tls_pem,
+            permissive=security.permissive,
+            reuse_port=self._reuse_port,
+        )
         self._server = server
         self.grpc_address = self._advertise or f"{self._host}:{server.port}"
         self.port.advertised = self.grpc_address

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import Final, TypeVar
 
@@ -96,9 +97,18 @@ class RemotePort:
     """A :class:`~pocketmq.server.grpc.port.BrokerPort` over one native connection to the broker
     at ``address`` (module doc). Call :meth:`start` before serving."""
 
-    def __init__(self, address: str, *, timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout: float = REQUEST_TIMEOUT,
+        tls: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] = ("", ""),
+    ) -> None:
         self.address = address
         self._timeout = timeout
+        self._tls = tls
+        self._credentials = credentials
         self._client_id = f"proxy@{socket.gethostname()}@{os.getpid()}"
         self._connection: ClientConnection | None = None
         self._connecting = asyncio.Lock()
@@ -139,7 +149,12 @@ class RemotePort:
             if connection is not None and connection.is_open:
                 return connection
             connection = await connect(
-                self.address, self._client_id, timeout=self._timeout, on_push=self._on_push
+                self.address,
+                self._client_id,
+                timeout=self._timeout,
+                on_push=self._on_push,
+                tls=self._tls,
+                credentials=self._credentials,
             )
             self._connection = connection
             # the broker forgot this connection's producers when the last one closed

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import ssl
 from dataclasses import dataclass, field
@@ -205,6 +206,8 @@ class BrokerApp:
         self._native: FrameServer | None = None
         self._grpc: GrpcServer | None = None
         self.grpc_workers: ProxyWorkers | None = None
+        # what this broker's proxy workers authenticate with (docs/proxy.md); new at each start
+        self._gateway_secret = secrets.token_hex(32) if config.grpc_workers else ""
         self._http: HttpServer | None = None
         self._users: UserStore | None = None  # authentication on (docs/security.md)
         self._authorizer: Authorizer | None = None  # authorization on
@@ -272,6 +275,7 @@ class BrokerApp:
                 self._topics_changed,
                 self._promote,
                 users=self._users,
+                gateway_secret=self._gateway_secret,
             )
             handlers |= gateway_handlers(self.broker, config.grpc_auto_renew_invisible)
             if config.authorization:
@@ -364,17 +368,35 @@ class BrokerApp:
         from pocketmq.server.workers import ProxyWorkers, reserve_port
 
         config = self.config
-        if config.authentication or config.tls_cert or config.grpc_tls not in ("", "disabled"):
-            raise InvalidArgumentError(
-                "grpc_workers serve plaintext gRPC without authentication for now (docs/proxy.md, "
-                "Limits): serve gRPC in the broker process for TLS or authentication"
-            )
+        options: list[str] = []
+        if config.authentication:
+            options += ["--data-dir", config.broker.data_dir, "--authentication"]
+        if config.authorization:
+            options.append("--authorization")
+        mode = config.grpc_tls_mode()
+        if mode != "disabled":  # the worker serves the broker's certificate (or self-signed one)
+            cert, key = config.tls_cert, config.tls_key
+            if not (cert and key):
+                from pocketmq.server.auth.certificates import self_signed
+
+                cert, key = self_signed(
+                    os.path.join(config.broker.data_dir, "config"), [config.host]
+                )
+            options += ["--tls-cert", cert, "--tls-key", key, "--grpc-tls", mode]
+        if config.tls_cert:  # the native port speaks TLS: trust exactly its certificate
+            options += ["--broker-ca", config.tls_cert]
         holder = reserve_port(config.host, port)
         try:
             bound = holder.getsockname()[1]
             self.grpc_address = f"{self._advertised_host()}:{bound}"
             workers = ProxyWorkers(
-                config.grpc_workers, self.native_address, config.host, bound, self.grpc_address
+                config.grpc_workers,
+                self.native_address,
+                config.host,
+                bound,
+                self.grpc_address,
+                options=options,
+                gateway_secret=self._gateway_secret,
             )
             await workers.start()
         finally:

@@ -13,11 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import sys
+from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["ProxyWorkers", "reserve_port"]
+__all__ = ["GATEWAY_SECRET_VARIABLE", "ProxyWorkers", "reserve_port"]
+
+GATEWAY_SECRET_VARIABLE: Final = "POCKETMQ_GATEWAY_SECRET"
+"""The environment variable that hands a worker the secret of the broker's gateway identity."""
 
 log = logging.getLogger("pocketmq.server.workers")
 
@@ -47,9 +52,19 @@ class ProxyWorkers:
     advertising ``advertise`` (module doc)."""
 
     def __init__(
-        self, count: int, broker_address: str, host: str, port: int, advertise: str
+        self,
+        count: int,
+        broker_address: str,
+        host: str,
+        port: int,
+        advertise: str,
+        *,
+        options: Sequence[str] = (),
+        gateway_secret: str = "",
     ) -> None:
         self._count = count
+        # the secret goes by environment, never on a command line others can read
+        self._environment = {**os.environ, GATEWAY_SECRET_VARIABLE: gateway_secret}
         self._command = [
             sys.executable,
             "-m",
@@ -67,6 +82,7 @@ class ProxyWorkers:
             "--exit-with-stdin",  # a killed broker takes its workers with it
             "--log-level",
             logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+            *options,
         ]
         self._processes: list[asyncio.subprocess.Process | None] = [None] * count
         self._supervisors: list[asyncio.Task[None]] = []
@@ -96,6 +112,7 @@ class ProxyWorkers:
             stdin=asyncio.subprocess.PIPE,  # never written: closing it stops the worker
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            env=self._environment,
         )
         self._processes[number] = process
         assert process.stdout is not None

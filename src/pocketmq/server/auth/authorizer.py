@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from pocketmq.errors import NoPermissionError
 from pocketmq.server.auth.acl import AclStore, Action, decide, resource_of_topic
-from pocketmq.server.auth.users import UserStore
+from pocketmq.server.auth.users import GATEWAY_USER, UserStore
 
 __all__ = ["Authorizer", "Need", "topic_need"]
 
@@ -67,6 +67,6 @@ class Authorizer:
     def _decide(
         self, user: str, kind: str, name: str, action: Action, source: str
     ) -> tuple[bool, str]:
-        if self._users.user_type(user) == "super":
+        if user == GATEWAY_USER or self._users.user_type(user) == "super":
             return True, "super user"
         return decide(self._acl.rules(user), user, kind, name, action, source)

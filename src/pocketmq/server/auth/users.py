@@ -26,6 +26,11 @@ __all__ = ["User", "UserStore"]
 
 USER_TYPES = ("super", "normal")
 
+GATEWAY_USER = "gateway/proxy"
+"""The identity a broker's own proxy workers authenticate as on its native port, with a secret
+the broker makes at each start (docs/proxy.md); no user can have this name (it holds a '/'),
+and it may do anything: the workers check each official client's own rights themselves."""
+
 
 @dataclass(frozen=True, slots=True)
 class User:

@@ -153,11 +153,12 @@ class PermissiveForwarder:
         """The listener a connection goes to."""
         return self._tls if tls else self._plain
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port`` (0: any free port, then in :attr:`port`)."""
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> None:
+        """Listen on ``host:port`` (0: any free port, then in :attr:`port`); ``reuse_port``:
+        share it with the other proxy workers of one broker."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Downstream(self), host, port, reuse_address=True
+            lambda: _Downstream(self), host, port, reuse_address=True, reuse_port=reuse_port or None
         )
         self.port = int(self._server.sockets[0].getsockname()[1])
 

@@ -211,7 +211,8 @@ class LocalPort:
     async def unregister(self, client_id: str, group: str, owner: object) -> None:
         """The broker's own :meth:`BrokerPort.unregister`."""
         self._broker.unregister(client_id, [group] if group else None)
-        self._broker.unregister_producer(client_id, owner=owner)
+        if owner is not None:  # only what this client's session registered
+            self._broker.unregister_producer(client_id, owner=owner)
 
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str

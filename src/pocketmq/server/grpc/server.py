@@ -102,7 +102,7 @@ class GrpcServer:
             self._server = server
             self._forwarder = PermissiveForwarder(("127.0.0.1", plain), ("127.0.0.1", secure))
             try:
-                await self._forwarder.start(host, port)
+                await self._forwarder.start(host, port, reuse_port=reuse_port)
             except OSError as exc:
                 raise OSError(f"cannot listen for gRPC on {host}:{port}: {exc}") from None
             bound = self._forwarder.port

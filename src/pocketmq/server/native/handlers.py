@@ -41,7 +41,7 @@ from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import challenge_signature
 from pocketmq.protocol.checks import retry_policy_problem
 from pocketmq.server.auth.failures import count as count_failure
-from pocketmq.server.auth.users import UserStore
+from pocketmq.server.auth.users import GATEWAY_USER, UserStore
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
@@ -142,9 +142,11 @@ def broker_handlers(
     topics_changed: Callable[[], Awaitable[None]],
     promote: Callable[[bool], Awaitable[int]] | None = None,
     users: UserStore | None = None,
+    gateway_secret: str = "",
 ) -> HandlerTable:
     """``topics_changed`` is awaited after topics or groups change: the app re-registers with
-    the name server before answering, so a route is there as soon as the topic is created."""
+    the name server before answering, so a route is there as soon as the topic is created.
+    ``gateway_secret``: what this broker's proxy workers authenticate with (docs/proxy.md)."""
     name = broker.name
     store_config = broker.config.store
     pop_bytes = pop_byte_budget(store_config.max_message_size, store_config.max_properties_size)
@@ -185,7 +187,10 @@ def broker_handlers(
         if users is None or not challenge:
             return w.Empty()  # nothing to prove on a broker without authentication
         users.refresh()
-        secret = users.secret(req.access_key)
+        if req.access_key == GATEWAY_USER:  # this broker's own proxy workers, if it has any
+            secret = gateway_secret or None
+        else:
+            secret = users.secret(req.access_key)
         expected = challenge_signature(secret or "", challenge, conn.client_id)
         given = req.signature.lower().encode("utf-8", "replace")  # bytes: any text compares
         if secret is None or not hmac.compare_digest(expected.encode(), given):
