@@ -13,12 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from rocketmq import TransactionChecker, TransactionResolution
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
@@ -43,7 +45,7 @@ def _workers(broker: BrokerProcess) -> set[int]:
 @pytest.fixture(scope="module")
 def tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     config = {**BROKER_CONFIG, "server": {"grpc_workers": 2}}
-    with scratch_broker(tmp_path_factory, "proxy-tier", config=config) as process:
+    with scratch_broker(tmp_path_factory, "proxy-tier", config=config, http_port=0) as process:
         yield process
 
 
@@ -79,6 +81,50 @@ def test_workers_share_the_grpc_port_and_serve_the_official_clients(
     finally:
         clients.shutdown_all()
     assert sum(q.committed_offset for q in tier_admin.queues(topic, group)) == 60
+
+
+def _connections(tier: BrokerProcess) -> dict[tuple[str, str, str], float]:
+    """rocketmq_{producer,consumer}_connections by (kind, protocol, language)."""
+    with urllib.request.urlopen(f"http://{tier.http}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in ("rocketmq_producer_connections", "rocketmq_consumer_connections"):
+                key = (
+                    sample.name.split("_")[1],
+                    sample.labels["protocol"],
+                    sample.labels["language"],
+                )
+                found[key] = sample.value
+    return found
+
+
+def test_the_broker_counts_the_official_clients_behind_its_workers(
+    tier: BrokerProcess, tier_admin: SyncAdmin
+) -> None:
+    """Each proxy worker's one native connection carries its clients' heartbeats: the metrics
+    count the official clients (protocol grpc), not the workers as native clients."""
+    topic, group = unique("topic"), unique("group")
+    tier_admin.create_topic(topic, queues=2)
+    tier_admin.create_group(group)
+    clients = OfficialClients(tier.grpc)
+    try:
+        producers = [clients.producer(topic) for _ in range(2)]
+        for producer in producers:
+            producer.send(message(topic, b"counted"))
+        clients.simple(group, topic)
+        wait_until(
+            lambda: (
+                _connections(tier).get(("producer", "grpc", "python")) == 2
+                and _connections(tier).get(("consumer", "grpc", "python")) == 1
+            ),
+            timeout=20,
+        )
+        native = {key: n for key, n in _connections(tier).items() if key[1] == "native" and n}
+        assert native == {}  # the workers' own connections are not clients
+    finally:
+        clients.shutdown_all()
 
 
 def _ack_with_patience(consumer: Any, received: Any) -> None:

@@ -34,7 +34,7 @@ from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
 from pocketmq.proxy.batching import Batcher
 from pocketmq.server.grpc.port import BrokerLimits, CheckChannel
-from pocketmq.server.native.handlers import group_from_spec
+from pocketmq.server.native.convert import group_from_spec
 
 __all__ = ["RemotePort", "delivered", "outcome"]
 

@@ -31,6 +31,7 @@ from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.gateway import gateway_handlers
+from pocketmq.server.native.gateway_state import count_relayed
 from pocketmq.server.native.handlers import broker_handlers
 from pocketmq.server.native.limits import (
     DEFAULT_HELLO_TIMEOUT,
@@ -365,26 +366,18 @@ class BrokerApp:
 
     async def _start_grpc_workers(self, port: int) -> None:
         """The gRPC port served by proxy processes (server/workers.py, docs/proxy.md)."""
-        from pocketmq.server.workers import ProxyWorkers, reserve_port
+        from pocketmq.server.workers import ProxyWorkers, reserve_port, worker_options
 
         config = self.config
-        options: list[str] = []
-        if config.authentication:
-            options += ["--data-dir", config.broker.data_dir, "--authentication"]
-        if config.authorization:
-            options.append("--authorization")
-        mode = config.grpc_tls_mode()
-        if mode != "disabled":  # the worker serves the broker's certificate (or self-signed one)
-            cert, key = config.tls_cert, config.tls_key
-            if not (cert and key):
-                from pocketmq.server.auth.certificates import self_signed
-
-                cert, key = self_signed(
-                    os.path.join(config.broker.data_dir, "config"), [config.host]
-                )
-            options += ["--tls-cert", cert, "--tls-key", key, "--grpc-tls", mode]
-        if config.tls_cert:  # the native port speaks TLS: trust exactly its certificate
-            options += ["--broker-ca", config.tls_cert]
+        options = worker_options(
+            data_dir=config.broker.data_dir,
+            host=config.host,
+            authentication=config.authentication,
+            authorization=config.authorization,
+            grpc_tls=config.grpc_tls_mode(),
+            tls_cert=config.tls_cert,
+            tls_key=config.tls_key,
+        )
         holder = reserve_port(config.host, port)
         try:
             bound = holder.getsockname()[1]
@@ -426,6 +419,10 @@ class BrokerApp:
         consumers: dict[tuple[str, str], int] = {}
         if self._native is not None:
             for connection in self._native.connections:
+                relayed = connection.state.get("relayed")
+                if relayed is not None:  # a gateway: count its clients, not itself
+                    count_relayed(relayed.values(), producers, consumers)
+                    continue
                 language = connection.state.get("client", ("", ""))[0]
                 key = ("native", language)
                 if connection.producing or connection.state.get("producer_groups"):
@@ -574,6 +571,10 @@ class BrokerApp:
             return self.local_route(topic)
 
     def _connection_closed(self, connection: ServerConnection) -> None:
+        if self.broker is not None:
+            for client_id in connection.state.get("relayed", {}):  # a gateway's clients
+                self.broker.unregister(client_id, None)
+                self.broker.unregister_producer(client_id, None, owner=connection)
         if self.broker is not None and connection.client_id and connection.state.get("groups"):
             self.broker.unregister(connection.client_id, sorted(connection.state["groups"]))
         if self.broker is not None and connection.state.get("producer_groups"):
@@ -594,12 +595,12 @@ class BrokerApp:
             await self.failover.close()
         if self.group is not None:
             await self.group.close()
+        if self.grpc_workers is not None:  # first: their calls in progress need the native port
+            await self.grpc_workers.close()
         if self._native is not None:
             await self._native.close()
         if self._grpc is not None:
             await self._grpc.close()
-        if self.grpc_workers is not None:
-            await self.grpc_workers.close()
         if self._http is not None:
             await self._http.close()
         if self._link is not None:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["GATEWAY_SECRET_VARIABLE", "ProxyWorkers", "reserve_port"]
+__all__ = ["GATEWAY_SECRET_VARIABLE", "ProxyWorkers", "reserve_port", "worker_options"]
 
 GATEWAY_SECRET_VARIABLE: Final = "POCKETMQ_GATEWAY_SECRET"
 """The environment variable that hands a worker the secret of the broker's gateway identity."""
@@ -45,6 +45,36 @@ def reserve_port(host: str, port: int) -> socket.socket:
         holder.close()
         raise
     return holder
+
+
+def worker_options(
+    *,
+    data_dir: str,
+    host: str,
+    authentication: bool,
+    authorization: bool,
+    grpc_tls: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+) -> list[str]:
+    """The ``pocketmq proxy`` options that make a worker as strict as its broker: the same users
+    and rules, the same gRPC TLS mode and certificate (the broker's, or its self-signed one), and
+    the broker's certificate pinned when the native port speaks TLS (docs/proxy.md)."""
+    options: list[str] = []
+    if authentication:
+        options += ["--data-dir", data_dir, "--authentication"]
+    if authorization:
+        options.append("--authorization")
+    if grpc_tls != "disabled":
+        cert, key = tls_cert, tls_key
+        if not (cert and key):
+            from pocketmq.server.auth.certificates import self_signed
+
+            cert, key = self_signed(os.path.join(data_dir, "config"), [host])
+        options += ["--tls-cert", cert, "--tls-key", key, "--grpc-tls", grpc_tls]
+    if tls_cert:
+        options += ["--broker-ca", tls_cert]
+    return options
 
 
 class ProxyWorkers:

@@ -13,7 +13,7 @@ from pocketmq.broker import Broker
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
-from pocketmq.server.native.handlers import group_to_spec
+from pocketmq.server.native.convert import group_to_spec
 
 __all__ = ["gateway_handlers"]
 

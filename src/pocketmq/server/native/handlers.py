@@ -16,16 +16,11 @@ from pocketmq.broker import (
     Attempt,
     Broker,
     ClientInfo,
-    ConsumeFrom,
-    Delivered,
-    GroupConfig,
     InboundMessage,
     PullOutcome,
     ResetTarget,
-    RetryPolicy,
     SendOutcome,
     TransactionCheck,
-    TransactionStatus,
 )
 from pocketmq.errors import (
     BrokerError,
@@ -39,10 +34,16 @@ from pocketmq.errors import (
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import challenge_signature
-from pocketmq.protocol.checks import retry_policy_problem
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.auth.users import GATEWAY_USER, UserStore
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.convert import (
+    group_from_spec,
+    group_to_spec,
+    to_wire,
+    transaction_to_wire,
+)
+from pocketmq.server.native.gateway_state import RelayedClient
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
     MAX_REDRIVE_OFFSETS,
@@ -52,87 +53,10 @@ from pocketmq.server.native.paging import (
 )
 from pocketmq.server.native.validation import attempt_problem, timestamp_problem
 
-__all__ = ["broker_handlers", "to_wire"]
+__all__ = ["broker_handlers"]
 
 RouteProvider = Callable[[str], Awaitable[w.RouteResponse]]
 BrokerLister = Callable[[], Awaitable[w.ListBrokersResponse]]
-
-
-def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
-    """A delivered message in the native protocol's form, with the broker's name so a client knows
-    where to ack or send it back."""
-    return w.DeliveredMessage(
-        message.topic,
-        message.queue_id,
-        message.queue_offset,
-        message.body,
-        message.properties,
-        message.born_timestamp,
-        message.store_timestamp,
-        message.physical_offset,
-        message.delivery_attempt,
-        message.receipt_handle,
-        message.born_host,
-        broker_name,
-    )
-
-
-def transaction_to_wire(status: TransactionStatus) -> w.TransactionStateResponse:
-    """The broker's record of a transaction in the native protocol's form (times in ms)."""
-    return w.TransactionStateResponse(
-        status.message_id,
-        status.transaction_id,
-        status.producer_group,
-        status.topic,
-        status.queue_id,
-        status.state.value,
-        status.checks,
-        int(status.prepared_at * 1000),
-        int(status.updated_at * 1000),
-        status.source,
-        status.detail,
-    )
-
-
-def group_from_spec(spec: w.GroupSpec, max_delay: float = float("inf")) -> GroupConfig:
-    """A group definition from the wire, checked first (retry policy bounds, consume-from), so an
-    unusable group is refused when it is created."""
-    problem = retry_policy_problem(spec, max_delay)
-    if problem is not None:
-        raise InvalidArgumentError(problem)
-    try:
-        consume_from = ConsumeFrom(spec.consume_from)
-    except ValueError:
-        raise InvalidArgumentError("consume_from must be 'first' or 'last'") from None
-    return GroupConfig(
-        name=spec.name,
-        fifo=spec.fifo,
-        broadcast=spec.broadcast,
-        consume_from=consume_from,
-        retry=RetryPolicy(
-            max_retries=spec.max_retries,
-            delays=tuple(d / 1000 for d in spec.retry_delays_ms),
-            initial=spec.retry_initial_ms / 1000,
-            multiplier=spec.retry_multiplier,
-            maximum=(spec.retry_max_ms / 1000) if spec.retry_max_ms else 7200.0,
-        ),
-    )
-
-
-def group_to_spec(group: GroupConfig) -> w.GroupSpec:
-    """A group definition in the native protocol's form (delays in ms), for listings."""
-    retry = group.retry
-    return w.GroupSpec(
-        name=group.name,
-        fifo=group.fifo,
-        max_retries=retry.max_retries,
-        retry_delays_ms=[int(d * 1000) for d in retry.delays],
-        broadcast=group.broadcast,
-        consume_from=group.consume_from.value,
-        retry_initial_ms=int(retry.initial * 1000),
-        retry_multiplier=retry.multiplier,
-        retry_max_ms=int(retry.maximum * 1000),
-    )
 
 
 def broker_handlers(
@@ -208,20 +132,23 @@ def broker_handlers(
         def notify(group: str) -> None:
             conn.push(RequestCode.CONSUMERS_CHANGED, w.ConsumersChangedNotice(group))
 
-        conn.client_id = req.client_id
-        language, version = conn.state.get("client", ("", ""))
-        info = (  # a gateway describes the client it relays (docs/protocol.md "Gateways")
-            ClientInfo(req.protocol, req.language, req.client_version, req.address)
-            if req.protocol
-            else ClientInfo("native", language, version, conn.remote)
-        )
+        if req.protocol:  # a gateway relays a client of its own (docs/protocol.md "Gateways")
+            info = ClientInfo(req.protocol, req.language, req.client_version, req.address)
+            relayed = conn.state.setdefault("relayed", {})
+            relayed[req.client_id] = RelayedClient(
+                req.protocol, req.language, bool(req.producer_groups), bool(req.consumers)
+            )
+        else:
+            conn.client_id = req.client_id
+            language, version = conn.state.get("client", ("", ""))
+            info = ClientInfo("native", language, version, conn.remote)
+            conn.state["groups"] = {c.group for c in req.consumers}
         broker.heartbeat(
             req.client_id,
             [(c.group, c.model, c.subscriptions) for c in req.consumers],
             notify,
             info,
         )
-        conn.state["groups"] = {c.group for c in req.consumers}
         if req.producer_groups:
 
             def check(item: TransactionCheck) -> bool:
@@ -239,10 +166,12 @@ def broker_handlers(
                 return True
 
             broker.heartbeat_producer(req.client_id, req.producer_groups, check, owner=conn)
-            conn.state["producer_groups"] = set(req.producer_groups)
+            if not req.protocol:
+                conn.state["producer_groups"] = set(req.producer_groups)
         return w.Empty()
 
     def unregister(conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
+        conn.state.get("relayed", {}).pop(req.client_id, None)
         broker.unregister(req.client_id, req.groups)
         broker.unregister_producer(req.client_id, req.groups or None)
         return w.Empty()
