@@ -109,12 +109,16 @@ class ListenerCall:
                 task.uncancel()
 
     async def _watch(self) -> None:
-        """Cancel the calls past their deadline; stop when no call is running."""
+        """Cancel the calls past their deadline; stop after a tick with no call running (not
+        sooner: a listener that returns at once would otherwise start a new watchdog task for
+        every message, which cost more than the rest of the call)."""
         loop = asyncio.get_running_loop()
         every = min(1.0, self._timeout / 10)
         try:
-            while self._deadlines:
+            while True:
                 await asyncio.sleep(every)
+                if not self._deadlines:
+                    return
                 now = loop.time()
                 for task, deadline in list(self._deadlines.items()):
                     if deadline <= now and task not in self._expired:
