@@ -76,3 +76,25 @@ async def test_a_failed_request_fails_every_caller_in_it_and_the_next_batch_stil
         with pytest.raises(RuntimeError, match="broker said no"):
             await task
     assert await batcher.submit([5]) == [50]
+
+
+async def test_a_batch_stays_within_its_byte_budget_but_a_large_caller_goes_whole() -> None:
+    call = _Recorder()
+    call.release.set()
+    blocker = asyncio.Event()
+
+    async def slow(items: list[int]) -> list[int]:
+        await blocker.wait()
+        return await call(items)
+
+    # items weigh their own value in bytes; the budget is 10
+    batcher: Batcher[int, int] = Batcher(slow, max_batch=100, max_bytes=10, size=lambda n: n)
+    first = asyncio.create_task(batcher.submit([1]))
+    await _turns()
+    waiting = [asyncio.create_task(batcher.submit(items)) for items in ([4], [5], [3], [12])]
+    await _turns()
+    blocker.set()
+    await first
+    assert [await task for task in waiting] == [[40], [50], [30], [120]]
+    # 4+5 fit, 3 would pass 10, so it starts the next batch; 12 alone is over but goes whole
+    assert call.calls == [[1], [4, 5], [3], [12]]

@@ -102,6 +102,11 @@ def proxy(
             f"--host {host} lets other machines connect, and without --authentication anyone "
             "there may read and write every topic: add --authentication or --insecure"
         )
+    if host in ("0.0.0.0", "::", "") and not advertise:
+        raise click.UsageError(
+            f"--host {host or repr('')} listens on every address: say with --advertise which "
+            "one clients should use (routes name it)"
+        )
     if (authentication or authorization) and not data_dir:
         raise click.UsageError("--authentication needs --data-dir (the broker's users)")
     if authorization and not authentication:

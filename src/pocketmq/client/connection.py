@@ -53,6 +53,7 @@ T = TypeVar("T")
 PushHandler = Callable[["ClientConnection", int, bytes], None]
 
 CLIENT_VERSION: Final = VERSION
+_LONG_POLLS: Final = frozenset({RequestCode.PULL, RequestCode.POP})
 
 
 class ClientConnection(asyncio.Protocol):
@@ -205,9 +206,10 @@ class ClientConnection(asyncio.Protocol):
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
         assert self._transport is not None
         request_id = self._last_id = self._next_id()
+        frame = encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body))  # may raise
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (future, reply)
-        self._write(encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body)))
+        self._write(frame)
         return future
 
     async def request(
@@ -219,11 +221,19 @@ class ClientConnection(asyncio.Protocol):
         if not self._can_write.is_set():
             await self._can_write.wait()
         future = self.send_request(code, body, reply)
+        request_id = self._last_id
         timer = asyncio.get_running_loop().call_later(
-            timeout, self._expire, self._last_id, code, timeout
+            timeout, self._expire, request_id, code, timeout
         )
         try:
             return await future
+        except asyncio.CancelledError:
+            # a long poll given up on: the broker stops waiting instead of taking messages
+            # for nobody (docs/protocol.md, CANCEL)
+            self._pending.pop(request_id, None)
+            if code in _LONG_POLLS and self.is_open:
+                self.oneway(RequestCode.CANCEL, w.CancelRequest(request_id))
+            raise
         finally:
             timer.cancel()
 

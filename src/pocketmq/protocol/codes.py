@@ -24,6 +24,7 @@ class RequestCode(enum.IntEnum):
     HEARTBEAT = 2
     UNREGISTER_CLIENT = 3
     AUTHENTICATE = 4
+    CANCEL = 5
     SEND = 10
     SEND_BACK = 11
     END_TRANSACTION = 12

@@ -176,3 +176,10 @@ class ForwardToDeadLetterRequest(Body, frozen=True):
     topic: str
     receipt_handle: str
     reason: str = ""
+
+
+class CancelRequest(Body, frozen=True):
+    """One-way: the client gave up on its long poll ``request_id`` (a PULL or POP on this
+    connection): the broker stops waiting, so no message is taken for a caller that is gone."""
+
+    request_id: int

@@ -54,6 +54,7 @@ from pocketmq.protocol.consumption import (
     AckEntry,
     AckRequest,
     AckResponse,
+    CancelRequest,
     ChangeInvisibleRequest,
     ChangeInvisibleResponse,
     CommitOffsetRequest,
@@ -107,6 +108,7 @@ __all__ = [
     "BrokerAddress",
     "BrokerStatusResponse",
     "BrowseRequest",
+    "CancelRequest",
     "ChangeInvisibleRequest",
     "ChangeInvisibleResponse",
     "CheckTransactionRequest",
@@ -181,6 +183,7 @@ __all__ = [
 REQUESTS: Final[dict[int, type[Body]]] = {
     RequestCode.HELLO: HelloRequest,
     RequestCode.AUTHENTICATE: AuthenticateRequest,
+    RequestCode.CANCEL: CancelRequest,
     RequestCode.HEARTBEAT: HeartbeatRequest,
     RequestCode.UNREGISTER_CLIENT: UnregisterRequest,
     RequestCode.SEND: SendRequest,

@@ -21,13 +21,22 @@ R = TypeVar("R")  # its result
 
 
 class Batcher(Generic[I, R]):
-    """Runs ``call`` on merged batches of at most ``max_batch`` items, one batch at a time
-    (module doc). ``call`` answers one result per item; if it raises, every caller of that batch
-    gets the exception."""
+    """Runs ``call`` on merged batches of at most ``max_batch`` items and ``max_bytes`` (by
+    ``size``; one caller's items always go whole), one batch at a time (module doc). ``call``
+    answers one result per item; if it raises, every caller of that batch gets the exception."""
 
-    def __init__(self, call: Callable[[list[I]], Awaitable[list[R]]], max_batch: int) -> None:
+    def __init__(
+        self,
+        call: Callable[[list[I]], Awaitable[list[R]]],
+        max_batch: int,
+        *,
+        max_bytes: int = 0,
+        size: Callable[[I], int] | None = None,
+    ) -> None:
         self._call = call
         self._max = max_batch
+        self._max_bytes = max_bytes
+        self._size = size
         self._waiting: deque[tuple[list[I], asyncio.Future[list[R]]]] = deque()
         self._task: asyncio.Task[None] | None = None
 
@@ -43,14 +52,25 @@ class Batcher(Generic[I, R]):
         try:
             while self._waiting:
                 batch: list[tuple[list[I], asyncio.Future[list[R]]]] = []
-                size = 0
-                while self._waiting and (not batch or size + len(self._waiting[0][0]) <= self._max):
-                    entry = self._waiting.popleft()
-                    batch.append(entry)
-                    size += len(entry[0])
+                count = weight = 0
+                while self._waiting:
+                    items = self._waiting[0][0]
+                    more = self._weight(items)
+                    if batch and (
+                        count + len(items) > self._max
+                        or (self._max_bytes and weight + more > self._max_bytes)
+                    ):
+                        break
+                    batch.append(self._waiting.popleft())
+                    count += len(items)
+                    weight += more
                 await self._run(batch)
         finally:
             self._task = None
+
+    def _weight(self, items: list[I]) -> int:
+        size = self._size
+        return sum(size(item) for item in items) if size is not None else 0
 
     async def _run(self, batch: list[tuple[list[I], asyncio.Future[list[R]]]]) -> None:
         merged = [item for items, _ in batch for item in items]

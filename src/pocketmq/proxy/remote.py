@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import ssl
+import time
 from collections.abc import Sequence
 from typing import Final, TypeVar
 
@@ -48,6 +49,11 @@ wait on top)."""
 
 MAX_BATCH: Final = 256
 """At most this many sends or acks go in one native request."""
+MAX_BATCH_BYTES: Final = 8 * 1024 * 1024
+"""And at most about this many bytes of messages (half a frame: headers and properties fit)."""
+SEND_WAIT: Final = 15.0
+"""Extra time a send may take to be answered: a sync flush (5 s) and a slave's copy (3 s) by
+default, with room to spare, so a slow disk is reported as the broker's status, not a timeout."""
 
 
 def delivered(message: w.DeliveredMessage) -> Delivered:
@@ -91,6 +97,15 @@ class _Producer(msgspec.Struct):
     topics: list[str]
     check: CheckChannel
     client: ClientInfo
+    seen: float  # monotonic time of its last heartbeat
+
+
+RECONNECT_PAUSE: Final = 0.5
+"""After a failed connect, calls fail at once for this long instead of each trying again."""
+
+PRODUCER_SILENCE: Final = 30.0
+"""An official producer not heard of this long (three heartbeats) is gone: it is not registered
+again after a reconnect, nor asked for checks, and it is forgotten after three times as long."""
 
 
 class RemotePort:
@@ -112,6 +127,7 @@ class RemotePort:
         self._client_id = f"proxy@{socket.gethostname()}@{os.getpid()}"
         self._connection: ClientConnection | None = None
         self._connecting = asyncio.Lock()
+        self._last_failure: tuple[float, Exception] | None = None
         self._producers: dict[str, _Producer] = {}
         self._sends: dict[tuple[str, str], Batcher[InboundMessage, SendOutcome]] = {}
         self._acks: dict[str, Batcher[tuple[str, str], Exception | None]] = {}
@@ -148,19 +164,30 @@ class RemotePort:
             connection = self._connection
             if connection is not None and connection.is_open:
                 return connection
-            connection = await connect(
-                self.address,
-                self._client_id,
-                timeout=self._timeout,
-                on_push=self._on_push,
-                tls=self._tls,
-                credentials=self._credentials,
-            )
+            failed = self._last_failure
+            if failed is not None and time.monotonic() - failed[0] < RECONNECT_PAUSE:
+                raise failed[1]  # the callers queued behind a failed attempt fail at once
+            try:
+                connection = await self._connect()
+            except Exception as exc:
+                self._last_failure = (time.monotonic(), exc)
+                raise
+            self._last_failure = None
             self._connection = connection
             # the broker forgot this connection's producers when the last one closed
-            for client_id, producer in self._producers.items():
+            for client_id, producer in self._live_producers():
                 self._heartbeat_producer(connection, client_id, producer)
             return connection
+
+    async def _connect(self) -> ClientConnection:
+        return await connect(
+            self.address,
+            self._client_id,
+            timeout=self._timeout,
+            on_push=self._on_push,
+            tls=self._tls,
+            credentials=self._credentials,
+        )
 
     async def _call(
         self, code: RequestCode, body: msgspec.Struct, reply: type[T], wait: float = 0.0
@@ -175,9 +202,10 @@ class RemotePort:
         check = TransactionCheck(
             request.producer_group, request.transaction_id, 0, delivered(request.message)
         )
-        producer = self._producers.get(request.client_id)
+        live = dict(self._live_producers())
+        producer = live.get(request.client_id)
         candidates = [producer] if producer is not None else []
-        candidates += [p for p in self._producers.values() if request.producer_group in p.topics]
+        candidates += [p for p in live.values() if request.producer_group in p.topics]
         for candidate in candidates:
             if candidate.check(check):
                 return
@@ -186,6 +214,10 @@ class RemotePort:
             request.producer_group,
             request.transaction_id,
         )
+
+    def _live_producers(self) -> list[tuple[str, _Producer]]:
+        now = time.monotonic()
+        return [(k, p) for k, p in self._producers.items() if now - p.seen <= PRODUCER_SILENCE]
 
     def _heartbeat_producer(
         self, connection: ClientConnection, client_id: str, producer: _Producer
@@ -263,8 +295,14 @@ class RemotePort:
         client: ClientInfo,
     ) -> None:
         """As a native request (``BrokerPort.register_producer``)."""
-        producer = _Producer(list(topics), check, client)
+        now = time.monotonic()
+        producer = _Producer(list(topics), check, client, now)
         self._producers[client_id] = producer
+        if len(self._producers) % 64 == 0:  # forget the producers long gone
+            for gone in [
+                k for k, p in self._producers.items() if now - p.seen > 3 * PRODUCER_SILENCE
+            ]:
+                del self._producers[gone]
         self._heartbeat_producer(await self._open(), client_id, producer)
 
     async def unregister(self, client_id: str, group: str, owner: object) -> None:
@@ -289,7 +327,9 @@ class RemotePort:
             async def send_batch(batch: list[InboundMessage]) -> list[SendOutcome]:
                 return await self._send_now(batch, producer_group, born_host)
 
-            batcher = self._sends[key] = Batcher(send_batch, MAX_BATCH)
+            batcher = self._sends[key] = Batcher(
+                send_batch, MAX_BATCH, max_bytes=MAX_BATCH_BYTES, size=_message_size
+            )
         return await batcher.submit(messages)
 
     async def _send_now(
@@ -300,7 +340,10 @@ class RemotePort:
             for m in messages
         ]
         response = await self._call(
-            RequestCode.SEND, w.SendRequest(wire, producer_group, born_host), w.SendResponse
+            RequestCode.SEND,
+            w.SendRequest(wire, producer_group, born_host),
+            w.SendResponse,
+            wait=SEND_WAIT,
         )
         return [outcome(item, m.topic) for item, m in zip(response.results, messages, strict=True)]
 
@@ -321,6 +364,7 @@ class RemotePort:
                 topic, message_id, transaction_id, commit, from_check, -1, topic
             ),
             w.EndTransactionResponse,
+            wait=SEND_WAIT,
         )
 
     # -- consuming ------------------------------------------------------------------------
@@ -432,6 +476,11 @@ class RemotePort:
             if queue.queue_id == queue_id:
                 return queue.min_offset, queue.max_offset
         return None
+
+
+def _message_size(message: InboundMessage) -> int:
+    """What a message adds to a SEND frame, roughly (body, properties, fixed fields)."""
+    return len(message.body) + sum(len(k) + len(v) for k, v in message.properties.items()) + 64
 
 
 def _quiet(future: asyncio.Future[object]) -> None:

@@ -374,6 +374,7 @@ class BrokerApp:
             host=config.host,
             authentication=config.authentication,
             authorization=config.authorization,
+            insecure=config.insecure,
             grpc_tls=config.grpc_tls_mode(),
             tls_cert=config.tls_cert,
             tls_key=config.tls_key,
@@ -382,9 +383,14 @@ class BrokerApp:
         try:
             bound = holder.getsockname()[1]
             self.grpc_address = f"{self._advertised_host()}:{bound}"
+            # the workers dial the port the broker bound, not its advertised address
+            dial = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(
+                config.host, config.host
+            )
+            native_port = self.native_address.rpartition(":")[2]
             workers = ProxyWorkers(
                 config.grpc_workers,
-                self.native_address,
+                f"[{dial}]:{native_port}" if ":" in dial else f"{dial}:{native_port}",
                 config.host,
                 bound,
                 self.grpc_address,

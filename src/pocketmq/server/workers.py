@@ -28,6 +28,7 @@ log = logging.getLogger("pocketmq.server.workers")
 
 READY_TIMEOUT: Final = 60.0
 """How long a worker may take to print its ready line (imports grpc, connects, listens)."""
+_LINE_LIMIT: Final = 1024 * 1024  # a worker's longest log line read whole
 RESTART_DELAY: Final = 1.0
 """The pause before a worker that died is started again (no tight crash loop)."""
 _STOP_TIMEOUT: Final = 10.0
@@ -53,6 +54,7 @@ def worker_options(
     host: str,
     authentication: bool,
     authorization: bool,
+    insecure: bool,
     grpc_tls: str,
     tls_cert: str | None,
     tls_key: str | None,
@@ -65,6 +67,8 @@ def worker_options(
         options += ["--data-dir", data_dir, "--authentication"]
     if authorization:
         options.append("--authorization")
+    if insecure:  # the broker's own choice for its host, which its workers share
+        options.append("--insecure")
     if grpc_tls != "disabled":
         cert, key = tls_cert, tls_key
         if not (cert and key):
@@ -143,6 +147,7 @@ class ProxyWorkers:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=self._environment,
+            limit=_LINE_LIMIT,
         )
         self._processes[number] = process
         assert process.stdout is not None
@@ -150,7 +155,7 @@ class ProxyWorkers:
         try:
             async with asyncio.timeout(READY_TIMEOUT):
                 while True:
-                    raw = await process.stdout.readline()
+                    raw = await _read_line(process.stdout)
                     if not raw:
                         await process.wait()
                         tail = " | ".join(seen[-3:]) or "no output"
@@ -174,8 +179,9 @@ class ProxyWorkers:
 
     @staticmethod
     async def _relay(number: int, output: asyncio.StreamReader) -> None:
-        """A worker's log lines, in the broker's log."""
-        while raw := await output.readline():
+        """A worker's log lines, in the broker's log; the pipe is read to its end whatever it
+        holds (a worker blocked on a full pipe would serve nobody and never be restarted)."""
+        while raw := await _read_line(output):
             log.info("worker %d: %s", number, raw.decode(errors="replace").rstrip())
 
     async def _supervise(self, number: int) -> None:
@@ -190,8 +196,8 @@ class ProxyWorkers:
             try:
                 await self._spawn(number)
                 self.restarts += 1
-            except OSError as exc:
-                log.error("%s", exc)
+            except Exception as exc:  # whatever went wrong, try again after the pause
+                log.error("gRPC worker %d could not start: %s", number, exc)
                 self._processes[number] = None
 
     async def close(self) -> None:
@@ -213,3 +219,12 @@ class ProxyWorkers:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()
+
+
+async def _read_line(output: asyncio.StreamReader) -> bytes:
+    """The next line of a worker's output, or a chunk of a line too long to hold; b"" at the
+    end."""
+    try:
+        return await output.readline()
+    except (ValueError, asyncio.LimitOverrunError):
+        return await output.read(_LINE_LIMIT)

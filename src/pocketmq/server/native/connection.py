@@ -14,6 +14,7 @@ typed error and logged at most once per interval (:class:`~pocketmq.server.ratel
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -53,6 +54,7 @@ def _wire_code(exc: PocketMQError) -> int:
 
 
 _BEFORE_AUTHENTICATION: frozenset[int] = frozenset({RequestCode.HELLO, RequestCode.AUTHENTICATE})
+_LONG_POLLS: frozenset[int] = frozenset({RequestCode.PULL, RequestCode.POP})
 _REQUEST_NAMES: dict[int, str] = {code.value: code.name for code in RequestCode}
 _RESPONSE_NAMES: dict[int, str] = {code.value: code.name for code in Code}
 
@@ -109,6 +111,7 @@ class ServerConnection(asyncio.Protocol):
         self._next_request_id = 1
         self.opened_at = self.last_seen = clock()
         self.inflight = 0  # requests whose handler still runs (long polls, sync flushes)
+        self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by request id
 
     @property
     def greeted(self) -> bool:
@@ -133,11 +136,20 @@ class ServerConnection(asyncio.Protocol):
             self.remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Give back this connection's share of the buffer budget and tell the server (the broker
-        then drops the client's registrations made on this connection)."""
+        """Give back this connection's share of the buffer budget, stop its long polls (nobody
+        would receive what they took) and tell the server (the broker then drops the client's
+        registrations made on this connection)."""
         self.closed = True
         self._release_buffer()
+        for task in list(self._polls.values()):
+            task.cancel()
         self._on_close(self)
+
+    def cancel(self, request_id: int) -> None:
+        """The client gave up on long poll ``request_id`` (``CANCEL``): stop waiting for it."""
+        task = self._polls.get(request_id)
+        if task is not None:
+            task.cancel()
 
     def pause_writing(self) -> None:
         """The client reads slower than we answer: stop reading its requests until it catches up, so
@@ -264,6 +276,9 @@ class ServerConnection(asyncio.Protocol):
             task = asyncio.ensure_future(self._finish(code, request_id, oneway, result, started))
             self.inflight += 1
             self._tasks.add(task)
+            if code in _LONG_POLLS:
+                self._polls[request_id] = task
+                task.add_done_callback(functools.partial(self._poll_done, request_id))
             task.add_done_callback(self._task_done)
         else:
             self._observe(code, Code.SUCCESS, started)
@@ -280,6 +295,10 @@ class ServerConnection(asyncio.Protocol):
                     _name(response, _RESPONSE_NAMES),
                 )
             self._latency.observe_key(key, time.perf_counter() - started)
+
+    def _poll_done(self, request_id: int, task: asyncio.Task[None]) -> None:
+        if self._polls.get(request_id) is task:
+            del self._polls[request_id]
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.inflight -= 1

@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["RELAYED_CLIENT_SILENCE", "RelayedClient", "count_relayed"]
+from pocketmq.errors import TooManyRequestsError
+
+__all__ = ["RELAYED_CLIENT_SILENCE", "RELAYED_LIMIT", "RelayedClient", "count_relayed", "remember"]
 
 
 @dataclass(slots=True)
@@ -49,3 +51,22 @@ def count_relayed(
             producers[key] = producers.get(key, 0) + 1
         if client.consumer:
             consumers[key] = consumers.get(key, 0) + 1
+
+
+RELAYED_LIMIT: Final = 100_000
+"""The most clients one gateway connection may relay at once."""
+
+
+def remember(relayed: dict[str, RelayedClient], client_id: str, client: RelayedClient) -> None:
+    """Record a relayed client's heartbeat; silent ones are forgotten every 256 new ids, and a
+    connection over :data:`RELAYED_LIMIT` live clients is refused (memory is not unbounded)."""
+    if client_id not in relayed:
+        if len(relayed) % 256 == 255:
+            now = time.monotonic()
+            for stale in [k for k, c in relayed.items() if now - c.seen > RELAYED_CLIENT_SILENCE]:
+                del relayed[stale]
+        if len(relayed) >= RELAYED_LIMIT:
+            raise TooManyRequestsError(
+                f"this connection relays {len(relayed)} clients already (limit {RELAYED_LIMIT})"
+            )
+    relayed[client_id] = client

@@ -43,7 +43,7 @@ from pocketmq.server.native.convert import (
     to_wire,
     transaction_to_wire,
 )
-from pocketmq.server.native.gateway_state import RelayedClient
+from pocketmq.server.native.gateway_state import RelayedClient, remember
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
     MAX_REDRIVE_OFFSETS,
@@ -128,15 +128,26 @@ def broker_handlers(
         conn.user = req.access_key
         return w.Empty()
 
+    def may_relay(conn: ServerConnection) -> bool:
+        """Whether ``conn`` may speak for clients of its own (a gateway): anyone on a broker
+        without authentication, else only the gateway identity and super users."""
+        if users is None:
+            return True
+        return conn.user == GATEWAY_USER or users.user_type(conn.user) == "super"
+
     def heartbeat(conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
         def notify(group: str) -> None:
             conn.push(RequestCode.CONSUMERS_CHANGED, w.ConsumersChangedNotice(group))
 
-        if req.protocol:  # a gateway relays a client of its own (docs/protocol.md "Gateways")
+        relay = bool(req.protocol) and may_relay(conn)
+        if relay:  # a gateway relays a client of its own (docs/protocol.md "Gateways")
             info = ClientInfo(req.protocol, req.language, req.client_version, req.address)
-            relayed = conn.state.setdefault("relayed", {})
-            relayed[req.client_id] = RelayedClient(
-                req.protocol, req.language, bool(req.producer_groups), bool(req.consumers)
+            remember(
+                conn.state.setdefault("relayed", {}),
+                req.client_id,
+                RelayedClient(
+                    req.protocol, req.language, bool(req.producer_groups), bool(req.consumers)
+                ),
             )
         else:
             conn.client_id = req.client_id
@@ -146,7 +157,7 @@ def broker_handlers(
         broker.heartbeat(
             req.client_id,
             [(c.group, c.model, c.subscriptions) for c in req.consumers],
-            notify,
+            None if relay else notify,  # a gateway's clients do not rebalance
             info,
         )
         if req.producer_groups:
@@ -166,9 +177,12 @@ def broker_handlers(
                 return True
 
             broker.heartbeat_producer(req.client_id, req.producer_groups, check, owner=conn)
-            if not req.protocol:
+            if not relay:
                 conn.state["producer_groups"] = set(req.producer_groups)
         return w.Empty()
+
+    def cancel(conn: ServerConnection, req: w.CancelRequest) -> None:
+        conn.cancel(req.request_id)
 
     def unregister(conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
         conn.state.get("relayed", {}).pop(req.client_id, None)
@@ -229,7 +243,9 @@ def broker_handlers(
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         # each message is checked by the broker's send contract (a bad one is refused alone)
         outcomes, durable_end = broker.send_now(
-            inbound, producer_group=req.producer_group, born_host=req.born_host or conn.remote
+            inbound,
+            producer_group=req.producer_group,
+            born_host=req.born_host if req.born_host and may_relay(conn) else conn.remote,
         )
         if durable_end:  # sync flush: answer once the disk has it
             return send_after_flush(outcomes, durable_end)
@@ -525,6 +541,7 @@ def broker_handlers(
         RequestCode.AUTHENTICATE: authenticate,
         RequestCode.HEARTBEAT: heartbeat,
         RequestCode.UNREGISTER_CLIENT: unregister,
+        RequestCode.CANCEL: cancel,
         RequestCode.SEND: send,
         RequestCode.END_TRANSACTION: end_transaction,
         RequestCode.QUERY_TRANSACTION: transaction_state,
