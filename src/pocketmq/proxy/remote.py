@@ -100,6 +100,9 @@ class _Producer(msgspec.Struct):
     seen: float  # monotonic time of its last heartbeat
 
 
+TOPICS_TTL: Final = 1.0
+"""How old the topic list behind the masterless-write rule may be."""
+
 RECONNECT_PAUSE: Final = 0.5
 """After a failed connect, calls fail at once for this long instead of each trying again."""
 
@@ -128,6 +131,7 @@ class RemotePort:
         self._connection: ClientConnection | None = None
         self._connecting = asyncio.Lock()
         self._last_failure: tuple[float, Exception] | None = None
+        self._topics: tuple[float, dict[str, int]] | None = None  # (when, name -> permission)
         self._producers: dict[str, _Producer] = {}
         self._sends: dict[tuple[str, str], Batcher[InboundMessage, SendOutcome]] = {}
         self._acks: dict[str, Batcher[tuple[str, str], Exception | None]] = {}
@@ -255,12 +259,13 @@ class RemotePort:
         return msgspec.structs.replace(route, brokers=brokers)
 
     async def topic_perm(self, topic: str) -> int | None:
-        """As a native request (``BrokerPort.topic_perm``)."""
-        listed = await self._call(RequestCode.LIST_TOPICS, w.Empty(), w.ListTopicsResponse)
-        for spec in listed.topics:
-            if spec.name == topic:
-                return spec.perm
-        return None
+        """As a native request (``BrokerPort.topic_perm``), from a topic list at most
+        :data:`TOPICS_TTL` old (every client's QueryRoute asks; the list can be long)."""
+        now = time.monotonic()
+        if self._topics is None or now - self._topics[0] > TOPICS_TTL:
+            listed = await self._call(RequestCode.LIST_TOPICS, w.Empty(), w.ListTopicsResponse)
+            self._topics = (now, {spec.name: spec.perm for spec in listed.topics})
+        return self._topics[1].get(topic)
 
     async def group(self, name: str) -> GroupConfig:
         """As a native request (``BrokerPort.group``)."""
