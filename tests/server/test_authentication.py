@@ -111,17 +111,20 @@ def _user(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
-def _send(broker: BrokerProcess, access_key: str, secret: str) -> str:
-    """Send one message with the official client; "" when it worked, else the error."""
+def _send(
+    broker: BrokerProcess, access_key: str, secret: str, endpoint: str = "", topic: str = "guarded"
+) -> str:
+    """Send one message with the official client (to the broker's gRPC port, or ``endpoint``);
+    "" when it worked, else the error."""
     from rocketmq import ClientConfiguration, Credentials, Producer
 
     from ..grpc.conftest import message
 
-    configuration = ClientConfiguration(broker.grpc, Credentials(access_key, secret))
-    producer = Producer(configuration, ("guarded",))
+    configuration = ClientConfiguration(endpoint or broker.grpc, Credentials(access_key, secret))
+    producer = Producer(configuration, (topic,))
     try:
         producer.startup()
-        producer.send(message("guarded", b"signed"))
+        producer.send(message(topic, b"signed"))
     except Exception as exc:  # the official client's own error types
         return str(exc) or type(exc).__name__
     finally:
@@ -205,3 +208,35 @@ async def _raw_list_topics(address: str) -> int:
         frames += decoder.feed(await reader.read(65536))
     writer.close()
     return int(frames[1].code)
+
+
+@pytest.mark.integration
+def test_a_standalone_proxy_checks_signatures_and_signs_in_to_its_broker(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """``pocketmq proxy --authentication`` in front of an authenticating broker (docs/proxy.md,
+    "Security"): it reads the broker's users to check each official client's signature, and
+    signs in to the broker's native port as the super user of POCKETMQ_ACCESS_KEY."""
+    for args in (("proxy-root", "root-secret", "super"), ("erin", SECRET, "normal")):
+        created = _user(broker, "create", args[0], "--secret", args[1], "--type", args[2])
+        assert created.returncode == 0, created.stderr
+    time.sleep(1.1)
+    with SyncAdmin(servers=broker.address, client=_as("proxy-root", "root-secret")) as admin:
+        admin.create_topic("through-proxy", queues=1)
+    env = {**os.environ, "POCKETMQ_ACCESS_KEY": "proxy-root", "POCKETMQ_SECRET_KEY": "root-secret"}
+    command = [sys.executable, "-m", "pocketmq", "proxy", "--broker", broker.address]
+    command += ["--grpc-port", "0", "--authentication", "--data-dir", str(broker.data_dir / "data")]
+    with (tmp_path / "proxy.log").open("w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line.startswith("pocketmq proxy ready"), (tmp_path / "proxy.log").read_text()
+            endpoint = line.split("grpc=", 1)[1].split()[0]
+            assert _send(broker, "erin", SECRET, endpoint, "through-proxy") == ""
+            assert _send(broker, "erin", "not-her-secret", endpoint, "through-proxy") != ""
+            assert _send(broker, "", "", endpoint, "through-proxy") != ""
+        finally:
+            process.terminate()
+            assert process.wait(15) == 0
+            process.stdout.close()  # type: ignore[union-attr]
