@@ -8,6 +8,7 @@ of a broker that routes its clients through itself, and check-backs reaching the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,7 +45,8 @@ def _workers(broker: BrokerProcess) -> set[int]:
 
 @pytest.fixture(scope="module")
 def tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    config = {**BROKER_CONFIG, "server": {"grpc_workers": 2}}
+    # workers ping every 0.5 s; one silent for 3 s is hung (the default is 30 s)
+    config = {**BROKER_CONFIG, "server": {"grpc_workers": 2, "grpc_worker_silence": 3.0}}
     with scratch_broker(tmp_path_factory, "proxy-tier", config=config, http_port=0) as process:
         yield process
 
@@ -164,6 +166,29 @@ def test_receipts_survive_every_worker_being_killed(
     finally:
         clients.shutdown_all()
     assert sum(q.committed_offset for q in tier_admin.queues(topic, group)) == 10
+
+
+def test_a_hung_worker_is_killed_and_replaced(tier: BrokerProcess, tier_admin: SyncAdmin) -> None:
+    """A worker whose loop stops (SIGSTOP: alive, but answering nobody) misses its pings: the
+    broker kills it and starts another, and the official clients carry on."""
+    before = _workers(tier)
+    hung = min(before)
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        wait_until(lambda: hung not in _workers(tier) and len(_workers(tier)) == 2, timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung, signal.SIGCONT)
+    assert "silent for" in tier.log()
+    topic = unique("topic")
+    tier_admin.create_topic(topic, queues=1)
+    clients = OfficialClients(tier.grpc)
+    try:
+        producer = clients.producer(topic)
+        for i in range(5):  # whichever worker each connection lands on
+            producer.send(message(topic, f"after-{i}".encode()))
+    finally:
+        clients.shutdown_all()
 
 
 class _Checker(TransactionChecker):  # type: ignore[misc]

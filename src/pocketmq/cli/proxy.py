@@ -73,6 +73,13 @@ __all__ = ["proxy"]
     hidden=True,
     help="Stop when standard input closes (a worker of `serve --grpc-workers`).",
 )
+@click.option(
+    "--ping-interval",
+    type=float,
+    default=0.0,
+    hidden=True,
+    help="Ask the broker GATEWAY_INFO this often (a worker's sign of life); 0: never.",
+)
 @click.option("--log-level", default="info", type=click.Choice(LOG_LEVELS))
 def proxy(
     broker: str,
@@ -89,6 +96,7 @@ def proxy(
     broker_ca: str | None,
     insecure: bool,
     exit_with_stdin: bool,
+    ping_interval: float,
     log_level: str,
 ) -> None:
     """Serve the official RocketMQ 5 clients' gRPC for BROKER, forwarding over the native
@@ -126,7 +134,13 @@ def proxy(
     except (OSError, InvalidArgumentError) as exc:
         raise click.UsageError(str(exc)) from None
     gateway = Gateway(
-        broker, host, grpc_port, advertise=advertise, reuse_port=reuse_port, security=security
+        broker,
+        host,
+        grpc_port,
+        advertise=advertise,
+        reuse_port=reuse_port,
+        security=security,
+        ping_interval=ping_interval,
     )
 
     async def start() -> None:

@@ -42,7 +42,10 @@ class Gateway:
         advertise: str = "",
         reuse_port: bool = False,
         security: GatewaySecurity | None = None,
+        ping_interval: float = 0.0,
     ) -> None:
+        self._ping_interval = ping_interval
+        self._pinger: asyncio.Task[None] | None = None
         self._security = security = security or GatewaySecurity()
         self.port = RemotePort(
             broker_address, tls=security.link_tls, credentials=security.credentials
@@ -85,6 +88,18 @@ class Gateway:
         self._server = server
         self.grpc_address = self._advertise or f"{self._host}:{server.port}"
         self.port.advertised = self.grpc_address
+        if self._ping_interval > 0:
+            self._pinger = asyncio.create_task(self._ping(), name="proxy-ping")
+
+    async def _ping(self) -> None:
+        """Ask the broker for its settings every ``ping_interval``: picks up changed limits,
+        and tells a broker whose worker this is that its loop still runs."""
+        while True:
+            await asyncio.sleep(self._ping_interval)
+            try:
+                await self.port.start()
+            except Exception as exc:  # the broker away: the next ping tries again
+                log.debug("ping of broker %s failed: %s", self.port.address, exc)
 
     def ready_line(self) -> str:
         """The line scripts (and ``pocketmq serve --grpc-workers``) wait for."""
@@ -95,6 +110,8 @@ class Gateway:
 
     async def close(self) -> None:
         """Stop serving, then close the broker connection."""
+        if self._pinger is not None:
+            self._pinger.cancel()
         if self._server is not None:
             await self._server.close()
             self._server = None

@@ -76,6 +76,8 @@ class AppConfig:
     grpc_auto_renew_invisible: float = AUTO_RENEW_INVISIBLE
     # > 0: the gRPC port is served by this many proxy processes (server/workers.py)
     grpc_workers: int = 0
+    # a worker silent this long (it pings every sixth of it) is killed and started again
+    grpc_worker_silence: float = 30.0
     # what one native-protocol client may hold (pocketmq.server.native.limits; docs/semantics.md)
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     hello_timeout: float = DEFAULT_HELLO_TIMEOUT
@@ -278,7 +280,9 @@ class BrokerApp:
                 users=self._users,
                 gateway_secret=self._gateway_secret,
             )
-            handlers |= gateway_handlers(self.broker, config.grpc_auto_renew_invisible)
+            handlers |= gateway_handlers(
+                self.broker, config.grpc_auto_renew_invisible, self._gateway_alive
+            )
             if config.authorization:
                 handlers = self._authorized(handlers)
             self._native = FrameServer(
@@ -396,11 +400,16 @@ class BrokerApp:
                 self.grpc_address,
                 options=options,
                 gateway_secret=self._gateway_secret,
+                silence=config.grpc_worker_silence,
             )
             await workers.start()
         finally:
             holder.close()
         self.grpc_workers = workers
+
+    def _gateway_alive(self, client_id: str) -> None:
+        if self.grpc_workers is not None:
+            self.grpc_workers.alive(client_id)
 
     async def _start_http(self, port: int, tls: ssl.SSLContext | None) -> None:
         """Prometheus metrics and health checks (docs/operations.md)."""

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Final
 
@@ -29,6 +30,8 @@ log = logging.getLogger("pocketmq.server.workers")
 READY_TIMEOUT: Final = 60.0
 """How long a worker may take to print its ready line (imports grpc, connects, listens)."""
 _LINE_LIMIT: Final = 1024 * 1024  # a worker's longest log line read whole
+DEFAULT_SILENCE: Final = 30.0
+"""A worker that has not asked GATEWAY_INFO for this long is hung: killed and started again."""
 RESTART_DELAY: Final = 1.0
 """The pause before a worker that died is started again (no tight crash loop)."""
 _STOP_TIMEOUT: Final = 10.0
@@ -95,8 +98,12 @@ class ProxyWorkers:
         *,
         options: Sequence[str] = (),
         gateway_secret: str = "",
+        silence: float = DEFAULT_SILENCE,
     ) -> None:
         self._count = count
+        self._silence = silence
+        self._seen: dict[int, float] = {}  # worker pid -> when it last asked GATEWAY_INFO
+        self._watchdog: asyncio.Task[None] | None = None
         # the secret goes by environment, never on a command line others can read
         self._environment = {**os.environ, GATEWAY_SECRET_VARIABLE: gateway_secret}
         self._command = [
@@ -114,6 +121,8 @@ class ProxyWorkers:
             advertise,
             "--reuse-port",
             "--exit-with-stdin",  # a killed broker takes its workers with it
+            "--ping-interval",
+            str(silence / 6),
             "--log-level",
             logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
             *options,
@@ -135,6 +144,37 @@ class ProxyWorkers:
             asyncio.create_task(self._supervise(number), name=f"grpc-worker-{number}")
             for number in range(self._count)
         ]
+        self._watchdog = asyncio.create_task(self._watch(), name="grpc-worker-watchdog")
+
+    def alive(self, client_id: str) -> None:
+        """A worker asked ``GATEWAY_INFO`` (its client id ends with ``@<pid>``): it is alive."""
+        pid = client_id.rpartition("@")[2]
+        if pid.isdigit():
+            self._seen[int(pid)] = time.monotonic()
+
+    async def _watch(self) -> None:
+        """Kill a worker that has gone silent (hung, not dead: its loop no longer runs), so the
+        supervisor starts a new one; a round the broker's own loop was too late for is skipped
+        (the silence may be ours)."""
+        every = self._silence / 4
+        last = time.monotonic()
+        while not self._closing:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            late, last = now - last > 2 * every, now
+            if late:
+                continue
+            for process in self._processes:
+                if process is None or process.returncode is not None:
+                    continue
+                seen = self._seen.get(process.pid)
+                if seen is not None and now - seen > self._silence:
+                    log.error(
+                        "gRPC worker pid %d silent for %.0fs: killing it", process.pid, now - seen
+                    )
+                    self._seen.pop(process.pid, None)
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
 
     def pids(self) -> list[int]:
         """The live workers' process ids (for CPU figures and tests)."""
@@ -173,6 +213,7 @@ class ProxyWorkers:
                 f"gRPC worker {number} did not serve within {READY_TIMEOUT:.0f}s"
             ) from None
         log.info("gRPC worker %d (pid %d) serving", number, process.pid)
+        self._seen[process.pid] = time.monotonic()  # its silence counts from now
         self._relays[number] = asyncio.create_task(
             self._relay(number, process.stdout), name=f"grpc-worker-log-{number}"
         )
@@ -203,6 +244,8 @@ class ProxyWorkers:
     async def close(self) -> None:
         """Stop the workers (SIGTERM, then SIGKILL after a grace period)."""
         self._closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for task in self._supervisors:
             task.cancel()
         for task in self._supervisors:

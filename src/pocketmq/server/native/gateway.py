@@ -9,6 +9,8 @@ answer with exactly as the broker would (docs/protocol.md, "Gateways").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pocketmq.broker import Broker
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
@@ -18,11 +20,16 @@ from pocketmq.server.native.convert import group_to_spec
 __all__ = ["gateway_handlers"]
 
 
-def gateway_handlers(broker: Broker, auto_renew_invisible: float) -> HandlerTable:
+def gateway_handlers(
+    broker: Broker,
+    auto_renew_invisible: float,
+    on_info: Callable[[str], None] | None = None,
+) -> HandlerTable:
     """``RECALL``, ``FORWARD_TO_DEAD_LETTER``, ``GATEWAY_INFO`` and ``GATEWAY_GROUP`` over
-    ``broker``;
-    ``auto_renew_invisible`` is the invisible time the gateway gives push consumers, the
-    broker's own gRPC setting, so both answer alike."""
+    ``broker``; ``auto_renew_invisible`` is the invisible time the gateway gives push
+    consumers, the broker's own gRPC setting, so both answer alike. ``on_info`` hears the client
+    id of every ``GATEWAY_INFO``: the broker's own workers ask it periodically, a sign of
+    life (server/workers.py)."""
 
     def recall(conn: ServerConnection, req: w.RecallRequest) -> w.RecallResponse:
         return w.RecallResponse(broker.recall(req.topic, req.recall_handle))
@@ -37,6 +44,8 @@ def gateway_handlers(broker: Broker, auto_renew_invisible: float) -> HandlerTabl
         return w.Empty()
 
     def info(conn: ServerConnection, req: w.Empty) -> w.GatewayInfoResponse:
+        if on_info is not None:  # a worker's periodic ask doubles as its sign of life
+            on_info(conn.client_id)
         config = broker.config
         return w.GatewayInfoResponse(
             broker.name,
