@@ -118,10 +118,12 @@ class DeadLetters(BrokerPart):
         topic: str,
         receipt_handle: str,
         *,
-        reason: str = "forwarded to the DLQ by the consumer",
+        reason: str = "",
     ) -> None:
         """Move a popped message to ``%DLQ%<group>`` now (a FIFO consumer gave up on it
-        after its local retries); its receipt handle must still be valid."""
+        after its local retries); its receipt handle must still be valid. ``reason`` is kept
+        with the letter (empty: a generic one)."""
+        reason = reason or "forwarded to the DLQ by the consumer"
         self._group(group)
         handle = Handle.parse(receipt_handle)
         state, _ = self.pop_state.lookup(group, topic, handle)

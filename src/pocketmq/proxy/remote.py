@@ -35,9 +35,13 @@ from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
 from pocketmq.proxy.batching import Batcher
 from pocketmq.server.grpc.port import BrokerLimits, CheckChannel
-from pocketmq.server.native.convert import group_from_spec
+from pocketmq.server.native.convert import (
+    delivered_from_wire,
+    group_from_spec,
+    send_result_from_wire,
+)
 
-__all__ = ["RemotePort", "delivered", "outcome"]
+__all__ = ["RemotePort"]
 
 log = logging.getLogger("pocketmq.proxy")
 
@@ -54,43 +58,6 @@ MAX_BATCH_BYTES: Final = 8 * 1024 * 1024
 SEND_WAIT: Final = 15.0
 """Extra time a send may take to be answered: a sync flush (5 s) and a slave's copy (3 s) by
 default, with room to spare, so a slow disk is reported as the broker's status, not a timeout."""
-
-
-def delivered(message: w.DeliveredMessage) -> Delivered:
-    """A delivered message from the wire in the broker's own terms (the adapter's input)."""
-    return Delivered(
-        message.topic,
-        message.queue_id,
-        message.queue_offset,
-        message.body,
-        message.properties,
-        message.born_timestamp,
-        message.store_timestamp,
-        message.physical_offset,
-        message.delivery_attempt,
-        message.receipt_handle,
-        message.born_host,
-    )
-
-
-def outcome(item: w.SendResultItem, topic: str) -> SendOutcome:
-    """One message's send result from the wire; an unknown code is a system error."""
-    try:
-        code = Code(item.code)
-    except ValueError:
-        code = Code.SYSTEM_ERROR
-    return SendOutcome(
-        code,
-        item.remark,
-        item.message_id,
-        item.queue_id,
-        item.queue_offset,
-        item.physical_offset,
-        item.transaction_id,
-        topic,
-        item.recall_handle,
-        item.rule,
-    )
 
 
 class _Producer(msgspec.Struct):
@@ -204,7 +171,7 @@ class RemotePort:
             return  # rebalance notices: official consumers do not rebalance
         request = w.decode_body(body, w.CheckTransactionRequest)
         check = TransactionCheck(
-            request.producer_group, request.transaction_id, 0, delivered(request.message)
+            request.producer_group, request.transaction_id, 0, delivered_from_wire(request.message)
         )
         live = dict(self._live_producers())
         producer = live.get(request.client_id)
@@ -226,20 +193,8 @@ class RemotePort:
     def _heartbeat_producer(
         self, connection: ClientConnection, client_id: str, producer: _Producer
     ) -> None:
-        client = producer.client
-        connection.send_request(
-            RequestCode.HEARTBEAT,
-            w.HeartbeatRequest(
-                client_id,
-                producer.topics,
-                [],
-                client.protocol,
-                client.language,
-                client.version,
-                client.address,
-            ),
-            None,
-        ).add_done_callback(_quiet)
+        heartbeat = _relayed_heartbeat(client_id, producer.client, producers=producer.topics)
+        connection.send_request(RequestCode.HEARTBEAT, heartbeat, None).add_done_callback(_quiet)
 
     # -- membership -----------------------------------------------------------------------
 
@@ -277,19 +232,8 @@ class RemotePort:
     ) -> None:
         """As a native request (``BrokerPort.heartbeat_consumer``)."""
         registration = w.ConsumerRegistration(group, "clustering", subscriptions)
-        await self._call(
-            RequestCode.HEARTBEAT,
-            w.HeartbeatRequest(
-                client_id,
-                [],
-                [registration],
-                client.protocol,
-                client.language,
-                client.version,
-                client.address,
-            ),
-            w.Empty,
-        )
+        heartbeat = _relayed_heartbeat(client_id, client, consumers=[registration])
+        await self._call(RequestCode.HEARTBEAT, heartbeat, w.Empty)
 
     async def register_producer(
         self,
@@ -350,7 +294,10 @@ class RemotePort:
             w.SendResponse,
             wait=SEND_WAIT,
         )
-        return [outcome(item, m.topic) for item, m in zip(response.results, messages, strict=True)]
+        return [
+            send_result_from_wire(item, m.topic)
+            for item, m in zip(response.results, messages, strict=True)
+        ]
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         """As a native request (``BrokerPort.recall``)."""
@@ -400,7 +347,7 @@ class RemotePort:
             attempt_id,
         )
         answer = await self._call(RequestCode.POP, request, w.PopResponse, wait=max_wait)
-        return [delivered(m) for m in answer.messages]
+        return [delivered_from_wire(m) for m in answer.messages]
 
     async def ack(self, group: str, entries: Sequence[tuple[str, str]]) -> list[Exception | None]:
         """As a native request (``BrokerPort.ack``)."""
@@ -458,7 +405,7 @@ class RemotePort:
             answer.next_offset,
             answer.min_offset,
             answer.max_offset,
-            [delivered(m) for m in answer.messages],
+            [delivered_from_wire(m) for m in answer.messages],
         )
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -481,6 +428,25 @@ class RemotePort:
             if queue.queue_id == queue_id:
                 return queue.min_offset, queue.max_offset
         return None
+
+
+def _relayed_heartbeat(
+    client_id: str,
+    client: ClientInfo,
+    *,
+    producers: list[str] | None = None,
+    consumers: list[w.ConsumerRegistration] | None = None,
+) -> w.HeartbeatRequest:
+    """A relayed client's heartbeat, describing it (docs/protocol.md, "Gateways")."""
+    return w.HeartbeatRequest(
+        client_id,
+        producers or [],
+        consumers or [],
+        client.protocol,
+        client.language,
+        client.version,
+        client.address,
+    )
 
 
 def _message_size(message: InboundMessage) -> int:

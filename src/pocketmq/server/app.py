@@ -391,10 +391,10 @@ class BrokerApp:
             dial = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(
                 config.host, config.host
             )
-            native_port = self.native_address.rpartition(":")[2]
+            assert self._native is not None
             workers = ProxyWorkers(
                 config.grpc_workers,
-                f"[{dial}]:{native_port}" if ":" in dial else f"{dial}:{native_port}",
+                f"{dial}:{self._native.port}",  # host:port as native_address writes it
                 config.host,
                 bound,
                 self.grpc_address,

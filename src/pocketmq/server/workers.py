@@ -131,7 +131,6 @@ class ProxyWorkers:
         self._supervisors: list[asyncio.Task[None]] = []
         self._relays: dict[int, asyncio.Task[None]] = {}
         self._closing = False
-        self.restarts = 0
 
     async def start(self) -> None:
         """Start every worker and wait until each serves; an ``OSError`` says why one could not."""
@@ -175,10 +174,6 @@ class ProxyWorkers:
                     self._seen.pop(process.pid, None)
                     with contextlib.suppress(ProcessLookupError):
                         process.kill()
-
-    def pids(self) -> list[int]:
-        """The live workers' process ids (for CPU figures and tests)."""
-        return [p.pid for p in self._processes if p is not None and p.returncode is None]
 
     async def _spawn(self, number: int) -> None:
         process = await asyncio.create_subprocess_exec(
@@ -230,13 +225,13 @@ class ProxyWorkers:
             process = self._processes[number]
             if process is not None:
                 code = await process.wait()
+                self._seen.pop(process.pid, None)
                 if self._closing:
                     return
                 log.warning("gRPC worker %d exited (%s): starting it again", number, code)
             await asyncio.sleep(RESTART_DELAY)
             try:
                 await self._spawn(number)
-                self.restarts += 1
             except Exception as exc:  # whatever went wrong, try again after the pause
                 log.error("gRPC worker %d could not start: %s", number, exc)
                 self._processes[number] = None

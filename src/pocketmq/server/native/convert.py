@@ -1,5 +1,6 @@
 """Between the broker core's values and the native protocol's structures, both ways where a
-gateway needs it (pocketmq.proxy reads groups back from the wire)."""
+gateway needs it (pocketmq.proxy reads delivered messages, send results and groups back from the
+wire, docs/proxy.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,22 @@ from pocketmq.broker import (
     Delivered,
     GroupConfig,
     RetryPolicy,
+    SendOutcome,
     TransactionStatus,
 )
-from pocketmq.errors import InvalidArgumentError
+from pocketmq.errors import Code, InvalidArgumentError
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.checks import retry_policy_problem
 
-__all__ = ["group_from_spec", "group_to_spec", "to_wire", "transaction_to_wire"]
+__all__ = [
+    "delivered_from_wire",
+    "group_from_spec",
+    "group_to_spec",
+    "send_result_from_wire",
+    "send_result_to_wire",
+    "to_wire",
+    "transaction_to_wire",
+]
 
 
 def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
@@ -33,6 +43,59 @@ def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:
         message.receipt_handle,
         message.born_host,
         broker_name,
+    )
+
+
+def delivered_from_wire(message: w.DeliveredMessage) -> Delivered:
+    """The inverse of :func:`to_wire` (the broker's name dropped): what a gateway hands its
+    protocol adapter."""
+    return Delivered(
+        message.topic,
+        message.queue_id,
+        message.queue_offset,
+        message.body,
+        message.properties,
+        message.born_timestamp,
+        message.store_timestamp,
+        message.physical_offset,
+        message.delivery_attempt,
+        message.receipt_handle,
+        message.born_host,
+    )
+
+
+def send_result_to_wire(outcome: SendOutcome) -> w.SendResultItem:
+    """One message's send outcome in the native protocol's form."""
+    return w.SendResultItem(
+        int(outcome.code),
+        outcome.remark,
+        outcome.message_id,
+        outcome.queue_id,
+        outcome.queue_offset,
+        outcome.transaction_id,
+        outcome.physical_offset,
+        outcome.recall_handle,
+        outcome.rule,
+    )
+
+
+def send_result_from_wire(item: w.SendResultItem, topic: str) -> SendOutcome:
+    """The inverse of :func:`send_result_to_wire`; an unknown code is a system error."""
+    try:
+        code = Code(item.code)
+    except ValueError:
+        code = Code.SYSTEM_ERROR
+    return SendOutcome(
+        code,
+        item.remark,
+        item.message_id,
+        item.queue_id,
+        item.queue_offset,
+        item.physical_offset,
+        item.transaction_id,
+        topic,
+        item.recall_handle,
+        item.rule,
     )
 
 

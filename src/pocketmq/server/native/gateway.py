@@ -1,7 +1,7 @@
 """The native operations a gRPC gateway needs beyond a native client's (docs/proxy.md).
 
 A ``pocketmq proxy`` process terminates the official clients' gRPC and speaks the native protocol
-to its broker; these three requests carry what gRPC offers and the SDK never asked for: cancelling
+to its broker; these four requests carry what gRPC offers and the SDK never asked for: cancelling
 a delayed message, forwarding a popped message to the DLQ, a group as the broker's gRPC adapter
 sees it (created on first use when the broker auto-creates groups), and the limits a gateway must
 answer with exactly as the broker would (docs/protocol.md, "Gateways").
@@ -35,12 +35,7 @@ def gateway_handlers(
         return w.RecallResponse(broker.recall(req.topic, req.recall_handle))
 
     def forward(conn: ServerConnection, req: w.ForwardToDeadLetterRequest) -> w.Empty:
-        if req.reason:
-            broker.forward_to_dead_letter(
-                req.group, req.topic, req.receipt_handle, reason=req.reason
-            )
-        else:
-            broker.forward_to_dead_letter(req.group, req.topic, req.receipt_handle)
+        broker.forward_to_dead_letter(req.group, req.topic, req.receipt_handle, reason=req.reason)
         return w.Empty()
 
     def info(conn: ServerConnection, req: w.Empty) -> w.GatewayInfoResponse:

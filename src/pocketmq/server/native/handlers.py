@@ -40,6 +40,7 @@ from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.convert import (
     group_from_spec,
     group_to_spec,
+    send_result_to_wire,
     to_wire,
     transaction_to_wire,
 )
@@ -212,23 +213,7 @@ def broker_handlers(
         return transaction_to_wire(status)
 
     def send_response(outcomes: list[SendOutcome]) -> w.SendResponse:
-        return w.SendResponse(
-            [
-                w.SendResultItem(
-                    int(o.code),
-                    o.remark,
-                    o.message_id,
-                    o.queue_id,
-                    o.queue_offset,
-                    o.transaction_id,
-                    o.physical_offset,
-                    o.recall_handle,
-                    o.rule,
-                )
-                for o in outcomes
-            ],
-            name,
-        )
+        return w.SendResponse([send_result_to_wire(o) for o in outcomes], name)
 
     async def send_after_flush(outcomes: list[SendOutcome], end: int) -> w.SendResponse:
         return send_response(await broker.settle(outcomes, end))
