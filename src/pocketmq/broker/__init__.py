@@ -9,7 +9,14 @@ from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
 from pocketmq.broker.consumers import ClientInfo
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
 from pocketmq.broker.history import Attempt, Outcome
-from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, PullStatus, SendOutcome
+from pocketmq.broker.model import (
+    Delivered,
+    InboundMessage,
+    PullOutcome,
+    PullStatus,
+    SendBatch,
+    SendOutcome,
+)
 from pocketmq.broker.resets import QueueReset, ResetTarget
 from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
 from pocketmq.broker.transactions import (
@@ -38,6 +45,7 @@ __all__ = [
     "QueueReset",
     "ResetTarget",
     "RetryPolicy",
+    "SendBatch",
     "SendOutcome",
     "TopicConfig",
     "TopicType",

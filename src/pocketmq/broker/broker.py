@@ -198,6 +198,7 @@ class Broker:
         sending, pops, catalog, membership = self.sending, self.pops, self.catalog, self.membership
         self.send = sending.send
         self.send_now = sending.send_now
+        self.send_now_many = sending.send_now_many
         self.settle = sending.settle
         self.recall = sending.recall
         self.append_internal = sending.append_internal

@@ -5,11 +5,14 @@ The native server and the gRPC adapter both translate their wire structures to a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import msgspec
 
 from pocketmq.errors import Code
 
-__all__ = ["Delivered", "InboundMessage", "PullOutcome", "PullStatus", "SendOutcome"]
+__all__ = ["Delivered", "InboundMessage", "PullOutcome", "PullStatus", "SendBatch", "SendOutcome"]
 
 
 class InboundMessage(msgspec.Struct, frozen=True, gc=False):
@@ -22,6 +25,16 @@ class InboundMessage(msgspec.Struct, frozen=True, gc=False):
     queue_id: int = -1
     flags: int = 0
     born_timestamp: int = 0
+
+
+class SendBatch(NamedTuple):
+    """One sender's batch as :meth:`Broker.send_now_many` takes it (what one SEND request
+    carries)."""
+
+    messages: Sequence[InboundMessage]
+    producer_group: str = ""
+    born_host: str = ""
+    redrive: bool = False
 
 
 class SendOutcome(msgspec.Struct, frozen=True, gc=False):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import msgspec
 
 from pocketmq import properties as props
-from pocketmq.broker.model import InboundMessage, SendOutcome
+from pocketmq.broker.model import InboundMessage, SendBatch, SendOutcome
 from pocketmq.broker.parts import HELD_TOPICS, PUT_CODES, SCHEDULE_TOPICS, BrokerPart, Shared
 from pocketmq.broker.replication import ReplicaOutcome, ReplicationMode, Role
 from pocketmq.broker.schedule import (
@@ -36,6 +36,7 @@ from pocketmq.errors import (
     MessageIllegalError,
     MessageNotFoundError,
     MessageTooLargeError,
+    PocketMQError,
     ServiceUnavailableError,
     TooManyRequestsError,
 )
@@ -90,57 +91,112 @@ class SendPath(BrokerPart):
         ``redrive``: copies of messages the broker accepted before (dead letters sent again),
         whose kind need not match their topic's type any more (a released delayed message is
         a normal one)."""
-        if len(messages) > self.config.max_batch_messages:
-            raise InvalidArgumentError(
-                f"a batch holds at most {self.config.max_batch_messages} messages"
-            )
+        [answer] = self.send_now_many([SendBatch(messages, producer_group, born_host, redrive)])
+        if isinstance(answer, PocketMQError):
+            raise answer
+        return answer
+
+    def send_now_many(
+        self, batches: Sequence[SendBatch]
+    ) -> list[tuple[list[SendOutcome], int] | PocketMQError]:
+        """Store several senders' batches in one store append (the requests one read of a
+        connection brought: docs/design.md "Sending"). Each batch gets what :meth:`send_now`
+        would answer it: its outcomes and the offset to settle, or the error that refused it
+        whole. Batches are stored in the order given."""
+        answers: list[tuple[list[SendOutcome], int] | PocketMQError] = []
+        refusal = self._refusal(sum(len(batch.messages) for batch in batches))
+        if refusal is not None:
+            return [refusal] * len(batches)
+        to_store: list[StoreMessage] = []
+        # per batch: its outcomes, None where a prepared message's store result goes
+        slots: list[list[SendOutcome | None] | None] = []
+        for batch in batches:
+            messages = batch.messages
+            if len(messages) > self.config.max_batch_messages:
+                answers.append(
+                    InvalidArgumentError(
+                        f"a batch holds at most {self.config.max_batch_messages} messages"
+                    )
+                )
+                slots.append(None)
+                continue
+            host = self._hosts.get(batch.born_host)
+            if host is None:
+                host = self._hosts[batch.born_host] = pack_host(batch.born_host)
+            outcomes: list[SendOutcome | None] = []
+            for message in messages:
+                try:
+                    to_store.append(
+                        self._prepare(message, host, batch.producer_group, not batch.redrive)
+                    )
+                except BrokerError as exc:
+                    outcomes.append(
+                        SendOutcome(
+                            code=exc.code,
+                            remark=str(exc),
+                            topic=message.topic,
+                            rule=getattr(exc, "rule", ""),
+                        )
+                    )
+                    continue
+                outcomes.append(None)
+            answers.append(([], 0))
+            slots.append(outcomes)
+        results = self._store(to_store) if to_store else []
+        waits = self._sync_flush or self.replication.mode is ReplicationMode.SYNC
+        taken = 0  # messages of ``to_store`` whose outcome is filled in
+        for number, slot in enumerate(slots):
+            if slot is None:
+                continue
+            end = 0
+            filled: list[SendOutcome] = []
+            for outcome in slot:
+                if outcome is None:
+                    result = results[taken]
+                    outcome = self._outcome(to_store[taken], result)
+                    taken += 1
+                    if result.status.stored:
+                        end = max(end, result.physical_offset + result.size)
+                filled.append(outcome)
+            answers[number] = (filled, end if waits else 0)
+        return answers
+
+    def _refusal(self, count: int) -> PocketMQError | None:
+        """Why no message may be stored now (shutting down, a slave, fenced, overloaded)."""
         if self._shared.closed:
-            raise ServiceUnavailableError("the broker is shutting down")
+            return ServiceUnavailableError("the broker is shutting down")
         replication = self.replication
         if replication.role is Role.SLAVE:
-            raise ServiceUnavailableError(
+            return ServiceUnavailableError(
                 f"broker {self.config.broker_name!r} is a slave: send to its master"
             )
         refusal = replication.write_refusal()
         if refusal:
-            raise ServiceUnavailableError(refusal)
+            return ServiceUnavailableError(refusal)
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
-            self.flow.rejected += len(messages)
-            raise TooManyRequestsError(f"flow control: {overload}; back off and retry")
-        outcomes: list[SendOutcome | None] = [None] * len(messages)
-        accepted: list[int] = []
-        to_store: list[StoreMessage] = []
-        host = self._hosts.get(born_host)
-        if host is None:
-            host = self._hosts[born_host] = pack_host(born_host)
-        for number, message in enumerate(messages):
-            try:
-                to_store.append(self._prepare(message, host, producer_group, not redrive))
-            except BrokerError as exc:
-                outcomes[number] = SendOutcome(
-                    code=exc.code,
-                    remark=str(exc),
-                    topic=message.topic,
-                    rule=getattr(exc, "rule", ""),
-                )
-                continue
-            accepted.append(number)
+            self.flow.rejected += count
+            return TooManyRequestsError(f"flow control: {overload}; back off and retry")
+        return None
+
+    def _store(self, to_store: list[StoreMessage]) -> list[PutResult]:
+        """One store append for every prepared message, then what follows it: transaction
+        bookkeeping, traffic counters, waking the queues' readers."""
+        results = self.store.append(to_store)
+        self.transactions.stored(to_store, results)
+        touched: set[tuple[str, int]] = set()
         end = 0
-        if to_store:
-            results = self.store.append(to_store)
-            self.transactions.stored(to_store, results)
-            touched: set[tuple[str, int]] = set()
-            for number, stored, result in zip(accepted, to_store, results, strict=True):
-                outcomes[number] = self._outcome(stored, result)
-                if result.status.stored:
-                    touched.add((stored.topic, stored.queue_id))
-                    end = max(end, result.physical_offset + result.size)
-                    self.traffic.stored(stored.topic, len(stored.body))
-            self._wake(touched, end)
-            self.counters["messages_in"] += sum(r.status.stored for r in results)
-        waits = self._sync_flush or replication.mode is ReplicationMode.SYNC
-        return [o for o in outcomes if o is not None], end if waits else 0
+        stored_count = 0
+        traffic = self.traffic
+        for stored, result in zip(to_store, results, strict=True):
+            if result.status.stored:
+                stored_count += 1
+                touched.add((stored.topic, stored.queue_id))
+                end = max(end, result.physical_offset + result.size)
+                traffic.stored(stored.topic, len(stored.body))
+        self._wake(touched, end)
+        self.counters["messages_in"] += stored_count
+        return results
 
     async def settle(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
         """Wait until the records up to ``end`` are as safe as the broker promises: fsynced

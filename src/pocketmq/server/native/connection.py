@@ -18,8 +18,8 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -38,12 +38,12 @@ from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
 from pocketmq.server.rpcstats import RpcLatency
 
-__all__ = ["Handler", "HandlerTable", "ServerConnection"]
+__all__ = ["JOIN_LIMIT", "Handler", "HandlerTable", "Joined", "ServerConnection"]
 
 log = logging.getLogger("pocketmq.server")
 
 Handler = Callable[
-    ["ServerConnection", Any], "msgspec.Struct | Awaitable[msgspec.Struct | None] | None"
+    ["ServerConnection", Any], "msgspec.Struct | Awaitable[msgspec.Struct | None] | Joined | None"
 ]
 HandlerTable = dict[int, Handler]
 
@@ -66,6 +66,22 @@ _LABELS: dict[tuple[int, int], tuple[str, str, str]] = {}
 def _name(value: int, names: dict[int, str]) -> str:
     """A code's name for metric labels (its number when unknown)."""
     return names.get(value) or str(value)
+
+
+#: At most this many joined requests are done in one call (bounds one event-loop turn).
+JOIN_LIMIT = 256
+
+
+class Joined(NamedTuple):
+    """A handler's answer that defers its work: requests that one read of the connection brought
+    and that return the same ``run`` are done together, by one call of ``run`` with their
+    ``item`` values in arrival order, before the next request of another kind and before the
+    read's answers are written. ``run`` returns one result per item: a response body, an
+    awaitable of one, or the exception that request failed with. Sends use it so a pipelining
+    producer's requests reach the store in one append (docs/design.md "Sending")."""
+
+    run: Callable[[list[Any]], Sequence[object]]
+    item: Any
 
 
 class ServerConnection(asyncio.Protocol):
@@ -112,6 +128,9 @@ class ServerConnection(asyncio.Protocol):
         self.opened_at = self.last_seen = clock()
         self.inflight = 0  # requests whose handler still runs (long polls, sync flushes)
         self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by request id
+        # requests of this read whose handlers asked to be done together (see Joined)
+        self._joined: list[tuple[int, int, bool, float, Any]] = []
+        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
 
     @property
     def greeted(self) -> bool:
@@ -189,6 +208,8 @@ class ServerConnection(asyncio.Protocol):
                         return
                 if greeted or not frames:
                     break
+            if self._joined:
+                self._run_joined()
             self._account_buffer()
         finally:
             out, self._out = self._out, None
@@ -249,6 +270,8 @@ class ServerConnection(asyncio.Protocol):
                     "(docs/security.md)",
                 )
             return
+        if self._joined and code != self._joined[0][0]:
+            self._run_joined()  # what arrived first takes effect first
         handler = self._handlers.get(code)
         request_type = REQUESTS.get(code)
         if handler is None or request_type is None:
@@ -261,29 +284,61 @@ class ServerConnection(asyncio.Protocol):
         try:
             request = decode_body(body, request_type)
             result = handler(self, request)
-        except PocketMQError as exc:
-            self._observe(code, _wire_code(exc), started)
-            if not oneway:
-                self._respond_exception(request_id, exc)
-            return
         except Exception as exc:
-            self._observe(code, Code.SYSTEM_ERROR, started)
-            self._internal_error(code, exc)
-            if not oneway:
-                self._respond_error(request_id, Code.SYSTEM_ERROR, f"internal error: {exc}")
+            self._complete(code, request_id, oneway, started, exc)
             return
-        if inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._finish(code, request_id, oneway, result, started))
+        if type(result) is Joined:
+            if self._joined and result.run is not self._join_run:
+                self._run_joined()
+            self._join_run = result.run
+            self._joined.append((code, request_id, oneway, started, result.item))
+            if len(self._joined) >= JOIN_LIMIT:
+                self._run_joined()
+            return
+        self._complete(code, request_id, oneway, started, result)
+
+    def _run_joined(self) -> None:
+        """Do the joined requests' work in one call and answer each of them."""
+        joined, self._joined = self._joined, []
+        run = self._join_run
+        if run is None or not joined:
+            return
+        try:
+            results: Sequence[object] = run([item for *_, item in joined])
+        except Exception as exc:  # a bug in the runner: each joined request fails alone
+            results = [exc] * len(joined)
+        for (code, request_id, oneway, started, _), result in zip(joined, results, strict=True):
+            self._complete(code, request_id, oneway, started, result)
+
+    def _complete(
+        self, code: int, request_id: int, oneway: bool, started: float, result: object
+    ) -> None:
+        """Answer a handler's result: a response body (or None), an error it raised, or an
+        awaitable finished by a task so it never holds up the requests behind it."""
+        if result is None or isinstance(result, msgspec.Struct):
+            self._observe(code, Code.SUCCESS, started)
+            if not oneway:
+                self._respond(request_id, Code.SUCCESS, result)
+        elif isinstance(result, PocketMQError):
+            self._observe(code, _wire_code(result), started)
+            if not oneway:
+                self._respond_exception(request_id, result)
+        elif isinstance(result, Exception):
+            self._observe(code, Code.SYSTEM_ERROR, started)
+            self._internal_error(code, result)
+            if not oneway:
+                self._respond_error(request_id, Code.SYSTEM_ERROR, f"internal error: {result}")
+        elif not inspect.isawaitable(result):
+            self._complete(code, request_id, oneway, started, TypeError(f"handler gave {result!r}"))
+        else:
+            pending = cast("Awaitable[msgspec.Struct | None]", result)
+            task = asyncio.ensure_future(self._finish(code, request_id, oneway, pending, started))
             self.inflight += 1
             self._tasks.add(task)
             if code in _LONG_POLLS:
                 self._polls[request_id] = task
                 task.add_done_callback(functools.partial(self._poll_done, request_id))
             task.add_done_callback(self._task_done)
-        else:
-            self._observe(code, Code.SUCCESS, started)
-            if not oneway:
-                self._respond(request_id, Code.SUCCESS, result)
 
     def _observe(self, code: int, response: int, started: float) -> None:
         if self._latency is not None:

@@ -19,6 +19,7 @@ from pocketmq.broker import (
     InboundMessage,
     PullOutcome,
     ResetTarget,
+    SendBatch,
     SendOutcome,
     TransactionCheck,
 )
@@ -28,6 +29,7 @@ from pocketmq.errors import (
     InvalidArgumentError,
     MessageNotFoundError,
     NoPermissionError,
+    PocketMQError,
     ProtocolError,
     UnsupportedError,
 )
@@ -36,7 +38,7 @@ from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import challenge_signature
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.auth.users import GATEWAY_USER, UserStore
-from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.connection import HandlerTable, Joined, ServerConnection
 from pocketmq.server.native.convert import (
     group_from_spec,
     group_to_spec,
@@ -218,23 +220,27 @@ def broker_handlers(
     async def send_after_flush(outcomes: list[SendOutcome], end: int) -> w.SendResponse:
         return send_response(await broker.settle(outcomes, end))
 
-    def send(
-        conn: ServerConnection, req: w.SendRequest
-    ) -> w.SendResponse | Awaitable[w.SendResponse]:
+    def send(conn: ServerConnection, req: w.SendRequest) -> Joined:
         inbound = [
             InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
             for m in req.messages
         ]
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
-        # each message is checked by the broker's send contract (a bad one is refused alone)
-        outcomes, durable_end = broker.send_now(
-            inbound,
-            producer_group=req.producer_group,
-            born_host=req.born_host if req.born_host and may_relay(conn) else conn.remote,
-        )
-        if durable_end:  # sync flush: answer once the disk has it
-            return send_after_flush(outcomes, durable_end)
-        return send_response(outcomes)
+        born_host = req.born_host if req.born_host and may_relay(conn) else conn.remote
+        return Joined(send_joined, SendBatch(inbound, req.producer_group, born_host))
+
+    def send_joined(batches: list[SendBatch]) -> list[object]:
+        # the sends one read brought go to the store in one append; each message is checked by
+        # the broker's send contract (a bad one is refused alone)
+        answers: list[object] = []
+        for answer in broker.send_now_many(batches):
+            if isinstance(answer, PocketMQError):
+                answers.append(answer)
+            elif answer[1]:  # sync flush or replication: answer once the disk/slave has it
+                answers.append(send_after_flush(*answer))
+            else:
+                answers.append(send_response(answer[0]))
+        return answers
 
     def pull_response(outcome: PullOutcome) -> w.PullResponse:
         return w.PullResponse(

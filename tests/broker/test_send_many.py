@@ -1,0 +1,75 @@
+"""Several senders' batches stored in one append (``Broker.send_now_many``, docs/design.md
+"Sending"): each batch is answered as if sent alone, a bad message or an oversize batch is
+refused alone, and the batches reach the store in the order given."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pocketmq import properties as props
+from pocketmq.broker import Broker, BrokerConfig, InboundMessage, SendBatch
+from pocketmq.errors import Code, InvalidArgumentError, ServiceUnavailableError
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path), max_batch_messages=3))
+    await broker.start()
+    broker.create_topic("T", queues=1)
+    yield broker
+    await broker.close()
+
+
+def _batch(*bodies: bytes, topic: str = "T", host: str = "") -> SendBatch:
+    return SendBatch([InboundMessage(topic, body) for body in bodies], born_host=host)
+
+
+async def test_each_batch_gets_its_own_outcomes_and_the_store_keeps_their_order(
+    broker: Broker,
+) -> None:
+    appends: list[int] = []
+    append = broker.store.append
+
+    def counting_append(messages: list) -> list:  # type: ignore[type-arg]
+        appends.append(len(messages))
+        return append(messages)
+
+    broker.store.append = counting_append  # type: ignore[method-assign]
+    answers = broker.send_now_many(
+        [
+            _batch(b"a1", b"a2", host="10.0.0.1:1"),
+            _batch(b"x", topic="Missing"),  # refused message by message
+            _batch(b"1", b"2", b"3", b"4"),  # over max_batch_messages: refused whole
+            _batch(b"b1", b"", host="10.0.0.2:2"),  # an empty body breaks the contract
+            _batch(b"c1"),
+        ]
+    )
+    assert appends == [4]  # one append for every message that could be stored
+    first, missing, oversize, second, third = answers
+    assert isinstance(oversize, InvalidArgumentError)
+    assert not isinstance(first, Exception)
+    assert not isinstance(missing, Exception)
+    assert not isinstance(second, Exception)
+    assert not isinstance(third, Exception)
+    assert [o.code for o in first[0]] == [Code.SUCCESS, Code.SUCCESS]
+    assert [o.code for o in missing[0]] == [Code.TOPIC_NOT_EXIST]
+    assert [o.code for o in second[0]] == [Code.SUCCESS, Code.MESSAGE_ILLEGAL]
+    assert second[0][1].rule  # names the contract rule it broke
+    assert [o.queue_offset for o in first[0] + second[0][:1] + third[0]] == [0, 1, 2, 3]
+    stored = broker.store.get_messages("T", 0, 0, max_count=10).messages
+    assert [m.body for m in stored] == [b"a1", b"a2", b"b1", b"c1"]
+    assert stored[0].born_host.startswith("10.0.0.1")
+    assert stored[2].born_host.startswith("10.0.0.2")
+    ids = [o.message_id for o in first[0] + second[0][:1] + third[0]]
+    assert ids == [m.properties[props.MESSAGE_ID] for m in stored]
+
+
+async def test_a_refusal_of_the_broker_answers_every_batch(broker: Broker) -> None:
+    broker._shared.closed = True  # shutting down: nothing may be stored
+    answers = broker.send_now_many([_batch(b"a"), _batch(b"b")])
+    assert all(isinstance(a, ServiceUnavailableError) for a in answers)
+    broker._shared.closed = False
+    assert broker.store.max_offset("T", 0) == 0
