@@ -11,6 +11,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import msgspec
+
 __all__ = ["ConsumeStatus", "Message", "MessageView", "SendResult", "SendStatus"]
 
 
@@ -59,14 +61,17 @@ class SendResult:
     transaction_id: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class MessageView:
+class MessageView(msgspec.Struct, frozen=True, kw_only=True):
     """A delivered message as a consumer sees it.
 
     ``topic`` is always the topic the producer sent to, also when the message comes back from the
     group's retry topic. ``delivery_attempt`` starts at 1; ``reconsume_times`` is
     ``delivery_attempt - 1``. ``receipt_handle`` is set for messages received with
     :class:`SimpleConsumer` (pop mode) and is needed to ack them.
+
+    A frozen ``msgspec.Struct`` rather than a dataclass: one is built for every delivered
+    message, and a frozen dataclass of these fields costs five times as much to build (copy one
+    with ``msgspec.structs.replace``).
     """
 
     message_id: str
@@ -76,7 +81,7 @@ class MessageView:
     body: bytes
     tag: str | None = None
     keys: tuple[str, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = {}
     message_group: str | None = None
     delivery_attempt: int = 1
     born_timestamp: int = 0

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import msgspec
 
 from pocketmq.client.consumer.config import QueueKey
 from pocketmq.client.convert import to_view
@@ -60,5 +61,5 @@ class ProcessQueue:
         view = to_view(message)
         extra = self.local_attempts.get(message.queue_offset, 0)
         if extra:
-            view = dataclasses.replace(view, delivery_attempt=view.delivery_attempt + extra)
+            view = msgspec.structs.replace(view, delivery_attempt=view.delivery_attempt + extra)
         return view

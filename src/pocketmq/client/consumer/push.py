@@ -54,6 +54,7 @@ from pocketmq.client.consumer.rebalance import Rebalancer
 from pocketmq.client.consumer.reports import OutcomeReports
 from pocketmq.client.consumer.retry import RetryHandBack
 from pocketmq.client.consumer.state import ConsumerState
+from pocketmq.client.consumer.work import WorkQueue
 from pocketmq.client.producer.config import ProducerConfig
 from pocketmq.client.producer.sender import Sender
 from pocketmq.errors import InvalidArgumentError
@@ -136,7 +137,7 @@ class PushConsumer(ClientBase):
         if state.started:
             return
         self._offsets.load()
-        state.work = asyncio.Queue(maxsize=self.config.concurrency * 2)
+        state.work = WorkQueue(self.config.concurrency * 2)
         self._rebalancer.start()
         for topic in self.subscriptions:
             await self.routes.get(topic)

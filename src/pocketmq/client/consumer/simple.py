@@ -9,9 +9,10 @@ hands it back early: a nack with a delay).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
+
+import msgspec
 
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
@@ -200,4 +201,4 @@ class SimpleConsumer(ClientBase):
             ),
             w.ChangeInvisibleResponse,
         )
-        return dataclasses.replace(message, receipt_handle=reply.receipt_handle)
+        return msgspec.structs.replace(message, receipt_handle=reply.receipt_handle)

@@ -17,6 +17,7 @@ import msgspec
 from pocketmq.client.base import ClientBase
 from pocketmq.client.consumer.config import MessageModel, PushConsumerConfig, QueueKey
 from pocketmq.client.consumer.process_queue import ProcessQueue
+from pocketmq.client.consumer.work import WorkQueue
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
@@ -51,7 +52,7 @@ class ConsumerState:
         self.clustering = config.model is MessageModel.CLUSTERING
         self.queues: dict[QueueKey, ProcessQueue] = {}
         self.counters = ConsumerCounters()
-        self.work: asyncio.Queue[Batch] | None = None
+        self.work: WorkQueue[Batch] | None = None
         """Batches for the workers; created at start."""
         self.started = False
         self._background: set[asyncio.Task[Any]] = set()

@@ -1,0 +1,85 @@
+"""The push consumer's work queue (client/consumer/work.py): FIFO, bounded, a pull's batches put
+together, the puller woken only once the queue drained to half its bound, ``join`` after every
+item was marked done, and no wake-up lost to a cancelled waiter."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pocketmq.client.consumer.work import WorkQueue
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_items_come_out_in_order_and_a_getter_waits_for_them() -> None:
+    queue: WorkQueue[int] = WorkQueue(4)
+    getter = asyncio.ensure_future(queue.get())
+    await _settle()
+    assert not getter.done()
+    await queue.put_many([1, 2, 3])
+    assert await getter == 1
+    assert [await queue.get(), await queue.get()] == [2, 3]
+
+
+async def test_a_full_queue_holds_the_putter_until_it_drained_to_half() -> None:
+    queue: WorkQueue[int] = WorkQueue(4)
+    await queue.put_many(range(4))  # at its bound: the next put waits
+    putter = asyncio.ensure_future(queue.put_many([10, 11, 12]))
+    await _settle()
+    assert not putter.done()
+    await queue.get()  # 3 left: above half, the putter sleeps on
+    await _settle()
+    assert not putter.done()
+    await queue.get()  # 2 left: half the bound, the putter is woken and puts its whole pull
+    await _settle()
+    assert putter.done()
+    assert len(queue) == 5  # bounded by the bound plus one pull
+    assert [await queue.get() for _ in range(5)] == [2, 3, 10, 11, 12]
+
+
+async def test_join_waits_until_every_item_is_done() -> None:
+    queue: WorkQueue[str] = WorkQueue(8)
+    await queue.put_many(["a", "b"])
+    joined = asyncio.ensure_future(queue.join())
+    await queue.get()
+    queue.task_done()
+    await _settle()
+    assert not joined.done()
+    await queue.get()
+    queue.task_done()
+    await _settle()
+    assert joined.done()
+    with pytest.raises(ValueError, match="more often"):
+        queue.task_done()
+
+
+async def test_a_cancelled_getter_passes_its_wake_up_on() -> None:
+    queue: WorkQueue[int] = WorkQueue(8)
+    first = asyncio.ensure_future(queue.get())
+    second = asyncio.ensure_future(queue.get())
+    await _settle()
+    await queue.put(7)  # wakes the first getter ...
+    first.cancel()  # ... which is cancelled before it runs: the second must get the item
+    await _settle()
+    assert first.cancelled()
+    assert second.done()
+    assert second.result() == 7
+
+
+async def test_a_cancelled_putter_passes_its_wake_up_on() -> None:
+    queue: WorkQueue[int] = WorkQueue(2)
+    await queue.put_many([1, 2])
+    first = asyncio.ensure_future(queue.put(3))
+    second = asyncio.ensure_future(queue.put(4))
+    await _settle()
+    await queue.get()  # one left: half the bound, a putter is woken
+    first.cancel()
+    await _settle()
+    assert first.cancelled()
+    assert second.done()
+    assert [await queue.get(), await queue.get()] == [2, 4]
