@@ -26,6 +26,8 @@ __all__ = ["ConcurrentConsumer"]
 
 log = logging.getLogger("pocketmq.client")
 
+_SUCCESS = ConsumeStatus.SUCCESS  # an enum member looked up once, not per message
+
 
 class ConcurrentConsumer(Consumption):
     """The workers of a concurrent push consumer."""
@@ -61,14 +63,19 @@ class ConcurrentConsumer(Consumption):
         context = ConsumeContext(ack_index=len(batch) - 1, queue=pq.key)
         started = time.time()
         status, outcome, error = await self._listener(views, context, task)
-        if status is ConsumeStatus.SUCCESS:
-            cut = max(-1, min(context.ack_index, len(batch) - 1)) + 1
-        else:
-            cut = 0
+        size = len(batch)
+        cut = max(-1, min(context.ack_index, size - 1)) + 1 if status is _SUCCESS else 0
+        if cut == size:  # the usual case: every message succeeded
+            counters.consumed += size
+            self._reports.record(pq, views, started)
+            if not pq.dropped:
+                pq.remove([m.queue_offset for m in batch])
+                self._offsets.mark(pq)
+            return
         succeeded, failed = batch[:cut], batch[cut:]
         counters.consumed += len(succeeded)
         counters.failed += len(failed)
-        if status is ConsumeStatus.SUCCESS and failed:
+        if status is _SUCCESS:
             outcome, error = "RECONSUME_LATER", "after the ack index of a successful batch"
         self._reports.record(pq, views[:cut], started)
         finished = [m.queue_offset for m in succeeded]

@@ -37,6 +37,9 @@ class Verdict(NamedTuple):
     error: str
 
 
+_VERDICTS = {status: Verdict(status, status.value, "") for status in ConsumeStatus}
+
+
 class ListenerCall:
     """The listener with what is known about it: async or not, wanting a context or not."""
 
@@ -78,7 +81,7 @@ class ListenerCall:
                 ConsumeStatus.RECONSUME_LATER, "EXCEPTION", f"{type(exc).__name__}: {exc}"
             )
         if isinstance(result, ConsumeStatus):
-            return Verdict(result, result.value, "")
+            return _VERDICTS[result]
         if result is not None:
             log.warning("listener returned %r, not a ConsumeStatus; retrying the batch", result)
             return Verdict(

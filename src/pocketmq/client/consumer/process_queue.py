@@ -43,11 +43,45 @@ class ProcessQueue:
     lanes: dict[str, collections.deque[w.DeliveredMessage]] = field(default_factory=dict)
     lane_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # The offsets held, in the rising order they were pulled, finished ones dropped from the
+    # front lazily: the commit offset is then found without scanning what is held (up to
+    # ``max_cached_per_queue`` messages, after every finished message). None while the queue
+    # holds offsets out of order (an operator moved it back): then they are scanned.
+    _order: collections.deque[int] | None = field(
+        default_factory=collections.deque, init=False, repr=False
+    )
+
+    def add(self, messages: Sequence[w.DeliveredMessage]) -> list[w.DeliveredMessage]:
+        """Hold the pulled ``messages`` not held already; returns those (in pull order)."""
+        held = self.messages
+        fresh = [m for m in messages if m.queue_offset not in held]
+        order = self._order
+        for message in fresh:
+            offset = message.queue_offset
+            if order is not None:
+                if order and offset < order[-1]:
+                    self._order = order = None
+                else:
+                    order.append(offset)
+            held[offset] = message
+        if order is not None and len(order) > 2 * len(held) + 64:
+            # finished offsets behind an unfinished first one: keep only what is held
+            self._order = collections.deque(held)
+        return fresh
 
     def commit_offset(self) -> int:
         """The offset that may be committed: the first unfinished message, else the next one
         to pull (-1 before the first pull)."""
-        return min(self.messages) if self.messages else self.next_offset
+        held = self.messages
+        if not held:
+            self._order = collections.deque()
+            return self.next_offset
+        order = self._order
+        if order is None:
+            return min(held)
+        while order[0] not in held:
+            order.popleft()
+        return order[0]
 
     def remove(self, offsets: Sequence[int]) -> None:
         """Forget finished messages, waking a pull loop that waits for room."""

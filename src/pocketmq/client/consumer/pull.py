@@ -86,9 +86,7 @@ class Puller:
             if pq.dropped:
                 return
             if reply.status == "FOUND":
-                fresh = [m for m in reply.messages if m.queue_offset not in pq.messages]
-                for message in fresh:
-                    pq.messages[message.queue_offset] = message
+                fresh = pq.add(reply.messages)
                 pq.next_offset = reply.next_offset
                 if self._lanes is not None:
                     self._lanes(pq, fresh)

@@ -1,0 +1,64 @@
+"""The process queue's commit offset is always the smallest offset it still holds, whatever order
+messages finish in, also after an operator moved the queue back; finding it does not scan what
+is held, and what it remembers to find it stays bounded behind a stuck first message."""
+
+from __future__ import annotations
+
+import random
+
+from pocketmq.client.consumer.process_queue import ProcessQueue
+from pocketmq.protocol import structs as w
+
+
+def _messages(offsets: range | list[int]) -> list[w.DeliveredMessage]:
+    return [w.DeliveredMessage("T", 0, n, b"", {}, 0, 0, n) for n in offsets]
+
+
+def _queue() -> ProcessQueue:
+    pq = ProcessQueue(key=("b", "T", 0), address="a:1", expression="*")
+    pq.next_offset = 0
+    return pq
+
+
+def test_the_commit_offset_is_the_smallest_offset_held_in_any_finishing_order() -> None:
+    rng = random.Random(7)
+    pq = _queue()
+    pulled = 0
+    held: set[int] = set()
+    for _ in range(200):
+        if rng.random() < 0.4:  # a pull of up to 32, with gaps (messages filtered by tag)
+            offsets = sorted(rng.sample(range(pulled, pulled + 48), rng.randint(1, 32)))
+            assert [m.queue_offset for m in pq.add(_messages(offsets))] == offsets
+            held.update(offsets)
+            pulled += 48
+            pq.next_offset = pulled
+        elif held:
+            done = rng.sample(sorted(held), rng.randint(1, len(held)))
+            pq.remove(done)
+            held.difference_update(done)
+        assert pq.commit_offset() == (min(held) if held else pq.next_offset)
+
+
+def test_a_queue_moved_back_still_commits_its_smallest_offset() -> None:
+    pq = _queue()
+    pq.add(_messages(range(100, 110)))
+    pq.remove([100, 101])
+    assert pq.commit_offset() == 102
+    pq.add(_messages([5, 6]))  # an operator reset the group: lower offsets arrive later
+    assert pq.commit_offset() == 5
+    pq.remove([5, 6, *range(102, 110)])
+    assert pq.commit_offset() == pq.next_offset
+    pq.add(_messages([7, 8]))  # empty again: back to the cheap way
+    pq.remove([7])
+    assert pq.commit_offset() == 8
+
+
+def test_finished_offsets_behind_a_stuck_first_message_are_not_kept() -> None:
+    pq = _queue()
+    pq.add(_messages([0]))  # never finishes
+    for start in range(1, 100_001, 32):
+        pq.add(_messages(range(start, start + 32)))
+        pq.remove(list(range(start, start + 32)))
+        assert pq.commit_offset() == 0
+    assert pq.messages.keys() == {0}
+    assert len(pq._order or ()) <= 2 * len(pq.messages) + 64 + 32
