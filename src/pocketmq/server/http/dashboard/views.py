@@ -12,9 +12,7 @@ import collections
 import csv
 import dataclasses
 import io
-import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import jinja2
@@ -25,7 +23,6 @@ from aiohttp import web
 from pocketmq.broker import Broker
 from pocketmq.broker.overview import (
     DeadLetterRow,
-    GroupOverview,
     committed_positions,
     dead_letters,
     group_overview,
@@ -47,6 +44,16 @@ from pocketmq.server.auth.authorizer import Authorizer, Need, topic_need
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.http.dashboard import actions
 from pocketmq.server.http.dashboard.guard import CSRF_HEADER, Guard, csrf_token
+from pocketmq.server.http.dashboard.present import (
+    age,
+    copy_json,
+    group_json,
+    letter_json,
+    line_json,
+    parse_time,
+    preview,
+    when,
+)
 from pocketmq.version import VERSION
 
 __all__ = ["Dashboard"]
@@ -55,46 +62,6 @@ PAGE = 50
 _CLUSTER_GET: Need = ("Cluster", CLUSTER, Action.GET)
 _YIELD_EVERY = 50  # dead letters examined between returns to the event loop
 _NOT_FOUND = (GroupNotFoundError, TopicNotFoundError, MessageNotFoundError)
-
-
-def _when(ms: int) -> str:
-    if ms <= 0:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _age(ms: int) -> str:
-    seconds = ms / 1000
-    if seconds < 1:
-        return "0 s" if ms == 0 else f"{ms} ms"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.1f} s"
-
-
-def _preview(body: bytes) -> tuple[str, str]:
-    """(kind, text): JSON pretty-printed, UTF-8 text, or hex for anything else."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return "hex", body[:4096].hex(" ")
-    try:
-        return "json", json.dumps(json.loads(text), indent=2, ensure_ascii=False)[:16384]
-    except ValueError:
-        return "text", text[:16384]
-
-
-def _parse_time(text: str) -> int:
-    if not text:
-        return 0
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidArgumentError(f"{text!r} is not an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 class Dashboard:
@@ -109,8 +76,8 @@ class Dashboard:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self._templates.filters["when"] = _when
-        self._templates.filters["age"] = _age
+        self._templates.filters["when"] = when
+        self._templates.filters["age"] = age
         self._rates: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
 
     def add_routes(self, app: web.Application) -> None:
@@ -217,7 +184,7 @@ class Dashboard:
         page = _page(request)
         shown = overviews[page * PAGE : (page + 1) * PAGE]
         if self._api(request):
-            return web.json_response([_group_json(o) for o in shown])
+            return web.json_response([group_json(o) for o in shown])
         return self._render(
             request,
             "front.html",
@@ -237,7 +204,7 @@ class Dashboard:
         except PocketMQError as exc:
             return self._failure(request, exc)
         if self._api(request):
-            return web.json_response(_group_json(overview, detail=True))
+            return web.json_response(group_json(overview, detail=True))
         topics = sorted({q.topic for q in overview.queues if not q.topic.startswith("%")})
         return self._render(request, "group.html", g=overview, topics=topics, now=time.time())
 
@@ -251,9 +218,7 @@ class Dashboard:
         except PocketMQError as exc:
             return self._failure(request, exc)
         if self._api(request):
-            return web.json_response(
-                {"dead_letters": [_letter_json(r) for r in rows], "more": more}
-            )
+            return web.json_response({"dead_letters": [letter_json(r) for r in rows], "more": more})
         return self._render(
             request,
             "dlq.html",
@@ -273,7 +238,7 @@ class Dashboard:
         the attempt history is read only for rows shown or filtered by their error."""
         query = request.query
         filters = {k: query.get(k, "").strip() for k in ("key", "tag", "error", "since", "until")}
-        since, until = _parse_time(filters["since"]), _parse_time(filters["until"])
+        since, until = parse_time(filters["since"]), parse_time(filters["until"])
         wanted_error = filters["error"].lower()
         page = _page(request)
         skip, wanted = (0, 10**9) if everything else (page * PAGE, PAGE + 1)
@@ -321,7 +286,7 @@ class Dashboard:
         for r in rows:
             writer.writerow(
                 [r.dlq_offset, r.message_id, r.origin_topic, r.tag, r.keys, r.attempts,
-                 _when(r.stored_at_ms), r.reason, r.last_error, r.redriven,
+                 when(r.stored_at_ms), r.reason, r.last_error, r.redriven,
                  r.body.decode("utf-8", "replace")]
             )  # fmt: skip
         return web.Response(
@@ -376,11 +341,11 @@ class Dashboard:
         if self._api(request):
             return web.json_response(
                 {
-                    "copies": [_copy_json(m) for m in found],
+                    "copies": [copy_json(m) for m in found],
                     "attempts": [{f: getattr(a, f) for f in a.__struct_fields__} for a in timeline],
                 }
             )
-        copies = [(m, *_preview(m.body)) for m in found]
+        copies = [(m, *preview(m.body)) for m in found]
         return self._render(
             request, "message.html", copies=copies, timeline=timeline, ids=ids, query=query
         )
@@ -459,7 +424,7 @@ class Dashboard:
         except PocketMQError as exc:
             return self._failure(request, exc)
         if self._api(request):
-            return web.json_response([_line_json(line) for line in lines])
+            return web.json_response([line_json(line) for line in lines])
         return self._render(request, "resend_result.html", group=group, lines=lines)
 
     async def reset(self, request: web.Request) -> web.Response:
@@ -473,7 +438,7 @@ class Dashboard:
                 topic_need(str(form.get("topic", "")), Action.GET),
             )
             to = str(form.get("to", "time"))
-            at_ms = _parse_time(str(form.get("time", ""))) if to == "time" else 0
+            at_ms = parse_time(str(form.get("time", ""))) if to == "time" else 0
             moves = actions.reset_offsets(
                 self._broker, group, str(form.get("topic", "")), to, at_ms
             )
@@ -574,85 +539,3 @@ def _page(request: web.Request) -> int:
 
 def _with_error(row: DeadLetterRow, error: str) -> DeadLetterRow:
     return dataclasses.replace(row, last_error=error)
-
-
-def _group_json(o: GroupOverview, *, detail: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "name": o.name,
-        "fifo": o.config.fifo,
-        "lag": o.lag,
-        "lag_latency_ms": o.lag_latency_ms,
-        "inflight": o.inflight,
-        "retry_backlog": o.retry_backlog,
-        "dlq_depth": o.dlq_depth,
-        "dlq_last_hour": o.dlq_last_hour,
-        "blocked_fifo_groups": o.blocked_fifo_groups,
-        "redeliveries": o.redeliveries,
-        "consumers": len(o.consumers),
-    }
-    if detail:
-        out["consumers"] = [
-            {
-                "client_id": r.client_id,
-                "protocol": r.client.protocol,
-                "language": r.client.language,
-                "version": r.client.version,
-                "address": r.client.address,
-                "last_heartbeat": r.last_seen,
-            }
-            for r in o.consumers
-        ]
-        out["queues"] = [
-            {
-                "topic": q.topic,
-                "queue_id": q.queue_id,
-                "min_offset": q.min_offset,
-                "max_offset": q.max_offset,
-                "committed": q.committed,
-                "lag": q.lag,
-                "inflight": q.inflight,
-            }
-            for q in o.queues
-        ]
-        retry = o.config.retry
-        out["retry_policy"] = {"max_retries": retry.max_retries, "delays": list(retry.delays)}
-    return out
-
-
-def _letter_json(r: DeadLetterRow) -> dict[str, Any]:
-    return {
-        "dlq_offset": r.dlq_offset,
-        "message_id": r.message_id,
-        "origin_topic": r.origin_topic,
-        "tag": r.tag,
-        "keys": r.keys,
-        "reason": r.reason,
-        "last_error": r.last_error,
-        "attempts": r.attempts,
-        "stored_at_ms": r.stored_at_ms,
-        "redriven": r.redriven,
-    }
-
-
-def _line_json(line: actions.RedriveLine) -> dict[str, Any]:
-    return {
-        "dlq_offset": line.dlq_offset,
-        "message_id": line.message_id,
-        "status": line.status,
-        "topic": line.target_topic,
-        "queue_id": line.queue_id,
-        "queue_offset": line.queue_offset,
-    }
-
-
-def _copy_json(m: Any) -> dict[str, Any]:
-    kind, text = _preview(m.body)
-    return {
-        "topic": m.topic,
-        "queue_id": m.queue_id,
-        "queue_offset": m.queue_offset,
-        "stored_at_ms": m.store_timestamp,
-        "properties": m.properties,
-        "body": text,
-        "body_kind": kind,
-    }
