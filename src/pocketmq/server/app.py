@@ -14,18 +14,16 @@ import os
 import secrets
 import socket
 import ssl
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pocketmq.broker import Broker, BrokerConfig
+from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNotFoundError
-from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO, RequestCode
+from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
+from pocketmq.server.app_config import AppConfig
 from pocketmq.server.ha.etcd import Etcd, parse_controller
-from pocketmq.server.ha.failover import ControllerTimings, Failover
+from pocketmq.server.ha.failover import Failover
 from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
@@ -33,14 +31,6 @@ from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.gateway import gateway_handlers
 from pocketmq.server.native.gateway_state import count_relayed
 from pocketmq.server.native.handlers import broker_handlers
-from pocketmq.server.native.limits import (
-    DEFAULT_HELLO_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_BUFFERED_BYTES,
-    DEFAULT_MAX_CONNECTIONS,
-    ConnectionLimits,
-)
-from pocketmq.server.native.paging import message_limit_problem
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -55,147 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["AppConfig", "BrokerApp"]
 
 log = logging.getLogger("pocketmq.server")
-
-REGISTER_INTERVAL = 30.0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AppConfig:
-    """Everything ``pocketmq serve`` runs with: the broker's settings plus the listeners, the name
-    server and the connection limits (the ``[server]`` section; docs/semantics.md)."""
-
-    broker: BrokerConfig = field(default_factory=BrokerConfig)
-    host: str = "127.0.0.1"
-    port: int = 10911
-    grpc_port: int | None = 8081
-    namesrv_port: int | None = 9876  # embedded name server; None when namesrv is set
-    namesrv: str | None = None  # external name server host:port
-    advertise_host: str | None = None
-    register_interval: float = REGISTER_INTERVAL
-    # gRPC push consumers receive with auto_renew and never extend: this is their invisible time
-    grpc_auto_renew_invisible: float = AUTO_RENEW_INVISIBLE
-    # > 0: the gRPC port is served by this many proxy processes (server/workers.py)
-    grpc_workers: int = 0
-    # a worker silent this long (it pings every sixth of it) is killed and started again
-    grpc_worker_silence: float = 30.0
-    # what one native-protocol client may hold (pocketmq.server.native.limits; docs/semantics.md)
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    hello_timeout: float = DEFAULT_HELLO_TIMEOUT
-    max_frame_before_hello: int = MAX_FRAME_BEFORE_HELLO
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
-    # replication (docs/replication.md): where this master's slaves connect (None: the native
-    # port + 1, or any free port when the native port is 0), and a slave's master
-    ha_port: int | None = None
-    master: str | None = None
-    # metrics and health checks (docs/operations.md, "Metrics"); None: no HTTP port
-    http_port: int | None = 5557
-    # TLS on the native, gRPC and HTTP ports (docs/security.md): PEM files, both or neither
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    # CA bundle a slave verifies its master's replication certificate with (default: the
-    # system's roots); replication is over TLS whenever tls_cert is set (docs/security.md)
-    tls_ca: str | None = None
-    # the external name server (`namesrv`) speaks TLS: verified against tls_ca or the system's
-    namesrv_tls: bool = False
-    # gRPC requests must be signed by a user of `pocketmq user` (docs/security.md)
-    authentication: bool = False
-    # each request of a normal user must be allowed by `pocketmq acl` rules (docs/security.md)
-    authorization: bool = False
-    # listen on a non-loopback address without authentication all the same (docs/security.md)
-    insecure: bool = False
-    # TLS on the gRPC port: disabled | permissive (TLS and plaintext) | enforcing; "" = enforcing
-    # with a certificate, permissive (self-signed) without one (docs/security.md, "TLS")
-    grpc_tls: str = ""
-
-    def tls_pem(self) -> tuple[bytes, bytes] | None:
-        """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
-        if not (self.tls_cert and self.tls_key):
-            return None
-        return Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes()
-
-    def grpc_tls_mode(self) -> str:
-        """The gRPC port's TLS mode, checked."""
-        mode = self.grpc_tls or ("enforcing" if self.tls_cert else "permissive")
-        if mode not in ("disabled", "permissive", "enforcing"):
-            raise InvalidArgumentError(
-                f"grpc_tls {mode!r} is not one of disabled, permissive, enforcing"
-            )
-        return mode
-
-    def grpc_tls_pem(self) -> tuple[bytes, bytes] | None:
-        """The gRPC port's key and certificate: the broker's, or a self-signed pair generated
-        into the data directory when TLS is asked for without one."""
-        if self.grpc_tls_mode() == "disabled":
-            return None
-        found = self.tls_pem()
-        if found is not None:
-            return found
-        from pocketmq.server.auth.certificates import self_signed
-
-        cert, key = self_signed(os.path.join(self.broker.data_dir, "config"), [self.host])
-        return Path(key).read_bytes(), Path(cert).read_bytes()
-
-    def replication_client_tls(self) -> ssl.SSLContext | None:
-        """What a slave connects to its master's replication port with: TLS verifying the
-        master's certificate against ``tls_ca`` (or the system's roots) when the group uses
-        TLS (``tls_cert`` set), else None."""
-        if not self.tls_cert:
-            return None
-        try:
-            return ssl.create_default_context(cafile=self.tls_ca or None)
-        except (OSError, ssl.SSLError) as exc:
-            raise InvalidArgumentError(
-                f"cannot load the TLS CA file {self.tls_ca!r}: {exc}"
-            ) from None
-
-    def tls_context(self) -> ssl.SSLContext | None:
-        """The server-side TLS context, or None; InvalidArgumentError for a half or bad pair."""
-        if not self.tls_cert and not self.tls_key:
-            return None
-        if not (self.tls_cert and self.tls_key):
-            raise InvalidArgumentError("TLS needs both tls_cert and tls_key")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            context.load_cert_chain(self.tls_cert, self.tls_key)
-        except (OSError, ssl.SSLError) as exc:
-            raise InvalidArgumentError(f"cannot load the TLS certificate or key: {exc}") from None
-        return context
-
-    # automatic failover (docs/replication.md §9): etcd://H:P[,H:P...] and its clock
-    controller: str | None = None
-    controller_lease: int = 6
-    controller_margin: float = 2.0
-    controller_claim_delay: float = 1.0
-
-    def controller_timings(self) -> ControllerTimings:
-        """The failover clock, validated: the margin must leave the master time to write."""
-        if self.controller_lease < 2 or not 0 < self.controller_margin < self.controller_lease:
-            raise InvalidArgumentError(
-                "controller_lease must be >= 2 s and controller_margin between 0 and the lease"
-            )
-        if self.controller_claim_delay <= 0:
-            raise InvalidArgumentError("controller_claim_delay must be > 0")
-        return ControllerTimings(
-            lease=self.controller_lease,
-            margin=self.controller_margin,
-            claim_delay=self.controller_claim_delay,
-        )
-
-    def connection_limits(self) -> ConnectionLimits:
-        """The ``[server]`` connection settings, validated (InvalidArgumentError if not); also
-        checks that the largest message the store accepts can be delivered in one frame."""
-        store = self.broker.store
-        problem = message_limit_problem(store.max_message_size, store.max_properties_size)
-        if problem is not None:
-            raise InvalidArgumentError(problem)
-        return ConnectionLimits(
-            max_connections=self.max_connections,
-            hello_timeout=self.hello_timeout,
-            max_frame_before_hello=self.max_frame_before_hello,
-            idle_timeout=self.idle_timeout,
-            max_buffered_bytes=self.max_buffered_bytes,
-        )
 
 
 class BrokerApp:
