@@ -138,3 +138,33 @@ def test_epochs_and_the_consistent_point(tmp_path: Path) -> None:
     assert consistent_point([Epoch(4, 0)], 300, [Epoch(1, 0)], 200) == -1
     epochs.truncate(500)
     assert epochs.entries == [Epoch(1, 0)]
+
+
+def test_a_chunk_is_reported_written_before_it_is_dispatched(tmp_path: Path) -> None:
+    """A slave acknowledges what is in its log (docs/replication.md §2, step 4): the callback
+    sees the new log end while the queues do not have the records yet; they are dispatched
+    right after, also when the callback fails."""
+    seen: list[tuple[int, int, int]] = []
+    with (
+        MessageStore.open(str(tmp_path / "m"), SMALL) as master,
+        MessageStore.open(str(tmp_path / "s"), SMALL) as slave,
+    ):
+        master.put([message(i, size=100) for i in range(20)])  # one segment
+        first = master.read_log(0, 1500)
+        rest = master.read_log(len(first), 1 << 20)
+        assert len(first) + len(rest) == master.statistics().write_position
+
+        def written(end: int) -> None:
+            seen.append((end, slave.statistics().write_position, slave.max_offset("orders", 0)))
+
+        end = slave.append_replica(0, first, written)
+        assert seen == [(end, end, 0)]  # in the log, not yet in the queue
+        held = slave.max_offset("orders", 0)
+        assert held > 0  # dispatched once the callback returned
+
+        def failing(end: int) -> None:
+            raise ConnectionResetError("the acknowledgement could not be sent")
+
+        with pytest.raises(ConnectionResetError):
+            slave.append_replica(end, rest, failing)
+        assert _ids(slave) == _ids(master)  # dispatched all the same

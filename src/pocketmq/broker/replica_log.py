@@ -9,6 +9,8 @@ store types.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pocketmq.store import MessageStore
 from pocketmq.store.epochs import Epoch, consistent_point
 from pocketmq.store.identity import StoreIdentity, read_identity, write_identity
@@ -140,6 +142,7 @@ class ReplicaLog:
             )
         store.epochs.adopt([Epoch(number, begin) for number, begin in plan.epochs])
 
-    def append(self, offset: int, data: bytes) -> int:
-        """Write a verified chunk from the master; raises StoreError when it cannot."""
-        return self._store.append_replica(offset, data)
+    def append(self, offset: int, data: bytes, written: Callable[[int], None] | None = None) -> int:
+        """Write a verified chunk from the master; raises StoreError when it cannot.
+        ``written(end)``: called once it is in the log, before its records are dispatched."""
+        return self._store.append_replica(offset, data, written)

@@ -11,6 +11,7 @@ keys, tombstones).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from pocketmq.errors import StoreError
@@ -45,8 +46,11 @@ class ReplicaWriter:
     def __init__(self, store: MessageStore) -> None:
         self._store = store
 
-    def append(self, offset: int, data: bytes) -> int:
-        """Write ``data`` (whole records of one segment) at ``offset``; returns the new end."""
+    def append(self, offset: int, data: bytes, written: Callable[[int], None] | None = None) -> int:
+        """Write ``data`` (whole records of one segment) at ``offset``; returns the new end.
+        ``written(end)`` is called once the records are in the log and before they are
+        dispatched: what a slave acknowledges is its log, as in RocketMQ, since dispatching is
+        redone from the log by recovery (docs/replication.md §2)."""
         store = self._store
         commitlog = store._commitlog
         if store.failure:
@@ -63,7 +67,11 @@ class ReplicaWriter:
         segment.write(offset - segment.base, data)
         end = offset + len(data)
         commitlog.write_position = end
-        self._dispatch(records)
+        try:
+            if written is not None:
+                written(end)
+        finally:  # what is in the log is dispatched, whatever the callback did
+            self._dispatch(records)
         flusher = store.flusher
         if flusher is not None:
             flusher.kick()

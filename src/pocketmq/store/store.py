@@ -411,11 +411,14 @@ class MessageStore:
 
     # -- replication (docs/replication.md) -------------------------------------------------
 
-    def append_replica(self, offset: int, data: bytes) -> int:
+    def append_replica(
+        self, offset: int, data: bytes, written: Callable[[int], None] | None = None
+    ) -> int:
         """A slave: write raw log bytes from the master at ``offset``, verified first; returns
-        the new end of the log (raises :class:`~pocketmq.store.replica.ReplicaError`)."""
+        the new end of the log (raises :class:`~pocketmq.store.replica.ReplicaError`).
+        ``written(end)``: called when the bytes are in the log, before they are dispatched."""
         with self._lock:
-            return self._replica.append(offset, data)
+            return self._replica.append(offset, data, written)
 
     def cut_replica(self, offset: int, reason: str) -> QuarantinedRange | None:
         """A slave: drop the log from ``offset`` on (bytes its new master never had)."""

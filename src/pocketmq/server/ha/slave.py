@@ -137,9 +137,12 @@ class HaClient:
                 elif frame.code == RequestCode.HA_DATA:
                     data = decode_body(frame.body, ha.HaData)
                     self._progress.heard_from_master(data.log_end)
-                    if data.data:
-                        self._broker.replica_log.append(data.offset, data.data)
-                    self._ack(stream)  # a heartbeat too: it carries the controller flag
+                    if data.data:  # acknowledged once in the log, before it is dispatched
+                        self._broker.replica_log.append(
+                            data.offset, data.data, lambda _end: self._ack(stream)
+                        )
+                    else:
+                        self._ack(stream)  # a heartbeat too: it carries the controller flag
             raise ConnectionError("the master closed the replication link")
         finally:
             for task in tasks:
