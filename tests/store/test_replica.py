@@ -168,3 +168,37 @@ def test_a_chunk_is_reported_written_before_it_is_dispatched(tmp_path: Path) -> 
         with pytest.raises(ConnectionResetError):
             slave.append_replica(end, rest, failing)
         assert _ids(slave) == _ids(master)  # dispatched all the same
+
+
+def test_a_replica_that_cannot_dispatch_stops_and_recovers_its_queues_on_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records a slave wrote but could not put in its consume queues (a write error) are not
+    left behind: the store refuses further chunks until it restarts, and recovery dispatches
+    them from the log (before, the slave went on with holes in its queues for good)."""
+    from pocketmq.store.consumequeue import ConsumeQueue
+
+    with MessageStore.open(str(tmp_path / "m"), SMALL) as master:
+        master.put([message(i, size=100) for i in range(20)])
+        first = master.read_log(0, 1500)
+        rest = master.read_log(len(first), 1 << 20)
+        expected = _ids(master)
+    slave = MessageStore.open(str(tmp_path / "s"), SMALL)
+    try:
+        end = slave.append_replica(0, first)
+        real_put = ConsumeQueue.put
+
+        def failing_put(self: ConsumeQueue, *args: object, **kwargs: object) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(ConsumeQueue, "put", failing_put)
+        with pytest.raises(ReplicaError, match="accepts no writes"):
+            slave.append_replica(end, rest)
+        monkeypatch.setattr(ConsumeQueue, "put", real_put)
+        assert slave.failure
+        with pytest.raises(ReplicaError):  # nothing more until a restart
+            slave.append_replica(slave.statistics().write_position, b"")
+    finally:
+        slave.close()
+    with MessageStore.open(str(tmp_path / "s"), SMALL) as slave:
+        assert _ids(slave) == expected

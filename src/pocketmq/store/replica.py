@@ -71,11 +71,24 @@ class ReplicaWriter:
             if written is not None:
                 written(end)
         finally:  # what is in the log is dispatched, whatever the callback did
-            self._dispatch(records)
+            self._dispatch_or_fail(records)
         flusher = store.flusher
         if flusher is not None:
             flusher.kick()
         return end
+
+    def _dispatch_or_fail(self, records: list[RecordSkim]) -> None:
+        """Dispatch, or stop the store: records in the log whose queue entries could not be
+        written must be dispatched by recovery, so nothing more may be written (and no
+        checkpoint may claim them) before a restart — as on a master (storage-format.md §5)."""
+        try:
+            self._dispatch(records)
+        except OSError as exc:
+            self._store.fail("writing a replica's consume-queue or index entries", exc)
+            raise ReplicaError(
+                f"could not dispatch replicated records ({exc}); the store accepts no writes "
+                "until the broker restarts and recovers them from the log"
+            ) from exc
 
     def _dispatch(self, records: list[RecordSkim]) -> None:
         store = self._store
