@@ -281,6 +281,43 @@ async def test_committed_offset_never_passes_an_unfinished_message(
     assert queue.committed_offset == 6
 
 
+async def test_a_stuck_message_stops_pulling_past_the_max_span(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    """RocketMQ's consumeConcurrentlyMaxSpan: a message that never finishes holds the committed
+    offset back, so the consumer stops pulling once ``max_span`` offsets lie behind it instead of
+    piling up what a restart would consume again; it goes on once the message finishes."""
+    from pocketmq.client import PushConsumerConfig
+
+    topic, group = names("t"), names("g")
+    await create(broker.address, topic=topic, group=group, queues=1)
+    release = asyncio.Event()
+    finished: list[int] = []
+
+    async def listener(messages: list[MessageView]) -> ConsumeStatus:
+        if messages[0].queue_offset == 0:
+            await release.wait()
+        finished.append(messages[0].queue_offset)
+        return ConsumeStatus.SUCCESS
+
+    async with Producer(servers=broker.address) as producer:
+        await producer.send_batch([Message(topic=topic, body=b"m")] * 200)
+    config = PushConsumerConfig(max_span=40, pull_batch=10)
+    consumer = PushConsumer(group, topic, listener, servers=broker.address, config=config)
+    await consumer.start()
+    try:
+        await eventually(lambda: len(finished) >= 30)
+        await asyncio.sleep(0.5)  # time to pull on, were it not held back
+        assert max(finished) <= 40 + 10  # at most one pull past the span
+        assert len(finished) < 199
+        release.set()
+        await eventually(lambda: len(finished) == 200)
+        assert sorted(finished) == list(range(200))
+    finally:
+        release.set()
+        await consumer.aclose()
+
+
 async def test_broadcasting_delivers_everything_to_everyone(
     broker: BrokerProcess, names: Callable[[str], str], tmp_path: object
 ) -> None:

@@ -41,7 +41,8 @@ class PushConsumerConfig:
     Defaults follow RocketMQ's push consumer (docs/semantics.md, "Consumer retry, delays and
     dead letters" and "Ordered messages"): ``batch_size`` messages per listener call,
     ``concurrency`` listener calls at once, ``pull_batch`` messages per pull, long polls of
-    ``long_poll`` seconds, at most ``max_cached_per_queue`` messages held per queue, offsets
+    ``long_poll`` seconds, at most ``max_cached_per_queue`` messages held per queue and at most
+    ``max_span`` offsets between the first unfinished message and the next to pull, offsets
     committed every ``offset_persist_interval`` seconds, a rebalance every
     ``rebalance_interval`` seconds (and at once when the group changes), failed messages that
     cannot be handed back consumed again after ``local_retry_delay`` seconds.
@@ -55,6 +56,10 @@ class PushConsumerConfig:
     long_poll: float = 15.0
     consume_timeout: float = 900.0
     max_cached_per_queue: int = 1000
+    max_span: int = 2000
+    """RocketMQ's ``consumeConcurrentlyMaxSpan``: a message that does not finish holds the
+    committed offset back, and a restart redelivers everything after it; past this many
+    offsets the queue stops being pulled until it finishes."""
     offset_persist_interval: float = 5.0
     rebalance_interval: float = 20.0
     local_retry_delay: float = 5.0

@@ -83,6 +83,13 @@ class ProcessQueue:
             order.popleft()
         return order[0]
 
+    def span(self) -> int:
+        """How many offsets separate the first unfinished message from the next one to pull
+        (0 when nothing is held): what a restart would consume again at most."""
+        if not self.messages:
+            return 0
+        return max(0, self.next_offset - self.commit_offset())
+
     def remove(self, offsets: Sequence[int]) -> None:
         """Forget finished messages, waking a pull loop that waits for room."""
         for offset in offsets:

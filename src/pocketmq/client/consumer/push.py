@@ -93,6 +93,8 @@ class PushConsumer(ClientBase):
         self.config = config or PushConsumerConfig()
         if self.config.batch_size < 1 or self.config.concurrency < 1:
             raise InvalidArgumentError("batch_size and concurrency must be at least 1")
+        if self.config.max_span < self.config.pull_batch:
+            raise InvalidArgumentError("max_span must be at least pull_batch")
         self.subscriptions = normalize_subscriptions(subscriptions)
         if not self.subscriptions:
             raise InvalidArgumentError("subscribe to at least one topic")
