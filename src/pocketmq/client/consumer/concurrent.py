@@ -65,19 +65,15 @@ class ConcurrentConsumer(Consumption):
         status, outcome, error = await self._listener(views, context, task)
         size = len(batch)
         cut = max(-1, min(context.ack_index, size - 1)) + 1 if status is _SUCCESS else 0
-        if cut == size:  # the usual case: every message succeeded
-            counters.consumed += size
-            self._reports.record(pq, views, started)
-            if not pq.dropped:
-                pq.remove([m.queue_offset for m in batch])
-                self._offsets.mark(pq)
-            return
-        succeeded, failed = batch[:cut], batch[cut:]
+        if cut == size:  # the usual case: every message succeeded, nothing to slice
+            succeeded, failed, reported = batch, batch[:0], views
+        else:
+            succeeded, failed, reported = batch[:cut], batch[cut:], views[:cut]
+            if status is _SUCCESS:
+                outcome, error = "RECONSUME_LATER", "after the ack index of a successful batch"
         counters.consumed += len(succeeded)
         counters.failed += len(failed)
-        if status is _SUCCESS:
-            outcome, error = "RECONSUME_LATER", "after the ack index of a successful batch"
-        self._reports.record(pq, views[:cut], started)
+        self._reports.record(pq, reported, started)
         finished = [m.queue_offset for m in succeeded]
         if failed:
             if not state.clustering:

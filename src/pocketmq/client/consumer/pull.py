@@ -94,12 +94,9 @@ class Puller:
                     self._lanes(pq, fresh)
                     continue
                 size = config.batch_size
-                if size == 1:
-                    await work.put_many([(pq, [message]) for message in fresh])
-                else:
-                    await work.put_many(
-                        (pq, fresh[start : start + size]) for start in range(0, len(fresh), size)
-                    )
+                await work.put_many(
+                    (pq, fresh[start : start + size]) for start in range(0, len(fresh), size)
+                )
             else:
                 if reply.status == "OFFSET_ILLEGAL":
                     log.warning(
