@@ -105,3 +105,41 @@ async def test_a_failed_batch_fails_each_of_its_sends_and_the_next_still_leaves(
     outcomes = await asyncio.gather(first, *others, return_exceptions=True)
     assert all(isinstance(o, ConnectionError) for o in outcomes)
     assert calls == [[b"1"], [b"2", b"3"]]
+
+
+async def test_a_lone_send_is_made_by_its_callers_own_task_and_a_flush_waits_for_it() -> None:
+    broker = FakeBroker()
+    senders: list[asyncio.Task[object] | None] = []
+    send_batch = broker.send_batch
+
+    async def recording(topic: str, wires: list[w.WireMessage]) -> list[SendResult]:
+        senders.append(asyncio.current_task())
+        return await send_batch(topic, wires)
+
+    accumulator = Accumulator(ProducerConfig(), recording)
+    caller = asyncio.ensure_future(accumulator.add(_wire("1")))
+    await _settle()
+    assert senders == [caller]  # no task of its own: one event-loop turn less per send
+    flushed = asyncio.ensure_future(asyncio.gather(*accumulator.in_flight))
+    await _settle()
+    assert not flushed.done()  # a flush waits for the lone send in flight
+    broker.gates[0].set()
+    await flushed
+    assert (await caller).message_id == "id-1"
+    assert not accumulator.in_flight
+
+
+async def test_a_cancelled_lone_send_lets_what_waited_behind_it_leave() -> None:
+    broker = FakeBroker()
+    accumulator = Accumulator(ProducerConfig(), broker.send_batch)
+    first = asyncio.ensure_future(accumulator.add(_wire("1")))
+    await _settle()
+    behind = asyncio.ensure_future(accumulator.add(_wire("2")))
+    await _settle()
+    first.cancel()
+    await _settle()
+    assert first.cancelled()
+    assert broker.requests == [[b"1"], [b"2"]]  # the one waiting left when the first ended
+    broker.gates[1].set()
+    assert (await behind).message_id == "id-2"
+    assert not accumulator.in_flight

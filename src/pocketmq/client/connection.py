@@ -160,6 +160,18 @@ class ClientConnection(asyncio.Protocol):
             loop.call_soon(self._flush)
         self._outgoing.append(frame)
 
+    def _write_now(self, frame: bytes) -> None:
+        """Write a frame at once when it would be the only one in flight: nothing queued, no
+        request waiting for an answer. Coalescing frames of one loop iteration pays off only
+        when others are in flight; a lone request would lose an event-loop turn to it
+        (docs/design.md "Clients")."""
+        if self._outgoing or self._pending:
+            self._write(frame)
+            return
+        assert self._transport is not None  # is_open was checked by the caller
+        self._last_active = asyncio.get_running_loop().time()
+        self._transport.write(frame)
+
     def close_when_idle(self, server_idle_timeout: float) -> None:
         """Close this connection once it has been unused for half ``server_idle_timeout`` with
         nothing in flight: before the server would close it, possibly under a request."""
@@ -208,8 +220,8 @@ class ClientConnection(asyncio.Protocol):
         request_id = self._last_id = self._next_id()
         frame = encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body))  # may raise
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._write_now(frame)
         self._pending[request_id] = (future, reply)
-        self._write(frame)
         return future
 
     async def request(

@@ -48,14 +48,16 @@ class Accumulator:
         self._flushers: dict[str, asyncio.TimerHandle] = {}
         self._adaptive = config.linger is None
         self._sending: dict[str, int] = {}  # per topic: batches in flight
-        self.in_flight: set[asyncio.Task[None]] = set()
+        self.in_flight: set[asyncio.Future[None]] = set()
         """Batches being sent (a flush waits for them)."""
 
     async def add(self, wire: w.WireMessage) -> SendResult:
         """Hold ``wire`` for the next batch of its topic; returns its own result once sent."""
+        topic = wire.topic
+        if self._adaptive and not self._sending.get(topic) and topic not in self._buffers:
+            return await self._send_alone(topic, wire)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult] = loop.create_future()
-        topic = wire.topic
         buffer = self._buffers.setdefault(topic, [])
         buffer.append(_Pending(wire, future))
         size = self._buffer_bytes.get(topic, 0) + len(wire.body)
@@ -70,6 +72,22 @@ class Accumulator:
             assert config.linger is not None
             self._flushers[topic] = loop.call_later(config.linger, self._flush_topic, topic)
         return await future
+
+    async def _send_alone(self, topic: str, wire: w.WireMessage) -> SendResult:
+        """Adaptive batching with nothing of ``topic`` in flight: the message leaves at once,
+        sent from the caller's own task (no task, future or event-loop turn of its own); what
+        arrives meanwhile waits for it, as behind any batch. ``in_flight`` holds a future for
+        it, so a flush still waits for it."""
+        self._sending[topic] = 1
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.in_flight.add(done)
+        try:
+            [result] = await self._send_batch(topic, [wire])
+            return result
+        finally:
+            self.in_flight.discard(done)
+            done.set_result(None)
+            self._sent(topic)
 
     def send_all(self) -> None:
         """Start sending everything held, without waiting for the linger time."""
