@@ -19,15 +19,8 @@ from pocketmq.client import ClientConfig, Message, SendResult
 from pocketmq.client.sync import SyncAdmin, SyncProducer
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
 from pocketmq.pipeline.browse import QueueSpan
-from pocketmq.pipeline.datasource import (
-    _limit,
-    _message,
-    _Options,
-    _position_id,
-    _ranges,
-    _resolve,
-    derive_message_id,
-)
+from pocketmq.pipeline.datasource import _limit, _Options, _ranges, _resolve
+from pocketmq.pipeline.datasource_write import _message, _position_id, derive_message_id
 from pocketmq.pipeline.schemas import TOPIC_EXPORT_SCHEMA
 from pocketmq.testing import BrokerProcess
 

@@ -54,7 +54,6 @@ nothing holding a connection is ever pickled. Workers must be able to import ``p
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +66,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -77,18 +75,16 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pocketmq.client.config import ClientConfig, default_servers, parse_servers
-from pocketmq.client.convert import SYSTEM_PROPERTIES
-from pocketmq.client.message import Message
-from pocketmq.client.sync import SyncAdmin, SyncProducer
+from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
-from pocketmq.ids import new_message_id
 from pocketmq.pipeline.browse import DEFAULT_PAGE_SIZE, QueueSpan, browse_range, messages_table
 from pocketmq.pipeline.browse import queue_spans as _queue_spans
+from pocketmq.pipeline.datasource_write import BatchWriter, StreamWriter, derive_message_id
 from pocketmq.pipeline.schemas import TOPIC_EXPORT_SCHEMA, spark_ddl
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Row, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
 __all__ = [
@@ -137,9 +133,6 @@ OPTION_SECRET_KEY: Final = "secretKey"
 EARLIEST: Final = -2
 LATEST: Final = -1
 DEFAULT_BATCH_SIZE: Final = 64
-#: Spark's local properties naming the streaming query and micro-batch of a task.
-_BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
-_QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 
 #: Offsets as Spark checkpoints them: broker name -> queue id (text) -> next offset.
 Offsets = dict[str, dict[str, int]]
@@ -430,147 +423,6 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the query's checkpoint holds the offsets, not the broker."""
 
 
-# -- writing ---------------------------------------------------------------------------------
-
-
-def derive_message_id(
-    topic: str, keys: Sequence[str], tag: str | None, message_group: str | None, body: bytes
-) -> str:
-    """The id of a keyed message: the same (topic, keys, tag, group, body) gives the same id.
-
-    32 upper-case hex characters, the shape of the SDK's ids.
-    """
-    digest = hashlib.blake2b(digest_size=16, person=b"pocketmq-spark")
-    for part in (topic, " ".join(keys), tag or "", message_group or ""):
-        encoded = part.encode()
-        digest.update(len(encoded).to_bytes(4, "big"))
-        digest.update(encoded)
-    digest.update(body)
-    return digest.hexdigest().upper()
-
-
-def _position_id(query_id: str, batch_id: str, partition: int, index: int, topic: str) -> str:
-    digest = hashlib.blake2b(digest_size=16, person=b"pocketmq-replay")
-    digest.update(f"{query_id}\0{batch_id}\0{partition}\0{index}\0{topic}".encode())
-    return digest.hexdigest().upper()
-
-
-@dataclass(frozen=True)
-class _Sent(WriterCommitMessage):
-    partition: int
-    messages: int
-
-
-def _keys(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return tuple(value.split())
-    return tuple(str(k) for k in value if k)
-
-
-def _message(
-    row: Row, fields: frozenset[str], options: _Options, position: tuple[str, str, int, int] | None
-) -> Message:
-    def get(name: str) -> Any:
-        return row[name] if name in fields else None
-
-    topic = options.topic or get("topic")
-    if not topic:
-        raise InvalidArgumentError("rows need a topic: a 'topic' column or .option('topic', ...)")
-    body = get("body")
-    if isinstance(body, str):
-        body = body.encode()
-    elif isinstance(body, bytearray | memoryview):
-        body = bytes(body)
-    if not isinstance(body, bytes):
-        raise InvalidArgumentError("rows need a 'body' column (binary or string)")
-    keys = _keys(get("keys"))
-    tag = get("tag") or None
-    group = get("message_group") or None
-    props = get("properties") or {}
-    properties = {str(k): str(v) for k, v in dict(props).items() if k not in SYSTEM_PROPERTIES}
-    message_id = get("message_id") or None
-    if message_id is None and keys:
-        message_id = derive_message_id(topic, keys, tag, group, body)
-    if message_id is None:
-        message_id = _position_id(*position, topic) if position else new_message_id()
-    return Message(
-        topic=topic,
-        body=body,
-        tag=tag,
-        keys=keys,
-        properties=properties,
-        message_group=group,
-        message_id=message_id,
-    )
-
-
-def _write(options: _Options, rows: Iterator[Row], *, streaming: bool) -> _Sent:
-    """Send ``rows`` with one producer; FIFO rows one by one, in order, the rest in batches."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    partition = context.partitionId() if context is not None else 0
-    position: tuple[str, str, int] | None = None
-    if streaming and context is not None:
-        batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY)
-        query_id = context.getLocalProperty(_QUERY_ID_PROPERTY)
-        if batch_id is not None and query_id is not None:
-            position = (query_id, batch_id, partition)
-    sent = 0
-    pending: list[Message] = []
-    fields: frozenset[str] | None = None
-    with SyncProducer(client=options.client()) as producer:
-
-        def flush() -> None:
-            nonlocal sent
-            if pending:
-                producer.send_batch(pending)
-                sent += len(pending)
-                pending.clear()
-
-        for index, row in enumerate(rows):
-            if fields is None:
-                fields = frozenset(row.__fields__)
-            where = (*position, index) if position is not None else None
-            message = _message(row, fields, options, where)
-            if message.message_group:
-                flush()
-                producer.send(message)
-                sent += 1
-                continue
-            if pending and (
-                pending[0].topic != message.topic or len(pending) >= options.batch_size
-            ):
-                flush()
-            pending.append(message)
-        flush()
-    return _Sent(partition, sent)
-
-
-class _BatchWriter(DataSourceWriter):
-    def __init__(self, options: _Options) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return _write(self.options, iterator, streaming=False)
-
-
-class _StreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: _Options) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return _write(self.options, iterator, streaming=True)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Messages are stored when ``write`` returns; nothing is left to commit."""
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Sent messages cannot be taken back; the replayed batch re-sends the same ids."""
-
-
 # -- the data source -------------------------------------------------------------------------
 
 
@@ -600,10 +452,10 @@ class PocketMQDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch writes: every task sends its rows with a producer of its own."""
-        return _BatchWriter(_Options.parse(self.options))
+        return BatchWriter(_Options.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Streaming writes, with ids a replayed micro-batch reproduces (see the module
         documentation).
         """
-        return _StreamWriter(_Options.parse(self.options))
+        return StreamWriter(_Options.parse(self.options))
