@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from pocketmq.client import Message, Producer
 from pocketmq.client.message import SendResult
 from pocketmq.client.producer.accumulator import Accumulator
 from pocketmq.client.producer.config import ProducerConfig
@@ -143,3 +144,41 @@ async def test_a_cancelled_lone_send_lets_what_waited_behind_it_leave() -> None:
     broker.gates[1].set()
     assert (await behind).message_id == "id-2"
     assert not accumulator.in_flight
+
+
+async def test_a_waiter_cancelled_on_a_lone_send_does_not_jam_its_topic() -> None:
+    broker = FakeBroker()
+    accumulator = Accumulator(ProducerConfig(), broker.send_batch)
+    first = asyncio.ensure_future(accumulator.add(_wire("1")))
+    await _settle()
+    impatient = asyncio.gather(*accumulator.in_flight)  # what a flush did before asyncio.wait
+    impatient.cancel()  # and cancels what it waits on
+    await _settle()
+    broker.gates[0].set()
+    assert (await first).message_id == "id-1"  # the message was stored: its caller hears so
+    second = asyncio.ensure_future(accumulator.add(_wire("2")))
+    await _settle()
+    assert broker.requests == [[b"1"], [b"2"]]  # the topic still sends
+    broker.gates[1].set()
+    assert (await second).message_id == "id-2"
+
+
+async def test_a_cancelled_flush_leaves_the_sends_it_waited_for_alone() -> None:
+    broker = FakeBroker()
+    async with Producer(servers="127.0.0.1:9") as producer:  # nothing is sent over the network
+        producer._accumulator = Accumulator(producer.config, broker.send_batch)
+        lone = producer.send_async(Message(topic="orders", body=b"1"))
+        await _settle()
+        behind = producer.send_async(Message(topic="orders", body=b"2"))
+        await _settle()
+        flush = asyncio.ensure_future(producer.flush())
+        await _settle()
+        flush.cancel()
+        await _settle()
+        assert not lone.done()  # still waiting for the broker
+        assert not behind.done()
+        broker.gates[0].set()
+        await _settle()
+        broker.gates[1].set()
+        assert (await lone).message_id == "id-1"
+        assert (await behind).message_id == "id-2"

@@ -85,9 +85,10 @@ class Accumulator:
             [result] = await self._send_batch(topic, [wire])
             return result
         finally:
+            self._sent(topic)  # first: whatever else fails, the topic must not stay "sending"
             self.in_flight.discard(done)
-            done.set_result(None)
-            self._sent(topic)
+            if not done.done():  # a waiter may have cancelled it
+                done.set_result(None)
 
     def send_all(self) -> None:
         """Start sending everything held, without waiting for the linger time."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
@@ -67,9 +68,7 @@ class Producer(ClientBase):
             return
         await self.flush()
         self._closed = True
-        pending = [*self._tasks, *self._accumulator.in_flight]
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._wait_for_sends()
         await self.close_base()
 
     # -- sending --------------------------------------------------------------------------
@@ -130,9 +129,14 @@ class Producer(ClientBase):
     async def flush(self) -> None:
         """Send whatever auto-batching is holding and wait for it (and for ``send_async``)."""
         self._accumulator.send_all()
-        pending = [*self._tasks, *self._accumulator.in_flight]
+        await self._wait_for_sends()
+
+    async def _wait_for_sends(self) -> None:
+        """Wait until every send in progress ended. ``asyncio.wait``, not ``gather``: a
+        cancelled flush must not cancel the sends it waited for (other callers' messages)."""
+        pending: set[asyncio.Future[Any]] = {*self._tasks, *self._accumulator.in_flight}
         if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.wait(pending)
 
     def statistics(self) -> ProducerStatistics:
         """Messages sent and failed, retries, backoffs, unknown outcomes, requests answered."""
