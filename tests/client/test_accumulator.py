@@ -182,3 +182,20 @@ async def test_a_cancelled_flush_leaves_the_sends_it_waited_for_alone() -> None:
         broker.gates[1].set()
         assert (await lone).message_id == "id-1"
         assert (await behind).message_id == "id-2"
+
+
+async def test_a_wave_of_sends_leaves_in_several_requests_by_default() -> None:
+    # one request for all of them would leave the producer idle while the broker stores it,
+    # and the broker idle while the producer handles the answers (docs/benchmarks.md)
+    broker = FakeBroker()
+    accumulator = Accumulator(ProducerConfig(), broker.send_batch)
+    sends = [asyncio.ensure_future(accumulator.add(_wire(str(n)))) for n in range(128)]
+    await _settle()
+    assert [len(request) for request in broker.requests] == [1, 64]  # 63 wait for both
+    broker.gates[0].set()
+    broker.gates[1].set()
+    await _settle()
+    assert [len(request) for request in broker.requests] == [1, 64, 63]
+    for gate in broker.gates:
+        gate.set()
+    assert len(await asyncio.gather(*sends)) == 128

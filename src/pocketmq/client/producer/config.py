@@ -40,7 +40,11 @@ class ProducerConfig:
     """Adaptive batching: messages that wait for an in-flight send of their topic leave together."""
     linger: float | None = None
     """Timed batching: wait up to this many seconds to fill a batch (None: adaptive or off)."""
-    max_batch: int = 256
+    max_batch: int = 64
+    """Messages per batch at most. Small enough that a producer with many sends outstanding
+    has several requests in flight, so it and the broker work at the same time instead of
+    taking turns (docs/benchmarks.md, "Batch size and overlap"); the broker joins the requests
+    of one read into one append anyway."""
     max_batch_bytes: int = 4 * 1024 * 1024
     max_message_size: int = 4 * 1024 * 1024
 
