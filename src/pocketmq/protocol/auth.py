@@ -1,20 +1,95 @@
-"""The native protocol's authentication: a challenge-response over the HELLO handshake.
+"""The native protocol's authentication: a mutual, channel-bound challenge-response over HELLO.
 
-A broker that requires authentication puts a random challenge in its HELLO answer; the client
-answers with AUTHENTICATE: its access key and ``hex(HMAC-SHA256(secret key, challenge + ":" +
-client id))``. The challenge is new for every connection, so a captured answer is worth nothing on
-another one (unlike the gRPC clients' signature of a timestamp: docs/security.md).
+A server that requires authentication puts a random ``challenge`` in its HELLO answer; the
+client sent a random ``client_nonce`` in its HELLO. The client then proves it knows its secret
+with :func:`client_proof` in AUTHENTICATE, and the server answers with :func:`server_proof`, which
+the client checks: each side shows the other it holds the same secret (docs/security.md,
+"The native handshake").
+
+Both proofs are bound to the connection they were made on: the two nonces, the client id, the
+server's name as its HELLO gave it, and **the server address as the client's socket sees it**
+(``ip:port`` of its peer). A relay in the middle — a rogue broker that forwards the real broker's
+challenge to a client and the client's answer back — fails: the client signs the relay's address,
+and the real broker refuses a proof made for an address that is not its own. A captured answer
+is worth nothing on any other connection (new nonces).
+
+Proofs are ``hex(HMAC-SHA256(secret, label | challenge | client_nonce | client_id | server_name
+| server_address))`` with the labels below, so a client's proof can never be replayed as a
+server's (or the other way round).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 
-__all__ = ["challenge_signature"]
+__all__ = ["challenge_signature", "client_proof", "normalize_address", "server_proof"]
+
+_CLIENT_LABEL = "pocketmq-auth-2 client"
+_SERVER_LABEL = "pocketmq-auth-2 server"
+
+
+def _proof(
+    label: str,
+    secret: str,
+    challenge: str,
+    client_nonce: str,
+    client_id: str,
+    server_name: str,
+    server_address: str,
+) -> str:
+    message = "|".join(
+        (label, challenge, client_nonce, client_id, server_name, server_address)
+    ).encode("utf-8", "surrogatepass")
+    return hmac.new(secret.encode("utf-8", "surrogatepass"), message, hashlib.sha256).hexdigest()
+
+
+def client_proof(
+    secret: str,
+    challenge: str,
+    client_nonce: str,
+    client_id: str,
+    server_name: str,
+    server_address: str,
+) -> str:
+    """What a client holding ``secret`` sends in AUTHENTICATE (module doc)."""
+    return _proof(
+        _CLIENT_LABEL, secret, challenge, client_nonce, client_id, server_name, server_address
+    )
+
+
+def server_proof(
+    secret: str,
+    challenge: str,
+    client_nonce: str,
+    client_id: str,
+    server_name: str,
+    server_address: str,
+) -> str:
+    """What the server answers to a valid AUTHENTICATE, proving it knows the same secret."""
+    return _proof(
+        _SERVER_LABEL, secret, challenge, client_nonce, client_id, server_name, server_address
+    )
+
+
+def normalize_address(host: str, port: int) -> str:
+    """``ip:port`` in one spelling for both ends of a connection: an IPv4-mapped IPv6 address
+    becomes IPv4, IPv6 is compressed and bracketed, and a name is kept as it is (lower case)."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return f"{host.lower()}:{port}"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        return f"[{ip.compressed}]:{port}"
+    return f"{ip}:{port}"
 
 
 def challenge_signature(secret: str, challenge: str, client_id: str) -> str:
-    """What a client with ``secret`` answers to ``challenge`` (module doc)."""
+    """The first handshake's answer (``HMAC-SHA256(secret, challenge:client_id)``): not bound to
+    the connection's address, so a relay can pass it on. Kept only until every caller uses
+    :func:`client_proof`."""
     message = f"{challenge}:{client_id}".encode()
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
