@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from multidict import CIMultiDict
 
+from pocketmq.broker.persist import write_files
 from pocketmq.server.auth.network import is_loopback
 from pocketmq.server.auth.users import UserStore
 
@@ -48,9 +49,7 @@ def load_token(config_dir: str) -> str:
     except FileNotFoundError:
         pass
     token = secrets.token_hex(24)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="ascii") as file:
-        file.write(token + "\n")
+    write_files([(path, f"{token}\n".encode())])  # 0600 from its creation (docs/security.md)
     return token
 
 
