@@ -140,6 +140,7 @@ def build_config(
     config = replace(app, **overrides)
     try:
         config.connection_limits()
+        config.http_settings()
         config.controller_timings()
         config.tls_context()
         if config.controller:
