@@ -5,6 +5,7 @@ others may read is named at start-up."""
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import trustme
 
+from pocketmq.cli.serve import warn_if_key_is_readable
 from pocketmq.server.auth.acl import AclStore, make_rule
 from pocketmq.server.auth.certificates import self_signed
 from pocketmq.server.auth.users import UserStore
@@ -137,3 +139,25 @@ def test_a_broker_keeps_its_data_directory_private_and_names_a_readable_tls_key(
     config = {p.name: _mode(p) for p in (data / "config").iterdir() if p.is_file()}
     assert {"http.token", "users.key", "users.json"} <= set(config)
     assert config == dict.fromkeys(config, 0o600)
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [(0o600, None), (0o400, None), (0o640, "its group"), (0o644, "other users"),
+     (0o606, "other users")],
+)  # fmt: skip
+def test_a_tls_key_others_may_read_is_named_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, said: str | None
+) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text("not really a key")
+    key.chmod(mode)
+    with caplog.at_level(logging.WARNING):
+        warn_if_key_is_readable(str(key))
+        warn_if_key_is_readable(None)
+        warn_if_key_is_readable(str(tmp_path / "missing.pem"))  # loading it says why
+    lines = [r.getMessage() for r in caplog.records]
+    if said is None:
+        assert lines == []
+    else:
+        assert lines == [f"the TLS key {key} is readable by {said} (mode {mode:o}): chmod 600 it"]
