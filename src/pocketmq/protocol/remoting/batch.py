@@ -22,11 +22,7 @@ from typing import Final
 import msgspec
 
 from pocketmq.errors import ProtocolError
-from pocketmq.protocol.remoting.properties import (
-    MAX_PROPERTIES_SIZE,
-    decode_properties_bytes,
-    encode_properties,
-)
+from pocketmq.protocol.remoting.properties import decode_properties_bytes, encode_properties_bytes
 
 __all__ = ["BatchMessage", "decode_batch", "encode_batch"]
 
@@ -48,11 +44,7 @@ def encode_batch(messages: Iterable[BatchMessage]) -> bytes:
     """A batch's body, as a Java producer's ``MessageBatch.encode`` writes it."""
     parts: list[bytes] = []
     for message in messages:
-        properties = encode_properties(message.properties).encode()
-        if len(properties) > MAX_PROPERTIES_SIZE:
-            raise ProtocolError(
-                f"message properties of {len(properties)} bytes exceed {MAX_PROPERTIES_SIZE}"
-            )
+        properties = encode_properties_bytes(message.properties)
         total = _FIXED_SIZE + len(message.body) + len(properties)
         parts += (
             _HEAD.pack(total, 0, 0, message.flag & 0xFFFFFFFF, len(message.body)),

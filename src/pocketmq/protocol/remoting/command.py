@@ -300,10 +300,14 @@ def decode_header(serialize_type: int, header: bytes | memoryview) -> RemotingCo
 
 
 def encode_header(command: RemotingCommand) -> bytes:
-    """The header of ``command`` in its own serialization."""
-    if command.serialize_type == SerializeType.ROCKETMQ:
-        return _encode_binary(command)
-    return _encode_json(command)
+    """The header of ``command`` in its own serialization; text that UTF-8 cannot encode (a
+    lone surrogate) is a :class:`ProtocolError`."""
+    try:
+        if command.serialize_type == SerializeType.ROCKETMQ:
+            return _encode_binary(command)
+        return _encode_json(command)
+    except UnicodeEncodeError:
+        raise ProtocolError("remoting header holds text that is not encodable as UTF-8") from None
 
 
 def encode_command(command: RemotingCommand) -> bytes:

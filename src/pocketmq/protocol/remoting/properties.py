@@ -33,6 +33,7 @@ __all__ = [
     "decode_properties",
     "decode_properties_bytes",
     "encode_properties",
+    "encode_properties_bytes",
 ]
 
 NAME_VALUE_SEPARATOR: Final = "\x01"
@@ -94,6 +95,18 @@ def encode_properties(properties: dict[str, str]) -> str:
     ):
         _refuse(properties)
     return text
+
+
+def encode_properties_bytes(properties: dict[str, str]) -> bytes:
+    """:func:`encode_properties` as UTF-8, at most :data:`MAX_PROPERTIES_SIZE` bytes; text
+    that is not encodable (a lone surrogate) or too long is a :class:`ProtocolError`."""
+    try:
+        raw = encode_properties(properties).encode()
+    except UnicodeEncodeError:
+        raise ProtocolError("message properties hold text that is not encodable as UTF-8") from None
+    if len(raw) > MAX_PROPERTIES_SIZE:
+        raise ProtocolError(f"message properties of {len(raw)} bytes exceed {MAX_PROPERTIES_SIZE}")
+    return raw
 
 
 def _refuse(properties: dict[str, str]) -> NoReturn:

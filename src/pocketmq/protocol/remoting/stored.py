@@ -26,11 +26,7 @@ from typing import Final
 import msgspec
 
 from pocketmq.errors import ProtocolError
-from pocketmq.protocol.remoting.properties import (
-    MAX_PROPERTIES_SIZE,
-    decode_properties_bytes,
-    encode_properties,
-)
+from pocketmq.protocol.remoting.properties import decode_properties_bytes, encode_properties_bytes
 from pocketmq.protocol.remoting.sysflag import BORNHOST_V6, COMPRESSED, STOREHOST_V6, inflate_body
 
 __all__ = [
@@ -116,7 +112,10 @@ def _address_text(raw: bytes, port: int) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _topic_block(topic: str) -> tuple[bytes, int]:
-    raw = topic.encode()
+    try:
+        raw = topic.encode()
+    except UnicodeEncodeError:
+        raise ProtocolError(f"topic {topic!r} is not encodable as UTF-8") from None
     if len(raw) <= _MAX_V1_TOPIC:
         return _U8.pack(len(raw)) + raw, MAGIC_V1
     if len(raw) >= 2**15:
@@ -126,11 +125,7 @@ def _topic_block(topic: str) -> tuple[bytes, int]:
 
 def _encode_one(message: StoredMessage) -> bytes:
     topic, magic = _topic_block(message.topic)
-    properties = encode_properties(message.properties).encode()
-    if len(properties) > MAX_PROPERTIES_SIZE:
-        raise ProtocolError(
-            f"message properties of {len(properties)} bytes exceed {MAX_PROPERTIES_SIZE}"
-        )
+    properties = encode_properties_bytes(message.properties)
     born, born_port, born_v6 = pack_address(message.born_host)
     store, store_port, store_v6 = pack_address(message.store_host)
     sys_flag = message.sys_flag & ~(BORNHOST_V6 | STOREHOST_V6)
