@@ -3,7 +3,7 @@
 The package (npm ``ali-ons``, pinned in ``package.json``/``package-lock.json`` next to this file)
 is installed by ``scripts/prerequisites.sh`` (``make test`` runs it), as the official Node.js
 gRPC client is for tests/grpc/node. Until the broker speaks remoting, the tests here run
-ali-ons' own encoders and decoders against pocketmq's codec (``node run.js`` per test, a few
+ali-ons' own encoders and decoders against pocketmq's codec (``node -e`` per test, a few
 hundred milliseconds each).
 """
 
