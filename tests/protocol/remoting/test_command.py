@@ -219,3 +219,11 @@ def test_text_utf8_cannot_carry_is_a_protocol_error(serialize_type: int) -> None
     command = RemotingCommand(1, ext_fields={"k": "\ud800"}, serialize_type=serialize_type)
     with pytest.raises(ProtocolError, match="UTF-8"):
         encode_command(command)
+
+
+@pytest.mark.parametrize("field", ["code", "opaque", "flag"])
+def test_a_number_beyond_javas_int_is_not_encoded(field: str) -> None:
+    command = RemotingCommand(1)
+    setattr(command, field, 2**31)
+    with pytest.raises(ProtocolError, match="Java int"):
+        encode_command(command)

@@ -129,3 +129,15 @@ def test_nothing_to_abandon_before_the_header_is_complete() -> None:
     assert decoder.buffered == 12
     [command] = decoder.feed(frame[12:])
     assert command.opaque == 1
+
+
+def test_frames_before_a_malformed_one_are_served_then_the_stream_fails() -> None:
+    decoder = RemotingFrameDecoder()
+    garbage = struct.pack(">II", 20, 2 << 24 | 4) + bytes(16)  # serialize type 2
+    commands = decoder.feed(_frame(1) + _frame(2) + garbage + _frame(3))
+    assert [c.opaque for c in commands] == [1, 2]
+    with pytest.raises(ProtocolError, match="serialize type"):
+        decoder.feed(b"")
+    with pytest.raises(ProtocolError, match="serialize type"):
+        decoder.feed(_frame(4))
+    assert decoder.abandon_partial() is None

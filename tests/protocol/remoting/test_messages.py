@@ -233,6 +233,19 @@ def test_properties_over_32_kib_cannot_be_stored() -> None:
         encode_batch([BatchMessage(b"", {"big": "v" * 40_000})])
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        StoredMessage("t", b"", {}, queue_id=2**31),
+        StoredMessage("t", b"", {}, queue_offset=2**63),
+        StoredMessage("t", b"", {}, reconsume_times=-(2**31) - 1),
+    ],
+)
+def test_a_field_beyond_its_java_type_is_a_protocol_error(message: StoredMessage) -> None:
+    with pytest.raises(ProtocolError, match="out of range"):
+        encode_stored([message])
+
+
 def test_text_utf8_cannot_carry_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="UTF-8"):
         encode_stored([StoredMessage("t", b"", {"\ud800": "v"})])

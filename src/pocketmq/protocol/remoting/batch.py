@@ -46,6 +46,8 @@ def encode_batch(messages: Iterable[BatchMessage]) -> bytes:
     for message in messages:
         properties = encode_properties_bytes(message.properties)
         total = _FIXED_SIZE + len(message.body) + len(properties)
+        if total >= 2**31:
+            raise ProtocolError(f"batch message of {total} bytes does not fit a record")
         parts += (
             _HEAD.pack(total, 0, 0, message.flag & 0xFFFFFFFF, len(message.body)),
             message.body,

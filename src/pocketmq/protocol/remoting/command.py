@@ -300,8 +300,11 @@ def decode_header(serialize_type: int, header: bytes | memoryview) -> RemotingCo
 
 
 def encode_header(command: RemotingCommand) -> bytes:
-    """The header of ``command`` in its own serialization; text that UTF-8 cannot encode (a
-    lone surrogate) is a :class:`ProtocolError`."""
+    """The header of ``command`` in its own serialization; a number outside Java's ``int``
+    or text that UTF-8 cannot encode (a lone surrogate) is a :class:`ProtocolError`."""
+    for name, value in (("code", command.code), ("opaque", command.opaque), ("flag", command.flag)):
+        if not -(2**31) <= value < 2**31:
+            raise ProtocolError(f"remoting {name} {value} does not fit a Java int")
     try:
         if command.serialize_type == SerializeType.ROCKETMQ:
             return _encode_binary(command)

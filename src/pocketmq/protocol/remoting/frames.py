@@ -8,7 +8,9 @@ they arrive) once its header is complete, so a server short of memory can refuse
 answering its ``opaque`` — without losing the connection (docs/remoting.md, "Limits").
 
 RocketMQ closes a connection whose frame does not decode (``NettyDecoder``); so does a server
-using this decoder: after a :class:`ProtocolError` the stream is unusable.
+using this decoder: after a :class:`ProtocolError` the stream is unusable. The frames complete
+before the bad one are still returned first (the error is raised by the next call), so pipelined
+requests ahead of garbage are served, not dropped.
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ class RemotingFrameDecoder:
     whose prefix is read afterwards.
     """
 
-    __slots__ = ("_buffer", "_skip", "max_frame", "max_header")
+    __slots__ = ("_buffer", "_error", "_skip", "max_frame", "max_header")
 
     def __init__(self, max_frame: int = MAX_FRAME, max_header: int = MAX_HEADER) -> None:
         self._buffer = bytearray()
         self._skip = 0
+        self._error: ProtocolError | None = None
         self.max_frame = max_frame
         self.max_header = max_header
 
@@ -77,7 +80,10 @@ class RemotingFrameDecoder:
 
     def feed(self, data: bytes, max_frames: int = 0) -> list[RemotingCommand]:
         """Take ``data``; return the commands now complete (at most ``max_frames`` when it is
-        positive: the rest stay buffered for the next call, which may pass ``b""``)."""
+        positive: the rest stay buffered for the next call, which may pass ``b""``). A malformed
+        frame raises :class:`ProtocolError` once the frames before it have been returned."""
+        if self._error is not None:
+            raise self._error
         if self._skip:
             skipped = min(self._skip, len(data))
             self._skip -= skipped
@@ -107,9 +113,15 @@ class RemotingFrameDecoder:
                 (total,) = _U32.unpack_from(buffer, position)
                 if total < 4 or total + 4 > self.max_frame:
                     self._check(total, 0)
+        except ProtocolError as error:
+            self._error = error
+            if not commands:
+                raise
         finally:
             view.release()
-        if position:
+        if self._error is not None:
+            self._buffer = bytearray()
+        elif position:
             del buffer[:position]
         return commands
 

@@ -166,7 +166,10 @@ def encode_stored(messages: Iterable[StoredMessage]) -> bytes:
     """The records of ``messages``, one after another, as a pull response's body. A message
     that cannot be represented (properties over 32 KiB, a separator inside a property name) is a
     :class:`ProtocolError` naming why."""
-    return b"".join([_encode_one(message) for message in messages])
+    try:
+        return b"".join([_encode_one(message) for message in messages])
+    except struct.error as exc:  # a field outside its Java type's range
+        raise ProtocolError(f"stored message field out of range: {exc}") from None
 
 
 def _decode_one(
