@@ -243,7 +243,7 @@ async def test_duplicate_ends_are_ignored_and_conflicting_ends_rejected(
             w.EndTransactionRequest(pgroup, first.message_id, "0" * 32, True, topic=topic),
             w.EndTransactionRequest(pgroup, first.message_id, first.transaction_id or "", True),
         ):
-            with pytest.raises(TransactionStateError, match="does not match|names no"):
+            with pytest.raises(TransactionStateError, match=r"does not match|names no"):
                 await connection.request(
                     RequestCode.END_TRANSACTION, wrong, w.EndTransactionResponse, 2.0
                 )

@@ -24,8 +24,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
+import grpc
+
 from pocketmq.broker import ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.errors import Code
+from pocketmq.server.auth.acl import Action
+from pocketmq.server.auth.authorizer import Authorizer
+from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc.convert import (
     ACCEPTED_TYPES,
     delivered_message,
@@ -34,6 +39,7 @@ from pocketmq.server.grpc.convert import (
     seconds,
     timestamp,
 )
+from pocketmq.server.grpc.guard import ClientGuard
 from pocketmq.server.grpc.handlers import Malformed
 from pocketmq.server.grpc.pb import (
     ClientType,
@@ -54,7 +60,7 @@ from pocketmq.server.grpc.routing import (
     masterless_write,
     message_queues,
 )
-from pocketmq.server.grpc.sessions import Sessions, transaction_check_command
+from pocketmq.server.grpc.sessions import ClientSession, Sessions, transaction_check_command
 from pocketmq.server.grpc.settings import (
     CONSUMER_TYPES,
     LONG_POLLING_TIMEOUT,
@@ -74,6 +80,7 @@ MT = MessageType
 _NO_MESSAGE: Final = status(C.MESSAGE_NOT_FOUND, "no new message")
 _DEADLINE_MARGIN: Final = 0.5  # answer a long poll this long before the client's deadline
 _CLIENT_ID: Final = "x-mq-client-id"
+_REVOKED: Final = object()  # in a Telemetry outbox: its user went, end the stream
 
 
 def _client_id(context: Any) -> str:
@@ -125,12 +132,16 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         *,
         auto_renew_invisible: float,
         real_peer: Callable[[str], str] = str,
+        users: UserStore | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self._real_peer = real_peer  # the client behind the permissive-mode forwarder
         self._broker = broker  # in this process or behind a proxy (server/grpc/port.py)
         self._store_host = store_host
         self._auto_renew = auto_renew_invisible
         self.sessions = Sessions()
+        self.guard = ClientGuard(users, authorizer)  # who calls, and what a session may do
+        self._leaving: set[asyncio.Task[None]] = set()  # unregistering revoked sessions
 
     # -- routing and membership -----------------------------------------------------------
 
@@ -184,8 +195,8 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         """Keep a client's session alive; a consumer's heartbeat registers it in its group like a
         native consumer, a producer's its check-back channel."""
         try:
-            client_id = _client_id(context)
-            session = self.sessions.touch(client_id)
+            user, client_id = self.guard.identity(context)
+            session = self.sessions.touch(user, client_id)
             if session.client_type == ClientType.PRODUCER:
                 await self._register_producer(session, _client_info(context, self._real_peer))
             if request.HasField("group") and request.group.name:
@@ -201,32 +212,63 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         """A client shutting down: leave its group and drop its check-back channel at once rather
-        than after the expiry."""
+        than after the expiry. Only the caller's own session (its user and client id) is ended,
+        and a consumer group only with ``Sub`` on it (the interceptor checks a named one)."""
         try:
-            client_id = _client_id(context)
+            user, client_id = self.guard.identity(context)
+            session = self.sessions.get(user, client_id)
+            if session is None:  # nothing of this user's client here
+                return s.NotifyClientTerminationResponse(status=OK)
             group = request.group.name if request.HasField("group") else ""
-            session = self.sessions.get(client_id)
+            group = group or session.group
+            if group:
+                source = _client_info(context, self._real_peer).address
+                self.guard.check(user, [("Group", group, Action.SUB)], source)
             await self._broker.unregister(client_id, group, session)
-            self.sessions.remove(client_id)
+            self.sessions.remove(user, client_id)
             return s.NotifyClientTerminationResponse(status=OK)
         except Exception as exc:
             return s.NotifyClientTerminationResponse(
                 status=error_status(exc, "NotifyClientTermination")
             )
 
+    def revoke_stale(self) -> None:
+        """The users changed: end the Telemetry streams, sessions and registrations of those
+        whose user was deleted or changed its secret since their stream opened."""
+        for session in self.sessions.revoked():
+            log.info("ending the session of %s: user %r is gone", session.client_id, session.user)
+            if session.outbox is not None:
+                session.outbox.put_nowait(_REVOKED)
+            task = asyncio.ensure_future(
+                self._broker.unregister(session.client_id, session.group, session)
+            )
+            self._leaving.add(task)
+            task.add_done_callback(self._left)
+
+    def _left(self, task: asyncio.Task[None]) -> None:
+        self._leaving.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("unregistering a revoked session failed: %s", task.exception())
+
     async def Telemetry(self, request_iterator: Any, context: Any) -> None:
-        """Answer every Settings command with the broker's settings; write pushed commands."""
-        session = self.sessions.touch(_client_id(context))
+        """Answer every Settings command with the broker's settings; write pushed commands.
+        The stream ends (UNAUTHENTICATED) once its user is deleted or changes its secret."""
+        user, client_id = self.guard.identity(context)
+        session = self.sessions.touch(user, client_id)
         outbox: asyncio.Queue[Any] = asyncio.Queue()
         if session.outbox is not None:  # the client rebuilt its stream: the newest one wins
             session.outbox.put_nowait(None)
         session.outbox = outbox
+        session.credential = credential = self.guard.credential(user)
         client = _client_info(context, self._real_peer)
         reader = asyncio.create_task(
             self._read_telemetry(request_iterator, session, outbox, client)
         )
         try:
             while (command := await outbox.get()) is not None:
+                if command is _REVOKED:
+                    assert credential is not None
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, credential.why())
                 await context.write(command)
         finally:
             reader.cancel()
@@ -256,8 +298,11 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         finally:
             outbox.put_nowait(None)
 
-    async def _settings_reply(self, session: Any, settings: Any, client: ClientInfo) -> Any:
+    async def _settings_reply(
+        self, session: ClientSession, settings: Any, client: ClientInfo
+    ) -> Any:
         try:
+            self.guard.check_settings(session.user, settings, client.address)
             session.update(settings)
             limits = self._broker.limits
             if settings.client_type == ClientType.PRODUCER:
@@ -279,9 +324,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     # -- producing ------------------------------------------------------------------------
 
-    async def _register_producer(self, session: Any, client: ClientInfo) -> None:
+    async def _register_producer(self, session: ClientSession, client: ClientInfo) -> None:
         """Official producers have no producer group: as RocketMQ's proxy does, each topic they
-        publish is their group, so the broker's transaction checks for a topic reach them."""
+        publish is their group, so the broker's transaction checks for a topic reach them —
+        only while their user may publish to the half message's topic (server/grpc/guard.py)."""
         if not session.topics:
             return
         store_host = self._store_host
@@ -291,7 +337,13 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return bool(session.push(transaction_check_command(v2, request.transaction_id)))
 
         await self._broker.register_producer(
-            session.client_id, sorted(session.topics), check, session, client
+            session.client_id,
+            sorted(session.topics),
+            check,
+            session,
+            client,
+            user=session.user,
+            may_check=self.guard.may_check(session.user, session.credential, client.address),
         )
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
@@ -368,6 +420,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                 request.transaction_id,
                 commit=resolution == TransactionResolution.COMMIT,
                 from_check=request.source == TransactionSource.SOURCE_SERVER_CHECK,
+                by=self.guard.identity(context)[0],
             )
             return s.EndTransactionResponse(status=OK)
         except Exception as exc:

@@ -10,7 +10,8 @@ touch follows the connection's user (docs/security.md, "Clients and their regist
   or registered on this connection, a consumer group only with ``Sub`` on it, and removes only
   its own producer registrations;
 - a gateway (the broker's proxy workers, or a super user) speaks for the clients it relays
-  (docs/protocol.md, "Gateways") and checks their rights itself.
+  (docs/protocol.md, "Gateways") and checks their rights itself; what it unregisters is what
+  it registered (producers: through this connection; consumers: the groups it names).
 """
 
 from __future__ import annotations
@@ -120,8 +121,9 @@ def client_handlers(
     def unregister(conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
         if relays(conn, users):  # a gateway's client, a super user's, or no authentication
             conn.state.get("relayed", {}).pop(req.client_id, None)
-            broker.unregister(req.client_id, req.groups)
-            broker.unregister_producer(req.client_id, req.groups or None)
+            if req.groups:  # none named: of no consumer group (a producer leaving)
+                broker.unregister(req.client_id, req.groups)
+            broker.unregister_producer(req.client_id, req.groups or None, owner=conn)
         else:
             unregister_own(conn, req)
         return w.Empty()
