@@ -108,6 +108,7 @@ async def _create_resources(address: str) -> None:
     async with Admin(servers=address, client=_config("root")) as admin:
         for topic in ("orders-1", "orders-grpc", "orders-grpc2", "orders-q", "mallory"):
             await admin.create_topic(topic, queues=2)
+        await admin.create_topic("orders-grpc3", queues=2, topic_type="transaction")
         await admin.create_group("billing")
 
 
@@ -332,6 +333,56 @@ async def test_grpc_telemetry_settings_need_pub_on_every_publishing_topic(
         await asyncio.to_thread(stream.close)
     assert (await _state(broker, half.message_id)).state == "PREPARED"
     await _victim_sibling_commits(broker, "orders-grpc", "orders-grpc", half)
+
+
+def _official_transaction_checked_back(endpoint: str, topic: str) -> tuple[list[str], str]:
+    """The official Python client as the victim: a transaction it never ends, answered COMMIT
+    by its checker. (message ids its checker was asked about, the message's id)."""
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        TransactionChecker,
+    )
+    from rocketmq import Producer as OfficialProducer
+    from rocketmq import (
+        TransactionResolution as Resolution,
+    )
+    from rocketmq.v5.client.connection import RpcClient
+
+    from ..grpc.conftest import message, wait_until
+
+    asked: list[str] = []
+
+    class Checker(TransactionChecker):  # type: ignore[misc]
+        def check(self, message: Any) -> Any:
+            asked.append(message.message_id)
+            return Resolution.COMMIT
+
+    asyncio.set_event_loop(RpcClient.get_channel_io_loop())  # as tests/grpc/conftest.py does
+    configuration = ClientConfiguration(endpoint, Credentials("orders-app", "orders-secret"))
+    producer = OfficialProducer(configuration, (topic,), Checker())
+    try:
+        producer.startup()
+        receipt = producer.send(message(topic, SECRET_BODY), producer.begin_transaction())
+        wait_until(lambda: bool(asked), timeout=15)
+    finally:
+        producer.shutdown()
+        asyncio.set_event_loop(None)
+    return asked, receipt.message_id
+
+
+async def test_the_official_producer_still_gets_its_own_check_backs(broker: BrokerProcess) -> None:
+    """The victim's real client under ``--authorization``: its Settings name a topic it may
+    publish to, so the check of its unfinished transaction reaches it and it commits."""
+    asked, message_id = await asyncio.to_thread(
+        _official_transaction_checked_back, broker.grpc, "orders-grpc3"
+    )
+    assert asked[0] == message_id
+    deadline = time.monotonic() + 10
+    while (info := await _state(broker, message_id)).state != "COMMITTED":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    assert (info.producer_group, info.detail) == ("orders-grpc3", "ended by user 'orders-app'")
 
 
 # -- finding 5: sessions and identities ------------------------------------------------------
