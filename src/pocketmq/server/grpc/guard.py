@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from pocketmq.broker import ClientInfo
 from pocketmq.errors import NoPermissionError
 from pocketmq.server.auth.acl import Action
 from pocketmq.server.auth.authorizer import Authorizer, Need, topic_need
@@ -32,11 +33,33 @@ from pocketmq.server.grpc.pb import ClientType
 from pocketmq.server.grpc.settings import CONSUMER_TYPES
 from pocketmq.server.ratelog import RateLimitedLog
 
-__all__ = ["ClientGuard"]
+__all__ = ["ClientGuard", "caller_id", "client_info"]
 
 log = RateLimitedLog(logging.getLogger("pocketmq.server.grpc"))
 
 _CLIENT_ID: Final = "x-mq-client-id"
+
+
+def caller_id(context: Any) -> str:
+    """The client id a call names (``x-mq-client-id``; the peer when it is missing)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == _CLIENT_ID:
+            return str(value)
+    return str(context.peer())
+
+
+def client_info(context: Any, real_peer: Callable[[str], str] = str) -> ClientInfo:
+    """What an official client says about itself in its headers (RocketMQ 5's ``x-mq-language``
+    and ``x-mq-client-version``), and the peer gRPC saw."""
+    headers = dict(context.invocation_metadata() or ())
+    peer = real_peer(str(context.peer() or ""))
+    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    return ClientInfo(
+        "grpc",
+        str(headers.get("x-mq-language", "")).lower(),
+        str(headers.get("x-mq-client-version", "")),
+        address,
+    )
 
 
 class ClientGuard:

@@ -35,11 +35,12 @@ from pocketmq.server.grpc.convert import (
     ACCEPTED_TYPES,
     delivered_message,
     endpoints,
+    host_port,
     inbound_message,
     seconds,
     timestamp,
 )
-from pocketmq.server.grpc.guard import ClientGuard
+from pocketmq.server.grpc.guard import ClientGuard, caller_id, client_info
 from pocketmq.server.grpc.handlers import Malformed
 from pocketmq.server.grpc.pb import (
     ClientType,
@@ -68,7 +69,7 @@ from pocketmq.server.grpc.settings import (
     consumer_settings,
     producer_settings,
 )
-from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
+from pocketmq.server.grpc.status import OK, V2Error, error_status, overall, status, v2_code
 
 __all__ = ["MessagingService"]
 
@@ -79,46 +80,7 @@ MT = MessageType
 
 _NO_MESSAGE: Final = status(C.MESSAGE_NOT_FOUND, "no new message")
 _DEADLINE_MARGIN: Final = 0.5  # answer a long poll this long before the client's deadline
-_CLIENT_ID: Final = "x-mq-client-id"
 _REVOKED: Final = object()  # in a Telemetry outbox: its user went, end the stream
-
-
-def _client_id(context: Any) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == _CLIENT_ID:
-            return str(value)
-    return str(context.peer())
-
-
-def _client_info(context: Any, real_peer: Callable[[str], str] = str) -> ClientInfo:
-    """What an official client says about itself in its headers (RocketMQ 5's ``x-mq-language``
-    and ``x-mq-client-version``), and the peer gRPC saw."""
-    headers = dict(context.invocation_metadata() or ())
-    peer = real_peer(str(context.peer() or ""))
-    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
-    return ClientInfo(
-        "grpc",
-        str(headers.get("x-mq-language", "")).lower(),
-        str(headers.get("x-mq-client-version", "")),
-        address,
-    )
-
-
-def _overall(statuses: Sequence[Any]) -> Any:
-    """The top-level status of a batch: its one status, or MULTIPLE_RESULTS when they differ."""
-    codes = {st.code for st in statuses}
-    if len(codes) == 1:
-        return statuses[0]
-    return status(C.MULTIPLE_RESULTS, "entries ended differently; see each entry")
-
-
-def _host_port(host: str) -> str:
-    """A v2 born host (an address without a port) in the store's ``host:port`` form."""
-    if not host:
-        return ""
-    if host.count(":") > 1 and not host.startswith("["):  # bare IPv6
-        return f"[{host}]:0"
-    return host if ":" in host else f"{host}:0"
 
 
 class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -198,13 +160,13 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             user, client_id = self.guard.identity(context)
             session = self.sessions.touch(user, client_id)
             if session.client_type == ClientType.PRODUCER:
-                await self._register_producer(session, _client_info(context, self._real_peer))
+                await self._register_producer(session, client_info(context, self._real_peer))
             if request.HasField("group") and request.group.name:
                 await self._broker.heartbeat_consumer(
                     client_id,
                     request.group.name,
                     dict(session.subscriptions),
-                    _client_info(context, self._real_peer),
+                    client_info(context, self._real_peer),
                 )
             return s.HeartbeatResponse(status=OK)
         except Exception as exc:
@@ -222,7 +184,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             group = request.group.name if request.HasField("group") else ""
             group = group or session.group
             if group:
-                source = _client_info(context, self._real_peer).address
+                source = client_info(context, self._real_peer).address
                 self.guard.check(user, [("Group", group, Action.SUB)], source)
             await self._broker.unregister(client_id, group, session)
             self.sessions.remove(user, client_id)
@@ -260,7 +222,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             session.outbox.put_nowait(None)
         session.outbox = outbox
         session.credential = credential = self.guard.credential(user)
-        client = _client_info(context, self._real_peer)
+        client = client_info(context, self._real_peer)
         reader = asyncio.create_task(
             self._read_telemetry(request_iterator, session, outbox, client)
         )
@@ -379,11 +341,11 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             inbound.append(item)
             positions.append(number)
         if inbound:
-            born_host = _host_port(messages[positions[0]].system_properties.born_host)
+            born_host = host_port(messages[positions[0]].system_properties.born_host)
             outcomes = await broker.send(inbound, producer_group, born_host)
             for number, outcome in zip(positions, outcomes, strict=True):
                 entries[number] = self._entry(outcome)
-        return s.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
+        return s.SendMessageResponse(status=overall([e.status for e in entries]), entries=entries)
 
     @staticmethod
     def _entry(outcome: SendOutcome) -> Any:
@@ -458,7 +420,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             remaining = context.time_remaining()
             if remaining is not None:
                 polling = min(polling, remaining - _DEADLINE_MARGIN)
-            client_id = _client_id(context)
+            client_id = caller_id(context)
             delivered = await self._broker.pop(
                 request.group.name,
                 queue.topic.name,
@@ -506,7 +468,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             )
         if not results:
             return s.AckMessageResponse(status=status(C.BAD_REQUEST, "no entries to ack"))
-        return s.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
+        return s.AckMessageResponse(status=overall([r.status for r in results]), entries=results)
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         """Re-hide a popped message (a nack with a delay); a failure still answers the handle it was
