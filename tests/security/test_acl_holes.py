@@ -549,7 +549,7 @@ async def test_an_open_native_connection_stops_when_its_user_goes(
         else:
             users.update(name, secret="rotated-secret")
         await asyncio.sleep(1.5)  # the broker notices within a second
-        with pytest.raises(NoPermissionError, match=r"deleted or its secret changed|match a user"):
+        with pytest.raises(NoPermissionError, match="deleted or its secret changed"):
             await producer.send(Message(topic="orders-q", body=b"after the change"))
         with pytest.raises(PocketMQError):  # signing in again is refused too
             await producer.send(Message(topic="orders-q", body=b"and after"))
