@@ -12,10 +12,6 @@ docs/security.md, "Transactions", "Clients and their registrations" and "Authent
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import queue
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +37,7 @@ from pocketmq.client import (
     TransactionProducer,
     TransactionResolution,
 )
-from pocketmq.client.connection import ClientConnection, close_quietly, connect
+from pocketmq.client.connection import ClientConnection, close_quietly
 from pocketmq.errors import NoPermissionError, PocketMQError, TransactionStateError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -51,6 +47,7 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER, unique
 from ..scratch import grpc_worker_args, scratch_broker
+from .acl_clients import Pushes, Telemetry, checks, native, producer_settings, signed
 
 pytestmark = pytest.mark.integration
 
@@ -114,25 +111,13 @@ async def _create_resources(address: str) -> None:
 
 async def _native(
     broker: BrokerProcess, user: str, client_id: str
-) -> tuple[ClientConnection, list]:
+) -> tuple[ClientConnection, Pushes]:
     """A raw native connection signed in as ``user``, collecting what the broker pushes."""
-    pushes: list[tuple[int, bytes]] = []
-    connection = await connect(
-        broker.address,
-        client_id,
-        timeout=5.0,
-        on_push=lambda conn, code, body: pushes.append((code, body)),
-        credentials=(user, USERS[user][0]),
-    )
-    return connection, pushes
+    return await native(broker.address, (user, USERS[user][0]), client_id)
 
 
-def _checks(pushes: list[tuple[int, bytes]]) -> list[w.CheckTransactionRequest]:
-    return [
-        w.decode_body(body, w.CheckTransactionRequest)
-        for code, body in pushes
-        if code == RequestCode.CHECK_TRANSACTION
-    ]
+def _metadata(user: str, client_id: str, secret: str = "") -> tuple[tuple[str, str], ...]:
+    return signed(user, secret or USERS[user][0], client_id)
 
 
 async def _half_message_left_open(broker: BrokerProcess, group: str, topic: str) -> Any:
@@ -198,7 +183,7 @@ async def test_a_stranger_registered_in_another_apps_producer_group_gets_no_chec
         await connection.request(RequestCode.HEARTBEAT, request, w.Empty, 3.0)
         await asyncio.sleep(QUIET)
         # ... but the broker never shows it a half message of a topic it may not publish to
-        leaked = [c.message.body for c in _checks(pushes)]
+        leaked = [c.message.body for c in checks(pushes)]
         assert leaked == [], "the attacker received the victim's half message"
         # declaring the victim's topic is refused outright
         declared = w.HeartbeatRequest(client_id, [group], [], producer_topics=["orders-1"])
@@ -248,72 +233,6 @@ async def test_a_message_id_alone_ends_no_transaction(broker: BrokerProcess) -> 
 # -- finding 3: transactions across the ACL, gRPC --------------------------------------------
 
 
-def _metadata(user: str, client_id: str, secret: str = "") -> tuple[tuple[str, str], ...]:
-    """What an official client signs every call with (docs/security.md, "The signature")."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ")
-    signature = hmac.new((secret or USERS[user][0]).encode(), stamp.encode(), hashlib.sha1)
-    header = (
-        f"MQv2-HMAC-SHA1 Credential={user}, SignedHeaders=x-mq-date-time, "
-        f"Signature={signature.hexdigest()}"
-    )
-    return (("authorization", header), ("x-mq-date-time", stamp), ("x-mq-client-id", client_id))
-
-
-class Telemetry:
-    """A raw Telemetry stream: one Settings command, then whatever the broker pushes."""
-
-    def __init__(self, endpoint: str, metadata: Any, settings: Any) -> None:
-        self._channel = grpc.insecure_channel(endpoint)
-        self._requests: queue.Queue[Any] = queue.Queue()
-        self._requests.put(s.TelemetryCommand(settings=settings))
-        self.replies: list[Any] = []
-        self.ended_with: grpc.StatusCode | None = None
-        self.ended = threading.Event()
-        stub = service_pb2_grpc.MessagingServiceStub(self._channel)
-        self._call = stub.Telemetry(self._commands(), metadata=metadata)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _commands(self) -> Iterator[Any]:
-        while (command := self._requests.get()) is not None:
-            yield command
-
-    def _read(self) -> None:
-        try:
-            for reply in self._call:
-                self.replies.append(reply)
-        except grpc.RpcError as exc:
-            self.ended_with = exc.code()
-        finally:
-            self.ended.set()
-
-    def settings_status(self, timeout: float = 5.0) -> int:
-        deadline = time.monotonic() + timeout
-        while not self.replies and time.monotonic() < deadline and not self.ended.is_set():
-            time.sleep(0.02)
-        assert self.replies, f"no answer to the settings (ended with {self.ended_with})"
-        return int(self.replies[0].status.code)
-
-    def checks(self) -> list[Any]:
-        return [
-            r.recover_orphaned_transaction_command
-            for r in self.replies
-            if r.HasField("recover_orphaned_transaction_command")
-        ]
-
-    def close(self) -> None:
-        self._requests.put(None)
-        self._call.cancel()
-        self.ended.wait(5)
-        self._channel.close()
-
-
-def _producer_settings(*topics: str) -> Any:
-    return d.Settings(
-        client_type=d.ClientType.PRODUCER,
-        publishing=d.Publishing(topics=[d.Resource(name=t) for t in topics]),
-    )
-
-
 async def test_grpc_telemetry_settings_need_pub_on_every_publishing_topic(
     broker: BrokerProcess,
 ) -> None:
@@ -322,7 +241,7 @@ async def test_grpc_telemetry_settings_need_pub_on_every_publishing_topic(
     half = await _half_message_left_open(broker, "orders-grpc", "orders-grpc")
     metadata = _metadata("mallory", unique("mallory-grpc"))
     stream = await asyncio.to_thread(
-        Telemetry, broker.grpc, metadata, _producer_settings("mallory", "orders-grpc")
+        Telemetry, broker.grpc, metadata, producer_settings("mallory", "orders-grpc")
     )
     try:
         await asyncio.sleep(QUIET)
@@ -399,13 +318,13 @@ async def test_a_second_user_cannot_take_over_a_producers_telemetry_session(
         Telemetry,
         broker.grpc,
         _metadata("orders-app", client_id),
-        _producer_settings("orders-grpc2"),
+        producer_settings("orders-grpc2"),
     )
     attacker = None
     try:
         assert await asyncio.to_thread(victim.settings_status) == V2Code.OK
         attacker = await asyncio.to_thread(
-            Telemetry, broker.grpc, _metadata("mallory", client_id), _producer_settings("mallory")
+            Telemetry, broker.grpc, _metadata("mallory", client_id), producer_settings("mallory")
         )
         assert await asyncio.to_thread(attacker.settings_status) == V2Code.OK
         half = await _half_message_left_open(broker, "orders-grpc2", "orders-grpc2")
@@ -566,7 +485,7 @@ async def test_a_telemetry_stream_ends_when_its_user_is_deleted(broker: BrokerPr
     await asyncio.sleep(1.2)
     metadata = _metadata(name, unique("temp-client"), secret="temp-secret")
     stream = await asyncio.to_thread(
-        Telemetry, broker.grpc, metadata, _producer_settings("orders-q")
+        Telemetry, broker.grpc, metadata, producer_settings("orders-q")
     )
     try:
         assert await asyncio.to_thread(stream.settings_status) == V2Code.OK
