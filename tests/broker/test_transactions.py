@@ -17,6 +17,7 @@ from pocketmq import properties as props
 from pocketmq.broker import (
     Broker,
     BrokerConfig,
+    Delivered,
     GroupConfig,
     InboundMessage,
     TransactionCheck,
@@ -108,13 +109,13 @@ async def test_commit_makes_the_message_visible_once(broker: Broker) -> None:
     assert state.transaction_id == tx
     assert state.producer_group == GROUP
 
-    outcome = await broker.end_transaction(GROUP, "M1", tx, commit=True)
+    outcome = await broker.end_transaction(GROUP, "M1", tx, topic="orders", commit=True)
     assert outcome.status.state is TransactionState.COMMITTED
     assert not outcome.duplicate
-    again = await broker.end_transaction(GROUP, "M1", tx, commit=True)
+    again = await broker.end_transaction(GROUP, "M1", tx, topic="orders", commit=True)
     assert again.duplicate
     with pytest.raises(TransactionStateError, match="already COMMITTED"):
-        await broker.end_transaction(GROUP, "M1", tx, commit=False)
+        await broker.end_transaction(GROUP, "M1", tx, topic="orders", commit=False)
     assert await _visible(broker) == ["M1"]
     [delivered] = (await broker.pull("g", "orders", 0, 0)).messages or (
         await broker.pull("g", "orders", 1, 0)
@@ -129,27 +130,65 @@ async def test_commit_makes_the_message_visible_once(broker: Broker) -> None:
 async def test_rollback_is_final(broker: Broker) -> None:
     await _consumer_group(broker)
     tx = await _prepare(broker, "M2")
-    await broker.end_transaction(GROUP, "M2", tx, commit=False)
-    assert (await broker.end_transaction(GROUP, "M2", tx, commit=False)).duplicate
+    await broker.end_transaction(GROUP, "M2", tx, topic="orders", commit=False)
+    assert (await broker.end_transaction(GROUP, "M2", tx, topic="orders", commit=False)).duplicate
     with pytest.raises(TransactionStateError, match="already ROLLED_BACK by the producer"):
-        await broker.end_transaction(GROUP, "M2", tx, commit=True, from_check=True)
+        await broker.end_transaction(GROUP, "M2", tx, topic="orders", commit=True, from_check=True)
     assert await _visible(broker) == []
     state = broker.transaction_state("M2")
     assert state is not None
     assert state.state is TransactionState.ROLLED_BACK
 
 
+@pytest.mark.parametrize(
+    ("group", "topic", "transaction", "field"),
+    [
+        (GROUP, "", "", "no transaction id"),  # a message id alone
+        (GROUP, "orders", "", "no transaction id"),
+        ("other-app", "orders", None, "producer group 'other-app'"),
+        ("", "orders", None, "no producer group"),
+        (GROUP, "", None, "no topic"),
+        (GROUP, "payments", None, "topic 'payments'"),
+    ],
+)
+async def test_an_end_must_name_group_topic_and_transaction_of_the_half_message(
+    broker: Broker, group: str, topic: str, transaction: str | None, field: str
+) -> None:
+    """docs/transactions.md "3. Ending": a message id is no key to a transaction (issue 28,
+    finding 3); the error names the field that differs, never the value it should have."""
+    await _consumer_group(broker)
+    tx = await _prepare(broker, "E1")
+    named = tx if transaction is None else transaction
+    for commit in (True, False):
+        with pytest.raises(TransactionStateError, match=field) as refused:
+            await broker.end_transaction(group, "E1", named, topic=topic, commit=commit)
+        assert tx not in str(refused.value) or named == tx
+        assert "'pg'" not in str(refused.value)
+        assert "'orders'" not in str(refused.value)
+    state = broker.transaction_state("E1")
+    assert state is not None
+    assert state.state is TransactionState.PREPARED  # nothing changed
+    await broker.end_transaction(GROUP, "E1", tx, topic="orders", commit=True, by="alice")
+    assert await _visible(broker) == ["E1"]
+    with pytest.raises(TransactionStateError, match=field):  # an ended one alike
+        await broker.end_transaction(group, "E1", named, topic=topic, commit=True)
+    with pytest.raises(TransactionStateError, match=r"COMMITTED by the producer .*user 'alice'"):
+        await broker.end_transaction(GROUP, "E1", tx, topic="orders", commit=False)
+    [ended] = [a for a in broker.message_history("E1") if a.outcome == "TX_COMMIT"]
+    assert ended.error == "ended by user 'alice'"
+
+
 async def test_wrong_ids_and_bad_half_messages_are_refused(broker: Broker) -> None:
     tx = await _prepare(broker, "M3")
-    with pytest.raises(TransactionStateError, match="belongs to transaction"):
-        await broker.end_transaction(GROUP, "M3", "NOT-" + tx, commit=True)
+    with pytest.raises(TransactionStateError, match=r"transaction id 'NOT-.*' does not match"):
+        await broker.end_transaction(GROUP, "M3", "NOT-" + tx, topic="orders", commit=True)
     with pytest.raises(MessageNotFoundError):
-        await broker.end_transaction(GROUP, "NOPE", "x", commit=True)
+        await broker.end_transaction(GROUP, "NOPE", "x", topic="orders", commit=True)
     # one transaction per message id, pending or ended
     [reused] = await broker.send([_half("M3")], producer_group=GROUP)
     assert reused.code != 0
     assert "already has a transaction" in reused.remark
-    await broker.end_transaction(GROUP, "M3", tx, commit=True)
+    await broker.end_transaction(GROUP, "M3", tx, topic="orders", commit=True)
     [reused] = await broker.send([_half("M3")], producer_group=GROUP)
     assert reused.code != 0
     assert "COMMITTED" in reused.remark
@@ -187,12 +226,12 @@ async def test_checks_go_to_a_live_producer_and_late_answers_change_nothing(
     broker.transactions.check_due(clock.now)
     assert [c.check_number for c in checks] == [1, 2]
     clock.now += 0.1
-    await broker.end_transaction(GROUP, "M6", tx, commit=False, from_check=True)
+    await broker.end_transaction(GROUP, "M6", tx, topic="orders", commit=False, from_check=True)
     clock.now += 60
     broker.transactions.check_due(clock.now)
     assert len(checks) == 2  # no checks after the outcome
     with pytest.raises(TransactionStateError, match="late check answer"):
-        await broker.end_transaction(GROUP, "M6", tx, commit=True, from_check=True)
+        await broker.end_transaction(GROUP, "M6", tx, topic="orders", commit=True, from_check=True)
     state = broker.transaction_state("M6")
     assert state is not None
     assert state.state is TransactionState.ROLLED_BACK
@@ -225,8 +264,8 @@ async def test_max_checks_discard_and_no_producer_does_not_count(
     assert state.detail == "no outcome after 3 checks"
     assert broker.counters["transactions_discarded"] == 1
     with pytest.raises(TransactionStateError, match="DISCARDED by the broker"):
-        await broker.end_transaction(GROUP, "M7", tx, commit=True)
-    assert (await broker.end_transaction(GROUP, "M7", tx, commit=False)).duplicate
+        await broker.end_transaction(GROUP, "M7", tx, topic="orders", commit=True)
+    assert (await broker.end_transaction(GROUP, "M7", tx, topic="orders", commit=False)).duplicate
     clock.now += 300
     broker.transactions.check_due(clock.now)
     assert len(checks) == 3
@@ -238,7 +277,7 @@ async def test_restart_rebuilds_pending_checks_and_outcomes(tmp_path: Path, cloc
     broker.heartbeat_producer("p1", [GROUP], lambda check: checks.append(check) is None)
     committed = await _prepare(broker, "A")
     await _prepare(broker, "B")
-    await broker.end_transaction(GROUP, "A", committed, commit=True)
+    await broker.end_transaction(GROUP, "A", committed, topic="orders", commit=True)
     clock.now += 6
     broker.transactions.check_due(clock.now)
     assert [c.message.properties[props.MESSAGE_ID] for c in checks] == ["B"]
@@ -254,9 +293,11 @@ async def test_restart_rebuilds_pending_checks_and_outcomes(tmp_path: Path, cloc
         a = broker.transaction_state("A")
         assert a is not None
         assert a.state is TransactionState.COMMITTED
-        assert (await broker.end_transaction(GROUP, "A", committed, commit=True)).duplicate
+        assert (
+            await broker.end_transaction(GROUP, "A", committed, topic="orders", commit=True)
+        ).duplicate
         with pytest.raises(TransactionStateError):
-            await broker.end_transaction(GROUP, "A", committed, commit=False)
+            await broker.end_transaction(GROUP, "A", committed, topic="orders", commit=False)
         broker.heartbeat_producer("p2", [GROUP], lambda check: checks.append(check) is None)
         clock.now += 29
         broker.transactions.check_due(clock.now)
@@ -298,7 +339,7 @@ async def test_a_commit_torn_before_its_op_record_is_recovered_not_repeated(
         assert state is not None
         assert state.state is TransactionState.COMMITTED
         assert state.source == "recovery"
-        assert (await broker.end_transaction(GROUP, "T", tx, commit=True)).duplicate
+        assert (await broker.end_transaction(GROUP, "T", tx, topic="orders", commit=True)).duplicate
         assert await _visible(broker) == ["T"]
     finally:
         await broker.close()
@@ -310,7 +351,7 @@ async def test_the_half_floor_moves_past_ended_transactions_once_flushed(
     broker = await _open(tmp_path, clock)
     first = await _prepare(broker, "F1")
     await _prepare(broker, "F2")
-    await broker.end_transaction(GROUP, "F1", first, commit=True)
+    await broker.end_transaction(GROUP, "F1", first, topic="orders", commit=True)
     written = broker.store.statistics().write_position
     for _ in range(100):  # the periodic flush (every 0.5 s) makes the outcome durable
         if broker.store.statistics().flushed_position >= written:
@@ -338,3 +379,35 @@ def test_producer_registry_owner_and_expiry() -> None:
     registry.heartbeat("c2", ["g", "h"], lambda check: True, 1.0)
     assert registry.expire(31.5) == [("g", "c1"), ("g", "c2"), ("h", "c2")]
     assert registry.groups() == []
+
+
+def test_producer_registry_keeps_each_users_registration_and_checks_only_allowed_ones() -> None:
+    """Issue 28, findings 3 and 5: another user naming the same group and client id neither
+    replaces nor removes the producer's registration, and a check of a half message goes only
+    to producers whose user may publish to its topic (``may_check``)."""
+    registry = ProducerRegistry(expiry=30)
+    owner_checks: list[TransactionCheck] = []
+    stranger_checks: list[TransactionCheck] = []
+    registry.heartbeat(
+        "c1", [GROUP], lambda c: owner_checks.append(c) is None, 0.0, user="owner",
+        may_check=lambda topic: topic == "orders",
+    )  # fmt: skip
+    registry.heartbeat(
+        "c1", [GROUP], lambda c: stranger_checks.append(c) is None, 0.0, user="stranger",
+        may_check=lambda topic: topic == "its-own",
+    )  # fmt: skip
+    registry.unregister("c1", [GROUP], user="stranger")  # only its own registration goes
+    registry.heartbeat(
+        "c1", [GROUP], lambda c: stranger_checks.append(c) is None, 0.0, user="stranger",
+        may_check=lambda topic: topic == "its-own",
+    )  # fmt: skip
+    for topic in ("orders", "orders", "orders", "elsewhere"):
+        message = Delivered(topic, 0, -1, b"card 4111", {}, 0, 0, 0, 1, "")
+        registry.deliver(GROUP, TransactionCheck(GROUP, "tx", 1, message))
+    assert [c.message.topic for c in owner_checks] == ["orders"] * 3
+    assert stranger_checks == []  # skipped, not dropped
+    assert registry.client_ids(GROUP) == ["c1"]
+    registry.unregister("c1", [GROUP], user="owner")
+    message = Delivered("its-own", 0, -1, b"", {}, 0, 0, 0, 1, "")
+    assert registry.deliver(GROUP, TransactionCheck(GROUP, "tx", 1, message)) == "c1"
+    assert [c.message.topic for c in stranger_checks] == ["its-own"]

@@ -231,20 +231,22 @@ async def test_duplicate_ends_are_ignored_and_conflicting_ends_rejected(
         # on the wire: a repeated end is answered OK and says it changed nothing
         connection = await producer.pool.get(tx_broker.address)
         request = w.EndTransactionRequest(
-            pgroup, first.message_id, first.transaction_id or "", True
+            pgroup, first.message_id, first.transaction_id or "", True, topic=topic
         )
         reply = await connection.request(
             RequestCode.END_TRANSACTION, request, w.EndTransactionResponse, 2.0
         )
         assert (reply.state, reply.duplicate) == ("COMMITTED", True)
-        # a transaction id that does not match the message is refused
-        with pytest.raises(TransactionStateError, match="belongs to transaction"):
-            await connection.request(
-                RequestCode.END_TRANSACTION,
-                w.EndTransactionRequest(pgroup, first.message_id, "0" * 32, True),
-                w.EndTransactionResponse,
-                2.0,
-            )
+        # a transaction id that does not match the message is refused, and so is an end that
+        # leaves out the topic (docs/transactions.md "3. Ending")
+        for wrong in (
+            w.EndTransactionRequest(pgroup, first.message_id, "0" * 32, True, topic=topic),
+            w.EndTransactionRequest(pgroup, first.message_id, first.transaction_id or "", True),
+        ):
+            with pytest.raises(TransactionStateError, match=r"does not match|names no"):
+                await connection.request(
+                    RequestCode.END_TRANSACTION, wrong, w.EndTransactionResponse, 2.0
+                )
         # one transaction per message id: a resend of the same id is refused
         with pytest.raises(TransactionStateError, match="already started"):
             await producer.send_half_message(

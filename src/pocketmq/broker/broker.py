@@ -453,9 +453,12 @@ class Broker:
         commit: bool,
         from_check: bool = False,
         topic: str = "",
+        by: str = "",
     ) -> EndOutcome:
-        """Commit or roll back a half message. The first outcome is final: the same outcome
-        again is answered as a duplicate, a different one raises TransactionStateError."""
+        """Commit or roll back a half message named by its producer group, topic, message id and
+        transaction id (all must match: TransactionStateError otherwise). The first outcome is
+        final: the same outcome again is answered as a duplicate, a different one raises
+        TransactionStateError. ``by``: the authenticated user, recorded with the outcome."""
         if self._shared.closed:
             raise ServiceUnavailableError("the broker is shutting down")
         if self.role is Role.SLAVE:
@@ -469,6 +472,7 @@ class Broker:
             commit=commit,
             from_check=from_check,
             topic=topic,
+            by=by,
         )
 
     def transaction_state(self, message_id: str) -> TransactionStatus | None:

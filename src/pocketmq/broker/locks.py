@@ -46,7 +46,12 @@ class QueueLocks:
             if owner is not None and owner[0] == client_id:
                 del self._owners[key]
 
-    def release_client(self, client_id: str) -> None:
-        """Drop every lock of a client that left, so its queues move at once."""
-        for key in [k for k, (owner, _) in self._owners.items() if owner == client_id]:
+    def release_client(self, client_id: str, groups: Sequence[str] | None = None) -> None:
+        """Drop the locks of a client that left (in ``groups``, or all of them), so its queues
+        move at once; leaving one group keeps the locks it holds in the others."""
+        for key in [
+            k
+            for k, (owner, _) in self._owners.items()
+            if owner == client_id and (groups is None or k[0] in groups)
+        ]:
             del self._owners[key]

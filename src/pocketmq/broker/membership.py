@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pocketmq.broker.consumers import ClientInfo, Notify
 from pocketmq.broker.parts import BrokerPart
-from pocketmq.broker.producers import CheckChannel
+from pocketmq.broker.producers import CheckChannel, MayCheck
 
 __all__ = ["Membership"]
 
@@ -37,10 +37,10 @@ class Membership(BrokerPart):
             self.consumers.heartbeat(client_id, group, model, subscriptions, now, notify, client)
 
     def unregister(self, client_id: str, groups: list[str] | None = None) -> None:
-        """A client leaving: out of its groups and its queue locks released, so others take over at
-        once."""
+        """A client leaving (its named groups, or all): out of those groups and its queue locks in
+        them released, so others take over at once."""
         self.consumers.unregister(client_id, groups or None)
-        self.locks.release_client(client_id)
+        self.locks.release_client(client_id, groups or None)
 
     def lock_queues(
         self, group: str, client_id: str, queues: Sequence[tuple[str, int]]
@@ -59,14 +59,27 @@ class Membership(BrokerPart):
         return self.consumers.client_ids(group)
 
     def heartbeat_producer(
-        self, client_id: str, groups: Sequence[str], check: CheckChannel, owner: object = None
+        self,
+        client_id: str,
+        groups: Sequence[str],
+        check: CheckChannel,
+        owner: object = None,
+        *,
+        user: str = "",
+        may_check: MayCheck | None = None,
     ) -> None:
-        """A producer of ``groups`` is live; ``check`` delivers transaction checks to it."""
-        self.transactions.heartbeat(client_id, groups, check, owner)
+        """A producer of ``groups`` is live; ``check`` delivers transaction checks to it, of
+        the topics ``may_check`` allows (broker/producers.py); ``user`` is who signed in."""
+        self.transactions.heartbeat(client_id, groups, check, owner, user=user, may_check=may_check)
 
     def unregister_producer(
-        self, client_id: str, groups: Sequence[str] | None = None, *, owner: object = None
+        self,
+        client_id: str,
+        groups: Sequence[str] | None = None,
+        *,
+        owner: object = None,
+        user: str | None = None,
     ) -> None:
-        """A producer connection closed: its check-back channels go (only the registrations made
-        through ``owner``, never a newer connection's)."""
-        self.transactions.producers.unregister(client_id, groups, owner=owner)
+        """A producer leaving or its connection closed: its check-back channels go (only the
+        registrations made through ``owner``, never a newer connection's; only ``user``'s)."""
+        self.transactions.producers.unregister(client_id, groups, owner=owner, user=user)

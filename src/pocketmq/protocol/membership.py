@@ -63,7 +63,8 @@ class ConsumerRegistration(Body, frozen=True):
 
 class HeartbeatRequest(Body, frozen=True):
     """Sent every 10 s: keeps the client's consumer memberships and its producer groups (which
-    answer transaction checks) alive on the broker."""
+    answer transaction checks) alive on the broker; ``producer_topics`` are what those producers
+    publish to."""
 
     client_id: str
     producer_groups: list[str] = []
@@ -73,6 +74,10 @@ class HeartbeatRequest(Body, frozen=True):
     language: str = ""
     client_version: str = ""
     address: str = ""
+    # the topics the producer groups publish to: with authorization, registering as a producer
+    # needs Pub on each (docs/security.md); an older client sends none, and its checks still
+    # go only to a producer whose user may publish to the half message's topic
+    producer_topics: list[str] = []
 
 
 class UnregisterRequest(Body, frozen=True):

@@ -101,7 +101,8 @@ class SendBackRequest(Body, frozen=True):
 
 class EndTransactionRequest(Body, frozen=True):
     """Commit (``commit=True``) or roll back a half message; ``from_check`` marks the answer to
-    a CHECK_TRANSACTION. ``topic``, when set, must be the half message's real topic."""
+    a CHECK_TRANSACTION. ``producer_group``, ``transaction_id`` and ``topic`` (the real topic)
+    must all be the half message's, or the end is refused (docs/transactions.md)."""
 
     producer_group: str
     message_id: str
@@ -110,6 +111,9 @@ class EndTransactionRequest(Body, frozen=True):
     from_check: bool = False
     physical_offset: int = -1  # informational: the half message's offset from the send result
     topic: str = ""
+    # a gateway: the user its client signed in as, recorded with the outcome (ignored from
+    # anyone but a gateway identity or super user, like SEND's born host)
+    user: str = ""
 
 
 class EndTransactionResponse(Body, frozen=True):

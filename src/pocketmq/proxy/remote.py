@@ -34,7 +34,8 @@ from pocketmq.errors import BrokerError, Code, error_from_code
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
 from pocketmq.proxy.batching import Batcher
-from pocketmq.server.grpc.port import BrokerLimits, CheckChannel
+from pocketmq.server.grpc.port import BrokerLimits, CheckChannel, MayCheck
+from pocketmq.server.grpc.sessions import ClientSession
 from pocketmq.server.native.convert import (
     delivered_from_wire,
     group_from_spec,
@@ -61,10 +62,12 @@ default, with room to spare, so a slow disk is reported as the broker's status, 
 
 
 class _Producer(msgspec.Struct):
+    client_id: str
     topics: list[str]
     check: CheckChannel
     client: ClientInfo
     seen: float  # monotonic time of its last heartbeat
+    may_check: MayCheck | None = None  # its user may see a half message of this topic
 
 
 TOPICS_TTL: Final = 1.0
@@ -99,7 +102,8 @@ class RemotePort:
         self._connecting = asyncio.Lock()
         self._last_failure: tuple[float, Exception] | None = None
         self._topics: tuple[float, dict[str, int]] | None = None  # (when, name -> permission)
-        self._producers: dict[str, _Producer] = {}
+        # (user, client id) -> producer: another user naming the same id replaces nothing
+        self._producers: dict[tuple[str, str], _Producer] = {}
         self._sends: dict[tuple[str, str], Batcher[InboundMessage, SendOutcome]] = {}
         self._acks: dict[str, Batcher[tuple[str, str], Exception | None]] = {}
         self.name = ""
@@ -146,8 +150,8 @@ class RemotePort:
             self._last_failure = None
             self._connection = connection
             # the broker forgot this connection's producers when the last one closed
-            for client_id, producer in self._live_producers():
-                self._heartbeat_producer(connection, client_id, producer)
+            for producer in self._live_producers():
+                self._heartbeat_producer(connection, producer)
             return connection
 
     async def _connect(self) -> ClientConnection:
@@ -173,11 +177,13 @@ class RemotePort:
         check = TransactionCheck(
             request.producer_group, request.transaction_id, 0, delivered_from_wire(request.message)
         )
-        live = dict(self._live_producers())
-        producer = live.get(request.client_id)
-        candidates = [producer] if producer is not None else []
-        candidates += [p for p in live.values() if request.producer_group in p.topics]
-        for candidate in candidates:
+        live = self._live_producers()
+        candidates = [p for p in live if p.client_id == request.client_id]
+        candidates += [p for p in live if request.producer_group in p.topics]
+        topic = check.message.topic
+        for candidate in candidates:  # as broker/producers.py: only those that may see it
+            if candidate.may_check is not None and not candidate.may_check(topic):
+                continue
             if candidate.check(check):
                 return
         log.info(
@@ -186,14 +192,14 @@ class RemotePort:
             request.transaction_id,
         )
 
-    def _live_producers(self) -> list[tuple[str, _Producer]]:
+    def _live_producers(self) -> list[_Producer]:
         now = time.monotonic()
-        return [(k, p) for k, p in self._producers.items() if now - p.seen <= PRODUCER_SILENCE]
+        return [p for p in self._producers.values() if now - p.seen <= PRODUCER_SILENCE]
 
-    def _heartbeat_producer(
-        self, connection: ClientConnection, client_id: str, producer: _Producer
-    ) -> None:
-        heartbeat = _relayed_heartbeat(client_id, producer.client, producers=producer.topics)
+    def _heartbeat_producer(self, connection: ClientConnection, producer: _Producer) -> None:
+        heartbeat = _relayed_heartbeat(
+            producer.client_id, producer.client, producers=producer.topics
+        )
         connection.send_request(RequestCode.HEARTBEAT, heartbeat, None).add_done_callback(_quiet)
 
     # -- membership -----------------------------------------------------------------------
@@ -242,21 +248,27 @@ class RemotePort:
         check: CheckChannel,
         owner: object,
         client: ClientInfo,
+        *,
+        user: str = "",
+        may_check: MayCheck | None = None,
     ) -> None:
-        """As a native request (``BrokerPort.register_producer``)."""
+        """As a native request (``BrokerPort.register_producer``); the broker sees this
+        proxy's identity, so the proxy keeps each producer's user and ``may_check`` itself."""
         now = time.monotonic()
-        producer = _Producer(list(topics), check, client, now)
-        self._producers[client_id] = producer
+        producer = _Producer(client_id, list(topics), check, client, now, may_check)
+        self._producers[(user, client_id)] = producer
         if len(self._producers) % 64 == 0:  # forget the producers long gone
             for gone in [
                 k for k, p in self._producers.items() if now - p.seen > 3 * PRODUCER_SILENCE
             ]:
                 del self._producers[gone]
-        self._heartbeat_producer(await self._open(), client_id, producer)
+        self._heartbeat_producer(await self._open(), producer)
 
     async def unregister(self, client_id: str, group: str, owner: object) -> None:
-        """As a native request (``BrokerPort.unregister``)."""
-        self._producers.pop(client_id, None)
+        """As a native request (``BrokerPort.unregister``): only ``owner``'s producer (a
+        session: one user's), and the consumer group only when one is named."""
+        user = owner.user if isinstance(owner, ClientSession) else ""
+        self._producers.pop((user, client_id), None)
         await self._call(
             RequestCode.UNREGISTER_CLIENT,
             w.UnregisterRequest(client_id, [group] if group else []),
@@ -307,13 +319,20 @@ class RemotePort:
         return answer.message_id
 
     async def end_transaction(
-        self, topic: str, message_id: str, transaction_id: str, *, commit: bool, from_check: bool
+        self,
+        topic: str,
+        message_id: str,
+        transaction_id: str,
+        *,
+        commit: bool,
+        from_check: bool,
+        by: str = "",
     ) -> None:
-        """As a native request (``BrokerPort.end_transaction``)."""
+        """As a native request (``BrokerPort.end_transaction``), naming the client's user."""
         await self._call(
             RequestCode.END_TRANSACTION,
             w.EndTransactionRequest(
-                topic, message_id, transaction_id, commit, from_check, -1, topic
+                topic, message_id, transaction_id, commit, from_check, -1, topic, by
             ),
             w.EndTransactionResponse,
             wait=SEND_WAIT,

@@ -22,15 +22,17 @@ from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNo
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.app_config import AppConfig
+from pocketmq.server.auth.credential import watch_users
 from pocketmq.server.ha.etcd import Etcd, parse_controller
 from pocketmq.server.ha.failover import Failover
 from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
-from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.connection import ServerConnection
 from pocketmq.server.native.gateway import gateway_handlers
 from pocketmq.server.native.gateway_state import count_relayed
 from pocketmq.server.native.handlers import broker_handlers
+from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -63,6 +65,7 @@ class BrokerApp:
         self._http: HttpServer | None = None
         self._users: UserStore | None = None  # authentication on (docs/security.md)
         self._authorizer: Authorizer | None = None  # authorization on
+        self._users_watch: asyncio.Task[None] | None = None  # users.json read again each second
         self.http_address = ""
         self._link: NameServerLink | None = None
         self._registrar: asyncio.Task[None] | None = None
@@ -121,6 +124,11 @@ class BrokerApp:
 
                 self._users = UserStore(os.path.join(config.broker.data_dir, "config"))
                 self._users.load()
+                self._users_watch = asyncio.create_task(
+                    watch_users(self._users), name="users-watch"
+                )
+            if config.authorization:
+                self._authorizer = self._build_authorizer()
             handlers = broker_handlers(
                 self.broker,
                 self._route,
@@ -129,12 +137,13 @@ class BrokerApp:
                 self._promote,
                 users=self._users,
                 gateway_secret=self._gateway_secret,
+                authorizer=self._authorizer,
             )
             handlers |= gateway_handlers(
                 self.broker, config.grpc_auto_renew_invisible, self._gateway_alive
             )
-            if config.authorization:
-                handlers = self._authorized(handlers)
+            if self._authorizer is not None:
+                handlers = authorized(handlers, self._authorizer)
             self._native = FrameServer(
                 handlers, on_close=self._connection_closed, limits=limits, tls=tls
             )
@@ -179,11 +188,11 @@ class BrokerApp:
             await self.close()
             raise
 
-    def _authorized(self, handlers: HandlerTable) -> HandlerTable:
-        """Build the ACL's authorizer and put its check in front of every native handler."""
+    def _build_authorizer(self) -> Authorizer:
+        """The ACL's authorizer: its check goes in front of every native handler and into the
+        gRPC adapter."""
         from pocketmq.server.auth.acl import AclStore
         from pocketmq.server.auth.authorizer import Authorizer
-        from pocketmq.server.native.permissions import authorized
 
         if self._users is None:
             raise InvalidArgumentError(
@@ -191,8 +200,7 @@ class BrokerApp:
             )
         acl = AclStore(os.path.join(self.config.broker.data_dir, "config"))
         acl.load(strict=False)  # a damaged file: no rules, so normal users are refused
-        self._authorizer = Authorizer(self._users, acl)
-        return authorized(handlers, self._authorizer)
+        return Authorizer(self._users, acl)
 
     async def _start_grpc(self, port: int) -> None:
         """The RocketMQ 5 gRPC adapter (apache.rocketmq.v2) for the official clients."""
@@ -457,6 +465,10 @@ class BrokerApp:
             self._registrar.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._registrar
+        if self._users_watch is not None:
+            self._users_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._users_watch
         if self.failover is not None:
             await self.failover.close()
         if self.group is not None:

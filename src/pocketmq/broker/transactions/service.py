@@ -57,7 +57,7 @@ import msgspec
 from pocketmq import properties as props
 from pocketmq.broker.history import AttemptHistory
 from pocketmq.broker.persist import OffLoopWriter, Sink, save_json
-from pocketmq.broker.producers import CheckChannel, ProducerRegistry
+from pocketmq.broker.producers import CheckChannel, MayCheck, ProducerRegistry
 from pocketmq.broker.statefile import load_struct
 from pocketmq.broker.transactions.checker import CheckBack
 from pocketmq.broker.transactions.model import (
@@ -282,21 +282,24 @@ class TransactionService:
         commit: bool,
         from_check: bool = False,
         topic: str = "",
+        by: str = "",
     ) -> EndOutcome:
-        """Commit or roll back. The first outcome wins; see the module docstring."""
+        """Commit or roll back. The first outcome wins; see the module docstring. The request
+        must name the half message's producer group, topic and transaction id, all three: a
+        message id alone is public enough (it travels with every delivery) that it cannot be
+        what lets a client end someone else's transaction (docs/transactions.md, "3. Ending").
+        ``by``: the authenticated user asking, recorded with the outcome."""
         source = "check" if from_check else "client"
         entry = self.pending.get(message_id)
         if entry is None:
-            return await self._ended_already(message_id, transaction_id, commit, source)
-        if transaction_id and transaction_id != entry.transaction_id:
-            raise TransactionStateError(
-                f"message {message_id} belongs to transaction {entry.transaction_id}, "
-                f"not {transaction_id}"
+            return await self._ended_already(
+                message_id, (producer_group, topic, transaction_id), commit, source
             )
-        if topic and topic != entry.topic:
-            raise TransactionStateError(
-                f"message {message_id} was sent to topic {entry.topic!r}, not {topic!r}"
-            )
+        _refuse_mismatch(
+            message_id,
+            (entry.producer_group, entry.topic, entry.transaction_id),
+            (producer_group, topic, transaction_id),
+        )
         now = self.clock()
         records: list[StoreMessage] = []
         if commit:
@@ -306,7 +309,8 @@ class TransactionService:
                     f"the half message of transaction {entry.transaction_id} is unreadable"
                 )
             records.append(self._committed_copy(half, entry))
-        op = make_op(entry, "commit" if commit else "rollback", now, source)
+        detail = f"ended by user {by!r}" if by else ""
+        op = make_op(entry, "commit" if commit else "rollback", now, source, detail)
         records.append(op_message(op))
         # no await between the pending test above and this append: ends cannot interleave
         results = self.append(records)
@@ -334,7 +338,7 @@ class TransactionService:
         return EndOutcome(status)
 
     async def _ended_already(
-        self, message_id: str, transaction_id: str, commit: bool, source: str
+        self, message_id: str, named: tuple[str, str, str], commit: bool, source: str
     ) -> EndOutcome:
         if message_id in self.holding:
             raise TransactionStateError(f"the half message {message_id} is still being stored")
@@ -344,11 +348,9 @@ class TransactionService:
                 f"no transaction for message {message_id} on this broker (never prepared "
                 "here, or aged out of the store)"
             )
-        if transaction_id and status.transaction_id != transaction_id:
-            raise TransactionStateError(
-                f"message {message_id} belongs to transaction {status.transaction_id}, "
-                f"not {transaction_id}"
-            )
+        _refuse_mismatch(
+            message_id, (status.producer_group, status.topic, status.transaction_id), named
+        )
         wanted = TransactionState.COMMITTED if commit else TransactionState.ROLLED_BACK
         if status.state is wanted or (status.state is TransactionState.DISCARDED and not commit):
             self.counters["transaction_duplicate_ends"] += 1
@@ -466,11 +468,20 @@ class TransactionService:
     # -- producers ------------------------------------------------------------------------
 
     def heartbeat(
-        self, client_id: str, groups: Sequence[str], channel: CheckChannel, owner: object
+        self,
+        client_id: str,
+        groups: Sequence[str],
+        channel: CheckChannel,
+        owner: object,
+        *,
+        user: str = "",
+        may_check: MayCheck | None = None,
     ) -> None:
         """A producer of ``groups`` is live: transactions that waited for one are checked now."""
         now = self.clock()
-        self.producers.heartbeat(client_id, groups, channel, now, owner)
+        self.producers.heartbeat(
+            client_id, groups, channel, now, owner, user=user, may_check=may_check
+        )
         waiting = [
             e for e in self.pending.values() if e.waiting_since and e.producer_group in groups
         ]
@@ -495,3 +506,29 @@ class TransactionService:
             consumer=consumer,
             error=error,
         )
+
+
+_END_FIELDS = ("transaction id", "producer group", "topic")
+
+
+def _refuse_mismatch(
+    message_id: str, half: tuple[str, str, str], named: tuple[str, str, str]
+) -> None:
+    """Refuse an end whose (producer group, topic, transaction id) are not the half message's.
+    The error says which field differs, never what it should be: the transaction id (random,
+    known only to the producer and its group's checkers) is compared first, so nobody without
+    it learns anything about the others."""
+    group, topic, transaction = half
+    given_group, given_topic, given_transaction = named
+    for name, expected, given in zip(
+        _END_FIELDS,
+        (transaction, group, topic),
+        (given_transaction, given_group, given_topic),
+        strict=True,
+    ):
+        if given != expected:
+            what = f"names no {name}" if not given else f"{name} {given!r} does not match"
+            raise TransactionStateError(
+                f"message {message_id}: the end {what} (an end must name its half message's "
+                "producer group, topic and transaction id)"
+            )

@@ -1,10 +1,11 @@
 """Producer-group heartbeats: how a broker finds a producer to check a transaction with.
 
 A broker checks an unfinished transaction back with any live producer of its producer group
-(docs/transactions.md §4), so a transaction producer heartbeats its group to every broker of its
-topics: at start for the topics it was given, every heartbeat interval, at once on a connection
-it has not heartbeated on yet (a reconnect, a new broker), and before a half message goes out on
-such a connection. On close it unregisters, so checks go to a sibling at once.
+whose user may publish to the message's topic (docs/transactions.md §4), so a transaction
+producer heartbeats its group, and the topics it publishes to, to every broker of its topics: at
+start for the topics it was given, every heartbeat interval, at once on a connection it has not
+heartbeated on yet (a reconnect, a new broker), and before a half message goes out on such a
+connection. On close it unregisters, so checks go to a sibling at once.
 """
 
 from __future__ import annotations
@@ -86,7 +87,10 @@ class GroupHeartbeat:
                     await self._beat(address, connection)
 
     async def _beat(self, address: str, connection: ClientConnection) -> None:
-        request = w.HeartbeatRequest(self._client.pool.client_id, [self.group], [])
+        # the topics go along: with authorization the broker checks Pub on each (security.md)
+        request = w.HeartbeatRequest(
+            self._client.pool.client_id, [self.group], [], producer_topics=sorted(self.topics)
+        )
         await connection.request(
             RequestCode.HEARTBEAT, request, w.Empty, self._client.client_config.request_timeout
         )

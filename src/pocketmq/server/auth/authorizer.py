@@ -64,6 +64,14 @@ class Authorizer:
             if not verdict[0]:
                 raise NoPermissionError(verdict[1])
 
+    def allows(self, user: str, needs: Iterable[Need], source: str) -> bool:
+        """:meth:`check` as a yes or no (a decision about a push, not a request to refuse)."""
+        try:
+            self.check(user, needs, source)
+        except NoPermissionError:
+            return False
+        return True
+
     def _decide(
         self, user: str, kind: str, name: str, action: Action, source: str
     ) -> tuple[bool, str]:

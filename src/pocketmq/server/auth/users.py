@@ -53,6 +53,9 @@ class UserStore:
         self._checked = 0.0
         self._fernet: Fernet | None = None
         self.loaded_at = 0.0  # when the users last changed (the ACL's decision cache follows)
+        # bumped whenever the users change: what a signed-in connection compares per request
+        # (server/auth/credential.py) before it looks its user up again
+        self.generation = 0
 
     def _cipher(self) -> Fernet:
         if self._fernet is None:
@@ -68,6 +71,7 @@ class UserStore:
         except FileNotFoundError:
             if self._mtime != -1.0:
                 self.loaded_at = time.monotonic()
+                self.generation += 1
             self._users, self._secrets, self._mtime = {}, {}, -1.0
             return
         if mtime == self._mtime:
@@ -77,6 +81,7 @@ class UserStore:
         self._secrets = {}
         self._mtime = mtime
         self.loaded_at = time.monotonic()
+        self.generation += 1
 
     def refresh(self, every: float = 1.0) -> None:
         """:meth:`load` at most once per ``every`` seconds (the broker calls this per request)."""
@@ -98,6 +103,13 @@ class UserStore:
                 return None  # a users.key that does not match: nobody authenticates
             self._secrets[access_key] = cached
         return cached
+
+    def fingerprint(self, access_key: str) -> str | None:
+        """What changes when the user's secret does (its ciphertext: a new one at every
+        ``user update --secret``), or None for an unknown access key: a connection signed in
+        with an older secret, or as a deleted user, is refused from then on."""
+        user = self._users.get(access_key)
+        return None if user is None else str(user["secret"])
 
     def user_type(self, access_key: str) -> str:
         """``super``, ``normal``, or "" for an unknown access key."""

@@ -106,7 +106,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             peer = self._real_peer(str(context.peer() or ""))
             source = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
             try:
-                authorizer.check(user, needs(method, request), source)
+                wanted = needs(method, request)
+            except Exception as exc:  # a request shape the table does not know: refuse, say why
+                log.warning("unreadable", "cannot tell what a %s call needs: %r", method, exc)
+                return f"cannot tell what this {method.rsplit('/', 1)[-1]} call needs: {exc!r}"
+            try:
+                authorizer.check(user, wanted, source)
             except NoPermissionError as exc:
                 count_failure("grpc", "forbidden")
                 log.warning("forbidden", "refused a gRPC call of %r: %s", user, exc)

@@ -34,6 +34,7 @@ __all__ = [
     "delivered_message",
     "duration",
     "endpoints",
+    "host_port",
     "inbound_message",
     "message_type_of",
     "seconds",
@@ -275,3 +276,12 @@ def delivered_message(message: Delivered, namespace: str, store_host: str, into:
     else:
         system.message_type = _NORMAL
     return out
+
+
+def host_port(host: str) -> str:
+    """A v2 born host (an address without a port) in the store's ``host:port`` form."""
+    if not host:
+        return ""
+    if host.count(":") > 1 and not host.startswith("["):  # bare IPv6
+        return f"[{host}]:0"
+    return host if ":" in host else f"{host}:0"

@@ -27,10 +27,16 @@ def _send(request: Any) -> list[Need]:
     return [topic_need(t, Action.PUB) for t in {m.topic.name for m in request.messages}]
 
 
-def _heartbeat(request: Any) -> list[Need]:
+def _named_group(request: Any) -> list[Need]:
+    """Heartbeat and NotifyClientTermination: ``Sub`` on the group when one is named."""
     if request.HasField("group") and request.group.name:
         return [("Group", request.group.name, Action.SUB)]
     return []
+
+
+def _queue_bounds(request: Any) -> list[Need]:
+    """QueryOffset names a queue and no group: a consumer's ``Sub`` on the topic."""
+    return [topic_need(request.message_queue.topic.name, Action.SUB)]
 
 
 def _group_and_topic(request: Any) -> list[Need]:
@@ -48,17 +54,19 @@ _NEEDS: dict[str, Callable[[Any], list[Need]]] = {
     "PullMessage": _sub,
     "UpdateOffset": _sub,
     "GetOffset": _sub,
-    "QueryOffset": _sub,
+    "QueryOffset": _queue_bounds,
     "AckMessage": _group_and_topic,
     "ChangeInvisibleDuration": _group_and_topic,
     "ForwardMessageToDeadLetterQueue": _group_and_topic,
     "QueryAssignment": _group_and_topic,
-    "Heartbeat": _heartbeat,
+    "Heartbeat": _named_group,
+    "NotifyClientTermination": _named_group,
 }
 
 
 def needs(method: str, request: Any) -> list[Need]:
     """What a call of ``method`` (the full gRPC path or its last part) needs; [] for route
-    queries, telemetry and goodbyes, which any authenticated client may make."""
+    queries and Telemetry, which any authenticated client may make (a Telemetry stream's
+    settings are checked by the adapter: server/grpc/guard.py)."""
     find = _NEEDS.get(method.rsplit("/", 1)[-1])
     return find(request) if find is not None else []

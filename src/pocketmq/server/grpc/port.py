@@ -26,10 +26,13 @@ from pocketmq.broker import (
 from pocketmq.protocol import structs as w
 from pocketmq.server.native.paging import pop_byte_budget
 
-__all__ = ["BrokerLimits", "BrokerPort", "CheckChannel", "LocalPort"]
+__all__ = ["BrokerLimits", "BrokerPort", "CheckChannel", "LocalPort", "MayCheck"]
 
 CheckChannel = Callable[[TransactionCheck], bool]
 """Delivers a transaction check to one official producer; False when it cannot (gone)."""
+
+MayCheck = Callable[[str], bool]
+"""Whether an official producer may be shown a half message of a topic (its user's ``Pub``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +78,17 @@ class BrokerPort(Protocol):
         check: CheckChannel,
         owner: object,
         client: ClientInfo,
+        *,
+        user: str = "",
+        may_check: MayCheck | None = None,
     ) -> None:
-        """Keep an official producer's check-back channel for its topics (its producer groups)."""
+        """Keep an official producer's check-back channel for its topics (its producer groups),
+        as ``user``'s, for the checks ``may_check`` allows (broker/producers.py)."""
         ...
 
     async def unregister(self, client_id: str, group: str, owner: object) -> None:
-        """A client leaving: out of its group and its check-back channels dropped at once."""
+        """A client leaving: out of its group (none: of no consumer group) and the check-back
+        channels ``owner`` registered dropped at once."""
         ...
 
     async def send(
@@ -94,9 +102,17 @@ class BrokerPort(Protocol):
         ...
 
     async def end_transaction(
-        self, topic: str, message_id: str, transaction_id: str, *, commit: bool, from_check: bool
+        self,
+        topic: str,
+        message_id: str,
+        transaction_id: str,
+        *,
+        commit: bool,
+        from_check: bool,
+        by: str = "",
     ) -> None:
-        """Commit or roll back a half message (the topic stands for the producer group)."""
+        """Commit or roll back a half message (the topic stands for the producer group);
+        ``by``: the signed-in user, recorded with the outcome."""
         ...
 
     async def pop(
@@ -204,13 +220,19 @@ class LocalPort:
         check: CheckChannel,
         owner: object,
         client: ClientInfo,
+        *,
+        user: str = "",
+        may_check: MayCheck | None = None,
     ) -> None:
         """The broker's own :meth:`BrokerPort.register_producer`."""
-        self._broker.heartbeat_producer(client_id, topics, check, owner=owner)
+        self._broker.heartbeat_producer(
+            client_id, topics, check, owner=owner, user=user, may_check=may_check
+        )
 
     async def unregister(self, client_id: str, group: str, owner: object) -> None:
         """The broker's own :meth:`BrokerPort.unregister`."""
-        self._broker.unregister(client_id, [group] if group else None)
+        if group:
+            self._broker.unregister(client_id, [group])
         if owner is not None:  # only what this client's session registered
             self._broker.unregister_producer(client_id, owner=owner)
 
@@ -225,11 +247,24 @@ class LocalPort:
         return self._broker.recall(topic, recall_handle)
 
     async def end_transaction(
-        self, topic: str, message_id: str, transaction_id: str, *, commit: bool, from_check: bool
+        self,
+        topic: str,
+        message_id: str,
+        transaction_id: str,
+        *,
+        commit: bool,
+        from_check: bool,
+        by: str = "",
     ) -> None:
         """The broker's own :meth:`BrokerPort.end_transaction`."""
         await self._broker.end_transaction(
-            topic, message_id, transaction_id, commit=commit, from_check=from_check, topic=topic
+            topic,
+            message_id,
+            transaction_id,
+            commit=commit,
+            from_check=from_check,
+            topic=topic,
+            by=by,
         )
 
     async def pop(

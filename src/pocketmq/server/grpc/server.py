@@ -17,6 +17,7 @@ from typing import Any, Final
 import grpc
 
 from pocketmq.server.auth.authorizer import Authorizer
+from pocketmq.server.auth.credential import watch_users
 from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.grpc.auth import AuthInterceptor
@@ -56,11 +57,14 @@ class GrpcServer:
             grpc_address,
             auto_renew_invisible=auto_renew_invisible,
             real_peer=self.real_peer,
+            users=users,
+            authorizer=authorizer,
         )
         self.latency = RpcLatency()  # every call's answer time, for the metrics
         self._forwarder: PermissiveForwarder | None = None
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._users_watch: asyncio.Task[None] | None = None  # ends streams of deleted users
         self.host = ""
         self.port = 0
 
@@ -112,6 +116,10 @@ class GrpcServer:
             self._server = server
         self.host, self.port = host, bound
         self._sweeper = asyncio.create_task(self._sweep_sessions(), name="grpc-sessions")
+        if self._users is not None:
+            self._users_watch = asyncio.create_task(
+                watch_users(self._users, self.service.revoke_stale), name="grpc-users-watch"
+            )
         mode = "TLS and plaintext" if permissive else "TLS" if tls else "plaintext"
         log.info("gRPC (apache.rocketmq.v2) listening on %s:%d (%s)", host, bound, mode)
 
@@ -126,11 +134,12 @@ class GrpcServer:
 
     async def close(self) -> None:
         """Stop the session sweep and the server, giving running RPCs a short grace."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        for task in (self._sweeper, self._users_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._sweeper = self._users_watch = None
         if self._forwarder is not None:
             await self._forwarder.close()
         if self._server is not None:

@@ -24,16 +24,23 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
+import grpc
+
 from pocketmq.broker import ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.errors import Code
+from pocketmq.server.auth.acl import Action
+from pocketmq.server.auth.authorizer import Authorizer
+from pocketmq.server.auth.users import UserStore
 from pocketmq.server.grpc.convert import (
     ACCEPTED_TYPES,
     delivered_message,
     endpoints,
+    host_port,
     inbound_message,
     seconds,
     timestamp,
 )
+from pocketmq.server.grpc.guard import ClientGuard, caller_id, client_info
 from pocketmq.server.grpc.handlers import Malformed
 from pocketmq.server.grpc.pb import (
     ClientType,
@@ -54,7 +61,7 @@ from pocketmq.server.grpc.routing import (
     masterless_write,
     message_queues,
 )
-from pocketmq.server.grpc.sessions import Sessions, transaction_check_command
+from pocketmq.server.grpc.sessions import ClientSession, Sessions, transaction_check_command
 from pocketmq.server.grpc.settings import (
     CONSUMER_TYPES,
     LONG_POLLING_TIMEOUT,
@@ -62,7 +69,7 @@ from pocketmq.server.grpc.settings import (
     consumer_settings,
     producer_settings,
 )
-from pocketmq.server.grpc.status import OK, V2Error, error_status, status, v2_code
+from pocketmq.server.grpc.status import OK, V2Error, error_status, overall, status, v2_code
 
 __all__ = ["MessagingService"]
 
@@ -73,45 +80,7 @@ MT = MessageType
 
 _NO_MESSAGE: Final = status(C.MESSAGE_NOT_FOUND, "no new message")
 _DEADLINE_MARGIN: Final = 0.5  # answer a long poll this long before the client's deadline
-_CLIENT_ID: Final = "x-mq-client-id"
-
-
-def _client_id(context: Any) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == _CLIENT_ID:
-            return str(value)
-    return str(context.peer())
-
-
-def _client_info(context: Any, real_peer: Callable[[str], str] = str) -> ClientInfo:
-    """What an official client says about itself in its headers (RocketMQ 5's ``x-mq-language``
-    and ``x-mq-client-version``), and the peer gRPC saw."""
-    headers = dict(context.invocation_metadata() or ())
-    peer = real_peer(str(context.peer() or ""))
-    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
-    return ClientInfo(
-        "grpc",
-        str(headers.get("x-mq-language", "")).lower(),
-        str(headers.get("x-mq-client-version", "")),
-        address,
-    )
-
-
-def _overall(statuses: Sequence[Any]) -> Any:
-    """The top-level status of a batch: its one status, or MULTIPLE_RESULTS when they differ."""
-    codes = {st.code for st in statuses}
-    if len(codes) == 1:
-        return statuses[0]
-    return status(C.MULTIPLE_RESULTS, "entries ended differently; see each entry")
-
-
-def _host_port(host: str) -> str:
-    """A v2 born host (an address without a port) in the store's ``host:port`` form."""
-    if not host:
-        return ""
-    if host.count(":") > 1 and not host.startswith("["):  # bare IPv6
-        return f"[{host}]:0"
-    return host if ":" in host else f"{host}:0"
+_REVOKED: Final = object()  # in a Telemetry outbox: its user went, end the stream
 
 
 class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -125,12 +94,16 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         *,
         auto_renew_invisible: float,
         real_peer: Callable[[str], str] = str,
+        users: UserStore | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self._real_peer = real_peer  # the client behind the permissive-mode forwarder
         self._broker = broker  # in this process or behind a proxy (server/grpc/port.py)
         self._store_host = store_host
         self._auto_renew = auto_renew_invisible
         self.sessions = Sessions()
+        self.guard = ClientGuard(users, authorizer)  # who calls, and what a session may do
+        self._leaving: set[asyncio.Task[None]] = set()  # unregistering revoked sessions
 
     # -- routing and membership -----------------------------------------------------------
 
@@ -184,16 +157,16 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         """Keep a client's session alive; a consumer's heartbeat registers it in its group like a
         native consumer, a producer's its check-back channel."""
         try:
-            client_id = _client_id(context)
-            session = self.sessions.touch(client_id)
+            user, client_id = self.guard.identity(context)
+            session = self.sessions.touch(user, client_id)
             if session.client_type == ClientType.PRODUCER:
-                await self._register_producer(session, _client_info(context, self._real_peer))
+                await self._register_producer(session, client_info(context, self._real_peer))
             if request.HasField("group") and request.group.name:
                 await self._broker.heartbeat_consumer(
                     client_id,
                     request.group.name,
                     dict(session.subscriptions),
-                    _client_info(context, self._real_peer),
+                    client_info(context, self._real_peer),
                 )
             return s.HeartbeatResponse(status=OK)
         except Exception as exc:
@@ -201,32 +174,63 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         """A client shutting down: leave its group and drop its check-back channel at once rather
-        than after the expiry."""
+        than after the expiry. Only the caller's own session (its user and client id) is ended,
+        and a consumer group only with ``Sub`` on it (the interceptor checks a named one)."""
         try:
-            client_id = _client_id(context)
+            user, client_id = self.guard.identity(context)
+            session = self.sessions.get(user, client_id)
+            if session is None:  # nothing of this user's client here
+                return s.NotifyClientTerminationResponse(status=OK)
             group = request.group.name if request.HasField("group") else ""
-            session = self.sessions.get(client_id)
+            group = group or session.group
+            if group:
+                source = client_info(context, self._real_peer).address
+                self.guard.check(user, [("Group", group, Action.SUB)], source)
             await self._broker.unregister(client_id, group, session)
-            self.sessions.remove(client_id)
+            self.sessions.remove(user, client_id)
             return s.NotifyClientTerminationResponse(status=OK)
         except Exception as exc:
             return s.NotifyClientTerminationResponse(
                 status=error_status(exc, "NotifyClientTermination")
             )
 
+    def revoke_stale(self) -> None:
+        """The users changed: end the Telemetry streams, sessions and registrations of those
+        whose user was deleted or changed its secret since their stream opened."""
+        for session in self.sessions.revoked():
+            log.info("ending the session of %s: user %r is gone", session.client_id, session.user)
+            if session.outbox is not None:
+                session.outbox.put_nowait(_REVOKED)
+            task = asyncio.ensure_future(
+                self._broker.unregister(session.client_id, session.group, session)
+            )
+            self._leaving.add(task)
+            task.add_done_callback(self._left)
+
+    def _left(self, task: asyncio.Task[None]) -> None:
+        self._leaving.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("unregistering a revoked session failed: %s", task.exception())
+
     async def Telemetry(self, request_iterator: Any, context: Any) -> None:
-        """Answer every Settings command with the broker's settings; write pushed commands."""
-        session = self.sessions.touch(_client_id(context))
+        """Answer every Settings command with the broker's settings; write pushed commands.
+        The stream ends (UNAUTHENTICATED) once its user is deleted or changes its secret."""
+        user, client_id = self.guard.identity(context)
+        session = self.sessions.touch(user, client_id)
         outbox: asyncio.Queue[Any] = asyncio.Queue()
         if session.outbox is not None:  # the client rebuilt its stream: the newest one wins
             session.outbox.put_nowait(None)
         session.outbox = outbox
-        client = _client_info(context, self._real_peer)
+        session.credential = credential = self.guard.credential(user)
+        client = client_info(context, self._real_peer)
         reader = asyncio.create_task(
             self._read_telemetry(request_iterator, session, outbox, client)
         )
         try:
             while (command := await outbox.get()) is not None:
+                if command is _REVOKED:
+                    assert credential is not None
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, credential.why())
                 await context.write(command)
         finally:
             reader.cancel()
@@ -256,8 +260,11 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
         finally:
             outbox.put_nowait(None)
 
-    async def _settings_reply(self, session: Any, settings: Any, client: ClientInfo) -> Any:
+    async def _settings_reply(
+        self, session: ClientSession, settings: Any, client: ClientInfo
+    ) -> Any:
         try:
+            self.guard.check_settings(session.user, settings, client.address)
             session.update(settings)
             limits = self._broker.limits
             if settings.client_type == ClientType.PRODUCER:
@@ -279,9 +286,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
     # -- producing ------------------------------------------------------------------------
 
-    async def _register_producer(self, session: Any, client: ClientInfo) -> None:
+    async def _register_producer(self, session: ClientSession, client: ClientInfo) -> None:
         """Official producers have no producer group: as RocketMQ's proxy does, each topic they
-        publish is their group, so the broker's transaction checks for a topic reach them."""
+        publish is their group, so the broker's transaction checks for a topic reach them —
+        only while their user may publish to the half message's topic (server/grpc/guard.py)."""
         if not session.topics:
             return
         store_host = self._store_host
@@ -291,7 +299,13 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return bool(session.push(transaction_check_command(v2, request.transaction_id)))
 
         await self._broker.register_producer(
-            session.client_id, sorted(session.topics), check, session, client
+            session.client_id,
+            sorted(session.topics),
+            check,
+            session,
+            client,
+            user=session.user,
+            may_check=self.guard.may_check(session.user, session.credential, client.address),
         )
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
@@ -327,11 +341,11 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             inbound.append(item)
             positions.append(number)
         if inbound:
-            born_host = _host_port(messages[positions[0]].system_properties.born_host)
+            born_host = host_port(messages[positions[0]].system_properties.born_host)
             outcomes = await broker.send(inbound, producer_group, born_host)
             for number, outcome in zip(positions, outcomes, strict=True):
                 entries[number] = self._entry(outcome)
-        return s.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
+        return s.SendMessageResponse(status=overall([e.status for e in entries]), entries=entries)
 
     @staticmethod
     def _entry(outcome: SendOutcome) -> Any:
@@ -368,6 +382,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
                 request.transaction_id,
                 commit=resolution == TransactionResolution.COMMIT,
                 from_check=request.source == TransactionSource.SOURCE_SERVER_CHECK,
+                by=self.guard.identity(context)[0],
             )
             return s.EndTransactionResponse(status=OK)
         except Exception as exc:
@@ -405,7 +420,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             remaining = context.time_remaining()
             if remaining is not None:
                 polling = min(polling, remaining - _DEADLINE_MARGIN)
-            client_id = _client_id(context)
+            client_id = caller_id(context)
             delivered = await self._broker.pop(
                 request.group.name,
                 queue.topic.name,
@@ -453,7 +468,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             )
         if not results:
             return s.AckMessageResponse(status=status(C.BAD_REQUEST, "no entries to ack"))
-        return s.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
+        return s.AckMessageResponse(status=overall([r.status for r in results]), entries=results)
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         """Re-hide a popped message (a nack with a delay); a failure still answers the handle it was

@@ -6,6 +6,11 @@ broker may need later: the subscriptions for heartbeats (v2 heartbeats carry onl
 and the stream to push commands on — an orphaned transaction's check-back goes to a producer
 that publishes the message's topic (docs/transactions.md, "4. Check-back" and "8. For protocol
 adapters").
+
+Sessions are keyed by (user, client id): the ``x-mq-client-id`` header is only what a client
+calls itself, so a second user naming the same id gets a session of its own and can neither take
+over the first one's Telemetry stream nor end it (docs/security.md). Without authentication the
+user is "" and the key is the client id alone, as before.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pocketmq.server.auth.credential import Credential
 from pocketmq.server.grpc.pb import Code, d, s
 
 __all__ = ["ClientSession", "Sessions", "transaction_check_command"]
@@ -26,6 +32,7 @@ class ClientSession:
     subscriptions, and the Telemetry stream to push commands on."""
 
     client_id: str
+    user: str = ""  # who signed the client's calls ("" without authentication)
     client_type: int = 0
     group: str = ""
     topics: frozenset[str] = frozenset()  # producers: the topics they publish
@@ -34,6 +41,8 @@ class ClientSession:
     language: str = ""  # from the Settings' user agent: java, golang, python, node_js, ...
     # commands to write on the client's Telemetry stream; None ends the stream
     outbox: asyncio.Queue[Any] | None = None
+    # what stops the session when its user goes (server/auth/credential.py); None: no auth
+    credential: Credential | None = None
 
     def update(self, settings: Any) -> None:
         """Take in a Settings command: the client's type and, for producers, its topics, for
@@ -61,34 +70,47 @@ class ClientSession:
 
 
 class Sessions:
-    """Every client the adapter has heard from, by client id (the ``x-mq-client-id`` header)."""
+    """Every client the adapter has heard from, by user and client id (module doc)."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, ClientSession] = {}
+        self._sessions: dict[tuple[str, str], ClientSession] = {}
 
-    def get(self, client_id: str) -> ClientSession | None:
-        """The session of ``client_id``, or None."""
-        return self._sessions.get(client_id)
+    def get(self, user: str, client_id: str) -> ClientSession | None:
+        """The session of ``client_id`` signed by ``user``, or None."""
+        return self._sessions.get((user, client_id))
 
-    def touch(self, client_id: str) -> ClientSession:
-        """The session of ``client_id``, created on first contact, marked as heard from now."""
-        session = self._sessions.get(client_id)
+    def touch(self, user: str, client_id: str) -> ClientSession:
+        """The session of ``client_id`` signed by ``user``, created on first contact, marked as
+        heard from now."""
+        session = self._sessions.get((user, client_id))
         if session is None:
-            session = self._sessions[client_id] = ClientSession(client_id)
+            session = self._sessions[(user, client_id)] = ClientSession(client_id, user)
         session.last_seen = time.monotonic()
         return session
 
-    def remove(self, client_id: str) -> None:
+    def remove(self, user: str, client_id: str) -> None:
         """Forget a client that said goodbye. Its Telemetry stream stays open until the
         client closes it: ending it from here makes the Python client log a read error."""
-        self._sessions.pop(client_id, None)
+        self._sessions.pop((user, client_id), None)
 
     def expire(self, max_idle: float) -> None:
         """Forget clients silent for ``max_idle`` seconds (crashed without terminating)."""
         cutoff = time.monotonic() - max_idle
-        for client_id, session in list(self._sessions.items()):
+        for key, session in list(self._sessions.items()):
             if session.last_seen < cutoff and session.outbox is None:
-                del self._sessions[client_id]
+                del self._sessions[key]
+
+    def revoked(self) -> list[ClientSession]:
+        """Take out the sessions whose user was deleted or changed its secret since their
+        stream opened (they are forgotten; the caller ends their streams)."""
+        gone = [
+            (key, session)
+            for key, session in self._sessions.items()
+            if session.credential is not None and not session.credential.holds()
+        ]
+        for key, _ in gone:
+            del self._sessions[key]
+        return [session for _, session in gone]
 
     def __len__(self) -> int:
         return len(self._sessions)

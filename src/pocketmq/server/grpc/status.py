@@ -10,6 +10,7 @@ reported as ``NOT_FOUND``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Final
 
 from pocketmq.contract import Rule
@@ -18,7 +19,7 @@ from pocketmq.server.grpc.pb import Code as V2Code
 from pocketmq.server.grpc.pb import d
 from pocketmq.server.ratelog import RateLimitedLog
 
-__all__ = ["OK", "V2Error", "error_status", "status", "v2_code"]
+__all__ = ["OK", "V2Error", "error_status", "overall", "status", "v2_code"]
 
 log = logging.getLogger("pocketmq.server.grpc")
 _internal = RateLimitedLog(log)  # a traceback per kind of failure per interval, not per request
@@ -102,3 +103,11 @@ def error_status(exc: BaseException, what: str) -> Any:
         return status(C.BAD_REQUEST, str(exc))
     _internal.error(f"internal-{what}", "gRPC %s failed", what, exc_info=exc)  # a bug: once
     return status(C.INTERNAL_SERVER_ERROR, f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def overall(statuses: Sequence[Any]) -> Any:
+    """The top-level status of a batch: its one status, or MULTIPLE_RESULTS when they differ."""
+    codes = {st.code for st in statuses}
+    if len(codes) == 1:
+        return statuses[0]
+    return status(C.MULTIPLE_RESULTS, "entries ended differently; see each entry")

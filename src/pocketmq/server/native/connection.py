@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, cast
 
 import msgspec
 
-from pocketmq.errors import BrokerError, Code, PocketMQError, ProtocolError
+from pocketmq.errors import BrokerError, Code, NoPermissionError, PocketMQError, ProtocolError
 from pocketmq.protocol import (
     MAX_FRAME_BODY,
     FrameDecoder,
@@ -33,6 +33,7 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
+from pocketmq.server.auth.credential import Credential
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
@@ -105,6 +106,7 @@ class ServerConnection(asyncio.Protocol):
         self._latency = latency
         self.auth_required = False  # set by a HELLO that issued a challenge
         self.user = ""  # the access key that authenticated this connection
+        self.credential: Credential | None = None  # and what stops it when the user goes
         self.producing = False  # it sent a message (the connection metrics)
         self._on_close = on_close
         self._tasks = tasks
@@ -269,6 +271,15 @@ class ServerConnection(asyncio.Protocol):
                     "this broker requires authentication: configure an access key and secret key "
                     "(docs/security.md)",
                 )
+            return
+        credential = self.credential  # two reads and a comparison unless the users changed
+        if (
+            credential is not None
+            and credential.seen != credential.store.generation
+            and not credential.holds()
+        ):
+            count_failure("native", "unauthenticated")
+            self._fail(NoPermissionError(credential.why()), request_id)
             return
         if self._joined and code != self._joined[0][0]:
             self._run_joined()  # what arrived first takes effect first

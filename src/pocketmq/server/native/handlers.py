@@ -15,13 +15,11 @@ from pocketmq.broker import (
     VERSION,
     Attempt,
     Broker,
-    ClientInfo,
     InboundMessage,
     PullOutcome,
     ResetTarget,
     SendBatch,
     SendOutcome,
-    TransactionCheck,
 )
 from pocketmq.errors import (
     BrokerError,
@@ -36,8 +34,11 @@ from pocketmq.errors import (
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import challenge_signature
+from pocketmq.server.auth.authorizer import Authorizer
+from pocketmq.server.auth.credential import Credential
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.auth.users import GATEWAY_USER, UserStore
+from pocketmq.server.native.clients import client_handlers, relays
 from pocketmq.server.native.connection import HandlerTable, Joined, ServerConnection
 from pocketmq.server.native.convert import (
     group_from_spec,
@@ -46,7 +47,6 @@ from pocketmq.server.native.convert import (
     to_wire,
     transaction_to_wire,
 )
-from pocketmq.server.native.gateway_state import RelayedClient, remember
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
     MAX_REDRIVE_OFFSETS,
@@ -70,10 +70,13 @@ def broker_handlers(
     promote: Callable[[bool], Awaitable[int]] | None = None,
     users: UserStore | None = None,
     gateway_secret: str = "",
+    authorizer: Authorizer | None = None,
 ) -> HandlerTable:
     """``topics_changed`` is awaited after topics or groups change: the app re-registers with
     the name server before answering, so a route is there as soon as the topic is created.
-    ``gateway_secret``: what this broker's proxy workers authenticate with (docs/proxy.md)."""
+    ``gateway_secret``: what this broker's proxy workers authenticate with (docs/proxy.md).
+    ``authorizer``: the ACL, for what the request table of server/native/permissions.py cannot
+    decide alone (which producers see a check, which groups an unregister may leave)."""
     name = broker.name
     store_config = broker.config.store
     pop_bytes = pop_byte_budget(store_config.max_message_size, store_config.max_properties_size)
@@ -129,73 +132,20 @@ def broker_handlers(
                 f"access key {req.access_key!r} and signature do not match a user"
             )
         conn.user = req.access_key
+        if req.access_key != GATEWAY_USER:  # refused once the user goes (credential.py)
+            conn.credential = Credential(users, req.access_key)
         return w.Empty()
 
     def may_relay(conn: ServerConnection) -> bool:
-        """Whether ``conn`` may speak for clients of its own (a gateway): anyone on a broker
-        without authentication, else only the gateway identity and super users."""
-        if users is None:
-            return True
-        return conn.user == GATEWAY_USER or users.user_type(conn.user) == "super"
-
-    def heartbeat(conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
-        def notify(group: str) -> None:
-            conn.push(RequestCode.CONSUMERS_CHANGED, w.ConsumersChangedNotice(group))
-
-        relay = bool(req.protocol) and may_relay(conn)
-        if relay:  # a gateway relays a client of its own (docs/protocol.md "Gateways")
-            info = ClientInfo(req.protocol, req.language, req.client_version, req.address)
-            remember(
-                conn.state.setdefault("relayed", {}),
-                req.client_id,
-                RelayedClient(
-                    req.protocol, req.language, bool(req.producer_groups), bool(req.consumers)
-                ),
-            )
-        else:
-            conn.client_id = req.client_id
-            language, version = conn.state.get("client", ("", ""))
-            info = ClientInfo("native", language, version, conn.remote)
-            conn.state["groups"] = {c.group for c in req.consumers}
-        broker.heartbeat(
-            req.client_id,
-            [(c.group, c.model, c.subscriptions) for c in req.consumers],
-            None if relay else notify,  # a gateway's clients do not rebalance
-            info,
-        )
-        if req.producer_groups:
-
-            def check(item: TransactionCheck) -> bool:
-                if conn.closed:
-                    return False
-                conn.push(
-                    RequestCode.CHECK_TRANSACTION,
-                    w.CheckTransactionRequest(
-                        item.producer_group,
-                        item.transaction_id,
-                        to_wire(item.message, name),
-                        req.client_id,
-                    ),
-                )
-                return True
-
-            broker.heartbeat_producer(req.client_id, req.producer_groups, check, owner=conn)
-            if not relay:
-                conn.state["producer_groups"] = set(req.producer_groups)
-        return w.Empty()
+        return relays(conn, users)
 
     def cancel(conn: ServerConnection, req: w.CancelRequest) -> None:
         conn.cancel(req.request_id)
 
-    def unregister(conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
-        conn.state.get("relayed", {}).pop(req.client_id, None)
-        broker.unregister(req.client_id, req.groups)
-        broker.unregister_producer(req.client_id, req.groups or None)
-        return w.Empty()
-
     async def end_transaction(
         conn: ServerConnection, req: w.EndTransactionRequest
     ) -> w.EndTransactionResponse:
+        by = req.user if req.user and conn.user and may_relay(conn) else conn.user
         outcome = await broker.end_transaction(
             req.producer_group,
             req.message_id,
@@ -203,6 +153,7 @@ def broker_handlers(
             commit=req.commit,
             from_check=req.from_check,
             topic=req.topic,
+            by=by,
         )
         return w.EndTransactionResponse(outcome.status.state.value, outcome.duplicate)
 
@@ -511,8 +462,10 @@ def broker_handlers(
                 f"redrive at most {MAX_REDRIVE_OFFSETS} dead letters per request "
                 f"(got {len(req.dlq_offsets)})"
             )
+        # the audit names who signed in, not whom the client says it is (docs/security.md)
+        operator = conn.user or req.operator or conn.client_id
         report = await broker.redrive(
-            req.group, req.dlq_offsets, target=req.target, operator=req.operator or conn.client_id
+            req.group, req.dlq_offsets, target=req.target, operator=operator
         )
         items = [
             w.RedriveItem(
@@ -530,8 +483,7 @@ def broker_handlers(
     return {
         RequestCode.HELLO: hello,
         RequestCode.AUTHENTICATE: authenticate,
-        RequestCode.HEARTBEAT: heartbeat,
-        RequestCode.UNREGISTER_CLIENT: unregister,
+        **client_handlers(broker, users, authorizer),
         RequestCode.CANCEL: cancel,
         RequestCode.SEND: send,
         RequestCode.END_TRANSACTION: end_transaction,

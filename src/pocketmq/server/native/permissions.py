@@ -35,7 +35,7 @@ def _consume(group: str, topics: set[str]) -> list[Need]:
 
 
 def _heartbeat(req: w.HeartbeatRequest) -> list[Need]:
-    out: list[Need] = []
+    out: list[Need] = [topic_need(t, _A.PUB) for t in sorted(set(req.producer_topics))]
     for consumer in req.consumers:
         out += _consume(consumer.group, set(consumer.subscriptions))
     return out
@@ -54,7 +54,7 @@ def _queue_status(req: w.QueueStatusRequest) -> list[Need]:
 
 _NEEDS: dict[int, Callable[[Any], list[Need]]] = {
     RequestCode.SEND: _send,
-    RequestCode.END_TRANSACTION: lambda r: [topic_need(r.topic, _A.PUB)] if r.topic else [],
+    RequestCode.END_TRANSACTION: lambda r: [topic_need(r.topic, _A.PUB)],
     RequestCode.SEND_BACK: lambda r: [_group(r.group)],
     RequestCode.PULL: lambda r: _consume(r.group, {r.topic}),
     RequestCode.POP: lambda r: _consume(r.group, {r.topic}),
@@ -90,7 +90,9 @@ _NEEDS: dict[int, Callable[[Any], list[Need]]] = {
 
 def needs(code: int, request: Any) -> list[Need]:
     """What ``request`` (of operation ``code``) needs; [] for what any authenticated client may
-    do (``HELLO``, ``UNREGISTER_CLIENT``, routes and the broker list, which name no data)."""
+    do (``HELLO``, routes and the broker list, which name no data). ``UNREGISTER_CLIENT`` is
+    checked by its handler: whether a group it names needs ``Sub`` depends on what the
+    connection registered (a producer group of its own needs nothing)."""
     find = _NEEDS.get(code)
     return find(request) if find is not None else []
 
