@@ -156,7 +156,7 @@ def append(state: Replication, log: FakeLog, size: int = 100) -> int:
     return log.write_position
 
 
-async def test_a_silent_slave_leaves_the_in_sync_set_once_it_lacks_a_record_for_the_timeout() -> None:
+async def test_a_silent_slave_leaves_the_in_sync_set_once_it_lacks_a_record_that_long() -> None:
     state, log, clock = timed()
     state.slave_connected("s", 1, "x", 0)
     clock.now += 60  # idle: a caught-up slave stays in sync however long nothing is written
@@ -197,7 +197,7 @@ def test_a_slave_that_lags_further_than_the_timeout_in_time_is_not_in_sync() -> 
 
 
 def test_under_a_controller_only_members_acknowledgements_count() -> None:
-    state, log, _ = timed()
+    state, _, _ = timed()
     state.slave_connected("a", 1, "x", 0)
     state.slave_connected("b", 2, "y", 0)
     state.set_members(frozenset({0, 2}))

@@ -146,7 +146,8 @@ class BrokerApp:
                 await self._start_http(config.http_port, tls)
             self.group = GroupRole(
                 self.broker,
-                tls=(tls, config.replication_client_tls()),
+                tls=(config.replication_server_tls(), config.replication_client_tls()),
+                policy=config.replication_policy(config.load_cluster_key()),
                 host=config.host,
                 ha_port=self._ha_port(),
                 ha_port_fixed=config.ha_port is not None,
