@@ -134,7 +134,6 @@ def build_config(
         config.connection_limits()
         config.controller_timings()
         config.tls_context()
-        config.replication_server_tls()
         config.replication_policy(None)
         if config.controller:
             parse_controller(config.controller)
@@ -327,6 +326,10 @@ def serve(
     )
     if config.authorization and not config.authentication:
         raise click.UsageError("--authorization needs --authentication")
+    try:
+        config.replication_server_tls()  # ha_mutual_tls needs --tls-ca, given above
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
     if not (config.authentication or config.insecure or is_loopback(config.host)):
         raise click.UsageError(
             f"--host {config.host} lets other machines connect, and without --authentication "

@@ -24,6 +24,7 @@ from pocketmq.protocol import structs as w
 from pocketmq.server.app_config import AppConfig
 from pocketmq.server.ha.etcd import Etcd, parse_controller
 from pocketmq.server.ha.failover import Failover
+from pocketmq.server.ha.members import GroupMembers
 from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
@@ -68,6 +69,7 @@ class BrokerApp:
         self._registrar: asyncio.Task[None] | None = None
         self.group: GroupRole | None = None
         self.failover: Failover | None = None
+        self.members: GroupMembers | None = None
         self.grpc_address = ""
 
     @property
@@ -166,6 +168,14 @@ class BrokerApp:
                     timings=timings,
                 )
                 self.failover.start()
+                # whose acknowledgements count: etcd's member list (docs/replication.md §2)
+                self.members = GroupMembers(
+                    self.broker,
+                    Etcd(endpoints),
+                    own_address=lambda: self.native_address,
+                    timings=timings,
+                )
+                self.members.start()
             if self.namesrv_address:
                 self._link = NameServerLink(
                     self.namesrv_address,
@@ -458,6 +468,8 @@ class BrokerApp:
                 await self._registrar
         if self.failover is not None:
             await self.failover.close()
+        if self.members is not None:
+            await self.members.close()
         if self.group is not None:
             await self.group.close()
         if self.grpc_workers is not None:  # first: their calls in progress need the native port

@@ -91,7 +91,7 @@ class HaServer:
         self._chunk = chunk_bytes
         self._server: asyncio.Server | None = None
         self._links: dict[asyncio.Task[None], None] = {}  # every connection, oldest first
-        self._pending: dict[asyncio.Task[None], None] = {}  # those still in their handshake
+        self._pending: dict[asyncio.Task[None], FrameStream] = {}  # still in their handshake
         self._by_id: dict[int, asyncio.Task[Any]] = {}  # the live link of each slave
         self._streams: dict[object, FrameStream] = {}
         self._refusals = _Refusals()
@@ -118,12 +118,13 @@ class HaServer:
                 return
             # the oldest connection still in its handshake gives way: a stream of connections
             # that never prove anything cannot keep a real slave out
-            oldest = next(iter(self._pending))
+            oldest, unproven = next(iter(self._pending.items()))
             self._forget(oldest)
+            unproven.writer.close()  # its task may not have started: close it here
             oldest.cancel()
         task = asyncio.ensure_future(self._link(stream))
         self._links[task] = None
-        self._pending[task] = None
+        self._pending[task] = stream
         task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
