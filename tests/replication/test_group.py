@@ -126,7 +126,9 @@ async def test_a_late_slave_answers_flush_slave_timeout(make_group: Any, link_pr
 async def test_in_sync_mode_a_message_is_not_delivered_before_the_slave_has_it(
     make_group: Any, link_proxy: Any
 ) -> None:
-    group = make_group("sync", slaves=0, ha_sync_timeout=3.0)
+    # the check below and the resumed link's acknowledgement must both fall within the bound
+    # (a slave silent for longer leaves the in-sync set): 5 s leaves room on a loaded machine
+    group = make_group("sync", slaves=0, ha_sync_timeout=5.0)
     master = group.master
     await setup_topic(master.address, queues=1)
     proxy: LinkProxy = link_proxy(master.ha)
