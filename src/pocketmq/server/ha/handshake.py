@@ -263,7 +263,7 @@ async def accept_link(
                 "this master has no cluster key (started without --authentication); it cannot "
                 "prove itself",
             )
-        return Peer(group, hello.broker_id, False), second
+        return Peer(group, hello.broker_id, False), _hello(second)
     if second.code != RequestCode.HA_LINK_PROOF or second.kind != FrameKind.REQUEST:
         await _refuse(stream, second, "prove the cluster key first (HA_LINK_PROOF)")
     proof = decode_body(second.body, ha.HaLinkProof).proof
@@ -281,7 +281,13 @@ async def accept_link(
     answer = ha.HaLinkProof(server_proof(matched, *parts))
     stream.send(FrameKind.RESPONSE, Code.SUCCESS, answer, second.request_id)
     await stream.drain()
-    return Peer(group, hello.broker_id, True), await _next(frames)
+    return Peer(group, hello.broker_id, True), _hello(await _next(frames))
+
+
+def _hello(frame: Frame) -> Frame:
+    if frame.code != RequestCode.HA_HELLO or frame.kind != FrameKind.REQUEST:
+        raise LinkRefused(f"code {frame.code} where HA_HELLO was due")
+    return frame
 
 
 async def _next(frames: AsyncIterator[Frame]) -> Frame:
