@@ -125,3 +125,95 @@ def test_the_time_from_append_to_acknowledgement_is_measured_per_record_end() ->
     figures = state.latency_ms()
     assert set(figures) == {"p50", "p99", "max"}
     assert 0 <= figures["p50"] <= figures["p99"] <= figures["max"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed(sync_timeout: float = 3.0) -> tuple[Replication, FakeLog, FakeClock]:
+    log = FakeLog()
+    clock = FakeClock()
+    state = Replication(
+        log,  # type: ignore[arg-type]
+        role=Role.MASTER,
+        mode=ReplicationMode.SYNC,
+        max_gap=1 << 30,
+        sync_timeout=sync_timeout,
+        wake=lambda _: None,
+        clock=clock,
+    )
+    return state, log, clock
+
+
+def append(state: Replication, log: FakeLog, size: int = 100) -> int:
+    log.write_position += size
+    state.grew(log.write_position)
+    return log.write_position
+
+
+async def test_a_silent_slave_leaves_the_in_sync_set_once_it_lacks_a_record_that_long() -> None:
+    state, log, clock = timed()
+    state.slave_connected("s", 1, "x", 0)
+    clock.now += 60  # idle: a caught-up slave stays in sync however long nothing is written
+    assert [s.broker_id for s in state.in_sync()] == [1]
+    append(state, log)
+    clock.now += 2.9
+    assert [s.broker_id for s in state.in_sync()] == [1]  # within the bound: sends wait for it
+    clock.now += 0.2
+    assert state.in_sync() == []
+    # a send now is answered at once instead of waiting for a slave that does not answer
+    assert await state.wait(log.write_position) is ReplicaOutcome.SLAVE_NOT_AVAILABLE
+    state.acked("s", log.write_position, log.write_position)  # it speaks again: back in sync
+    assert [s.broker_id for s in state.in_sync()] == [1]
+
+
+def test_a_slave_that_keeps_up_under_constant_appends_stays_in_sync() -> None:
+    state, log, clock = timed()
+    state.slave_connected("s", 1, "x", 0)
+    previous = 0
+    for _ in range(100):  # an append every 0.5 s, each acknowledged one step late
+        end = append(state, log)
+        state.acked("s", previous, previous)
+        previous = end
+        clock.now += 0.5
+        assert len(state.in_sync()) == 1
+
+
+def test_a_slave_that_lags_further_than_the_timeout_in_time_is_not_in_sync() -> None:
+    state, log, clock = timed()
+    state.slave_connected("s", 1, "x", 0)
+    ends: list[int] = []
+    for step in range(40):  # an append every 0.5 s, acknowledged 10 steps (5 s) late
+        ends.append(append(state, log))
+        if step >= 10:
+            state.acked("s", ends[step - 10], ends[step - 10])
+        clock.now += 0.5
+    assert state.in_sync() == []
+
+
+def test_under_a_controller_only_members_acknowledgements_count() -> None:
+    state, _, _ = timed()
+    state.slave_connected("a", 1, "x", 0)
+    state.slave_connected("b", 2, "y", 0)
+    state.set_members(frozenset({0, 2}))
+    assert [s.broker_id for s in state.in_sync()] == [2]
+    assert not state.is_member(1)
+    state.set_members(None)
+    assert [s.broker_id for s in state.in_sync()] == [1, 2]
+
+
+async def test_readers_held_to_a_silent_slave_are_let_go_when_it_drops_out() -> None:
+    state, log, woken = replication(ReplicationMode.SYNC, sync_timeout=0.05)
+    state.slave_connected("s", 1, "x", 0)
+    log.write_position = 100
+    state.grew(100)
+    assert state.defer(100, {("T", 0)})  # held: the slave has not got it yet
+    assert log.visible_limit == 0
+    await asyncio.sleep(0.2)  # nothing else happens: the expiry alone lets the readers go
+    assert log.visible_limit is None
+    assert woken == [{("T", 0)}]

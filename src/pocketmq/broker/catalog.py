@@ -137,6 +137,8 @@ class Catalog(BrokerPart):
                 for s in replication.slaves.values()
             ],
             "in_sync": len(replication.in_sync()),
+            "links_refused": replication.links_refused,
+            "members": None if replication.members is None else sorted(replication.members),
             "master": replication.master_address,
             "gap_bytes": replication.gap(),
             "last_contact": replication.contact_at,

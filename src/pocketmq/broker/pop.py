@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -216,6 +217,12 @@ class _Snapshot(msgspec.Struct):
     parked: dict[int, str] = {}
 
 
+def _beyond(snap: _Snapshot, end: int) -> bool:
+    """Whether a snapshot names an offset past a queue's end (never true of a real copy)."""
+    offsets = [snap.committed, snap.next_offset, *snap.inflight, *snap.done, *snap.parked]
+    return any(o > end for o in offsets)
+
+
 def _snapshot_problem(snap: _Snapshot) -> str | None:
     offsets = [snap.committed, snap.next_offset, *snap.inflight, *snap.done, *snap.parked]
     return "negative offsets" if any(o < 0 for o in offsets) else None
@@ -315,17 +322,22 @@ class PopManager:
         """Every queue's state as pop.json holds it (a slave hands it back to its master)."""
         return msgspec.json.encode(self._snapshot())
 
-    def merge(self, data: bytes) -> None:
+    def merge(self, data: bytes, limit: Callable[[str, int], int] | None = None) -> list[str]:
         """Take the queues another copy of this state moved further (a slave that served pops
         while its master was away): its committed offset is beyond ours. Unreadable input
-        changes nothing."""
+        changes nothing; a queue whose offsets pass ``limit(topic, queue)`` (its end here) is
+        refused, and returned."""
         try:
             raw = msgspec.json.decode(data, type=dict[str, _Snapshot])
         except msgspec.MsgspecError:
-            return
+            return []
+        refused = []
         for key, snap in raw.items():
             parsed = parse_queue_key(key)
             if parsed is None or _snapshot_problem(snap) is not None:
+                continue
+            if limit is not None and _beyond(snap, limit(parsed[1], parsed[2])):
+                refused.append(key)
                 continue
             ours = self._queues.get(parsed)
             if ours is not None and ours.committed >= snap.committed:
@@ -336,6 +348,7 @@ class PopManager:
             state.rebuild_timers()
             self._queues[parsed] = state
             self.dirty = True
+        return refused
 
     def reload(self) -> None:
         """Read pop.json again (a slave promoted to master, or serving pops while its master is

@@ -3,7 +3,10 @@
 The wire side of replication is the server's (server/ha); this module holds what the broker core
 decides with it (docs/replication.md):
 
-- which slaves are **in sync** (connected, and within ``ha_max_gap_bytes`` of the master's end);
+- which slaves are **in sync**: connected, members of the group (etcd's member list under a
+  controller), within ``ha_max_gap_bytes`` of the master's end, and not lacking any record for
+  longer than ``ha_sync_timeout`` — a slave that stops acknowledging drops out by a time bound,
+  so it never holds sends and readers longer than that (docs/replication.md §2, "Membership");
 - what a ``SYNC`` send waits for: an in-sync slave's acknowledgement of the record, at most
   ``ha_sync_timeout``; with no slave in sync it is answered at once with SLAVE_NOT_AVAILABLE;
 - the **confirmed offset** readers may read up to, so what a failover could discard is never
@@ -64,6 +67,11 @@ class SlaveProgress:
     # whether the slave reaches the group's controller (etcd), as it said in its last
     # acknowledgement: None when no controller is configured (docs/replication.md §9)
     reaches_controller: bool | None = None
+    # the in-sync time rule: since when (monotonic) the master holds records this slave has not
+    # acknowledged (None: it holds them all), and a checkpoint (the master's end, when) that an
+    # acknowledgement reaching it moves that time on to
+    behind_since: float | None = None
+    checkpoint: tuple[int, float] | None = None
 
 
 class Replication:
@@ -78,8 +86,10 @@ class Replication:
         max_gap: int,
         sync_timeout: float,
         wake: Callable[[set[tuple[str, int]]], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        self._clock = clock
         self._role = role
         store.replica_of = "the group's master" if role is Role.SLAVE else ""
         self.mode = mode
@@ -87,6 +97,12 @@ class Replication:
         self.sync_timeout = sync_timeout
         self._wake = wake
         self.slaves: dict[object, SlaveProgress] = {}
+        # the broker ids etcd lists as members of the group (None: no controller, every
+        # authenticated slave of the group counts); set by server/ha/members.py
+        self.members: frozenset[int] | None = None
+        self.links_refused = 0  # replication links refused (no key, a wrong one, a non-member)
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = 0.0
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
         self.confirmed = -1  # -1: no limit (no slave in sync, or async replication)
@@ -185,17 +201,55 @@ class Replication:
         slave.acked = max(slave.acked, written)
         slave.flushed = max(slave.flushed, flushed)
         slave.acked_at = time.time()
+        self._caught_up_to(slave)
         now = time.monotonic()
         appended = self._appended
         while appended and appended[0][0] <= written:
             self.latencies.append(now - appended.popleft()[1])
         self._update()
 
+    def set_members(self, members: frozenset[int] | None) -> None:
+        """The group's members as etcd lists them (None: no controller): only their slaves'
+        acknowledgements count (docs/replication.md §2, "Membership")."""
+        if members != self.members:
+            self.members = members
+            self._update()
+
+    def is_member(self, broker_id: int) -> bool:
+        """Whether a slave with this id may count (always, without a controller)."""
+        return self.members is None or broker_id in self.members
+
     def in_sync(self) -> list[SlaveProgress]:
-        """The slaves within ``max_gap`` bytes of the master's end: the ones a SYNC send may wait
-        for."""
+        """The slaves a SYNC send may wait for: members, within ``max_gap`` bytes of the master's
+        end, and lacking no record for longer than ``sync_timeout`` (module doc)."""
         end = self.store.write_position
-        return [s for s in self.slaves.values() if end - s.acked <= self.max_gap]
+        now = self._clock()
+        found = []
+        for slave in self.slaves.values():
+            if not self.is_member(slave.broker_id) or end - slave.acked > self.max_gap:
+                continue
+            if slave.acked < end:
+                if slave.behind_since is None:  # noticed now (the append did not say)
+                    slave.behind_since, slave.checkpoint = now, (end, now)
+                elif now - slave.behind_since > self.sync_timeout:
+                    continue
+            found.append(slave)
+        return found
+
+    def _caught_up_to(self, slave: SlaveProgress) -> None:
+        """Move the slave's ``behind_since`` on after an acknowledgement: all of it when it holds
+        the master's end, else to the checkpoint's time once it holds the checkpoint's end
+        (everything it lacks was appended after that)."""
+        end = self.store.write_position
+        if slave.acked >= end:
+            slave.behind_since = slave.checkpoint = None
+            return
+        now = self._clock()
+        checkpoint = slave.checkpoint
+        if checkpoint is not None and slave.acked >= checkpoint[0]:
+            slave.behind_since, slave.checkpoint = checkpoint[1], (end, now)
+        elif slave.behind_since is None:
+            slave.behind_since, slave.checkpoint = now, (end, now)
 
     def grew(self, end: int = 0) -> None:
         """The log grew to ``end``: wake the senders streaming it to slaves, and note when, for
@@ -204,6 +258,11 @@ class Replication:
             self._appended.append((end, time.monotonic()))
             if len(self._appended) > _LATENCY_WINDOW:
                 self._appended.popleft()
+            now = self._clock()
+            for slave in self.slaves.values():
+                if slave.behind_since is None and slave.acked < end:
+                    slave.behind_since, slave.checkpoint = now, (end, now)
+            self._arm_expiry()
         growth = self._growth
         if growth is not None and not growth.done():
             growth.set_result(None)
@@ -251,8 +310,37 @@ class Replication:
 
     # -- the confirmed offset -------------------------------------------------------------
 
+    def _arm_expiry(self) -> None:
+        """Re-evaluate the in-sync set when the next lagging slave's time runs out: nothing else
+        may happen then (a silent slave sends nothing), and readers held to its position must
+        be let go (the confirmed offset)."""
+        now = self._clock()
+        deadlines = [
+            s.behind_since + self.sync_timeout
+            for s in self.slaves.values()
+            if s.behind_since is not None and s.behind_since + self.sync_timeout >= now
+        ]
+        if not deadlines:
+            return
+        at = min(deadlines)
+        if self._expiry is not None and self._expiry_at <= at:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not in a loop (a unit test's direct call): nothing to wake
+            return
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry_at = at
+        self._expiry = loop.call_later(at - now + 0.001, self._expired)
+
+    def _expired(self) -> None:
+        self._expiry = None
+        self._update()
+
     def _update(self) -> None:
         in_sync = self.in_sync()
+        self._arm_expiry()
         best = max((s.acked for s in in_sync), default=-1)
         if self._waiters:
             ready = [f for end, f in self._waiters if end <= best and not f.done()]

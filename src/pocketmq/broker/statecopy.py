@@ -100,14 +100,25 @@ class StateCopy:
         offsets = {f"{g}@{t}@{q}": o for (g, t, q), o in self._offsets.snapshot().items()}
         return offsets, self._pop_state.encode() if acted else b""
 
-    def take_back(self, offsets: dict[str, int], pop_state: bytes) -> None:
+    def take_back(
+        self, offsets: dict[str, int], pop_state: bytes, limit: Callable[[str, int], int]
+    ) -> list[str]:
         """A master: what a slave's consumers did while it served them — offsets further than
-        ours, and the pop state of queues the slave moved further (docs/replication.md §5)."""
+        ours, and the pop state of queues the slave moved further (docs/replication.md §5).
+        ``limit(topic, queue)``: the queue's end here; an offset beyond it is refused, not
+        clamped (a slave holds a copy of this log, so its consumers never read further: such
+        an offset is not a consumer's). Returns what was refused (``group@topic@queue``)."""
         parsed = {}
+        refused = []
         for key, offset in offsets.items():
             queue = parse_queue_key(key)
-            if queue is not None and offset >= 0:
-                parsed[queue] = offset
+            if queue is None or offset < 0:
+                continue
+            if offset > limit(queue[1], queue[2]):
+                refused.append(key)
+                continue
+            parsed[queue] = offset
         self._offsets.merge(parsed)
         if pop_state:
-            self._pop_state.merge(pop_state)
+            refused += self._pop_state.merge(pop_state, limit)
+        return refused

@@ -143,6 +143,7 @@ def build_config(
         config.http_settings()
         config.controller_timings()
         config.tls_context()
+        config.replication_policy(None)
         if config.controller:
             parse_controller(config.controller)
     except InvalidArgumentError as exc:
@@ -214,6 +215,11 @@ def setup_logging(level: str) -> None:
     "--tls-ca",
     help="CA bundle a slave verifies its master's replication certificate with (and the "
     "broker its --namesrv-tls name server's).",
+)
+@click.option(
+    "--cluster-key",
+    help="The cluster key file brokers prove to each other (with --authentication).  "
+    "[default: DATA/config/cluster.key, created at first start]",
 )
 @click.option(
     "--namesrv-tls",
@@ -294,6 +300,7 @@ def serve(
     insecure: bool | None,
     grpc_tls: str | None,
     tls_ca: str | None,
+    cluster_key: str | None,
     namesrv_tls: bool | None,
     namesrv_port: int | None,
     namesrv: str | None,
@@ -332,6 +339,7 @@ def serve(
     config = replace(  # what the command line says wins over the config file
         config,
         tls_ca=tls_ca or config.tls_ca,
+        cluster_key=cluster_key or config.cluster_key,
         grpc_tls=grpc_tls or config.grpc_tls,
         authentication=bool(authentication) or config.authentication,
         authorization=bool(authorization) or config.authorization,
@@ -343,6 +351,10 @@ def serve(
     )
     if config.authorization and not config.authentication:
         raise click.UsageError("--authorization needs --authentication")
+    try:
+        config.replication_server_tls()  # ha_mutual_tls needs --tls-ca, given above
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
     if not (config.authentication or config.insecure or is_loopback(config.host)):
         raise click.UsageError(
             f"--host {config.host} lets other machines connect, and without --authentication "

@@ -68,3 +68,5 @@ class RequestCode(enum.IntEnum):
     HA_ACK = 102
     HA_METADATA = 103
     HA_OFFSETS = 104
+    HA_LINK = 105
+    HA_LINK_PROOF = 106

@@ -1,7 +1,9 @@
 """The replication protocol's bodies (docs/replication.md §2).
 
 A slave connects to its master's replication port with the native protocol's framing; these are
-the MessagePack bodies of its requests and of the master's stream.
+the MessagePack bodies of its requests and of the master's stream. A link opens with
+``HA_LINK`` (and, when the group authenticates, ``HA_LINK_PROOF``: the cluster key's mutual,
+channel-bound proofs of protocol/auth.py) before ``HA_HELLO``.
 """
 
 from __future__ import annotations
@@ -14,9 +16,39 @@ __all__ = [
     "HaEpoch",
     "HaHello",
     "HaHelloReply",
+    "HaLinkChallenge",
+    "HaLinkHello",
+    "HaLinkProof",
     "HaMetadata",
     "HaOffsets",
 ]
+
+
+class HaLinkHello(Body, frozen=True):
+    """A slave (or a probe) opens a link: the group and broker id it speaks for, and a fresh
+    random nonce its proof and the master's are bound to."""
+
+    group: str
+    broker_id: int
+    nonce: str
+
+
+class HaLinkChallenge(Body, frozen=True):
+    """The master's answer to HA_LINK: whether it requires the cluster key, its challenge (a
+    fresh random nonce, "" when it does not), the name its proofs are made for
+    (``ha:<group>``), and its role and epoch now (believe them only once it proved the key)."""
+
+    authentication: bool
+    challenge: str
+    server_name: str
+    role: str
+    epoch: int
+
+
+class HaLinkProof(Body, frozen=True):
+    """A proof of the cluster key: the slave's (request) or the master's (response)."""
+
+    proof: str
 
 
 class HaEpoch(Body, frozen=True):

@@ -25,6 +25,7 @@ from pocketmq.server.app_config import AppConfig
 from pocketmq.server.auth.credential import watch_users
 from pocketmq.server.ha.etcd import Etcd, parse_controller
 from pocketmq.server.ha.failover import Failover
+from pocketmq.server.ha.members import GroupMembers
 from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
@@ -71,6 +72,7 @@ class BrokerApp:
         self._registrar: asyncio.Task[None] | None = None
         self.group: GroupRole | None = None
         self.failover: Failover | None = None
+        self.members: GroupMembers | None = None
         self.grpc_address = ""
 
     @property
@@ -156,7 +158,8 @@ class BrokerApp:
                 await self._start_http(config.http_port, tls)
             self.group = GroupRole(
                 self.broker,
-                tls=(tls, config.replication_client_tls()),
+                tls=(config.replication_server_tls(), config.replication_client_tls()),
+                policy=config.replication_policy(config.load_cluster_key()),
                 host=config.host,
                 ha_port=self._ha_port(),
                 ha_port_fixed=config.ha_port is not None,
@@ -175,6 +178,14 @@ class BrokerApp:
                     timings=timings,
                 )
                 self.failover.start()
+                # whose acknowledgements count: etcd's member list (docs/replication.md §2)
+                self.members = GroupMembers(
+                    self.broker,
+                    Etcd(endpoints),
+                    own_address=lambda: self.native_address,
+                    timings=timings,
+                )
+                self.members.start()
             if self.namesrv_address:
                 self._link = NameServerLink(
                     self.namesrv_address,
@@ -471,6 +482,8 @@ class BrokerApp:
                 await self._users_watch
         if self.failover is not None:
             await self.failover.close()
+        if self.members is not None:
+            await self.members.close()
         if self.group is not None:
             await self.group.close()
         if self.grpc_workers is not None:  # first: their calls in progress need the native port

@@ -11,8 +11,10 @@ from pathlib import Path
 from pocketmq.broker import BrokerConfig
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO
+from pocketmq.server.auth.cluster import ClusterKey, create_cluster_key, load_cluster_key
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.ha.failover import ControllerTimings
+from pocketmq.server.ha.handshake import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, MAX_LINKS, LinkPolicy
 from pocketmq.server.http.hosts import HostPolicy
 from pocketmq.server.http.settings import (
     DEFAULT_BODY_TIMEOUT,
@@ -82,6 +84,17 @@ class AppConfig:
     tls_ca: str | None = None
     # the external name server (`namesrv`) speaks TLS: verified against tls_ca or the system's
     namesrv_tls: bool = False
+    # the cluster key, the inner identity brokers prove to each other (docs/security.md, "Trust
+    # inside the cluster"); with authentication and no file named: DATA/config/cluster.key,
+    # created at first start
+    cluster_key: str | None = None
+    # the replication port (docs/replication.md §2 "Limits", docs/security.md "Replication
+    # port"): mutual TLS (a slave shows the broker's certificate, verified against tls_ca),
+    # and what links may cost
+    ha_mutual_tls: bool = False
+    ha_max_connections: int = MAX_LINKS
+    ha_handshake_timeout: float = HANDSHAKE_TIMEOUT
+    ha_idle_timeout: float = IDLE_TIMEOUT
     # gRPC requests must be signed by a user of `pocketmq user` (docs/security.md)
     authentication: bool = False
     # each request of a normal user must be allowed by `pocketmq acl` rules (docs/security.md)
@@ -123,15 +136,63 @@ class AppConfig:
     def replication_client_tls(self) -> ssl.SSLContext | None:
         """What a slave connects to its master's replication port with: TLS verifying the
         master's certificate against ``tls_ca`` (or the system's roots) when the group uses
-        TLS (``tls_cert`` set), else None."""
+        TLS (``tls_cert`` set), else None; with ``ha_mutual_tls`` it shows the broker's own
+        certificate."""
         if not self.tls_cert:
             return None
         try:
-            return ssl.create_default_context(cafile=self.tls_ca or None)
+            context = ssl.create_default_context(cafile=self.tls_ca or None)
+            if self.ha_mutual_tls and self.tls_key:
+                context.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidArgumentError(
+                f"cannot load the TLS CA file {self.tls_ca!r} or the broker's certificate: {exc}"
+            ) from None
+        return context
+
+    def replication_server_tls(self) -> ssl.SSLContext | None:
+        """What the replication port serves with: the broker's TLS context, asking each slave
+        for a certificate signed by ``tls_ca`` with ``ha_mutual_tls``."""
+        context = self.tls_context()
+        if not self.ha_mutual_tls:
+            return context
+        if context is None or not self.tls_ca:
+            raise InvalidArgumentError(
+                "ha_mutual_tls needs tls_cert, tls_key and tls_ca (the CA that signed every "
+                "broker's certificate)"
+            )
+        try:
+            context.load_verify_locations(cafile=self.tls_ca)
         except (OSError, ssl.SSLError) as exc:
             raise InvalidArgumentError(
                 f"cannot load the TLS CA file {self.tls_ca!r}: {exc}"
             ) from None
+        context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def load_cluster_key(self) -> ClusterKey | None:
+        """The cluster key when authentication is on (None otherwise): the file ``cluster_key``
+        names (it must exist), or DATA/config/cluster.key, created at first start."""
+        if not self.authentication:
+            return None
+        if self.cluster_key:
+            return load_cluster_key(self.cluster_key)
+        default = os.path.join(self.broker.data_dir, "config", "cluster.key")
+        return create_cluster_key(default, exist_ok=True)
+
+    def replication_policy(self, key: ClusterKey | None) -> LinkPolicy:
+        """Who may open a replication link and what one may cost, validated."""
+        if self.ha_max_connections < 1:
+            raise InvalidArgumentError("ha_max_connections must be at least 1")
+        for name in ("ha_handshake_timeout", "ha_idle_timeout"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise InvalidArgumentError(f"{name} must be a positive number of seconds")
+        return LinkPolicy(
+            key=key,
+            max_links=self.ha_max_connections,
+            handshake_timeout=self.ha_handshake_timeout,
+            idle_timeout=self.ha_idle_timeout,
+        )
 
     def tls_context(self) -> ssl.SSLContext | None:
         """The server-side TLS context, or None; InvalidArgumentError for a half or bad pair."""

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
 from pocketmq.errors import PreconditionFailedError
+from pocketmq.server.ha.handshake import LinkPolicy
 from pocketmq.server.ha.master import HaServer
 from pocketmq.server.ha.slave import HaClient
 
@@ -39,8 +40,10 @@ class GroupRole:
         advertise: Callable[[str, int], str],
         on_change: Callable[[], Awaitable[None]],
         tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None] = (None, None),
+        policy: LinkPolicy | None = None,
     ) -> None:
         self._broker = broker
+        self.policy = policy or LinkPolicy()  # the cluster key and the links' limits
         # (what the replication port serves with, what a slave connects with): docs/security.md
         self._tls_server, self._tls_client = tls
         self._host = host
@@ -70,7 +73,7 @@ class GroupRole:
             self._follow()
 
     async def _serve(self) -> None:
-        server = HaServer(self._broker, tls=self._tls_server)
+        server = HaServer(self._broker, tls=self._tls_server, policy=self.policy)
         try:
             await server.start(self._host, self._ha_port)
         except OSError as exc:
@@ -92,6 +95,7 @@ class GroupRole:
             topics_changed=self._on_change,
             link_lost=self._on_change,
             tls=self._tls_client,  # registering again names the group's master now
+            policy=self.policy,
         )
         client.start()
         self.client = client

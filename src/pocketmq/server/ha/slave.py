@@ -25,6 +25,7 @@ from pocketmq.errors import Code, ProtocolError, StoreError
 from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
 from pocketmq.protocol import replication as ha
 from pocketmq.protocol import structs as w
+from pocketmq.server.ha.handshake import LinkPolicy, open_link
 from pocketmq.server.ha.stream import FrameStream
 
 __all__ = ["HaClient"]
@@ -52,9 +53,11 @@ class HaClient:
         topics_changed: Callable[[], Awaitable[None]] | None = None,
         link_lost: Callable[[], Awaitable[None]] | None = None,
         tls: ssl.SSLContext | None = None,
+        policy: LinkPolicy | None = None,
     ) -> None:
         self._broker = broker
         self._tls = tls  # verifies the master's certificate when the group uses TLS
+        self._policy = policy or LinkPolicy()  # the cluster key, the handshake's limits
         self._topics_changed = topics_changed
         self._link_lost = link_lost
         self._master = master
@@ -106,13 +109,18 @@ class HaClient:
             delay = min(_RETRY_MAX, delay * 2)
 
     async def _follow(self, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.open_connection(host, int(port), ssl=self._tls)
-        stream = FrameStream(reader, writer)
+        link = await open_link(
+            address,
+            group=self._broker.name,
+            broker_id=self._broker.config.broker_id,
+            policy=self._policy,
+            tls=self._tls,
+        )
+        stream, frames = link.stream, link.frames
         tasks: list[asyncio.Task[None]] = []
         try:
-            frames = stream.frames()
-            reply = await self._handshake(stream, frames)
+            had_copy = bool(self._broker.replica_log.cluster_id())
+            reply = await self._handshake(stream, frames)  # bounded: the link's idle timeout
             self._broker.replica_log.follow(
                 FollowPlan(
                     reply.cluster_id,
@@ -126,7 +134,7 @@ class HaClient:
             self._progress.link_error = ""
             log.info("replicating from %s at offset %d", address, reply.start)
             self._ack(stream)
-            tasks.append(asyncio.create_task(self._sync_metadata(stream)))
+            tasks.append(asyncio.create_task(self._sync_metadata(stream, had_copy)))
             async for frame in frames:
                 if frame.kind == FrameKind.RESPONSE:
                     waiter = self._pending.pop(frame.request_id, None)
@@ -192,15 +200,26 @@ class HaClient:
         if self._broker.state_copy.apply(files) and self._topics_changed is not None:
             await self._topics_changed()  # the name server learns this slave's topics
 
-    async def _sync_metadata(self, stream: FrameStream) -> None:
-        """Send this slave's offsets once, then copy the master's state files regularly."""
+    async def _sync_metadata(self, stream: FrameStream, had_copy: bool) -> None:
+        """Hand this slave's offsets back (when its store held a copy before this link; again
+        each round until the master takes them — under a controller, once etcd lists this
+        broker as a member), and copy the master's state files regularly."""
         progress = self._progress
         offsets, pop_state = self._broker.state_copy.handed_back(acted=progress.acting)
-        await self._request(stream, RequestCode.HA_OFFSETS, ha.HaOffsets(offsets, pop_state))
-        if progress.acting:
-            progress.acting = False
-            log.info("the master is back: it serves pops again")
+        handed = ha.HaOffsets(offsets, pop_state) if had_copy else None
+        told = False
         while True:
+            if handed is not None:
+                answer = await self._request(stream, RequestCode.HA_OFFSETS, handed)
+                if answer.code == Code.SUCCESS:
+                    handed = None
+                elif not told:
+                    remark = decode_body(answer.body, w.ErrorBody).remark
+                    log.warning("the master did not take this slave's offsets: %s", remark)
+                    told = True
+            if progress.acting:
+                progress.acting = False
+                log.info("the master is back: it serves pops again")
             frame = await self._request(stream, RequestCode.HA_METADATA, w.Empty())
             if frame.code == Code.SUCCESS:
                 await self._apply(decode_body(frame.body, ha.HaMetadata).files)
