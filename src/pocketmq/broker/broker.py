@@ -391,11 +391,13 @@ class Broker:
                 self.pop_state.persist(sink=writes.append)
                 self.schedule.persist(sink=writes.append)
                 self.history.tick()
-                if now - last_offsets >= self.config.offset_persist_interval:
+                # an interval "passes" also when the wall clock stepped back behind its start:
+                # else a step back of an hour stops these for an hour (docs/operations.md)
+                if not 0 <= now - last_offsets < self.config.offset_persist_interval:
                     self.offsets.persist(sink=writes.append)
                     last_offsets = now
                 await self._state_writer.write(writes)
-                if now - last_maintenance >= 60:
+                if not 0 <= now - last_maintenance < 60:
                     self.store.run_maintenance(now)
                     last_maintenance = now
             except Exception:  # keep the loop alive; the next round retries

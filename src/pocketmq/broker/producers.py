@@ -79,6 +79,10 @@ class ProducerRegistry:
         gone: list[tuple[str, str]] = []
         for group, members in list(self._groups.items()):
             for client_id, producer in list(members.items()):
+                if producer.last_seen > now:
+                    # the wall clock stepped back: count the silence from now, not from
+                    # a time it reaches an hour later (docs/operations.md, clock steps)
+                    producer.last_seen = now
                 if now - producer.last_seen > self._expiry:
                     del members[client_id]
                     gone.append((group, client_id))
