@@ -37,6 +37,10 @@ __all__ = [
 
 PERM_READ = 4
 PERM_WRITE = 2
+MAX_QUEUES = 1024
+"""Queues of one topic on one broker (docs/operations.md, "Disk use"): RocketMQ sets no hard
+limit, its own benchmark topic has 1,024; each queue is a directory with at least one 4 KiB
+file, one more entry in every route and rebalance, and one more file descriptor while in use."""
 
 
 class TopicType(enum.Enum):
@@ -152,8 +156,11 @@ class TopicManager:
             return f"topic name {topic.name!r} cannot be stored (1-127 of [A-Za-z0-9_%|-])"
         if not topic.system and topic.name.startswith(SYSTEM_PREFIXES):
             return f"topic name {topic.name!r} uses a reserved prefix"
-        if not 1 <= topic.queues <= 1024:
-            return "queue count must be between 1 and 1024"
+        if not 1 <= topic.queues <= MAX_QUEUES:
+            return (
+                f"topic {topic.name!r} cannot have {topic.queues} queues: a topic has 1 to "
+                f"{MAX_QUEUES} queues on a broker (more brokers give it more)"
+            )
         if topic.perm & ~(PERM_READ | PERM_WRITE):
             return "permission must combine 4 (read) and 2 (write)"
         return None

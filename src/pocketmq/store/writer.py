@@ -128,7 +128,7 @@ class Writer:
         segment_end = segment.base + segment.size
         position = chunk_start = commitlog.write_position
         next_offsets: dict[tuple[str, int], int] = {}
-        per_file = config.consume_queue_entries_per_file
+        ready_until: dict[tuple[str, int], int] = {}  # queue entries with disk reserved below
 
         for number, message in enumerate(messages):
             topic = message.topic
@@ -165,15 +165,16 @@ class Writer:
             queue_id = message.queue_id
             key = (topic, queue_id)
             queue_offset = next_offsets.get(key)
-            if queue_offset is None or queue_offset % per_file == 0:
+            if queue_offset is None or queue_offset >= ready_until[key]:
                 queue = self._queue(topic, queue_id)
                 if queue_offset is None:
                     queue_offset = queue.max_offset
                 try:
-                    pinned.append((queue, queue.prepare(queue_offset)))
+                    queue_file, ready_until[key] = queue.prepare(queue_offset)
                 except OSError as exc:
                     results[number] = self._queue_file_refusal(exc)
                     continue
+                pinned.append((queue, queue_file))
             if segment is None:
                 results[number] = PutResult(status=segment_failure, reason=segment_reason)
                 continue
