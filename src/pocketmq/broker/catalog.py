@@ -168,6 +168,7 @@ class Catalog(BrokerPart):
                 "fsyncs": stats.fsyncs,
                 "flush_mode": stats.flush_mode,
                 "failure": stats.failure,
+                "refusing_writes": stats.refusing_writes,
                 "damaged_records_read": stats.damaged_records_read,
                 "quarantined_ranges": stats.quarantined_ranges,
                 "recovered_truncated_bytes": stats.recovered_truncated_bytes,
