@@ -148,6 +148,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._state_writer = OffLoopWriter()
         if role is Role.MASTER:
+            self.catalog.finish_deletes()  # before offsets of a deleted topic reserve anything
             self._protect_consumed_positions()
             if self.store.epochs.current is None:
                 self.store.epochs.begin(1, self.store.write_position)
@@ -424,6 +425,7 @@ class Broker:
             self.pop_state.reload()
         self.replication.acting = False
         self.replication.role = Role.MASTER
+        self.catalog.finish_deletes()  # a topic delete the old master began
         self.history.enabled = self.config.record_history
         self._build_master_services()
         await self._start_master_services()
