@@ -66,6 +66,13 @@ def stepped_broker(
             process.stop()
 
 
+def _set_offset(path: Path, offset: str) -> None:
+    """Replace the offset file at once (libfaketime reopens it on every clock call)."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(offset + "\n")
+    os.replace(temporary, path)
+
+
 async def _stored(admin: Admin, topic: str) -> int:
     return sum(q.max_offset for q in await admin.queue_status(topic))
 
@@ -82,10 +89,10 @@ async def test_a_step_back_of_the_wall_clock_does_not_hold_a_delayed_message(
             broker.address, RequestCode.SEND, w.SendRequest([wire]), w.SendResponse
         )
         assert reply.results[0].code == 0
-        offset.write_text("-3600\n")  # back an hour, before the message is due (2 s)...
+        _set_offset(offset, "-3600")  # back an hour, before the message is due (2 s)...
         await asyncio.sleep(3.0)  # ...and held back over the moment it was due
         assert await _stored(admin, "steps") == 0  # by the broker's clock it is not due yet
-        offset.write_text("+0\n")  # put right: the message is a second overdue
+        _set_offset(offset, "+0")  # put right: the message is a second overdue
         put_right = time.monotonic()
         while await _stored(admin, "steps") == 0:
             assert time.monotonic() - put_right < 3.0, broker.log()[-3000:]
