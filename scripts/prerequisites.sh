@@ -1,9 +1,10 @@
 #!/bin/sh
 # Installs what pip cannot provide: a Java 17+ runtime for PySpark 4, the JDBC drivers the
 # Spark pipeline reads the reliability tables with (PostgreSQL, MariaDB/MySQL, SQLite), etcd for
-# the automatic-failover tests, Chromium and ChromeDriver for the dashboard's browser test,
-# Apache RocketMQ's official Node.js client for the gRPC compatibility tests (tests/grpc/node), and
-# ali-ons, a pure JavaScript client of RocketMQ's remoting protocol (tests/remoting/node).
+# the automatic-failover tests, libfaketime for the wall-clock step test, Chromium and
+# ChromeDriver for the dashboard's browser test, Apache RocketMQ's official Node.js client for the
+# gRPC compatibility tests (tests/grpc/node), and ali-ons, a pure JavaScript client of RocketMQ's
+# remoting protocol (tests/remoting/node).
 #
 # Java, the drivers and (when missing) Node.js come from Debian packages (no Maven repository is
 # needed); the two Node.js clients come from npm, each pinned by its package-lock.json. When
@@ -45,6 +46,10 @@ fi
 # etcd for the automatic-failover tests (tests/replication/test_controller.py): Debian's server
 # package; it is started by the tests, never as a system service.
 command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
+
+# libfaketime for the wall-clock step test (tests/integration/test_clock_steps.py): Debian's
+# faketime package; the test preloads its library into one broker to step that broker's clock.
+command -v faketime >/dev/null 2>&1 || missing="$missing faketime"
 
 # Chromium and its WebDriver for the dashboard's browser tests (tests/dashboard/test_browser.py),
 # from Debian; driven headless by Selenium, never started as a service.

@@ -1,6 +1,6 @@
 """Disk hygiene for fixtures that outlive one test.
 
-Brokers reserve their files up front (a 128 MiB commit-log segment, 6 MB per consume queue:
+Brokers reserve their files up front (a 128 MiB commit-log segment, a 6.9 MiB index:
 docs/storage-format.md), so the suite's data directories add up to tens of GB if pytest keeps
 them all until the session ends. Function-scoped ``tmp_path`` directories of passing tests are
 removed by pytest itself (``tmp_path_retention_policy = "failed"`` in pyproject.toml); module- and

@@ -151,6 +151,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._state_writer = OffLoopWriter()
         if role is Role.MASTER:
+            self.catalog.finish_deletes()  # before offsets of a deleted topic reserve anything
             self._protect_consumed_positions()
             if self.store.epochs.current is None:
                 self.store.epochs.begin(1, self.store.write_position)
@@ -394,11 +395,13 @@ class Broker:
                 self.pop_state.persist(sink=writes.append)
                 self.schedule.persist(sink=writes.append)
                 self.history.tick()
-                if now - last_offsets >= self.config.offset_persist_interval:
+                # an interval "passes" also when the wall clock stepped back behind its start:
+                # else a step back of an hour stops these for an hour (docs/operations.md)
+                if not 0 <= now - last_offsets < self.config.offset_persist_interval:
                     self.offsets.persist(sink=writes.append)
                     last_offsets = now
                 await self._state_writer.write(writes)
-                if now - last_maintenance >= 60:
+                if not 0 <= now - last_maintenance < 60:
                     self.store.run_maintenance(now)
                     last_maintenance = now
             except Exception:  # keep the loop alive; the next round retries
@@ -425,6 +428,7 @@ class Broker:
             self.pop_state.reload()
         self.replication.acting = False
         self.replication.role = Role.MASTER
+        self.catalog.finish_deletes()  # a topic delete the old master began
         self.history.enabled = self.config.record_history
         self._build_master_services()
         await self._start_master_services()

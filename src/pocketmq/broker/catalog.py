@@ -18,6 +18,7 @@ from pocketmq.errors import (
     InvalidArgumentError,
     error_from_code,
 )
+from pocketmq.store import PutResult
 
 __all__ = ["Catalog"]
 
@@ -28,23 +29,54 @@ class Catalog(BrokerPart):
     """Topics, groups, queries and status."""
 
     def delete_topic(self, name: str) -> None:
-        """Delete a user topic: a tombstone in the log first (so a restart does not bring its
-        messages back), then its definition; a refused tombstone leaves the topic as it was."""
-        topic = self.topics.require(name)
-        if topic.system:
-            raise InvalidArgumentError(f"{name!r} is a system topic")
-        result = self.store.delete_topic(name)
+        """Delete a user topic, all or nothing (docs/storage-format.md §1, "Tombstones"):
+        topics.json marks it as being deleted, then a tombstone goes in the log (so a rebuild
+        does not bring its messages back), its queues, offsets and pop state go, and its entry
+        leaves topics.json. A crash in between is finished by the next start
+        (:meth:`finish_deletes`); a refused tombstone leaves the topic as it was."""
+        if name not in self.topics.pending_deletes():  # else: finish a delete begun before
+            topic = self.topics.require(name)
+            if topic.system:
+                raise InvalidArgumentError(f"{name!r} is a system topic")
+            self.topics.begin_delete(name)
+        result = self._purge(name)
         if not result.status.stored:
+            self.topics.cancel_delete(name)
             raise error_from_code(
                 PUT_CODES[result.status],
                 f"topic {name!r} was not deleted: {result.reason or result.status.value}",
             )
-        self.topics.delete(name)
+
+    def finish_deletes(self) -> None:
+        """Finish the topic deletes a crash interrupted (a master, at start and on promotion):
+        every step of :meth:`delete_topic` is safe to do twice."""
+        for name in self.topics.pending_deletes():
+            result = self._purge(name)
+            if result.status.stored:
+                log.warning("topic %r: finished deleting it (a restart came in the middle)", name)
+            else:
+                log.error(
+                    "topic %r: its delete could not be finished (%s); it stays deleted for "
+                    "clients, and the delete is tried again at the next start or by `pocketmq "
+                    "topic delete %s`",
+                    name,
+                    result.reason or result.status.value,
+                    name,
+                )
+
+    def _purge(self, name: str) -> PutResult:
+        """The steps of a delete after the mark: each one safe to repeat after a crash."""
+        result = self.store.delete_topic(name)  # the tombstone, then the queues
+        if not result.status.stored:
+            return result
         self.offsets.forget_topic(name)
         for key in [k for k in self._shared.resets if k[1] == name]:
             del self._shared.resets[key]
         self.offsets.persist(force=True)  # a re-created topic must not inherit old offsets
         self.pop_state.forget(topic=name)
+        self.pop_state.persist(force=True)  # nor in-flight pops of the old one
+        self.topics.finish_delete(name)
+        return result
 
     def delete_group(self, name: str) -> None:
         """Delete a group with its committed offsets and pop state, so a group created later under
@@ -170,6 +202,7 @@ class Catalog(BrokerPart):
                 "fsyncs": stats.fsyncs,
                 "flush_mode": stats.flush_mode,
                 "failure": stats.failure,
+                "refusing_writes": stats.refusing_writes,
                 "damaged_records_read": stats.damaged_records_read,
                 "quarantined_ranges": stats.quarantined_ranges,
                 "recovered_truncated_bytes": stats.recovered_truncated_bytes,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from pocketmq.broker.topics import MAX_QUEUES
 from pocketmq.store import StoreConfig
 
 __all__ = ["DEFAULT_DELAY_LEVELS", "BrokerConfig"]
@@ -77,3 +78,5 @@ class BrokerConfig:
             raise ValueError("ha_sync_timeout and ha_metadata_interval must be > 0")
         if self.default_queues < 1 or self.max_batch_messages < 1:
             raise ValueError("default_queues and max_batch_messages must be positive")
+        if self.default_queues > MAX_QUEUES:
+            raise ValueError(f"default_queues must be at most {MAX_QUEUES} (a topic's queues)")

@@ -82,6 +82,10 @@ class ConsumerRegistry:
         gone: list[tuple[str, str]] = []
         for group, members in self._groups.items():
             for client_id, registration in list(members.items()):
+                if registration.last_seen > now:
+                    # the wall clock stepped back: count the silence from now, not from
+                    # a time it reaches an hour later (docs/operations.md, clock steps)
+                    registration.last_seen = now
                 if now - registration.last_seen > self._expiry:
                     del members[client_id]
                     gone.append((group, client_id))

@@ -32,6 +32,10 @@ class QueueLocks:
         for topic, queue_id in queues:
             key = (group, topic, queue_id)
             owner = self._owners.get(key)
+            if owner is not None and owner[1] > now + self._expiry:
+                # the wall clock stepped back: the lock stays its holder's, but expires at most
+                # one expiry from now (docs/operations.md, "When the wall clock steps")
+                owner = self._owners[key] = (owner[0], now + self._expiry)
             if owner is None or owner[0] == client_id or owner[1] <= now:
                 self._owners[key] = (client_id, now + self._expiry)
                 granted.append((topic, queue_id))

@@ -106,6 +106,10 @@ class ProducerRegistry:
         gone: list[tuple[str, str]] = []
         for group, members in list(self._groups.items()):
             for key, producer in list(members.items()):
+                if producer.last_seen > now:
+                    # the wall clock stepped back: count the silence from now, not from
+                    # a time it reaches an hour later (docs/operations.md, clock steps)
+                    producer.last_seen = now
                 if now - producer.last_seen > self._expiry:
                     del members[key]
                     gone.append((group, producer.client_id))

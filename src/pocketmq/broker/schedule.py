@@ -14,9 +14,15 @@ to the real topic (same message id), and the schedule progress moves on.
   slot: no record is read). Progress is "everything below offset N is delivered" plus the
   delivered offsets above N.
 
-Wake-ups use the event loop's ``call_at`` for the earliest due time (not polling), so a 1 s delay
-is delivered within a couple of milliseconds. Progress is persisted every second and on close;
-after a crash, messages delivered since the last save are delivered again (at-least-once).
+Wake-ups use the event loop's timers for the earliest due time (not polling), so a 1 s delay is
+delivered within a couple of milliseconds. Due times are wall-clock times (they are in the log,
+and a restart must honour them), but the event loop sleeps on the monotonic clock: a sleep is
+therefore never longer than ``MAX_SLEEP`` (1 s), and every wake-up reads the wall clock again.
+A step of the wall clock (NTP, an operator's ``date -s``) then delays nothing by more than a
+second once the clock is right (docs/operations.md, "When the wall clock steps"); a sleep sized
+to a due time an hour away under a stepped-back clock used to hold every delayed message for that
+hour. Progress is persisted every second and on close; after a crash, messages delivered since
+the last save are delivered again (at-least-once).
 
 One message never holds up the others (docs/semantics.md, "a due message the store refuses"):
 
@@ -44,7 +50,7 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import msgspec
 
@@ -71,12 +77,25 @@ _BATCH = 256
 _RETRY_MS = 1000  # a message the store refused for now is asked again after this long
 _PARKED_KEPT = 1000  # parked messages listed in schedule.json (the counter counts them all)
 _TROUBLE_LOG_INTERVAL = 60.0  # seconds between two log lines about the same ongoing trouble
+MAX_SLEEP = 1.0
+"""The longest the scheduler sleeps before it reads the wall clock again (module docstring)."""
 # refusals that will not pass by retrying: the copy itself is unstorable
 _FOR_GOOD = frozenset(
     {PutStatus.MESSAGE_ILLEGAL, PutStatus.MESSAGE_TOO_LARGE, PutStatus.PROPERTIES_TOO_LARGE}
 )
 
 Append = Callable[[list[StoreMessage]], Awaitable[list[PutResult]]]
+
+
+class Cancellable(Protocol):
+    """What a timer returns (``asyncio.TimerHandle``): something to cancel."""
+
+    def cancel(self) -> None:
+        """Do not run the callback."""
+
+
+#: Run a callback after so many seconds of the monotonic clock (``loop.call_later``).
+CallLater = Callable[[float, Callable[[], None]], Cancellable]
 #: Store a copy of a message in a group's dead-letter topic; True when it was stored.
 DeadLetter = Callable[[str, StoredMessage, str], bool]
 
@@ -122,6 +141,8 @@ class _Timer:
     done: set[int] = field(default_factory=set)
     heap: list[tuple[int, int]] = field(default_factory=list)  # (due ms, offset)
     scanned: int = 0  # consume-queue entries already pushed onto the heap
+    # after the store refused a release for now: nothing is popped before this wall-clock ms
+    retry_at: int = 0
 
 
 class ScheduleService:
@@ -130,6 +151,8 @@ class ScheduleService:
     ``counters`` receives ``schedule_parked``, ``schedule_dead_lettered`` and
     ``schedule_release_refused`` (the broker's status counters); ``dead_letter`` stores a due
     retry that can never reach its retry topic in its group's DLQ instead of parking it.
+    ``clock`` is the wall clock the due times follow; ``call_later`` the monotonic timer the
+    scheduler sleeps on (the event loop's; tests pass a fake one to step the two apart).
     """
 
     def __init__(
@@ -142,6 +165,7 @@ class ScheduleService:
         *,
         counters: Counter[str] | None = None,
         dead_letter: DeadLetter | None = None,
+        call_later: CallLater | None = None,
     ) -> None:
         self._store = store
         self._levels = levels
@@ -161,7 +185,8 @@ class ScheduleService:
         self._level_released: dict[int, set[int]] = {}
         self._trouble_logged: dict[str, float] = {}
         self._wake: asyncio.Event | None = None
-        self._handle: asyncio.TimerHandle | None = None
+        self._call_later = call_later
+        self._handle: Cancellable | None = None
         self._task: asyncio.Task[None] | None = None
         self._dirty = False
         self.delivered = 0
@@ -249,7 +274,7 @@ class ScheduleService:
 
     async def _run(self) -> None:
         assert self._wake is not None
-        loop = asyncio.get_running_loop()
+        call_later = self._call_later or asyncio.get_running_loop().call_later
         while True:
             self._wake.clear()
             try:
@@ -261,8 +286,9 @@ class ScheduleService:
                 self._handle.cancel()
                 self._handle = None
             if next_due is not None:
-                delay = max(0.0, next_due / 1000 - self._clock())
-                self._handle = loop.call_at(loop.time() + delay, self._wake.set)
+                # bounded: the wall clock may step while we sleep on the monotonic one
+                delay = min(MAX_SLEEP, max(0.0, next_due / 1000 - self._clock()))
+                self._handle = call_later(delay, self._wake.set)
             await self._wake.wait()
 
     async def _deliver_due(self) -> int | None:
@@ -332,8 +358,17 @@ class ScheduleService:
                 if entry.queue_offset not in timer.done:
                     heapq.heappush(timer.heap, (entry.tag_code, entry.queue_offset))
             timer.scanned = entries[-1].queue_offset + 1
+        if not now_ms < timer.retry_at <= now_ms + _RETRY_MS:
+            # passed, or the wall clock stepped back behind it: never wait more than the retry
+            # interval from now (docs/operations.md, "When the wall clock steps")
+            timer.retry_at = 0
         due: list[tuple[int, int]] = []
-        while timer.heap and timer.heap[0][0] <= now_ms and len(due) < _BATCH * 4:
+        while (
+            not timer.retry_at
+            and timer.heap
+            and timer.heap[0][0] <= now_ms
+            and len(due) < _BATCH * 4
+        ):
             due.append(heapq.heappop(timer.heap))
         if due:
             physical: list[int] = []
@@ -355,13 +390,16 @@ class ScheduleService:
             for item, ok in zip(located, finished, strict=True):
                 if ok:
                     timer.done.add(item[1])
-                else:  # refused for now: asked again in a second
-                    heapq.heappush(timer.heap, (now_ms + _RETRY_MS, item[1]))
+                else:  # refused for now: asked again in a second, with its own due time
+                    heapq.heappush(timer.heap, item)
+                    timer.retry_at = now_ms + _RETRY_MS
             while timer.floor in timer.done:
                 timer.done.discard(timer.floor)
                 timer.floor += 1
             self._dirty = True
-        return timer.heap[0][0] if timer.heap else None
+        if not timer.heap:
+            return None
+        return max(timer.heap[0][0], timer.retry_at)
 
     async def _release(self, physical_offsets: list[int]) -> list[bool]:
         """Copy the held messages at ``physical_offsets`` to their real topics. Returns, per
@@ -461,7 +499,7 @@ class ScheduleService:
         exception with its traceback: it is a bug)."""
         now = self._clock()
         last = self._trouble_logged.get(key)
-        if last is not None and now - last < _TROUBLE_LOG_INTERVAL:
+        if last is not None and 0 <= now - last < _TROUBLE_LOG_INTERVAL:  # < 0: a clock step
             return
         self._trouble_logged[key] = now
         log.warning("%s", text, exc_info=exc)

@@ -10,6 +10,7 @@ the store in one append; with sync flush the answer waits for the fsync that cov
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import msgspec
@@ -333,9 +334,10 @@ class SendPath(BrokerPart):
     def _backlog(self, topic: str, queue_id: int) -> int:
         """Newest offset minus the slowest committed offset of the groups reading this queue
         (0 when no group has committed yet). The slowest offset is looked up at most every
-        100 ms per queue; the newest offset is always current."""
+        100 ms per queue (on the monotonic clock: a step of the wall clock must not freeze it);
+        the newest offset is always current."""
         key = (topic, queue_id)
-        now = self._clock()
+        now = time.monotonic()
         cached = self._slowest.get(key)
         if cached is None or now - cached[0] >= 0.1:
             cached = (now, self.offsets.slowest(topic, queue_id))

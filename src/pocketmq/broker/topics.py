@@ -2,6 +2,11 @@
 
 Topics are created explicitly (``pocketmq topic create``); only the broker's own system topics
 (retry, dead letter, schedule, transaction) are created on demand.
+
+Deleting a topic takes several steps (a tombstone in the log, its queues, offsets and pop state,
+its entry here), so it starts by marking the entry ``"deleting": true`` — one atomic write of
+this file — and ends by removing it. A topic so marked is gone for every reader; a broker that
+finds one at start (a crash came in between) finishes the delete (broker/catalog.py).
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ __all__ = [
 
 PERM_READ = 4
 PERM_WRITE = 2
+MAX_QUEUES = 1024
+"""Queues of one topic on one broker (docs/operations.md, "Disk use"): RocketMQ sets no hard
+limit, its own benchmark topic has 1,024; each queue is a directory with at least one 4 KiB
+file, one more entry in every route and rebalance, and one more file descriptor while in use."""
 
 
 class TopicType(enum.Enum):
@@ -70,6 +79,16 @@ class TopicConfig(msgspec.Struct, frozen=True):
         return bool(self.perm & PERM_WRITE)
 
 
+class _Entry(TopicConfig, frozen=True):
+    """An entry of topics.json as stored: a topic, or one being deleted (module docstring)."""
+
+    deleting: bool = False
+
+
+def _plain(entry: TopicConfig) -> TopicConfig:
+    return TopicConfig(entry.name, entry.queues, entry.perm, entry.topic_type, entry.system)
+
+
 def retry_topic(group: str) -> str:
     """The topic a group's retries go through."""
     return RETRY_PREFIX + group
@@ -87,6 +106,7 @@ class TopicManager:
     def __init__(self, config_dir: str) -> None:
         self._path = os.path.join(config_dir, "topics.json")
         self._topics: dict[str, TopicConfig] = {}
+        self._deleting: dict[str, TopicConfig] = {}
         state = StateFile(
             self._path,
             list,
@@ -94,16 +114,21 @@ class TopicManager:
             "kept in the store and readable again once the topic exists",
         )
         for number, raw in enumerate(state.items()):
-            topic = state.decode(raw, TopicConfig, f"topic #{number}", self._problem)
-            if topic is not None and topic.name in self._topics:
-                state.skip(f"topic #{number}", f"a second entry for {topic.name!r}", raw)
-            elif topic is not None:
-                self._topics[topic.name] = topic
+            entry = state.decode(raw, _Entry, f"topic #{number}", self._entry_problem)
+            if entry is None:
+                continue
+            if entry.name in self._topics or entry.name in self._deleting:
+                state.skip(f"topic #{number}", f"a second entry for {entry.name!r}", raw)
+            elif entry.deleting:
+                self._deleting[entry.name] = _plain(entry)
+            else:
+                self._topics[entry.name] = _plain(entry)
         state.finish()
 
     def reload(self) -> None:
         """Read topics.json again (a slave, after its master's metadata arrived)."""
-        self._topics = TopicManager(os.path.dirname(self._path))._topics
+        again = TopicManager(os.path.dirname(self._path))
+        self._topics, self._deleting = again._topics, again._deleting
 
     def get(self, name: str) -> TopicConfig | None:
         """The topic named ``name``, or None."""
@@ -134,6 +159,11 @@ class TopicManager:
         """Create or update a topic (queues may grow; shrinking hides the extra queues)."""
         if not system:
             validate_topic_name(name)
+        if name in self._deleting:
+            raise InvalidArgumentError(
+                f"topic {name!r} is still being deleted (its delete could not be finished yet: "
+                f"see the broker's log); delete it again, then create it"
+            )
         topic = TopicConfig(
             name=name, queues=queues, perm=perm, topic_type=topic_type, system=system
         )
@@ -152,11 +182,18 @@ class TopicManager:
             return f"topic name {topic.name!r} cannot be stored (1-127 of [A-Za-z0-9_%|-])"
         if not topic.system and topic.name.startswith(SYSTEM_PREFIXES):
             return f"topic name {topic.name!r} uses a reserved prefix"
-        if not 1 <= topic.queues <= 1024:
-            return "queue count must be between 1 and 1024"
+        if not 1 <= topic.queues <= MAX_QUEUES:
+            return (
+                f"topic {topic.name!r} cannot have {topic.queues} queues: a topic has 1 to "
+                f"{MAX_QUEUES} queues on a broker (more brokers give it more)"
+            )
         if topic.perm & ~(PERM_READ | PERM_WRITE):
             return "permission must combine 4 (read) and 2 (write)"
         return None
+
+    @classmethod
+    def _entry_problem(cls, entry: _Entry) -> str | None:
+        return cls._problem(entry)
 
     def ensure_system(self, name: str, queues: int, perm: int) -> TopicConfig:
         """The broker's own topic ``name``, created on first use (retry and dead-letter topics,
@@ -166,12 +203,34 @@ class TopicManager:
             topic = self.create(name, queues=queues, perm=perm, system=True)
         return topic
 
-    def delete(self, name: str) -> bool:
-        """Forget a topic; False when there was none."""
-        if self._topics.pop(name, None) is None:
-            return False
+    def begin_delete(self, name: str) -> None:
+        """Mark a topic as being deleted (saved before this returns): from here on it is gone
+        for every reader, and a restart finishes the delete if this process does not."""
+        topic = self._topics.pop(name)
+        self._deleting[name] = topic
+        try:
+            self._save()
+        except BaseException:
+            self._topics[name] = self._deleting.pop(name)
+            raise
+
+    def cancel_delete(self, name: str) -> None:
+        """The delete could not start after all (its tombstone was refused): the topic is back."""
+        self._topics[name] = self._deleting.pop(name)
         self._save()
-        return True
+
+    def finish_delete(self, name: str) -> None:
+        """The last step of a delete: the topic's entry leaves topics.json."""
+        if self._deleting.pop(name, None) is not None:
+            self._save()
+
+    def pending_deletes(self) -> list[str]:
+        """Topics whose delete began but has not finished (a crash, or a refused tombstone)."""
+        return sorted(self._deleting)
 
     def _save(self) -> None:
-        save_json(self._path, self.all())
+        deleting = [
+            _Entry(t.name, t.queues, t.perm, t.topic_type, t.system, deleting=True)
+            for t in self._deleting.values()
+        ]
+        save_json(self._path, [*self.all(), *deleting])

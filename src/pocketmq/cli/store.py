@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -224,10 +226,19 @@ def stats(server: str, as_json: bool) -> None:
             f"{b.broker_name} {b.replication.get('role', '')}\n{b.address}", justify="right"
         )
     table.add_row("version", *(b.version for b in brokers))
-    table.add_row("store", *(str(b.store.get("failure") or "ok") for b in brokers))
+    table.add_row("store", *(_store_state(b.store) for b in brokers))
     for label, part, key in _STATS:
         table.add_row(label, *(f"{s[part].get(key, 0):,}" for s in sections))
     Console().print(table)
+
+
+def _store_state(store: Mapping[str, Any]) -> str:
+    """Why the store refuses writes (a failure, a full disk: docs/operations.md), or ok."""
+    if store.get("failure"):
+        return str(store["failure"])
+    if store.get("refusing_writes"):
+        return f"refusing writes: {store['refusing_writes']}"
+    return "ok"
 
 
 @broker.command()

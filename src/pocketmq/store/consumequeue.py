@@ -5,6 +5,11 @@ Entries are written at the record's own queue offset, so replaying the log after
 the same bytes again instead of appending duplicates. A queue offset is never given to two
 messages: a position whose record was lost becomes a *hole* entry (docs/storage-format.md §2),
 which readers step over, instead of being handed out again.
+
+A file grows as its queue does (docs/storage-format.md §2): disk is reserved (``fallocate``)
+ahead of the entries in steps that double from 4 KiB up to 1 MiB, so a queue holding one message
+costs one 4 KiB block instead of the whole 6 MB file, and a full disk still refuses a message
+before it is logged: the reservation for its entry is made first.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ __all__ = ["ENTRY", "HOLE_TAG", "ConsumeQueue"]
 
 ENTRY: Final = struct.Struct("<QIQ")
 ENTRY_SIZE: Final = ENTRY.size
+GROW_MIN: Final = 4096
+"""The first reservation of a queue file (one filesystem block), and the unit of the others."""
+GROW_MAX: Final = 1 << 20
+"""The largest step a queue file grows by (steps double up to it)."""
 HOLE_TAG: Final = 2**64 - 1
 """Tag code of a hole entry (size 0): a position whose message is gone. Non-zero, so a hole is
 never mistaken for an unwritten slot."""
@@ -81,8 +90,8 @@ class ConsumeQueue:
         return queue_file
 
     def _create(self, base: int) -> QueueFile:
-        """A new, fully allocated file (a full disk fails here, before any record depends on
-        it, not on a later entry write)."""
+        """A new, empty file: :meth:`prepare` reserves its disk as entries come (a full disk
+        fails there, before any record depends on it, not on a later entry write)."""
         path = os.path.join(self.directory, f"{base:020d}")
         try:
             fd = open_file(path, os.O_RDWR | os.O_CREAT, "consumequeue")
@@ -91,13 +100,6 @@ class ConsumeQueue:
                 raise
             self._cache.shrink()  # our own cached descriptors may be what filled the table
             fd = open_file(path, os.O_RDWR | os.O_CREAT, "consumequeue")
-        try:
-            allocate(fd, self.file_bytes, "consumequeue")
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise
         queue_file = QueueFile(path, base)
         self._cache.adopt(queue_file, fd)
         self._cache.release(queue_file, wrote=True)  # its directory entry needs the checkpoint
@@ -105,15 +107,33 @@ class ConsumeQueue:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def prepare(self, offset: int) -> QueueFile:
-        """Make sure the entry at ``offset`` can be written: its file exists and is open, and
-        stays open (pinned) until :meth:`unpin`. A full disk or a descriptor limit thus refuses
-        a message before it is logged, never after."""
+    def prepare(self, offset: int) -> tuple[QueueFile, int]:
+        """Make sure the entry at ``offset`` can be written: its file exists, is open and has
+        disk reserved for it, and stays open (pinned) until :meth:`unpin`. A full disk or a
+        descriptor limit thus refuses a message before it is logged, never after. Returns the
+        file and the first offset past the entries made ready with it."""
         queue_file = self._file_for(offset, create=True)
         if queue_file is None:
             raise OSError(errno.EINVAL, f"queue offset {offset} lies before the queue's first file")
-        self._cache.acquire(queue_file)
-        return queue_file
+        fd = self._cache.acquire(queue_file)
+        needed = (offset - queue_file.base + 1) * ENTRY_SIZE
+        if needed > queue_file.allocated:
+            try:
+                self._reserve(queue_file, fd, needed)
+            except BaseException:
+                self._cache.release(queue_file)
+                raise
+        ready = queue_file.base + min(queue_file.allocated // ENTRY_SIZE, self.entries_per_file)
+        return queue_file, ready
+
+    def _reserve(self, queue_file: QueueFile, fd: int, needed: int) -> None:
+        """Reserve at least ``needed`` bytes from the file's start: the next step of its growth
+        (doubling from GROW_MIN up to GROW_MAX per step, never past the file's full size)."""
+        have = queue_file.allocated
+        size = max(needed, GROW_MIN, min(2 * have, have + GROW_MAX))
+        size = min(-(-size // GROW_MIN) * GROW_MIN, self.file_bytes)
+        allocate(fd, size, "consumequeue")
+        queue_file.allocated = size
 
     def unpin(self, queue_file: QueueFile) -> None:
         """Let the cache close a file pinned by :meth:`prepare` again, once the entries are
@@ -230,8 +250,8 @@ class ConsumeQueue:
         # Written entries form a prefix; the last file tells where it ends.
         last = self._files[-1]
         fd = self._cache.acquire(last)
-        try:
-            data = pread_full(fd, self.file_bytes, 0)
+        try:  # a file holds its entries at its start; it may be shorter than its full size
+            data = pread_full(fd, min(os.fstat(fd).st_size, self.file_bytes), 0)
         finally:
             self._cache.release(last)
         used = len(data.rstrip(b"\x00"))

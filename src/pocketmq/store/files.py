@@ -114,13 +114,15 @@ def msync(mapping: mmap.mmap, target: str) -> None:
 
 
 def allocate(fd: int, size: int, target: str = "") -> None:
-    """Reserve ``size`` bytes of disk for the file so later writes cannot hit a full disk."""
+    """Reserve the first ``size`` bytes of the file on disk so later writes there cannot hit a
+    full disk (the file grows to ``size`` if it is shorter; it never shrinks)."""
     _check("allocate", target)
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            os.ftruncate(fd, size)  # filesystem without fallocate: best effort
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)  # filesystem without fallocate: best effort
         else:
             raise
 

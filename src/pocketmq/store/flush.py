@@ -17,10 +17,12 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pocketmq.store.files import SyncError
+from pocketmq.store.lograte import LogRate
 
 __all__ = ["FlushService", "FlushTarget"]
 
 log = logging.getLogger("pocketmq.store")
+_errors = LogRate(log)  # a full disk fails the checkpoint every second: one line a minute
 
 FlushCallback = Callable[[bool], None]
 
@@ -140,7 +142,7 @@ class FlushService:
                     self.failed = exc
                     ok = False
                 except OSError as exc:  # e.g. no room for checkpoint.tmp: the old one stands
-                    log.error("writing the checkpoint failed (retried later): %s", exc)
+                    _errors.error("checkpoint", "writing the checkpoint failed (retried): %s", exc)
                 next_checkpoint = now + self._checkpoint_interval
             if stopping or not ok:
                 with self._cond:

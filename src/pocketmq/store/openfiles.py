@@ -36,13 +36,15 @@ def default_capacity() -> int:
 
 
 class QueueFile:
-    """One consume-queue file; ``fd`` is -1 while it is closed."""
+    """One consume-queue file; ``fd`` is -1 while it is closed. ``allocated``: bytes from its
+    start known to be reserved on disk (0 until the store reserved some in this process)."""
 
-    __slots__ = ("base", "dirty", "doomed", "fd", "path", "pins")
+    __slots__ = ("allocated", "base", "dirty", "doomed", "fd", "path", "pins")
 
     def __init__(self, path: str, base: int) -> None:
         self.path = path
         self.base = base
+        self.allocated = 0
         self.fd = -1
         self.dirty = False
         self.doomed = False

@@ -75,6 +75,10 @@ class StoreStatistics:
     open_queue_files: int
     failure: str
     """Why the store stopped accepting writes ("" while it accepts them)."""
+    refusing_writes: str = ""
+    """Why the free-space guard refuses writes for now ("disk: ..."; "" while it does not)."""
+    disk_free_bytes: int = -1
+    """Free bytes on the store's file system at the guard's last look (-1: not known)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,6 +32,7 @@ from pocketmq.store.checkpoint import (
 from pocketmq.store.commitlog import CommitLog
 from pocketmq.store.config import FlushMode, StoreConfig
 from pocketmq.store.consumequeue import ConsumeQueue
+from pocketmq.store.diskguard import DiskGuard
 from pocketmq.store.epochs import EpochLog
 from pocketmq.store.files import (
     PRIVATE_FILE,
@@ -90,6 +91,8 @@ class MessageStore:
         """Set while this store is a slave's copy (the group's name): local appends are refused,
         only :meth:`append_replica` writes, so the log never diverges from the master's."""
         self.flusher: FlushService | None = None
+        self.disk_guard = DiskGuard(self._commitlog.directory, config.min_free_disk_bytes)
+        """Refuses writes while the disk is (nearly) full (diskguard.py)."""
         self._writer = Writer(self)
         self._replica = ReplicaWriter(self)
         self.epochs = EpochLog(directory)
@@ -589,6 +592,8 @@ class MessageStore:
             damaged_records_read=self._reader.damaged_reads,
             open_queue_files=len(self._files),
             failure=self._failure,
+            refusing_writes=self.disk_guard.refusal(),
+            disk_free_bytes=self.disk_guard.free_bytes,
         )
 
     @property

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -20,9 +18,10 @@ import msgspec
 
 from pocketmq.names import is_storable_topic
 from pocketmq.store.commitlog import Segment
-from pocketmq.store.consumequeue import ENTRY, ConsumeQueue
+from pocketmq.store.consumequeue import ENTRY, GROW_MAX, ConsumeQueue
 from pocketmq.store.files import SyncError
 from pocketmq.store.index import id_key, topic_key
+from pocketmq.store.lograte import LogRate
 from pocketmq.store.message import (
     PutResult,
     StoreMessage,
@@ -53,6 +52,7 @@ _MAX_QUEUE_ID = 2**31 - 1
 _U32_MAX = 2**32 - 1
 _U64_MAX = 2**64 - 1
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _decode_properties = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 
@@ -73,8 +73,8 @@ class Writer:
         self._index = store._index
         self._store_host = pack_host(store.config.store_host)
         self._valid_topics: set[str] = set()
-        self._free_checked_at = -1.0
-        self._disk_full = False
+        self._guard = store.disk_guard
+        self._errors = LogRate(log)  # one line a minute per kind of repeating error
         self.index_broken = ""
         self.messages_put = 0
         self.bytes_put = 0
@@ -85,17 +85,9 @@ class Writer:
             return PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"
         if self._store.failure:
             return PutStatus.STORE_FAILED, self._store.failure
-        now = time.monotonic()
-        if now - self._free_checked_at >= 1.0 or self._disk_full:
-            self._free_checked_at = now
-            try:
-                stats = os.statvfs(self._commitlog.directory)
-                free = stats.f_bavail * stats.f_frsize
-                self._disk_full = free < self.config.min_free_disk_bytes
-            except OSError:
-                self._disk_full = False
-        if self._disk_full:
-            return PutStatus.DISK_FULL, "the disk is (nearly) full"
+        full = self._guard.refusal()
+        if full:
+            return PutStatus.DISK_FULL, f"the broker refuses writes: {full}"
         return None
 
     def _append_locked(
@@ -123,12 +115,12 @@ class Writer:
         try:
             segment: Segment | None = commitlog.active_segment()
         except OSError as exc:
-            return self._fail_all(messages, exc)
+            return self._fail_all(messages, exc, needed=config.segment_size)
         assert segment is not None
         segment_end = segment.base + segment.size
         position = chunk_start = commitlog.write_position
         next_offsets: dict[tuple[str, int], int] = {}
-        per_file = config.consume_queue_entries_per_file
+        ready_until: dict[tuple[str, int], int] = {}  # queue entries with disk reserved below
 
         for number, message in enumerate(messages):
             topic = message.topic
@@ -165,15 +157,16 @@ class Writer:
             queue_id = message.queue_id
             key = (topic, queue_id)
             queue_offset = next_offsets.get(key)
-            if queue_offset is None or queue_offset % per_file == 0:
+            if queue_offset is None or queue_offset >= ready_until[key]:
                 queue = self._queue(topic, queue_id)
                 if queue_offset is None:
                     queue_offset = queue.max_offset
                 try:
-                    pinned.append((queue, queue.prepare(queue_offset)))
+                    queue_file, ready_until[key] = queue.prepare(queue_offset)
                 except OSError as exc:
                     results[number] = self._queue_file_refusal(exc)
                     continue
+                pinned.append((queue, queue_file))
             if segment is None:
                 results[number] = PutResult(status=segment_failure, reason=segment_reason)
                 continue
@@ -197,7 +190,7 @@ class Writer:
                     commitlog.seal(segment)
                     segment = commitlog.active_segment()
                 except OSError as exc:
-                    self._note_write_error(exc)
+                    self._note_write_error(exc, needed=config.segment_size)
                     segment = None
                     position = chunk_start = commitlog.write_position
                     segment_failure = self._status_for(exc)
@@ -273,14 +266,17 @@ class Writer:
             self._store.fail("an fsync of a consume-queue file", exc)
             return PutResult(status=PutStatus.STORE_FAILED, reason=self._store.failure)
         if exc.errno in _OUT_OF_DESCRIPTORS:
-            log.error("cannot open a consume-queue file: %s", exc)
+            self._errors.error("descriptors", "cannot open a consume-queue file: %s", exc)
             return PutResult(
                 status=PutStatus.OUT_OF_RESOURCES,
                 reason=f"the broker has no file descriptor left ({exc}); nothing was stored",
             )
         status = self._status_for(exc)
-        log.error("cannot create a consume-queue file: %s", exc)
-        return PutResult(status=status, reason=f"cannot create a consume-queue file: {exc}")
+        if exc.errno in _NO_SPACE:
+            self._guard.no_space(GROW_MAX, "reserving disk for a consume-queue file", exc)
+        else:
+            self._errors.error("queue-file", "cannot prepare a consume-queue file: %s", exc)
+        return PutResult(status=status, reason=f"cannot prepare a consume-queue file: {exc}")
 
     @staticmethod
     def _write_pieces(segment: Segment, start: int, pieces: list[bytes]) -> None:
@@ -375,20 +371,24 @@ class Writer:
     def _status_for(self, exc: OSError) -> PutStatus:
         if self._store.failure:
             return PutStatus.STORE_FAILED
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if exc.errno in _NO_SPACE:
             return PutStatus.DISK_FULL
         if exc.errno in _OUT_OF_DESCRIPTORS:
             return PutStatus.OUT_OF_RESOURCES
         return PutStatus.UNKNOWN_ERROR
 
-    def _note_write_error(self, exc: OSError) -> None:
+    def _note_write_error(self, exc: OSError, needed: int = 0) -> None:
+        """A commit-log write or segment allocation (``needed`` bytes) failed: a full disk
+        engages the guard (one WARNING), an I/O error fails the store (one CRITICAL), anything
+        else is logged at most once a minute."""
         self.put_failures += 1
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            self._disk_full = True
-            self._free_checked_at = time.monotonic()
+        if exc.errno in _NO_SPACE:
+            what = "allocating a commit-log segment" if needed else "a commit-log write"
+            self._guard.no_space(needed, what, exc)
         elif isinstance(exc, SyncError) or exc.errno == errno.EIO:
             self._store.fail("a commit-log write", exc)
-        log.error("commit log write failed: %s", exc)
+        else:
+            self._errors.error("commitlog", "commit log write failed: %s", exc)
 
     def _fail_pending(
         self,
@@ -402,8 +402,10 @@ class Writer:
             results[item[0]] = PutResult(status=status, reason=str(exc))
         pending.clear()
 
-    def _fail_all(self, messages: Sequence[StoreMessage], exc: OSError) -> list[PutResult]:
-        self._note_write_error(exc)
+    def _fail_all(
+        self, messages: Sequence[StoreMessage], exc: OSError, needed: int = 0
+    ) -> list[PutResult]:
+        self._note_write_error(exc, needed)
         status = self._status_for(exc)
         self.put_failures += len(messages)
         return [PutResult(status=status, reason=str(exc))] * len(messages)

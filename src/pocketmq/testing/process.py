@@ -77,16 +77,18 @@ def _wait_for_line(
     raise RuntimeError(f"not ready after {timeout}s:\n{log.read_text() if log.exists() else ''}")
 
 
-def _spawn(command: list[str], log_path: Path) -> subprocess.Popen[str]:
+def _spawn(
+    command: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """Start a pocketmq process with its stdout piped (for the ready line) and its stderr
-    appended to ``log_path`` (what a failing test shows)."""
+    appended to ``log_path`` (what a failing test shows); ``env`` adds to the environment."""
     with open(log_path, "a") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
 
 
@@ -106,7 +108,8 @@ def _terminate(process: subprocess.Popen[str], timeout: float) -> int:
 
 
 class BrokerProcess:
-    """A running ``pocketmq serve``. Use as a context manager, or call ``stop()``."""
+    """A running ``pocketmq serve``. Use as a context manager, or call ``stop()``. ``env`` adds
+    variables to its environment (e.g. libfaketime's, to step its wall clock)."""
 
     def __init__(
         self,
@@ -123,6 +126,7 @@ class BrokerProcess:
         http_port: int | None = None,
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = 30.0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +141,7 @@ class BrokerProcess:
         self._http_port = http_port
         self._extra = extra_args
         self._timeout = startup_timeout
+        self._env = env
         self.process: subprocess.Popen[str] | None = None
         self.native = self.grpc = self.namesrv = self.ha = self.http = ""
         self.role = "master"
@@ -177,7 +182,7 @@ class BrokerProcess:
         return command + list(self._extra)
 
     def _start(self) -> None:
-        self.process = _spawn(self._command(), self.log_path)
+        self.process = _spawn(self._command(), self.log_path, self._env)
         try:
             match = _wait_for_line(self.process, _READY, self.log_path, self._timeout)
         except BaseException:

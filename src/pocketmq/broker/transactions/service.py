@@ -453,7 +453,7 @@ class TransactionService:
         """Save the half-topic floor (at most once a second unless forced): below it every
         half message has an outcome that is flushed to disk."""
         now = self.clock()
-        if not force and now - self._persisted_at < 1.0:
+        if not force and 0 <= now - self._persisted_at < 1.0:  # < 0: the clock stepped back
             return
         self._persisted_at = now
         flushed = self.store.statistics().flushed_position

@@ -302,6 +302,18 @@ class BrokerCollector(Collector):
         )
         failed.add_metric([], 1 if stats.failure else 0)
         yield failed
+        full = GaugeMetricFamily(
+            "pocketmq_store_disk_full",
+            "1 while the free-space guard refuses writes (min_free_disk_bytes, or a disk that "
+            "ran out of space)",
+        )
+        full.add_metric([], 1 if stats.refusing_writes else 0)
+        yield full
+        free = GaugeMetricFamily(
+            "pocketmq_store_disk_free_bytes", "Free bytes on the store's file system (-1: unknown)"
+        )
+        free.add_metric([], stats.disk_free_bytes)
+        yield free
 
     def _reliability(self) -> Iterator[Metric]:
         broker = self._broker

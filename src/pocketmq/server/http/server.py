@@ -110,12 +110,15 @@ class HttpServer:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         """Ready to take writes: a master whose store and controller allow them; a slave when
-        it is linked to its master. 503 with the reason otherwise."""
+        it is linked to its master. 503 with the reason otherwise (a failed store, a full disk:
+        docs/operations.md, "A full disk")."""
         broker = self._broker
         replication = broker.replication
-        failure = broker.store.statistics().failure
-        if failure:
-            return web.Response(status=503, text=f"store failed: {failure}\n")
+        stats = broker.store.statistics()
+        if stats.failure:
+            return web.Response(status=503, text=f"store failed: {stats.failure}\n")
+        if stats.refusing_writes:
+            return web.Response(status=503, text=f"refusing writes: {stats.refusing_writes}\n")
         if broker.role is Role.MASTER:
             refusal = replication.write_refusal()
             if refusal:
