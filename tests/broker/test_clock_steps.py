@@ -52,7 +52,7 @@ async def test_the_transaction_floor_is_still_saved_after_a_step_back(tmp_path: 
         first = await _prepare(broker, "F1")
         broker.transactions.persist(force=True)
         clock.now -= HOUR
-        await broker.end_transaction(GROUP, "F1", first, commit=True)
+        await broker.end_transaction(GROUP, "F1", first, topic="orders", commit=True)
         saved = tmp_path / "config" / "transactions.json"
         for _ in range(60):  # the checker saves the floor once the outcome is flushed
             if saved.exists() and json.loads(saved.read_text())["half_floor"] == 1:
