@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from pocketmq.cli._app import main, parse_duration, server_option
+from pocketmq.cli.output import print_table
 from pocketmq.client.message import Message, MessageView, SendResult
 from pocketmq.errors import PocketMQError, TopicNotFoundError
 from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
@@ -87,18 +88,25 @@ def message_json(message: MessageView) -> dict[str, Any]:
 
 @main.group()
 def topic() -> None:
-    """Create and list topics."""
+    """Create, update, list and delete topics (on every broker of the cluster)."""
 
 
 @topic.command("create")
 @click.argument("name")
-@click.option("--queues", default=8, show_default=True, type=click.IntRange(1, 1024))
+@click.option(
+    "--queues",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="Queues per broker: how many consumers of a group can share the work.",
+)
 @click.option(
     "--type",
     "topic_type",
     default="normal",
     show_default=True,
     type=click.Choice(["normal", "fifo", "delay", "transaction"]),
+    help='What the topic accepts (docs/semantics.md, "Messages").',
 )
 @server_option
 @handle_errors
@@ -113,7 +121,7 @@ def topic_create(name: str, queues: int, topic_type: str, server: str) -> None:
 
 @topic.command("list")
 @click.option("--all", "show_all", is_flag=True, help="Include system topics (%RETRY%, %DLQ%).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per topic.")
 @server_option
 @handle_errors
 def topic_list(show_all: bool, as_json: bool, server: str) -> None:
@@ -130,13 +138,12 @@ def topic_list(show_all: bool, as_json: bool, server: str) -> None:
                 )
             )
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("topic", "queues", "type", "perm")
     for t in topics:
         table.add_row(t.name, str(t.queues), t.topic_type, _perm(t.perm))
-    Console().print(table)
+    print_table(table)
 
 
 @topic.command("delete")
@@ -161,7 +168,8 @@ def _perm(perm: int) -> str:
 
 @main.group()
 def group() -> None:
-    """Create and list consumer groups."""
+    """Create, list, inspect (status: consumers, offsets, lag), reset-offset and delete consumer
+    groups (on every broker of the cluster)."""
 
 
 @group.command("create")
@@ -180,7 +188,11 @@ def group() -> None:
 )
 @click.option("--broadcast", is_flag=True, help="Every consumer gets every message.")
 @click.option(
-    "--consume-from", default="first", show_default=True, type=click.Choice(["first", "last"])
+    "--consume-from",
+    default="first",
+    show_default=True,
+    type=click.Choice(["first", "last"]),
+    help="Where a new group starts on a queue: its oldest message, or after its newest.",
 )
 @server_option
 @handle_errors
@@ -266,7 +278,8 @@ def group_status(name: str, topics: tuple[str, ...], as_json: bool, server: str)
         consumers = admin.run(lambda a: a.consumers(name))
         names = list(topics) or [t.name for t in admin.list_topics()]
         rows = []
-        for topic in [*names, *([] if topics else [f"%RETRY%{name}"])]:
+        # the retry topic is listed once, whether list_topics named it or not
+        for topic in dict.fromkeys([*names, *([] if topics else [f"%RETRY%{name}"])]):
             try:
                 queues = admin.queues(topic, name)
             except TopicNotFoundError:
@@ -339,7 +352,7 @@ def group_reset_offset(
 
 
 @group.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
 @server_option
 @handle_errors
 def group_list(as_json: bool, server: str) -> None:
@@ -360,7 +373,6 @@ def group_list(as_json: bool, server: str) -> None:
             }
             click.echo(json.dumps(record))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("group", "fifo", "broadcast", "max retries", "retry delays", "consume from")
@@ -369,7 +381,7 @@ def group_list(as_json: bool, server: str) -> None:
         table.add_row(
             g.name, str(g.fifo), str(g.broadcast), str(g.max_retries), delays, g.consume_from
         )
-    Console().print(table)
+    print_table(table)
 
 
 # -- send and consume -----------------------------------------------------------------------
@@ -385,12 +397,14 @@ async def _send_one(server: str, message: Message) -> SendResult:
 @main.command()
 @click.argument("topic")
 @click.argument("body")
-@click.option("--tag")
+@click.option("--tag", help="The message's tag: consumers filter on it (--filter 'A || B').")
 @click.option("--key", "keys", multiple=True, help="Business key (repeatable).")
 @click.option("--message-group", help="FIFO message group.")
 @click.option("--delay", help="Deliver after this long, e.g. 5s.")
 @click.option("--property", "properties", multiple=True, help="NAME=VALUE (repeatable).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as one JSON object (id, queue...)."
+)
 @server_option
 @handle_errors
 def send(

@@ -80,7 +80,13 @@ __all__ = ["proxy"]
     hidden=True,
     help="Ask the broker GATEWAY_INFO this often (a worker's sign of life); 0: never.",
 )
-@click.option("--log-level", default="info", type=click.Choice(LOG_LEVELS))
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS),
+    help="How much goes to stderr.",
+)
 def proxy(
     broker: str,
     host: str,

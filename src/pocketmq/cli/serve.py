@@ -244,7 +244,11 @@ def setup_logging(level: str) -> None:
     "--config", "config_file", type=click.Path(exists=True, path_type=Path), help="TOML file."
 )
 @click.option(
-    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS),
+    help="How much goes to stderr.",
 )
 @click.option(
     "--loop",
@@ -337,12 +341,16 @@ def serve(
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=9876, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9876, show_default=True, type=int, help="Port (0 = any free port).")
 @click.option("--tls-cert", help="PEM certificate chain: the name server speaks TLS.")
 @click.option("--tls-key", help="PEM private key of --tls-cert.")
 @click.option(
-    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS),
+    help="How much goes to stderr.",
 )
 def namesrv(
     host: str, port: int, tls_cert: str | None, tls_key: str | None, log_level: str
