@@ -117,4 +117,5 @@ def test_a_piped_table_keeps_each_row_on_one_line(
     listed = run("topic", "list", server=broker.address)
     assert listed.returncode == 0, listed.stderr
     [row] = [line for line in listed.stdout.splitlines() if long_name in line]
-    assert "normal" in row and "rw" in row
+    assert "normal" in row
+    assert "rw" in row
