@@ -14,8 +14,9 @@ import sys
 import click
 
 from pocketmq.cli._app import main
-from pocketmq.cli.serve import LOG_LEVELS, run_until_signalled, setup_logging
-from pocketmq.errors import BrokerError, InvalidArgumentError
+from pocketmq.cli.refusal import refusal
+from pocketmq.cli.serve import LOG_LEVELS, StartRefused, run_until_signalled, setup_logging
+from pocketmq.errors import InvalidArgumentError
 from pocketmq.server.auth.network import is_loopback
 
 __all__ = ["proxy"]
@@ -156,8 +157,10 @@ def proxy(
 
     try:
         run_until_signalled(start, gateway.ready_line, gateway.close)
-    except (OSError, BrokerError) as exc:
-        raise click.ClickException(f"cannot start the proxy: {exc}") from None
+    except StartRefused as refused:
+        ports = {"the gRPC port, --grpc-port": grpc_port}
+        message = refusal(refused.cause, what="the proxy", ports=ports)
+        raise click.ClickException(message) from None
 
 
 def _stop_when_stdin_closes() -> None:

@@ -21,6 +21,7 @@ import msgspec
 
 from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
+from pocketmq.cli.refusal import REFUSALS, refusal
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
 from pocketmq.server.auth.network import is_loopback
@@ -29,7 +30,7 @@ from pocketmq.server.loops import LOOPS, loop_factory
 from pocketmq.server.loops import run as run_on_loop
 from pocketmq.store import FlushMode, StoreConfig
 
-__all__ = ["LOG_LEVELS", "build_config", "run_until_signalled", "setup_logging"]
+__all__ = ["LOG_LEVELS", "StartRefused", "build_config", "run_until_signalled", "setup_logging"]
 
 C = TypeVar("C")
 LOG_LEVELS = ["debug", "info", "warning", "error"]
@@ -142,12 +143,24 @@ def build_config(
     return replace(config, broker=replace(broker, store=replace(store, store_host=store_host)))
 
 
+class StartRefused(Exception):
+    """``start`` failed: what it raised is the cause, for a one-line message (cli/refusal.py);
+    errors after the ready line are not refusals and keep their own form."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 async def _run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    await start()
+    try:
+        await start()
+    except REFUSALS as exc:
+        raise StartRefused(exc) from exc
     # Everything allocated so far lives as long as the process: keep the cyclic collector from
     # re-scanning it, and let it run less often (fewer pauses on the request path).
     gc.freeze()
@@ -336,8 +349,25 @@ def serve(
     logging.getLogger("pocketmq.server").info("event loop: %s", used)
     try:
         run_on_loop(_run_until_signalled(app.start, app.ready_line, app.close), loop)
-    except (OSError, InvalidArgumentError) as exc:
-        raise click.ClickException(f"cannot start the broker: {exc}") from None
+    except StartRefused as refused:
+        # one line (docs/cli.md, "Errors"); where in the code: --log-level debug
+        logging.getLogger("pocketmq.server").debug("start-up refused", exc_info=refused.cause)
+        message = refusal(
+            refused.cause,
+            what="the broker",
+            data_dir=config.broker.data_dir,
+            config_file=str(config_file) if config_file else None,
+            ports={
+                "the native port, --port": config.port,
+                "the gRPC port, --grpc-port": config.grpc_port,
+                "the HTTP port, --http-port": config.http_port,
+                "the embedded name server's port, --namesrv-port": config.namesrv_port,
+                "the replication port, --ha-port": config.ha_port or config.port + 1,
+            },
+        )
+        raise click.ClickException(message) from None
+    except (OSError, InvalidArgumentError) as exc:  # after the start: while running or stopping
+        raise click.ClickException(f"the broker failed: {exc}") from None
 
 
 @main.command()
@@ -373,8 +403,10 @@ def namesrv(
                 start, lambda: f"pocketmq namesrv ready namesrv={server.address}", server.close
             )
         )
-    except OSError as exc:
-        raise click.ClickException(f"cannot start the name server: {exc}") from None
+    except StartRefused as refused:
+        ports = {"the name server's port, --port": port}
+        message = refusal(refused.cause, what="the name server", ports=ports)
+        raise click.ClickException(message) from None
 
 
 def run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
