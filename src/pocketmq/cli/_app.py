@@ -110,7 +110,7 @@ def server_option(func: F) -> F:
 COMMAND_MODULES: dict[str, str] = {
     "bench": "pocketmq.cli.bench",
     "cluster": "pocketmq.cli.cluster",
-    "topic": "pocketmq.cli.commands",
+    "topic": "pocketmq.cli.topics",
     "group": "pocketmq.cli.commands",
     "send": "pocketmq.cli.commands",
     "consume": "pocketmq.cli.commands",

@@ -1,4 +1,4 @@
-"""``pocketmq topic``, ``group``, ``send`` and ``consume`` (docs/cli.md).
+"""``pocketmq group``, ``send`` and ``consume`` (docs/cli.md; ``topic``: cli/topics.py).
 
 Every command talks to a broker through the SDK. Errors are printed to stderr and exit non-zero;
 ``--json`` output is one JSON object per line, for scripts. The SDK and rich are imported inside
@@ -81,86 +81,6 @@ def message_json(message: MessageView) -> dict[str, Any]:
     if message.properties:
         out["properties"] = dict(message.properties)
     return out
-
-
-# -- topics ---------------------------------------------------------------------------------
-
-
-@main.group()
-def topic() -> None:
-    """Create, update, list and delete topics (on every broker of the cluster)."""
-
-
-@topic.command("create")
-@click.argument("name")
-@click.option(
-    "--queues",
-    default=8,
-    show_default=True,
-    type=click.IntRange(1, 1024),
-    help="Queues per broker: how many consumers of a group can share the work.",
-)
-@click.option(
-    "--type",
-    "topic_type",
-    default="normal",
-    show_default=True,
-    type=click.Choice(["normal", "fifo", "delay", "transaction"]),
-    help='What the topic accepts (docs/semantics.md, "Messages").',
-)
-@server_option
-@handle_errors
-def topic_create(name: str, queues: int, topic_type: str, server: str) -> None:
-    """Create (or update) a topic."""
-    from pocketmq.client.sync import SyncAdmin
-
-    with SyncAdmin(servers=server) as admin:
-        admin.create_topic(name, queues=queues, topic_type=topic_type)
-    click.echo(f"topic {name} created: {queues} queues, type {topic_type}")
-
-
-@topic.command("list")
-@click.option("--all", "show_all", is_flag=True, help="Include system topics (%RETRY%, %DLQ%).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per topic.")
-@server_option
-@handle_errors
-def topic_list(show_all: bool, as_json: bool, server: str) -> None:
-    """List topics."""
-    from pocketmq.client.sync import SyncAdmin
-
-    with SyncAdmin(servers=server) as admin:
-        topics = [t for t in admin.list_topics() if show_all or not t.name.startswith("%")]
-    if as_json:
-        for t in topics:
-            click.echo(
-                json.dumps(
-                    {"name": t.name, "queues": t.queues, "type": t.topic_type, "perm": t.perm}
-                )
-            )
-        return
-    from rich.table import Table
-
-    table = Table("topic", "queues", "type", "perm")
-    for t in topics:
-        table.add_row(t.name, str(t.queues), t.topic_type, _perm(t.perm))
-    print_table(table)
-
-
-@topic.command("delete")
-@click.argument("name")
-@server_option
-@handle_errors
-def topic_delete(name: str, server: str) -> None:
-    """Delete topic NAME on every broker (its messages age out with the commit log)."""
-    from pocketmq.client.sync import SyncAdmin
-
-    with SyncAdmin(servers=server) as admin:
-        admin.run(lambda a: a.delete_topic(name))
-    click.echo(f"deleted topic {name}")
-
-
-def _perm(perm: int) -> str:
-    return ("r" if perm & 4 else "-") + ("w" if perm & 2 else "-")
 
 
 # -- groups ---------------------------------------------------------------------------------
