@@ -100,6 +100,7 @@ class Catalog(BrokerPart):
             perm=before.perm if perm < 0 else perm,
             topic_type=kind,
         )
+        self.topics.check(after)
         change = self._measure(before, after)
         if change.at_stake and not force:
             change = replace(change, refusal=_refusal(change))

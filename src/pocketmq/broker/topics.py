@@ -180,13 +180,17 @@ class TopicManager:
         self._save()
         return topic
 
+    def check(self, topic: TopicConfig) -> None:
+        """Refuse a definition that could not be stored (InvalidArgumentError saying why)."""
+        problem = self._problem(topic)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
+
     def update(self, topic: TopicConfig) -> TopicConfig:
         """Replace an existing topic's definition (checked like a new one); the caller decided
         that what the change costs is acceptable (broker/catalog.py, ``update_topic``)."""
         self.require(topic.name)
-        problem = self._problem(topic)
-        if problem is not None:
-            raise InvalidArgumentError(problem)
+        self.check(topic)
         if self._topics[topic.name] != topic:
             self._topics[topic.name] = topic
             self._save()
