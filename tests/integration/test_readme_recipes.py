@@ -171,12 +171,20 @@ class Reader:
             if program in READY:
                 waiting.append((self.start(command), READY[program]))
                 continue
-            for terminal, ready in waiting:
-                terminal.wait_ready(ready)
-            waiting.clear()
+            self._ready(waiting)
             self.once(recipe, command)
+        self._ready(waiting)
+
+    def _ready(self, waiting: list[tuple[Terminal, re.Pattern[str]]]) -> None:
+        """Every terminal started has printed its ready line; a group's slaves are in sync with
+        their master (what a reader's typing takes; a `sync` send before that is answered
+        SLAVE_NOT_AVAILABLE, and the recipe's send must be OK)."""
         for terminal, ready in waiting:
             terminal.wait_ready(ready)
+        slaves = sum("--master" in t.command.split() for t, _ in waiting)
+        waiting.clear()
+        if slaves:
+            _wait_in_sync("127.0.0.1:9876", slaves)
 
     def start(self, command: str) -> Terminal:
         log = self.home / f"terminal-{len(self.terminals)}.log"
@@ -224,6 +232,22 @@ class Reader:
         codes = [(t.command, t.stop(signalled=True)) for t in self.terminals]
         self.terminals.clear()
         return codes
+
+
+def _wait_in_sync(namesrv: str, slaves: int, timeout: float = 20.0) -> None:
+    from pocketmq.client.sync import SyncAdmin
+
+    deadline = time.monotonic() + timeout
+    in_sync = -1
+    with SyncAdmin(servers=namesrv) as admin:
+        while time.monotonic() < deadline:
+            for status in admin.run(lambda a: a.broker_status()):
+                if status.replication.get("role") == "master":
+                    in_sync = int(str(status.replication.get("in_sync", 0)))
+            if in_sync >= slaves:
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"{in_sync} of {slaves} slaves in sync after {timeout} s")
 
 
 @pytest.fixture
