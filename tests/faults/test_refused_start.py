@@ -69,6 +69,11 @@ async def test_a_damaged_store_refuses_the_start_in_one_line_naming_file_offset_
     assert "at offset 0" in line
     assert f"`pocketmq store check --data-dir {shlex.quote(data_dir)}`" in line
     assert f"`pocketmq store repair --data-dir {shlex.quote(data_dir)}`" in line
+    config = home / "broker.toml"  # the store settings must match the data: named too
+    config.write_text("[store]\nflush_interval = 0.05\n")
+    line = _the_one_error_line(_serve("--data-dir", data_dir, "--no-http", "--config", str(config)))
+    where = shlex.join(["--data-dir", data_dir, "--config", str(config)])
+    assert f"`pocketmq store check {where}`" in line
 
 
 def test_a_port_in_use_names_the_option_that_sets_it(tmp_path: Path) -> None:
