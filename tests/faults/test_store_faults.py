@@ -277,7 +277,9 @@ def test_an_fsync_error_stops_acknowledgements_and_a_restart_recovers(tmp_path: 
         assert "ok" not in outcomes
         assert outcomes[0] == "unknown"
         assert "accepts no more writes" in broker.log()
-        status = json.loads(_pocketmq("broker", "status", "--server", broker.address).stdout)
+        status = json.loads(
+            _pocketmq("broker", "status", "--json", "--server", broker.address).stdout
+        )
         assert "fsync of the commit log failed" in status["store"]["failure"]
     finally:
         broker.kill()

@@ -220,6 +220,7 @@ class Broker:
         self.redrive = self.dead_letters.redrive
         self.redriven = self.dead_letters.redriven
         self.create_topic = catalog.create_topic
+        self.update_topic = catalog.update_topic
         self.delete_topic = catalog.delete_topic
         self.create_group = catalog.create_group
         self.delete_group = catalog.delete_group
@@ -249,6 +250,7 @@ class Broker:
         "forward_to_dead_letter",
         "redrive",
         "create_topic",
+        "update_topic",
         "delete_topic",
         "create_group",
         "delete_group",

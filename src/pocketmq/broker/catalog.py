@@ -9,18 +9,44 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from pocketmq.broker.groups import GroupConfig
 from pocketmq.broker.history import HISTORY_TOPIC, Attempt
 from pocketmq.broker.model import Delivered
 from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
+from pocketmq.broker.topics import TopicConfig, TopicType, describe, differences
 from pocketmq.errors import (
     InvalidArgumentError,
+    PreconditionFailedError,
     error_from_code,
 )
 from pocketmq.store import PutResult
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "TopicChange"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    """What a topic update does (or would do): ``dropped`` queues are hidden, not emptied — their
+    messages stay in the store and come back if the topic grows again; ``stored`` messages are in
+    them, of which each group with progress on the topic has not consumed ``unconsumed[group]``
+    (no group with progress: ``unconsumed`` is ``{}`` and all ``stored`` count as unconsumed)."""
+
+    before: TopicConfig
+    after: TopicConfig
+    dropped: tuple[int, ...] = ()
+    stored: int = 0
+    unconsumed: dict[str, int] = field(default_factory=dict)
+    refusal: str = ""
+    applied: bool = False
+
+    @property
+    def at_stake(self) -> int:
+        """The messages the change would hide from someone: the largest group's count, or every
+        stored one when no group has consumed the topic."""
+        return max(self.unconsumed.values(), default=self.stored)
+
 
 log = logging.getLogger("pocketmq.broker")
 
@@ -77,6 +103,78 @@ class Catalog(BrokerPart):
         self.pop_state.persist(force=True)  # nor in-flight pops of the old one
         self.topics.finish_delete(name)
         return result
+
+    def update_topic(
+        self,
+        name: str,
+        *,
+        queues: int = 0,
+        topic_type: str = "",
+        perm: int = -1,
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> TopicChange:
+        """Change a user topic's queue count, type or permission (0, "" and -1: unchanged).
+        Dropping queues that hold messages not consumed yet is refused unless ``force``, with
+        their count per group (docs/cli.md, "topic update"); ``dry_run`` only reports."""
+        before = self.topics.require(name)
+        if before.system:
+            raise InvalidArgumentError(f"{name!r} is a system topic: the broker manages it")
+        try:
+            kind = TopicType(topic_type) if topic_type else before.topic_type
+        except ValueError:
+            raise InvalidArgumentError(
+                f"topic type {topic_type!r} is not one of normal, fifo, delay, transaction"
+            ) from None
+        after = TopicConfig(
+            name=name,
+            queues=queues or before.queues,
+            perm=before.perm if perm < 0 else perm,
+            topic_type=kind,
+        )
+        self.topics.check(after)
+        change = self._measure(before, after)
+        if change.at_stake and not force:
+            change = replace(change, refusal=_refusal(change))
+        if dry_run:
+            return change
+        if change.refusal:
+            raise PreconditionFailedError(change.refusal)
+        self.topics.update(after)
+        if change.dropped:
+            log.warning(
+                "topic %s updated (%s): queues %s hidden with %d stored message(s)%s",
+                name,
+                ", ".join(differences(before, after)),
+                _span(change.dropped),
+                change.stored,
+                " (forced)" if change.at_stake else "",
+            )
+        return replace(change, applied=True)
+
+    def _measure(self, before: TopicConfig, after: TopicConfig) -> TopicChange:
+        """The messages in the queues ``after`` drops, and each group's unconsumed share (its
+        committed offset or pop progress, whichever is further, as `group status` counts)."""
+        dropped = tuple(range(after.queues, before.queues))
+        positions: dict[tuple[str, int], int] = {}
+        for (group, topic, queue_id), offset in self.offsets.snapshot().items():
+            if topic == before.name:
+                positions[(group, queue_id)] = offset
+        for (group, topic, queue_id), state in self.pop_state.items():
+            if topic == before.name:
+                key = (group, queue_id)
+                positions[key] = max(positions.get(key, 0), state.committed)
+        groups = sorted({group for group, _ in positions})
+        stored = 0
+        unconsumed = dict.fromkeys(groups, 0)
+        for queue_id in dropped:
+            low = self.store.min_offset(before.name, queue_id)
+            high = self.store.max_offset(before.name, queue_id)
+            stored += high - low
+            for group in groups:
+                consumed = max(low, positions.get((group, queue_id), low))
+                unconsumed[group] += max(0, high - consumed)
+        return TopicChange(before, after, dropped, stored, unconsumed)
 
     def delete_group(self, name: str) -> None:
         """Delete a group with its committed offsets and pop state, so a group created later under
@@ -210,3 +308,22 @@ class Catalog(BrokerPart):
             },
             "replication": self._replication_status(),
         }
+
+
+def _span(queues: tuple[int, ...]) -> str:
+    return f"{queues[0]}" if len(queues) == 1 else f"{queues[0]}-{queues[-1]}"
+
+
+def _refusal(change: TopicChange) -> str:
+    """Why dropping ``change.dropped`` is refused without --force, with the counts."""
+    name = change.before.name
+    if change.unconsumed:
+        behind = ", ".join(f"group {g}: {n}" for g, n in change.unconsumed.items() if n)
+        what = f"{change.at_stake} unconsumed message(s) ({behind})"
+    else:
+        what = f"{change.stored} stored message(s), which no group has consumed"
+    return (
+        f"topic {name!r} ({describe(change.before)}): going to {change.after.queues} queues "
+        f"would hide queues {_span(change.dropped)} and {what}; consume them first, or repeat "
+        "with --force (the messages stay in the store and come back if the topic grows again)"
+    )

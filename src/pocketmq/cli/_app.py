@@ -77,13 +77,32 @@ class _Duration(click.ParamType[float, Any]):
 DURATION = _Duration()
 
 
+def _checked_servers(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--server`` as given, once every address in it is ``host:port`` (several may be listed,
+    separated by commas): a missing port is a usage error (exit 2), found before any connection
+    is tried, not an SDK error (exit 1) after it."""
+    parts = [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
+    if not parts:
+        raise click.BadParameter("no address given: expected host:port", ctx, param)
+    for part in parts:
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise click.BadParameter(
+                f"{part!r} is not host:port (e.g. 127.0.0.1:10911; a name server: 127.0.0.1:9876)",
+                ctx,
+                param,
+            )
+    return value
+
+
 def server_option(func: F) -> F:
     """``--server H:P``, defaulting to ``$POCKETMQ_SERVER`` and then 127.0.0.1:10911."""
     return click.option(
         "--server",
         default=lambda: os.environ.get("POCKETMQ_SERVER", DEFAULT_SERVER),
         show_default="$POCKETMQ_SERVER or 127.0.0.1:10911",
-        help="Broker address host:port.",
+        callback=_checked_servers,
+        help="Broker (or name server) address host:port; several separated by commas.",
     )(func)
 
 
@@ -91,7 +110,7 @@ def server_option(func: F) -> F:
 COMMAND_MODULES: dict[str, str] = {
     "bench": "pocketmq.cli.bench",
     "cluster": "pocketmq.cli.cluster",
-    "topic": "pocketmq.cli.commands",
+    "topic": "pocketmq.cli.topics",
     "group": "pocketmq.cli.commands",
     "send": "pocketmq.cli.commands",
     "consume": "pocketmq.cli.commands",

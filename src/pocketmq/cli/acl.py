@@ -27,7 +27,8 @@ def _split(text: str) -> list[str]:
 
 @main.group()
 def acl() -> None:
-    """Who may do what: rules for users on topics, groups and the cluster."""
+    """Who may do what: grant, revoke and list rules for users on topics, groups and the
+    cluster."""
 
 
 @acl.command("grant")
@@ -76,7 +77,7 @@ def acl_revoke(access_key: str, resource: str, actions: str, data_dir: str) -> N
 
 @acl.command("list")
 @click.option("--user", "access_key", help="Only this user's rules.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per rule.")
 @_DATA_DIR
 def acl_list(access_key: str | None, as_json: bool, data_dir: str) -> None:
     """Every rule: user, resource, actions, decision, sources."""

@@ -36,7 +36,7 @@ def _duration(seconds: float) -> str:
 
 @main.group()
 def cluster() -> None:
-    """Look at the brokers of a cluster."""
+    """The brokers of a cluster: list them with their roles, epochs and failover state."""
 
 
 def _row(item: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``pocketmq topic``, ``group``, ``send`` and ``consume`` (docs/cli.md).
+"""``pocketmq group``, ``send`` and ``consume`` (docs/cli.md; ``topic``: cli/topics.py).
 
 Every command talks to a broker through the SDK. Errors are printed to stderr and exit non-zero;
 ``--json`` output is one JSON object per line, for scripts. The SDK and rich are imported inside
@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from pocketmq.cli._app import main, parse_duration, server_option
+from pocketmq.cli.output import print_table
 from pocketmq.client.message import Message, MessageView, SendResult
 from pocketmq.errors import PocketMQError, TopicNotFoundError
 from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
@@ -82,86 +83,13 @@ def message_json(message: MessageView) -> dict[str, Any]:
     return out
 
 
-# -- topics ---------------------------------------------------------------------------------
-
-
-@main.group()
-def topic() -> None:
-    """Create and list topics."""
-
-
-@topic.command("create")
-@click.argument("name")
-@click.option("--queues", default=8, show_default=True, type=click.IntRange(1, 1024))
-@click.option(
-    "--type",
-    "topic_type",
-    default="normal",
-    show_default=True,
-    type=click.Choice(["normal", "fifo", "delay", "transaction"]),
-)
-@server_option
-@handle_errors
-def topic_create(name: str, queues: int, topic_type: str, server: str) -> None:
-    """Create (or update) a topic."""
-    from pocketmq.client.sync import SyncAdmin
-
-    with SyncAdmin(servers=server) as admin:
-        admin.create_topic(name, queues=queues, topic_type=topic_type)
-    click.echo(f"topic {name} created: {queues} queues, type {topic_type}")
-
-
-@topic.command("list")
-@click.option("--all", "show_all", is_flag=True, help="Include system topics (%RETRY%, %DLQ%).")
-@click.option("--json", "as_json", is_flag=True)
-@server_option
-@handle_errors
-def topic_list(show_all: bool, as_json: bool, server: str) -> None:
-    """List topics."""
-    from pocketmq.client.sync import SyncAdmin
-
-    with SyncAdmin(servers=server) as admin:
-        topics = [t for t in admin.list_topics() if show_all or not t.name.startswith("%")]
-    if as_json:
-        for t in topics:
-            click.echo(
-                json.dumps(
-                    {"name": t.name, "queues": t.queues, "type": t.topic_type, "perm": t.perm}
-                )
-            )
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("topic", "queues", "type", "perm")
-    for t in topics:
-        table.add_row(t.name, str(t.queues), t.topic_type, _perm(t.perm))
-    Console().print(table)
-
-
-@topic.command("delete")
-@click.argument("name")
-@server_option
-@handle_errors
-def topic_delete(name: str, server: str) -> None:
-    """Delete topic NAME on every broker (its messages age out with the commit log)."""
-    from pocketmq.client.sync import SyncAdmin
-
-    with SyncAdmin(servers=server) as admin:
-        admin.run(lambda a: a.delete_topic(name))
-    click.echo(f"deleted topic {name}")
-
-
-def _perm(perm: int) -> str:
-    return ("r" if perm & 4 else "-") + ("w" if perm & 2 else "-")
-
-
 # -- groups ---------------------------------------------------------------------------------
 
 
 @main.group()
 def group() -> None:
-    """Create and list consumer groups."""
+    """Create, list, inspect (status: consumers, offsets, lag), reset-offset and delete consumer
+    groups (on every broker of the cluster)."""
 
 
 @group.command("create")
@@ -180,7 +108,11 @@ def group() -> None:
 )
 @click.option("--broadcast", is_flag=True, help="Every consumer gets every message.")
 @click.option(
-    "--consume-from", default="first", show_default=True, type=click.Choice(["first", "last"])
+    "--consume-from",
+    default="first",
+    show_default=True,
+    type=click.Choice(["first", "last"]),
+    help="Where a new group starts on a queue: its oldest message, or after its newest.",
 )
 @server_option
 @handle_errors
@@ -266,7 +198,8 @@ def group_status(name: str, topics: tuple[str, ...], as_json: bool, server: str)
         consumers = admin.run(lambda a: a.consumers(name))
         names = list(topics) or [t.name for t in admin.list_topics()]
         rows = []
-        for topic in [*names, *([] if topics else [f"%RETRY%{name}"])]:
+        # the retry topic is listed once, whether list_topics named it or not
+        for topic in dict.fromkeys([*names, *([] if topics else [f"%RETRY%{name}"])]):
             try:
                 queues = admin.queues(topic, name)
             except TopicNotFoundError:
@@ -339,7 +272,7 @@ def group_reset_offset(
 
 
 @group.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
 @server_option
 @handle_errors
 def group_list(as_json: bool, server: str) -> None:
@@ -360,7 +293,6 @@ def group_list(as_json: bool, server: str) -> None:
             }
             click.echo(json.dumps(record))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("group", "fifo", "broadcast", "max retries", "retry delays", "consume from")
@@ -369,7 +301,7 @@ def group_list(as_json: bool, server: str) -> None:
         table.add_row(
             g.name, str(g.fifo), str(g.broadcast), str(g.max_retries), delays, g.consume_from
         )
-    Console().print(table)
+    print_table(table)
 
 
 # -- send and consume -----------------------------------------------------------------------
@@ -385,12 +317,14 @@ async def _send_one(server: str, message: Message) -> SendResult:
 @main.command()
 @click.argument("topic")
 @click.argument("body")
-@click.option("--tag")
+@click.option("--tag", help="The message's tag: consumers filter on it (--filter 'A || B').")
 @click.option("--key", "keys", multiple=True, help="Business key (repeatable).")
 @click.option("--message-group", help="FIFO message group.")
 @click.option("--delay", help="Deliver after this long, e.g. 5s.")
 @click.option("--property", "properties", multiple=True, help="NAME=VALUE (repeatable).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as one JSON object (id, queue...)."
+)
 @server_option
 @handle_errors
 def send(

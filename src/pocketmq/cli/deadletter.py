@@ -13,14 +13,15 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors, message_json, parse_when
+from pocketmq.cli.output import print_table
 from pocketmq.cli.progress import progress_bar
 from pocketmq.client import Admin, DeadLetter, MessageView, RedriveReport
 from pocketmq.client.sync import SyncAdmin
+from pocketmq.protocol.limits import MAX_QUERY_RESULTS
 
 __all__ = ["DeadLetterFilter"]
 
@@ -70,12 +71,12 @@ class DeadLetterFilter:
 
 @main.group()
 def message() -> None:
-    """Look up a message and its delivery history."""
+    """Look up messages: show one by id, query by business key, and its delivery history."""
 
 
 @message.command("show")
 @click.argument("message_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per stored copy.")
 @server_option
 @handle_errors
 def message_show(message_id: str, as_json: bool, server: str) -> None:
@@ -103,15 +104,23 @@ def _print_messages(messages: list[MessageView], as_json: bool, *, with_id: bool
 
 
 @message.command("query")
-@click.option("--topic", required=True)
+@click.option("--topic", required=True, help="The topic the messages were sent to.")
 @click.option("--key", required=True, help="A business key the messages were sent with.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--max",
+    "max_count",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1, MAX_QUERY_RESULTS),
+    help=f"At most this many per broker (a broker answers at most {MAX_QUERY_RESULTS}).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 @server_option
 @handle_errors
-def message_query(topic: str, key: str, as_json: bool, server: str) -> None:
-    """The messages of TOPIC sent with business key KEY (at most 32 per broker)."""
+def message_query(topic: str, key: str, max_count: int, as_json: bool, server: str) -> None:
+    """The messages of --topic sent with business key --key (at most --max per broker)."""
     with SyncAdmin(servers=server) as admin:
-        found = admin.run(lambda a: a.query_by_key(topic, key))
+        found = admin.run(lambda a: a.query_by_key(topic, key, max_count))
     if not found:
         raise click.ClickException(f"no message of {topic} with key {key}")
     _print_messages(found, as_json, with_id=True)
@@ -119,7 +128,7 @@ def message_query(topic: str, key: str, as_json: bool, server: str) -> None:
 
 @message.command("history")
 @click.argument("message_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per attempt.")
 @server_option
 @handle_errors
 def message_history(message_id: str, as_json: bool, server: str) -> None:
@@ -158,12 +167,13 @@ def message_history(message_id: str, as_json: bool, server: str) -> None:
             a.consumer,
             a.error,
         )
-    Console().print(table)
+    print_table(table)
 
 
 @main.group()
 def dlq() -> None:
-    """Inspect and redrive dead-letter queues."""
+    """Dead-letter queues: list and show their messages (with the error that killed each),
+    resend them."""
 
 
 @dlq.command("list")
@@ -171,7 +181,7 @@ def dlq() -> None:
 @click.option(
     "--filter", "filters", multiple=True, help="key=K, tag=T, id=ID, since=ISO, until=ISO"
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per dead letter.")
 @server_option
 @handle_errors
 def dlq_list(group: str, filters: tuple[str, ...], as_json: bool, server: str) -> None:
@@ -198,7 +208,7 @@ def dlq_list(group: str, filters: tuple[str, ...], as_json: bool, server: str) -
             str(m.delivery_attempt),
             letter.reason,
         )
-    Console().print(table)
+    print_table(table)
     click.echo(f"{len(letters)} dead letter(s) in %DLQ%{group}", err=True)
 
 

@@ -13,6 +13,7 @@ import click
 
 from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors
+from pocketmq.cli.output import print_table
 from pocketmq.cli.pipeline import TIMESTAMP
 
 __all__ = ["export_cmd"]
@@ -46,7 +47,6 @@ def export_cmd(
     """Export topics, dead-letter queues and the attempt history as Parquet under OUT:
     OUT/topics and OUT/dlq partitioned by topic/date, OUT/history by date. Only offsets no
     earlier run exported are read, so re-running is safe and cheap."""
-    from rich.console import Console
     from rich.table import Table
 
     from pocketmq.cli.progress import progress_bar
@@ -78,5 +78,5 @@ def export_cmd(
             str(s.already),
             str(s.skipped),
         )
-    Console(soft_wrap=True).print(table)
+    print_table(table)
     click.echo(f"written to {summary.out}/{{topics,dlq,history}} in {summary.seconds:.1f} s")

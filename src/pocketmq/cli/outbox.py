@@ -86,7 +86,8 @@ def _stub_json(stub: Any) -> dict[str, Any]:
 
 @main.group("outbox")
 def outbox() -> None:
-    """Inspect and repair outbox message stubs (the reliability toolkit's tables)."""
+    """Outbox message stubs (the reliability toolkit's tables): init-db, list, resend, void
+    and prune-log."""
 
 
 @outbox.command("init-db")
@@ -108,7 +109,13 @@ def init_db(url: str, table_prefix: str) -> None:
     type=click.Choice(_STATUSES, case_sensitive=False),
     help="Only stubs in this status; MANUAL = handed to manual handling (alerted).",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="At most this many stubs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def list_stubs(url: str, table_prefix: str, status: str | None, limit: int, as_json: bool) -> None:
     """List stubs, oldest first."""

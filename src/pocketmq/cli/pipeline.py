@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from pocketmq.cli._app import DURATION, main
+from pocketmq.cli.output import print_table
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.reliability.clock import utc_naive
 from pocketmq.reliability.policy import ResendPolicy
@@ -188,7 +189,6 @@ def _load_factory(spec: str) -> Callable[[], Any]:
 
 def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
     """A summary table on stdout (the commands' output; errors go to stderr)."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
@@ -196,7 +196,7 @@ def _print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
         table.add_column(header, justify="left" if i == 0 else "right")
     for row in rows:
         table.add_row(*[str(v) for v in row])
-    Console(soft_wrap=True).print(table)
+    print_table(table)
 
 
 def _print_written(where: str, seconds: float) -> None:
@@ -206,7 +206,8 @@ def _print_written(where: str, seconds: float) -> None:
 
 @main.group("pipeline")
 def pipeline() -> None:
-    """Spark jobs over the outbox, the consumer logs and broker exports."""
+    """Spark jobs over the outbox, the consumer logs and broker exports: reconcile, audit,
+    dlq-report, and demo-data to try them."""
 
 
 @pipeline.command("reconcile")

@@ -14,13 +14,15 @@ import sys
 import click
 
 from pocketmq.cli._app import main
+from pocketmq.cli.refusal import refusal
 from pocketmq.cli.serve import (
     LOG_LEVELS,
+    StartRefused,
     run_until_signalled,
     setup_logging,
     warn_if_key_is_readable,
 )
-from pocketmq.errors import BrokerError, InvalidArgumentError
+from pocketmq.errors import InvalidArgumentError
 from pocketmq.server.auth.network import is_loopback
 
 __all__ = ["proxy"]
@@ -85,7 +87,13 @@ __all__ = ["proxy"]
     hidden=True,
     help="Ask the broker GATEWAY_INFO this often (a worker's sign of life); 0: never.",
 )
-@click.option("--log-level", default="info", type=click.Choice(LOG_LEVELS))
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS),
+    help="How much goes to stderr.",
+)
 def proxy(
     broker: str,
     host: str,
@@ -157,8 +165,10 @@ def proxy(
 
     try:
         run_until_signalled(start, gateway.ready_line, gateway.close)
-    except (OSError, BrokerError) as exc:
-        raise click.ClickException(f"cannot start the proxy: {exc}") from None
+    except StartRefused as refused:
+        ports = {"the gRPC port, --grpc-port": grpc_port}
+        message = refusal(refused.cause, what="the proxy", ports=ports)
+        raise click.ClickException(message) from None
 
 
 def _stop_when_stdin_closes() -> None:

@@ -23,6 +23,7 @@ import msgspec
 
 from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
+from pocketmq.cli.refusal import REFUSALS, refusal
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
 from pocketmq.server.auth.network import is_loopback
@@ -33,6 +34,7 @@ from pocketmq.store import FlushMode, StoreConfig
 
 __all__ = [
     "LOG_LEVELS",
+    "StartRefused",
     "build_config",
     "run_until_signalled",
     "setup_logging",
@@ -168,12 +170,24 @@ def warn_if_key_is_readable(key_path: str | None) -> None:
         )  # fmt: skip
 
 
+class StartRefused(Exception):
+    """``start`` failed: what it raised is the cause, for a one-line message (cli/refusal.py);
+    errors after the ready line are not refusals and keep their own form."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 async def _run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    await start()
+    try:
+        await start()
+    except REFUSALS as exc:
+        raise StartRefused(exc) from exc
     # Everything allocated so far lives as long as the process: keep the cyclic collector from
     # re-scanning it, and let it run less often (fewer pauses on the request path).
     gc.freeze()
@@ -275,7 +289,11 @@ def setup_logging(level: str) -> None:
     "--config", "config_file", type=click.Path(exists=True, path_type=Path), help="TOML file."
 )
 @click.option(
-    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS),
+    help="How much goes to stderr.",
 )
 @click.option(
     "--loop",
@@ -370,17 +388,38 @@ def serve(
     logging.getLogger("pocketmq.server").info("event loop: %s", used)
     try:
         run_on_loop(_run_until_signalled(app.start, app.ready_line, app.close), loop)
-    except (OSError, InvalidArgumentError) as exc:
-        raise click.ClickException(f"cannot start the broker: {exc}") from None
+    except StartRefused as refused:
+        # one line (docs/cli.md, "Errors"); where in the code: --log-level debug
+        logging.getLogger("pocketmq.server").debug("start-up refused", exc_info=refused.cause)
+        message = refusal(
+            refused.cause,
+            what="the broker",
+            data_dir=config.broker.data_dir,
+            config_file=str(config_file) if config_file else None,
+            ports={
+                "the native port, --port": config.port,
+                "the gRPC port, --grpc-port": config.grpc_port,
+                "the HTTP port, --http-port": config.http_port,
+                "the embedded name server's port, --namesrv-port": config.namesrv_port,
+                "the replication port, --ha-port": config.ha_port or config.port + 1,
+            },
+        )
+        raise click.ClickException(message) from None
+    except (OSError, InvalidArgumentError) as exc:  # after the start: while running or stopping
+        raise click.ClickException(f"the broker failed: {exc}") from None
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=9876, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9876, show_default=True, type=int, help="Port (0 = any free port).")
 @click.option("--tls-cert", help="PEM certificate chain: the name server speaks TLS.")
 @click.option("--tls-key", help="PEM private key of --tls-cert.")
 @click.option(
-    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS),
+    help="How much goes to stderr.",
 )
 def namesrv(
     host: str, port: int, tls_cert: str | None, tls_key: str | None, log_level: str
@@ -404,8 +443,10 @@ def namesrv(
                 start, lambda: f"pocketmq namesrv ready namesrv={server.address}", server.close
             )
         )
-    except OSError as exc:
-        raise click.ClickException(f"cannot start the name server: {exc}") from None
+    except StartRefused as refused:
+        ports = {"the name server's port, --port": port}
+        message = refusal(refused.cause, what="the name server", ports=ports)
+        raise click.ClickException(message) from None
 
 
 def run_until_signalled(start: Any, ready: Any, stop: Any) -> None:

@@ -20,6 +20,7 @@ import click
 
 from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors
+from pocketmq.cli.output import print_table
 from pocketmq.cli.serve import build_config
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import PocketMQError
@@ -58,7 +59,7 @@ _config = click.option(
 
 @main.group()
 def store() -> None:
-    """Verify and repair a broker's message store."""
+    """A broker's message store on disk: check (verify every record) and repair."""
 
 
 @store.command()
@@ -154,27 +155,28 @@ def _as_json(report: CheckReport) -> dict[str, object]:
 
 @main.group()
 def broker() -> None:
-    """Look at a running broker."""
+    """A running broker: its status (everything it reports), its stats (the figures an
+    operator watches, per broker) and promote (make a slave the master of its group)."""
 
 
 @broker.command()
 @server_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per broker, one per line.")
 @handle_errors
-def status(server: str) -> None:
-    """The broker's counters, store state and replication, as JSON (one object per broker)."""
+def status(server: str, as_json: bool) -> None:
+    """Everything each broker reports: counters, store state and replication (slaves
+    included), as indented JSON; --json prints one object per line, for programs."""
     with SyncAdmin(servers=server) as admin:
         for item in admin.run(lambda a: a.broker_status()):
-            click.echo(
-                json.dumps(
-                    {
-                        "broker": item.broker_name,
-                        "version": item.version,
-                        "counters": item.counters,
-                        "store": item.store,
-                        "replication": item.replication,
-                    }
-                )
-            )
+            record = {
+                "broker": item.broker_name,
+                "address": item.address,
+                "version": item.version,
+                "counters": item.counters,
+                "store": item.store,
+                "replication": item.replication,
+            }
+            click.echo(json.dumps(record) if as_json else json.dumps(record, indent=2))
 
 
 _STATS = (
@@ -202,7 +204,6 @@ _STATS = (
 @handle_errors
 def stats(server: str, as_json: bool) -> None:
     """The figures an operator watches, one column per broker (slaves included)."""
-    from rich.console import Console
     from rich.table import Table
 
     with SyncAdmin(servers=server) as admin:
@@ -229,7 +230,7 @@ def stats(server: str, as_json: bool) -> None:
     table.add_row("store", *(_store_state(b.store) for b in brokers))
     for label, part, key in _STATS:
         table.add_row(label, *(f"{s[part].get(key, 0):,}" for s in sections))
-    Console().print(table)
+    print_table(table)
 
 
 def _store_state(store: Mapping[str, Any]) -> str:

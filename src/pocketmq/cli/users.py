@@ -24,13 +24,20 @@ def _store(data_dir: str) -> UserStore:
 
 @main.group()
 def user() -> None:
-    """Users with access keys (authentication of the official clients)."""
+    """Users with access keys (authentication): create, update, delete and list them."""
 
 
 @user.command("create")
 @click.argument("access_key")
 @click.option("--secret", help="The secret key (default: a random one, printed once).")
-@click.option("--type", "user_type", type=click.Choice(USER_TYPES), default="normal")
+@click.option(
+    "--type",
+    "user_type",
+    type=click.Choice(USER_TYPES),
+    default="normal",
+    show_default=True,
+    help="super: may do everything; normal: what `pocketmq acl` rules allow.",
+)
 @_DATA_DIR
 def user_create(access_key: str, secret: str | None, user_type: str, data_dir: str) -> None:
     """Add a user; prints its secret key (keep it: it is not shown again)."""
@@ -44,7 +51,12 @@ def user_create(access_key: str, secret: str | None, user_type: str, data_dir: s
 @user.command("update")
 @click.argument("access_key")
 @click.option("--secret", help="A new secret key.")
-@click.option("--type", "user_type", type=click.Choice(USER_TYPES))
+@click.option(
+    "--type",
+    "user_type",
+    type=click.Choice(USER_TYPES),
+    help="super: may do everything; normal: what `pocketmq acl` rules allow.",
+)
 @_DATA_DIR
 def user_update(access_key: str, secret: str | None, user_type: str | None, data_dir: str) -> None:
     """Change a user's secret key or type."""
@@ -66,7 +78,7 @@ def user_delete(access_key: str, data_dir: str) -> None:
 
 
 @user.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per user.")
 @_DATA_DIR
 def user_list(as_json: bool, data_dir: str) -> None:
     """Every user: access key, type, creation time (never a secret)."""

@@ -21,6 +21,7 @@ if typing.TYPE_CHECKING:
         RedriveItem,
         RedriveReport,
         StoredMessage,
+        TopicChange,
         TopicInfo,
         TransactionInfo,
     )
@@ -75,6 +76,7 @@ __all__ = [
     "SendStatus",
     "SimpleConsumer",
     "StoredMessage",
+    "TopicChange",
     "TopicInfo",
     "TransactionChecker",
     "TransactionInfo",
@@ -97,6 +99,7 @@ _MODULES = {
     "RedriveItem": "admin_types",
     "RedriveReport": "admin_types",
     "StoredMessage": "admin_types",
+    "TopicChange": "admin_types",
     "TopicInfo": "admin_types",
     "TransactionInfo": "admin_types",
     "Backoff": "backoff",

@@ -23,6 +23,7 @@ from pocketmq.client.admin_types import (
     RedriveItem,
     RedriveReport,
     StoredMessage,
+    TopicChange,
     TopicInfo,
     TransactionInfo,
     attempt_from_wire,
@@ -32,7 +33,12 @@ from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
-from pocketmq.errors import InvalidArgumentError, MessageNotFoundError, TopicNotFoundError
+from pocketmq.errors import (
+    InvalidArgumentError,
+    MessageNotFoundError,
+    PreconditionFailedError,
+    TopicNotFoundError,
+)
 from pocketmq.names import validate_group_name, validate_topic_name
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -91,16 +97,71 @@ class Admin(ClientBase):
 
     async def create_topic(
         self, name: str, *, queues: int = 8, topic_type: str = "normal", perm: int = 6
-    ) -> None:
+    ) -> bool:
         """Create topic ``name`` with ``queues`` queues on every broker (``topic_type``:
-        normal, fifo, delay or transaction; ``perm``: 4 read + 2 write)."""
+        normal, fifo, delay or transaction; ``perm``: 4 read + 2 write). True when some broker
+        created it, False when it existed everywhere with these settings; a topic that exists
+        with other settings is refused (:class:`~pocketmq.errors.PreconditionFailedError`
+        naming the difference): :meth:`update_topic` changes it."""
         validate_topic_name(name)
         if topic_type not in TOPIC_TYPES:
             raise InvalidArgumentError(f"topic type must be one of {', '.join(TOPIC_TYPES)}")
-        await self._on_every_broker(
-            RequestCode.CREATE_TOPIC, w.TopicSpec(name, queues, topic_type, perm)
-        )
+        spec = w.TopicSpec(name, queues, topic_type, perm)
+        created = False
+        for address in await self._brokers():
+            reply = await self._call(address, RequestCode.CREATE_TOPIC, spec, w.CreateTopicResponse)
+            created = created or reply.created
         self.routes.invalidate(name)
+        return created
+
+    async def update_topic(
+        self,
+        name: str,
+        *,
+        queues: int | None = None,
+        topic_type: str | None = None,
+        perm: int | None = None,
+        force: bool = False,
+    ) -> list[TopicChange]:
+        """Change topic ``name`` on every broker: its queue count, type or permission (None:
+        unchanged). Every broker is asked first what the change would cost; dropping queues
+        that hold messages a group has not consumed (or, when no group consumed the topic, any
+        message) is refused on all of them, with the counts, unless ``force`` — the messages of
+        dropped queues stay in the store, hidden, and come back if the topic grows again
+        (docs/cli.md, "topic update")."""
+        validate_topic_name(name)
+        if topic_type is not None and topic_type not in TOPIC_TYPES:
+            raise InvalidArgumentError(f"topic type must be one of {', '.join(TOPIC_TYPES)}")
+        if queues is not None and not 1 <= queues <= 1024:
+            raise InvalidArgumentError("queue count must be between 1 and 1024")
+        request = w.UpdateTopicRequest(
+            name,
+            queues or 0,
+            topic_type or "",
+            -1 if perm is None else perm,
+            force,
+        )
+        addresses = await self._brokers()
+        refusals = []
+        for address in addresses:  # a dry run everywhere first: all of it, or nothing
+            reply = await self._call(
+                address,
+                RequestCode.UPDATE_TOPIC,
+                msgspec.structs.replace(request, dry_run=True),
+                w.UpdateTopicResponse,
+            )
+            if reply.refusal:
+                refusals.append(f"{reply.broker_name}: {reply.refusal}")
+        if refusals:
+            raise PreconditionFailedError("; ".join(refusals))
+        changes = [
+            TopicChange.from_wire(
+                await self._call(address, RequestCode.UPDATE_TOPIC, request, w.UpdateTopicResponse)
+            )
+            for address in addresses
+        ]
+        self.routes.invalidate(name)
+        return changes
 
     async def delete_topic(self, name: str) -> None:
         """Delete topic ``name`` on every broker."""

@@ -30,6 +30,7 @@ __all__ = [
     "RedriveItem",
     "RedriveReport",
     "StoredMessage",
+    "TopicChange",
     "TopicInfo",
     "TransactionInfo",
 ]
@@ -47,6 +48,44 @@ class TopicInfo:
     queues: int
     topic_type: str
     perm: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    """What :meth:`Admin.update_topic` did on one broker (or, refused, would have done):
+    ``dropped_queues`` are hidden, not emptied (their messages stay in the store and come back
+    if the topic grows again); ``stored`` messages are in them, and ``unconsumed`` says per group
+    with progress on the topic how many of those it has not consumed."""
+
+    broker_name: str
+    before: TopicInfo
+    after: TopicInfo
+    dropped_queues: tuple[int, ...]
+    stored: int
+    unconsumed: Mapping[str, int]
+    applied: bool
+
+    @property
+    def changed(self) -> bool:
+        """Whether the topic's settings differ after the update."""
+        return self.before != self.after
+
+    @staticmethod
+    def from_wire(reply: w.UpdateTopicResponse) -> TopicChange:
+        """The admin client's value for a broker's UPDATE_TOPIC answer."""
+        return TopicChange(
+            reply.broker_name,
+            _topic_info(reply.before),
+            _topic_info(reply.after),
+            tuple(reply.dropped_queues),
+            reply.stored,
+            dict(reply.unconsumed),
+            reply.applied,
+        )
+
+
+def _topic_info(spec: w.TopicSpec) -> TopicInfo:
+    return TopicInfo(spec.name, spec.queues, spec.topic_type, spec.perm)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from pocketmq.protocol import (
     decode_body,
     encode_body,
     encode_frame,
+    foreign_protocol,
 )
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import challenge_signature
@@ -54,6 +55,12 @@ PushHandler = Callable[["ClientConnection", int, bytes], None]
 
 CLIENT_VERSION: Final = VERSION
 _LONG_POLLS: Final = frozenset({RequestCode.PULL, RequestCode.POP})
+# what answers in these protocols on a pocketmq machine (docs/cli.md, "Errors")
+_FOREIGN_PORTS: Final = {
+    "HTTP/1.x": "like a broker's metrics and dashboard port (--http-port, 5557)",
+    "HTTP/2": "like a broker's gRPC port for the official RocketMQ clients (--grpc-port, 8081) "
+    "or etcd",
+}
 
 
 class ClientConnection(asyncio.Protocol):
@@ -74,6 +81,8 @@ class ClientConnection(asyncio.Protocol):
         self._last_active = 0.0
         self._idle_check: asyncio.TimerHandle | None = None
         self._refusal: Exception | None = None  # the broker's reason for closing, if it gave one
+        # the peer's first bytes, kept until a frame decodes: they tell a wrong port
+        self._first_bytes: bytes | None = b""
         self.hello: w.HelloResponse | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -94,6 +103,7 @@ class ClientConnection(asyncio.Protocol):
             self._idle_check = None
         self._fail_all(
             self._refusal
+            or self._not_native()
             or BrokerConnectionError(f"connection to {self.address} lost", address=self.address)
         )
         self._transport = None
@@ -112,13 +122,20 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """asyncio: bytes arrived; complete frames answer requests or go to the push handler."""
         self._last_active = asyncio.get_running_loop().time()
+        if self._first_bytes is not None and len(self._first_bytes) < 16:
+            self._first_bytes += data[: 16 - len(self._first_bytes)]
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as exc:
-            log.error("broker %s sent a malformed frame: %s", self.address, exc)
-            self._fail_all(BrokerConnectionError(str(exc), address=self.address))
+            error = self._not_native()
+            if error is None:
+                log.error("broker %s sent a malformed frame: %s", self.address, exc)
+                error = BrokerConnectionError(str(exc), address=self.address)
+            self._fail_all(error)
             self.close()
             return
+        if frames:
+            self._first_bytes = None
         for frame in frames:
             if frame.kind == FrameKind.RESPONSE:
                 waiting = self._pending.pop(frame.request_id, None)
@@ -149,6 +166,26 @@ class ClientConnection(asyncio.Protocol):
                     self._on_push(self, frame.code, frame.body)
                 except Exception:
                     log.exception("handling a push from %s failed", self.address)
+
+    def _not_native(self) -> BrokerConnectionError | None:
+        """The error for a peer that is not a pocketmq native port, judged by the first bytes
+        it sent before any frame (docs/cli.md, "Errors"); None when they do not tell."""
+        what = foreign_protocol(self._first_bytes) if self._first_bytes else None
+        if what is None:
+            return None
+        if what == "TLS":
+            text = (
+                f"{self.address} answered in TLS: it expects a TLS client; set "
+                "POCKETMQ_TLS_CA=ca.pem (or POCKETMQ_TLS=1), ClientConfig(tls=...) in the SDK "
+                "(docs/security.md)"
+            )
+        else:
+            text = (
+                f"{self.address} is not a pocketmq native port: it answered in {what}, "
+                f"{_FOREIGN_PORTS[what]}; use a broker's native port (--port, 10911) or a name "
+                "server's (9876)"
+            )
+        return BrokerConnectionError(text, address=self.address)
 
     # -- requests -------------------------------------------------------------------------
 

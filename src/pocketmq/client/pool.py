@@ -1,6 +1,8 @@
 """Connections by address, opened on first use and reopened after a break.
 
-Concurrent first uses of an address share one connection attempt.
+Concurrent first uses of an address share one connection attempt: a task, shielded so that one
+caller giving up does not cancel it for the others; its outcome is always read, whoever still
+waits for it.
 """
 
 from __future__ import annotations
@@ -51,10 +53,19 @@ class ConnectionPool:
                 )
             )
             self._connecting[address] = task
-            task.add_done_callback(lambda _: self._connecting.pop(address, None))
+            task.add_done_callback(lambda done: self._settled(address, done))
         connection = await asyncio.shield(task)
         self._connections[address] = connection
         return connection
+
+    def _settled(self, address: str, task: asyncio.Task[ClientConnection]) -> None:
+        """A connection attempt ended. Its outcome is read here: every caller that awaited it
+        may have been cancelled meanwhile (a consumer closing, a timeout), and the shielded
+        attempt then failing (the broker went away) would otherwise be logged by asyncio as
+        "Task exception was never retrieved" when the task is collected."""
+        self._connecting.pop(address, None)
+        if not task.cancelled():
+            task.exception()
 
     def open_connections(self) -> list[ClientConnection]:
         """The connections still open: where a closing consumer says goodbye."""

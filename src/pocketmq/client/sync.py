@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 from pocketmq.client.admin import Admin
-from pocketmq.client.admin_types import GroupInfo, QueueInfo, TopicInfo
+from pocketmq.client.admin_types import GroupInfo, QueueInfo, TopicChange, TopicInfo
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.consumer.config import PushConsumerConfig
 from pocketmq.client.consumer.push import PushConsumer
@@ -302,9 +302,22 @@ class SyncAdmin(_SyncResource):
 
         return self._loop.run(invoke())
 
-    def create_topic(self, name: str, *, queues: int = 8, topic_type: str = "normal") -> None:
+    def create_topic(self, name: str, *, queues: int = 8, topic_type: str = "normal") -> bool:
         """Blocking :meth:`Admin.create_topic`."""
-        self.run(lambda a: a.create_topic(name, queues=queues, topic_type=topic_type))
+        return self.run(lambda a: a.create_topic(name, queues=queues, topic_type=topic_type))
+
+    def update_topic(
+        self,
+        name: str,
+        *,
+        queues: int | None = None,
+        topic_type: str | None = None,
+        force: bool = False,
+    ) -> list[TopicChange]:
+        """Blocking :meth:`Admin.update_topic`."""
+        return self.run(
+            lambda a: a.update_topic(name, queues=queues, topic_type=topic_type, force=force)
+        )
 
     def list_topics(self) -> list[TopicInfo]:
         """Blocking :meth:`Admin.list_topics`."""

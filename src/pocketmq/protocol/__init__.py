@@ -6,7 +6,13 @@ See docs/protocol.md.
 
 from pocketmq.protocol import structs
 from pocketmq.protocol.codes import FrameKind, RequestCode
-from pocketmq.protocol.frames import Frame, FrameDecoder, FrameHeader, encode_frame
+from pocketmq.protocol.frames import (
+    Frame,
+    FrameDecoder,
+    FrameHeader,
+    encode_frame,
+    foreign_protocol,
+)
 from pocketmq.protocol.limits import (
     HEADER_SIZE,
     MAX_FRAME_BEFORE_HELLO,
@@ -28,5 +34,6 @@ __all__ = [
     "decode_body",
     "encode_body",
     "encode_frame",
+    "foreign_protocol",
     "structs",
 ]

@@ -13,6 +13,7 @@ __all__ = [
     "AttemptRecord",
     "BrokerStatusResponse",
     "BrowseRequest",
+    "CreateTopicResponse",
     "GroupSpec",
     "ListGroupsResponse",
     "ListTopicsResponse",
@@ -32,6 +33,8 @@ __all__ = [
     "ResetOffsetRequest",
     "ResetOffsetResponse",
     "TopicSpec",
+    "UpdateTopicRequest",
+    "UpdateTopicResponse",
 ]
 
 
@@ -138,6 +141,42 @@ class TopicSpec(Body, frozen=True):
     queues: int = 8
     topic_type: str = "normal"  # normal | fifo | delay | transaction
     perm: int = 6  # 4 read + 2 write
+
+
+class CreateTopicResponse(Body, frozen=True):
+    """CREATE_TOPIC's answer: False when the topic existed already with the same settings (a
+    topic existing with other settings is refused: UPDATE_TOPIC changes it)."""
+
+    created: bool = True
+
+
+class UpdateTopicRequest(Body, frozen=True):
+    """Change a topic's queues, type or permission (what is left at its "unchanged" value stays).
+    Dropping queues that hold messages a group has not consumed is refused unless ``force``;
+    ``dry_run`` answers what would happen, refusal included, and changes nothing."""
+
+    name: str
+    queues: int = 0  # 0: unchanged
+    topic_type: str = ""  # "": unchanged
+    perm: int = -1  # -1: unchanged
+    force: bool = False
+    dry_run: bool = False
+
+
+class UpdateTopicResponse(Body, frozen=True):
+    """What a topic update did (or, dry run, would do) on one broker: the definitions before and
+    after, the queues dropped (hidden: their messages stay in the store and come back if the topic
+    grows again), the messages stored there and, per group with progress on the topic, how many
+    of them it has not consumed; ``refusal`` says why it was (or would be) refused."""
+
+    broker_name: str
+    before: TopicSpec
+    after: TopicSpec
+    dropped_queues: list[int] = []
+    stored: int = 0
+    unconsumed: dict[str, int] = {}
+    refusal: str = ""
+    applied: bool = False
 
 
 class GroupSpec(Body, frozen=True):

@@ -18,7 +18,7 @@ from pocketmq.errors import ProtocolError
 from pocketmq.protocol.codes import FrameKind
 from pocketmq.protocol.limits import HEADER_SIZE, MAX_FRAME_BODY
 
-__all__ = ["Frame", "FrameDecoder", "FrameHeader", "encode_frame"]
+__all__ = ["Frame", "FrameDecoder", "FrameHeader", "encode_frame", "foreign_protocol"]
 
 _HEADER: Final = struct.Struct("<IBBHI")
 _KINDS: Final = frozenset(int(k) for k in FrameKind)
@@ -49,6 +49,27 @@ def encode_frame(kind: int, code: int, request_id: int, body: bytes) -> bytes:
     if len(body) > MAX_FRAME_BODY:
         raise ProtocolError(f"frame body of {len(body)} bytes exceeds {MAX_FRAME_BODY}")
     return _HEADER.pack(len(body) + 8, kind, 0, code, request_id) + body
+
+
+# the first 9 bytes an HTTP/2 server sends: a SETTINGS frame (type 4) on stream 0, flags 0 or ACK
+_HTTP2_SETTINGS: Final = struct.Struct(">3sBBI")
+
+
+def foreign_protocol(first_bytes: bytes) -> str | None:
+    """The protocol a peer speaks, judged by the first bytes it sent, when that is not
+    pocketmq's framing: ``"HTTP/1.x"``, ``"HTTP/2"`` (gRPC, etcd) or ``"TLS"``; None when the
+    bytes do not tell. Ask only when the bytes failed to decode as frames (or the peer closed
+    before the first frame): a client pointed at the wrong port then says which port it
+    reached instead of "frame length 68681728 outside ..." (docs/cli.md, "Errors")."""
+    if first_bytes.startswith(b"HTTP/"):
+        return "HTTP/1.x"
+    if len(first_bytes) >= _HTTP2_SETTINGS.size:
+        length, kind, flags, stream = _HTTP2_SETTINGS.unpack_from(first_bytes)
+        if kind == 4 and flags in (0, 1) and stream == 0 and int.from_bytes(length) % 6 == 0:
+            return "HTTP/2"
+    if len(first_bytes) >= 3 and first_bytes[0] in (0x15, 0x16) and first_bytes[1] == 3:
+        return "TLS"  # a TLS record: an alert (0x15) or a handshake (0x16), version 3.x
+    return None
 
 
 class FrameDecoder:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pocketmq.errors import TopicNotFoundError
+from pocketmq.errors import ServiceUnavailableError, TopicNotFoundError
 from pocketmq.protocol import structs as w
-from pocketmq.server.namesrv.routes import RouteTable
+from pocketmq.server.namesrv.routes import DEPARTED_MEMORY, RouteTable
 
 TOPIC = [w.TopicSpec("T", 2, "normal", 6)]
 
@@ -95,3 +95,65 @@ def test_silent_brokers_expire() -> None:
     clock.now = 130
     assert table.expire() == [("g1", 0)]
     assert [b.broker_id for b in table.brokers()] == [1]
+
+
+# -- what a client is told when no live broker serves a topic (issue 29 item 15) --------------
+
+
+def test_a_topic_only_gone_brokers_held_is_unreachable_not_missing() -> None:
+    clock = Clock()
+    table = RouteTable(clock=clock)
+    link = object()
+    table.register(broker(0, "master", 1), TOPIC, link)
+    clock.now = 40
+    table.disconnected(link)
+    clock.now = 52
+    with pytest.raises(ServiceUnavailableError) as refused:
+        table.route("T")
+    text = str(refused.value)
+    assert "topic 'T' is on no reachable broker" in text
+    assert "g1/0 at 127.0.0.1:10000 went away 12 s ago (its connection closed)" in text
+    assert "does not exist" not in text
+    with pytest.raises(ServiceUnavailableError, match=r"no broker is registered .* now: the last"):
+        table.route("other")  # no topic held by a gone broker, but no broker at all either
+    table.register(broker(1, "master", 1, name="g2"), [])
+    with pytest.raises(TopicNotFoundError, match="'other' does not exist on any broker"):
+        table.route("other")  # a name no broker held is still a missing topic
+
+
+def test_the_error_says_how_each_broker_left() -> None:
+    clock = Clock()
+    table = RouteTable(expiry=120, clock=clock)
+    table.register(broker(0, "master", 1), TOPIC)
+    table.register(broker(0, "master", 1, name="g2"), TOPIC)
+    table.unregister("g1", 0)
+    clock.now = 121
+    with pytest.raises(ServiceUnavailableError) as refused:
+        table.route("T")
+    assert "g1/0 at 127.0.0.1:10000 went away 121 s ago (it shut down)" in str(refused.value)
+    assert "g2/0 at 127.0.0.1:10000 went away 0 s ago (it was silent for 120 s)" in str(
+        refused.value
+    )
+
+
+def test_a_broker_that_comes_back_serves_the_topic_again_and_is_forgotten_a_day_on() -> None:
+    clock = Clock()
+    table = RouteTable(clock=clock)
+    table.register(broker(0, "master", 1), TOPIC)
+    table.unregister("g1", 0)
+    table.register(broker(0, "master", 1), TOPIC)
+    assert table.route("T").brokers
+    table.unregister("g1", 0)
+    table.register(broker(5, "master", 1, name="g9"), [])  # someone else is here, without T
+    clock.now = DEPARTED_MEMORY + 1
+    table.register(broker(5, "master", 1, name="g9"), [])
+    table.expire()
+    with pytest.raises(TopicNotFoundError):
+        table.route("T")
+
+
+def test_a_name_server_no_broker_registered_with_says_so() -> None:
+    with pytest.raises(
+        ServiceUnavailableError, match="no broker is registered with this name server yet"
+    ):
+        RouteTable().route("T")

@@ -9,6 +9,10 @@ registered as master), then its slaves, and the queues as the master serves them
 group has no live master, as its slaves do, read-only (docs/replication.md §5). A master that
 registers with a lower epoch than its group's master learns who the master is from the answer, and
 steps down (§6).
+
+A broker that goes away is remembered for a day (its address, topics and why it left), so a
+client asking for a topic only gone brokers held is told they are unreachable, not that the topic
+does not exist; and a name server no broker ever registered with says that (issue 29 item 15).
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pocketmq.errors import TopicNotFoundError
+from pocketmq.errors import ServiceUnavailableError, TopicNotFoundError
 from pocketmq.protocol import structs as w
 
-__all__ = ["BROKER_EXPIRY", "RouteTable"]
+__all__ = ["BROKER_EXPIRY", "DEPARTED_MEMORY", "RouteTable"]
 
 BROKER_EXPIRY = 120.0
+# how long a broker that went away is remembered for the error a client gets (module doc)
+DEPARTED_MEMORY = 24 * 3600.0
 PERM_READ = 4
 
 
@@ -34,6 +40,14 @@ class _Registration:
     channel: object = None
 
 
+@dataclass(slots=True)
+class _Departure:
+    broker: w.BrokerAddress
+    topics: frozenset[str]
+    at: float
+    why: str  # "its connection closed", "it shut down", "it was silent for 120 s"
+
+
 class RouteTable:
     """Registrations by (group, broker id), and the routes and masters derived from them."""
 
@@ -41,6 +55,7 @@ class RouteTable:
         self._expiry = expiry
         self._clock = clock
         self._brokers: dict[tuple[str, int], _Registration] = {}
+        self._departed: dict[tuple[str, int], _Departure] = {}
 
     def register(
         self, broker: w.BrokerAddress, topics: list[w.TopicSpec], channel: object = None
@@ -50,6 +65,7 @@ class RouteTable:
         self._brokers[(broker.name, broker.broker_id)] = _Registration(
             broker, {t.name: t for t in topics}, self._clock(), channel
         )
+        self._departed.pop((broker.name, broker.broker_id), None)
         master = self.master(broker.name)
         if master is None:
             return w.RegisterBrokerResponse()
@@ -60,18 +76,28 @@ class RouteTable:
         now = self._clock()
         gone = [k for k, r in self._brokers.items() if now - r.last_seen > self._expiry]
         for key in gone:
-            del self._brokers[key]
+            self._depart(key, f"it was silent for {self._expiry:.0f} s")
+        for key in [k for k, d in self._departed.items() if now - d.at > DEPARTED_MEMORY]:
+            del self._departed[key]
         return gone
+
+    def _depart(self, key: tuple[str, int], why: str) -> None:
+        """Drop a registration, remembering the broker for the errors clients get."""
+        registration = self._brokers.pop(key)
+        self._departed[key] = _Departure(
+            registration.broker, frozenset(registration.topics), self._clock(), why
+        )
 
     def unregister(self, name: str, broker_id: int) -> None:
         """Forget one broker of a group (it announced its shutdown)."""
-        self._brokers.pop((name, broker_id), None)
+        if (name, broker_id) in self._brokers:
+            self._depart((name, broker_id), "it shut down")
 
     def disconnected(self, channel: object) -> list[tuple[str, int]]:
         """A connection closed: drop the brokers whose latest registration came over it."""
         gone = [k for k, r in self._brokers.items() if channel is not None and r.channel is channel]
         for key in gone:
-            del self._brokers[key]
+            self._depart(key, "its connection closed")
         return gone
 
     def master(self, group: str) -> w.BrokerAddress | None:
@@ -114,11 +140,44 @@ class RouteTable:
             brokers.extend(r.broker for r in members)
             queues.extend(w.QueueRoute(group, q, perm) for q in range(spec.queues))
         if not brokers:
-            raise TopicNotFoundError(
-                f"topic {topic!r} does not exist on any broker; create it with "
-                f"`pocketmq topic create {topic}`"
-            )
+            raise self._no_route(topic)
         return w.RouteResponse(topic, topic_type, brokers, queues)
+
+    def _no_route(self, topic: str) -> Exception:
+        """Why no live broker serves ``topic``: the brokers that held it went away (retriable:
+        they may come back, or their group fail over), no broker ever registered here, or no
+        broker has the topic."""
+        now = self._clock()
+        held = sorted(
+            (d for d in self._departed.values() if topic in d.topics),
+            key=lambda d: (d.broker.name, d.broker.broker_id),
+        )
+        if held:
+            gone = "; ".join(
+                f"{d.broker.name}/{d.broker.broker_id} at {d.broker.address} went away "
+                f"{now - d.at:.0f} s ago ({d.why})"
+                for d in held
+            )
+            return ServiceUnavailableError(
+                f"topic {topic!r} is on no reachable broker: {gone}; start it again (a group "
+                "with slaves keeps serving reads and, with --controller, fails over)"
+            )
+        if not self._brokers:
+            last = max(self._departed.values(), key=lambda d: d.at, default=None)
+            since = (
+                f"now: the last one, {last.broker.name}/{last.broker.broker_id} at "
+                f"{last.broker.address}, went away {now - last.at:.0f} s ago ({last.why})"
+                if last is not None
+                else "yet"
+            )
+            return ServiceUnavailableError(
+                f"no broker is registered with this name server {since}; start one with "
+                "`pocketmq serve --namesrv HOST:PORT` (this name server's address)"
+            )
+        return TopicNotFoundError(
+            f"topic {topic!r} does not exist on any broker; create it with "
+            f"`pocketmq topic create {topic}`"
+        )
 
     def brokers(self) -> list[w.BrokerAddress]:
         """Every live broker of every group, sorted by group and id."""

@@ -10,6 +10,7 @@ from pocketmq.broker import (
     GroupConfig,
     RetryPolicy,
     SendOutcome,
+    TopicConfig,
     TransactionStatus,
 )
 from pocketmq.errors import Code, InvalidArgumentError
@@ -23,8 +24,14 @@ __all__ = [
     "send_result_from_wire",
     "send_result_to_wire",
     "to_wire",
+    "topic_spec",
     "transaction_to_wire",
 ]
+
+
+def topic_spec(topic: TopicConfig) -> w.TopicSpec:
+    """A topic's definition as listings, registrations and topic updates carry it."""
+    return w.TopicSpec(topic.name, topic.queues, topic.topic_type.value, topic.perm)
 
 
 def to_wire(message: Delivered, broker_name: str) -> w.DeliveredMessage:

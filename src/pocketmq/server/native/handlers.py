@@ -45,6 +45,7 @@ from pocketmq.server.native.convert import (
     group_to_spec,
     send_result_to_wire,
     to_wire,
+    topic_spec,
     transaction_to_wire,
 )
 from pocketmq.server.native.paging import (
@@ -321,10 +322,37 @@ def broker_handlers(
         fitted = fit(page, RESPONSE_BUDGET)
         return w.QueryMessageResponse(fitted, len(fitted) < len(page))
 
-    async def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.Empty:
+    async def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.CreateTopicResponse:
+        existed = broker.topics.get(req.name) is not None
         broker.create_topic(req.name, queues=req.queues, topic_type=req.topic_type, perm=req.perm)
+        if existed:  # the same settings: nothing changed (others are refused)
+            return w.CreateTopicResponse(created=False)
         await topics_changed()
-        return w.Empty()
+        return w.CreateTopicResponse()
+
+    async def update_topic(
+        conn: ServerConnection, req: w.UpdateTopicRequest
+    ) -> w.UpdateTopicResponse:
+        change = broker.update_topic(
+            req.name,
+            queues=req.queues,
+            topic_type=req.topic_type,
+            perm=req.perm,
+            force=req.force,
+            dry_run=req.dry_run,
+        )
+        if change.applied and change.before != change.after:
+            await topics_changed()
+        return w.UpdateTopicResponse(
+            name,
+            topic_spec(change.before),
+            topic_spec(change.after),
+            list(change.dropped),
+            change.stored,
+            change.unconsumed,
+            change.refusal,
+            change.applied,
+        )
 
     async def delete_topic(conn: ServerConnection, req: w.NameRequest) -> w.Empty:
         broker.delete_topic(req.name)
@@ -332,9 +360,7 @@ def broker_handlers(
         return w.Empty()
 
     def list_topics(conn: ServerConnection, req: w.Empty) -> w.ListTopicsResponse:
-        return w.ListTopicsResponse(
-            [w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm) for t in broker.topics.all()]
-        )
+        return w.ListTopicsResponse([topic_spec(t) for t in broker.topics.all()])
 
     async def create_group(conn: ServerConnection, req: w.GroupSpec) -> w.Empty:
         broker.create_group(group_from_spec(req, broker.config.max_delay))
@@ -499,6 +525,7 @@ def broker_handlers(
         RequestCode.UNLOCK_QUEUES: unlock_queues,
         RequestCode.QUERY_MESSAGE: query_message,
         RequestCode.CREATE_TOPIC: create_topic,
+        RequestCode.UPDATE_TOPIC: update_topic,
         RequestCode.DELETE_TOPIC: delete_topic,
         RequestCode.LIST_TOPICS: list_topics,
         RequestCode.CREATE_GROUP: create_group,

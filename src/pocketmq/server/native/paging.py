@@ -14,6 +14,7 @@ from typing import Final
 
 from pocketmq.protocol import MAX_FRAME_BODY
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.limits import MAX_QUERY_RESULTS
 
 __all__ = [
     "MAX_QUERY_RESULTS",
@@ -29,8 +30,6 @@ __all__ = [
 # room for a response's own fields and its list header, beside the messages
 RESPONSE_MARGIN: Final = 256 * 1024
 RESPONSE_BUDGET: Final = MAX_FRAME_BODY - RESPONSE_MARGIN
-# a query reads this many matches at most (skip + max_count): its candidates are read whole
-MAX_QUERY_RESULTS: Final = 256
 # a REDRIVE answers one item per offset
 MAX_REDRIVE_OFFSETS: Final = 10_000
 # MessagePack framing of a DeliveredMessage beside its strings and body: the array header,

@@ -76,6 +76,7 @@ _NEEDS: dict[int, Callable[[Any], list[Need]]] = {
     RequestCode.BROWSE: lambda r: [topic_need(r.topic, _A.GET)],
     RequestCode.REDRIVE: lambda r: [_group(r.group, _A.UPDATE)],
     RequestCode.CREATE_TOPIC: lambda r: [topic_need(r.name, _A.CREATE)],
+    RequestCode.UPDATE_TOPIC: lambda r: [topic_need(r.name, _A.UPDATE)],
     RequestCode.DELETE_TOPIC: lambda r: [topic_need(r.name, _A.DELETE)],
     RequestCode.LIST_TOPICS: lambda r: [("Cluster", CLUSTER, _A.LIST)],
     RequestCode.CREATE_GROUP: lambda r: [_group(r.name, _A.CREATE)],

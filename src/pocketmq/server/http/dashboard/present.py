@@ -14,6 +14,7 @@ from pocketmq.server.http.dashboard import actions
 __all__ = [
     "age",
     "copy_json",
+    "counted",
     "group_json",
     "letter_json",
     "line_json",
@@ -39,6 +40,11 @@ def age(ms: int) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.1f} s"
+
+
+def counted(count: int, noun: str) -> str:
+    """``"1 segment"``, ``"2 segments"``, ``"1,024 bytes"``: a count with its noun agreeing."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def preview(body: bytes) -> tuple[str, str]:

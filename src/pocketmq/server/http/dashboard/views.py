@@ -30,7 +30,7 @@ from pocketmq.broker.overview import (
     last_error,
 )
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveRecord
-from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
+from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, TopicConfig
 from pocketmq.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
@@ -47,6 +47,7 @@ from pocketmq.server.http.dashboard.guard import CSRF_HEADER, Guard, csrf_token
 from pocketmq.server.http.dashboard.present import (
     age,
     copy_json,
+    counted,
     group_json,
     letter_json,
     line_json,
@@ -79,6 +80,7 @@ class Dashboard:
         )
         self._templates.filters["when"] = when
         self._templates.filters["age"] = age
+        self._templates.filters["counted"] = counted
         self._rates: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
         self.sign_in = SignIn(guard, self._render)
 
@@ -194,6 +196,7 @@ class Dashboard:
             more=len(overviews) > (page + 1) * PAGE,
             scheduled=self._broker.schedule.pending(),
             status=self._broker.status(),
+            held=sum(self._held(config) for config in self._user_topics()),
             role=self._broker.role.value,
         )
 
@@ -379,13 +382,8 @@ class Dashboard:
             lag.setdefault(topic, {}).setdefault(group, 0)
             lag[topic][group] += behind
         rows = []
-        for config in sorted(broker.topics.all(), key=lambda t: t.name):
-            if config.name.startswith((DLQ_PREFIX, RETRY_PREFIX)) or config.system:
-                continue
-            stored = sum(
-                broker.store.max_offset(config.name, q) - broker.store.min_offset(config.name, q)
-                for q in range(config.queues)
-            )
+        for config in self._user_topics():
+            stored = self._held(config)
             rate = (counts.get(config.name, 0) - before.get(config.name, 0)) / elapsed
             rows.append(
                 {
@@ -399,6 +397,23 @@ class Dashboard:
                 }
             )
         return rows
+
+    def _user_topics(self) -> list[TopicConfig]:
+        """The topics users send to, by name: no retry, dead-letter or system topic."""
+        return [
+            config
+            for config in sorted(self._broker.topics.all(), key=lambda t: t.name)
+            if not (config.name.startswith((DLQ_PREFIX, RETRY_PREFIX)) or config.system)
+        ]
+
+    def _held(self, config: TopicConfig) -> int:
+        """The messages the store holds in ``config``'s queues now (retention removed the
+        rest); a total over the store's life, unlike the since-start counters."""
+        store = self._broker.store
+        return sum(
+            store.max_offset(config.name, q) - store.min_offset(config.name, q)
+            for q in range(config.queues)
+        )
 
     # -- actions ----------------------------------------------------------------------------
 

@@ -1,0 +1,58 @@
+"""``make run`` installs what running a broker needs, and ``make test`` the rest (issue 29 item
+14: ``make run`` installed the test extras, PySpark, Selenium and mypy, a 1.3 GB venv, before
+starting a broker). ``make -n`` prints what each target would run in a copy of the Makefile."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def _would_run(checkout: Path, target: str) -> str:
+    done = subprocess.run(
+        ["make", "-n", target], cwd=checkout, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def test_make_run_installs_the_runtime_only(checkout: Path) -> None:
+    commands = _would_run(checkout, "run")
+    assert "pip install --quiet -e .\n" in commands
+    assert "[test]" not in commands
+    assert commands.rstrip().endswith(".venv/bin/pocketmq serve")
+
+
+def test_make_test_installs_the_runtime_then_the_test_extra(checkout: Path) -> None:
+    commands = _would_run(checkout, "test")
+    runtime = commands.index("pip install --quiet -e .\n")
+    assert runtime < commands.index("pip install --quiet -e '.[test]'")
+
+
+def test_after_make_run_make_test_adds_only_the_test_extra(checkout: Path) -> None:
+    digest = hashlib.sha1((checkout / "pyproject.toml").read_bytes()).hexdigest()[:12]
+    (checkout / ".venv").mkdir()
+    stamp = checkout / ".venv" / f".installed-run-{digest}"
+    stamp.touch()
+    later = time.time() + 5
+    os.utime(stamp, (later, later))  # newer than pyproject.toml, as after an install
+    assert _would_run(checkout, "run").strip() == ".venv/bin/pocketmq serve"
+    commands = _would_run(checkout, "test")
+    assert "pip install --quiet -e '.[test]'" in commands
+    assert "pip install --quiet -e .\n" not in commands
