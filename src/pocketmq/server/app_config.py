@@ -11,8 +11,20 @@ from pathlib import Path
 from pocketmq.broker import BrokerConfig
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO
+from pocketmq.server.auth.cluster import (
+    CLUSTER_KEY_FILE,
+    ClusterKeyFile,
+    create_cluster_key,
+)
+from pocketmq.server.auth.handshake import parse_reachable
+from pocketmq.server.auth.throttle import (
+    DEFAULT_FAILURE_BURST,
+    DEFAULT_FAILURE_RATE,
+    FailureThrottle,
+)
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.ha.failover import ControllerTimings
+from pocketmq.server.namesrv.routes import MAX_REGISTERED_BROKERS
 from pocketmq.server.native.limits import (
     DEFAULT_HELLO_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -52,6 +64,8 @@ class AppConfig:
     max_frame_before_hello: int = MAX_FRAME_BEFORE_HELLO
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    # connections in their handshake at once (0: a quarter of max_connections)
+    max_pending_connections: int = 0
     # replication (docs/replication.md): where this master's slaves connect (None: the native
     # port + 1, or any free port when the native port is 0), and a slave's master
     ha_port: int | None = None
@@ -75,6 +89,17 @@ class AppConfig:
     # TLS on the gRPC port: disabled | permissive (TLS and plaintext) | enforcing; "" = enforcing
     # with a certificate, permissive (self-signed) without one (docs/security.md, "TLS")
     grpc_tls: str = ""
+    # the cluster key (docs/security.md, "Trust inside the cluster"): a file; None with
+    # authentication: config/cluster.key in the data directory, created at the first start
+    cluster_key: str | None = None
+    # ip:port clients may reach this broker at besides its own and advertised addresses (NAT,
+    # port forwarding, a load balancer of yours): the handshake's proof is bound to them
+    reachable_at: tuple[str, ...] = ()
+    # failed logins per source address: a bucket of this many, refilled this many per second
+    auth_failure_burst: int = DEFAULT_FAILURE_BURST
+    auth_failure_rate: float = DEFAULT_FAILURE_RATE
+    # how many brokers the (embedded) name server keeps at most
+    max_registered_brokers: int = MAX_REGISTERED_BROKERS
 
     def tls_pem(self) -> tuple[bytes, bytes] | None:
         """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
@@ -163,4 +188,29 @@ class AppConfig:
             max_frame_before_hello=self.max_frame_before_hello,
             idle_timeout=self.idle_timeout,
             max_buffered_bytes=self.max_buffered_bytes,
+            max_pending_connections=self.max_pending_connections,
         )
+
+    def cluster_key_file(self) -> ClusterKeyFile | None:
+        """The cluster key this process holds (docs/security.md, "Trust inside the cluster"):
+        ``cluster_key``'s file, which must exist; else with authentication the data
+        directory's ``config/cluster.key``, created at the first start; else None. A bad file
+        is an :class:`InvalidArgumentError` naming it."""
+        if self.cluster_key:
+            return ClusterKeyFile(self.cluster_key)
+        if not self.authentication:
+            return None
+        path = os.path.join(self.broker.data_dir, "config", CLUSTER_KEY_FILE)
+        create_cluster_key(path, exist_ok=True)
+        return ClusterKeyFile(path)
+
+    def failure_throttle(self) -> FailureThrottle:
+        """The failed-login buckets of this process's ports, checked."""
+        return FailureThrottle(self.auth_failure_burst, self.auth_failure_rate)
+
+    def reachable(self) -> set[str]:
+        """``reachable_at``, normalized; a malformed entry is an InvalidArgumentError."""
+        try:
+            return parse_reachable(self.reachable_at)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None

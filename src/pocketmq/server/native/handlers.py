@@ -6,8 +6,6 @@ return a coroutine and the connection runs it as a task.
 
 from __future__ import annotations
 
-import hmac
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,16 +26,15 @@ from pocketmq.errors import (
     Code,
     InvalidArgumentError,
     MessageNotFoundError,
-    NoPermissionError,
     PocketMQError,
     ProtocolError,
     UnsupportedError,
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.protocol.auth import challenge_signature
-from pocketmq.server.auth.failures import count as count_failure
-from pocketmq.server.auth.users import GATEWAY_USER, UserStore
+from pocketmq.server.auth.cluster import CLUSTER_USER
+from pocketmq.server.auth.handshake import Authenticator
+from pocketmq.server.auth.users import GATEWAY_USER
 from pocketmq.server.native.connection import HandlerTable, Joined, ServerConnection
 from pocketmq.server.native.convert import (
     group_from_spec,
@@ -47,6 +44,7 @@ from pocketmq.server.native.convert import (
     transaction_to_wire,
 )
 from pocketmq.server.native.gateway_state import RelayedClient, remember
+from pocketmq.server.native.handshake import authenticate_handler, broker_permissions, greet
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
     MAX_REDRIVE_OFFSETS,
@@ -68,12 +66,12 @@ def broker_handlers(
     list_brokers: BrokerLister,
     topics_changed: Callable[[], Awaitable[None]],
     promote: Callable[[bool], Awaitable[int]] | None = None,
-    users: UserStore | None = None,
-    gateway_secret: str = "",
+    authenticator: Authenticator | None = None,
 ) -> HandlerTable:
     """``topics_changed`` is awaited after topics or groups change: the app re-registers with
     the name server before answering, so a route is there as soon as the topic is created.
-    ``gateway_secret``: what this broker's proxy workers authenticate with (docs/proxy.md)."""
+    ``authenticator``: authentication is required, of users, the cluster's members and the
+    broker's own proxy workers (docs/security.md)."""
     name = broker.name
     store_config = broker.config.store
     pop_bytes = pop_byte_budget(store_config.max_message_size, store_config.max_properties_size)
@@ -90,14 +88,7 @@ def broker_handlers(
                 f"protocol version {req.protocol_version} is not supported (this broker speaks "
                 f"{PROTOCOL_VERSION})"
             )
-        conn.greeted = True
-        conn.client_id = req.client_id
-        conn.state["client"] = (req.language, req.client_version)
-        challenge = ""
-        if users is not None:  # authentication required: a fresh challenge per connection
-            challenge = secrets.token_hex(16)
-            conn.auth_required = True
-            conn.state["challenge"] = challenge
+        challenge = greet(conn, req, authenticator)
         return w.HelloResponse(
             PROTOCOL_VERSION,
             VERSION,
@@ -109,34 +100,17 @@ def broker_handlers(
             challenge,
         )
 
-    def authenticate(conn: ServerConnection, req: w.AuthenticateRequest) -> w.Empty:
-        challenge = conn.state.get("challenge", "")
-        if users is None or not challenge:
-            return w.Empty()  # nothing to prove on a broker without authentication
-        users.refresh()
-        if req.access_key == GATEWAY_USER:  # this broker's own proxy workers, if it has any
-            secret = gateway_secret or None
-        else:
-            secret = users.secret(req.access_key)
-        expected = challenge_signature(secret or "", challenge, conn.client_id)
-        given = req.signature.lower().encode("utf-8", "replace")  # bytes: any text compares
-        if secret is None or not hmac.compare_digest(expected.encode(), given):
-            count_failure("native", "unauthenticated")
-            conn.bad_input_log.warning(
-                "unauthenticated", "refused a native connection from %s", conn.remote or "?"
-            )
-            raise NoPermissionError(
-                f"access key {req.access_key!r} and signature do not match a user"
-            )
-        conn.user = req.access_key
-        return w.Empty()
+    users = authenticator.users if authenticator is not None else None
 
     def may_relay(conn: ServerConnection) -> bool:
         """Whether ``conn`` may speak for clients of its own (a gateway): anyone on a broker
-        without authentication, else only the gateway identity and super users."""
-        if users is None:
+        without authentication, else only the gateway identity, the cluster's members (a
+        stand-alone proxy) and super users."""
+        if authenticator is None:
             return True
-        return conn.user == GATEWAY_USER or users.user_type(conn.user) == "super"
+        if conn.user in (GATEWAY_USER, CLUSTER_USER):
+            return True
+        return users is not None and users.user_type(conn.user) == "super"
 
     def heartbeat(conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
         def notify(group: str) -> None:
@@ -529,7 +503,9 @@ def broker_handlers(
 
     return {
         RequestCode.HELLO: hello,
-        RequestCode.AUTHENTICATE: authenticate,
+        RequestCode.AUTHENTICATE: authenticate_handler(
+            authenticator, lambda: name, broker_permissions
+        ),
         RequestCode.HEARTBEAT: heartbeat,
         RequestCode.UNREGISTER_CLIENT: unregister,
         RequestCode.CANCEL: cancel,
