@@ -35,7 +35,6 @@ from pocketmq.protocol.membership import (
 
 __all__ = [
     "ClientHandshake",
-    "challenge_signature",
     "client_proof",
     "new_nonce",
     "normalize_address",
@@ -101,14 +100,6 @@ def normalize_address(host: str, port: int) -> str:
     if isinstance(ip, ipaddress.IPv6Address):
         return f"[{ip.compressed}]:{port}"
     return f"{ip}:{port}"
-
-
-def challenge_signature(secret: str, challenge: str, client_id: str) -> str:
-    """The first handshake's answer (``HMAC-SHA256(secret, challenge:client_id)``): not bound to
-    the connection's address, so a relay can pass it on. Kept only until every caller uses
-    :func:`client_proof`."""
-    message = f"{challenge}:{client_id}".encode()
-    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
 def new_nonce() -> str:
