@@ -1,18 +1,19 @@
 #!/bin/sh
 # Installs what pip cannot provide: a Java 17+ runtime for PySpark 4, the JDBC drivers the
 # Spark pipeline reads the reliability tables with (PostgreSQL, MariaDB/MySQL, SQLite), etcd for
-# the automatic-failover tests, Chromium and ChromeDriver for the dashboard's browser test, and
-# Apache RocketMQ's official Node.js client for the gRPC compatibility tests (tests/grpc/node).
+# the automatic-failover tests, Chromium and ChromeDriver for the dashboard's browser test,
+# Apache RocketMQ's official Node.js client for the gRPC compatibility tests (tests/grpc/node), and
+# ali-ons, a pure JavaScript client of RocketMQ's remoting protocol (tests/remoting/node).
 #
 # Java, the drivers and (when missing) Node.js come from Debian packages (no Maven repository is
-# needed); the Node.js client comes from npm, pinned by tests/grpc/node/package-lock.json. When
+# needed); the two Node.js clients come from npm, each pinned by its package-lock.json. When
 # everything is present the script only tests a few files and exits within milliseconds; it runs
 # apt-get (once) and `npm ci` only for what is missing or out of date. Set
 # POCKETMQ_SKIP_PREREQUISITES=1 to skip it entirely (e.g. on a machine where you manage Java and
 # Node.js yourself and do not run the Spark or Node.js tests).
 set -eu
 
-node_project="$(dirname "$0")/../tests/grpc/node"
+tests_dir="$(dirname "$0")/../tests"
 
 if [ "${POCKETMQ_SKIP_PREREQUISITES:-}" = "1" ]; then
     exit 0
@@ -54,24 +55,31 @@ command -v chromedriver >/dev/null 2>&1 || missing="$missing chromium-driver"
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
 
-# The Node.js client, installed from the lock file into tests/grpc/node/node_modules. npm writes
+# A Node.js client, installed from its project's lock file into its node_modules. npm writes
 # node_modules/.package-lock.json on every install: newer than the lock file means up to date.
-install_node_client() {
-    if [ -f "$node_project/node_modules/.package-lock.json" ] \
-        && [ "$node_project/node_modules/.package-lock.json" -nt "$node_project/package-lock.json" ] \
-        && [ -f "$node_project/node_modules/rocketmq-client-nodejs/package.json" ]; then
+# $1: the npm project (a directory under tests/), $2: the package that must be there afterwards.
+install_node_project() {
+    project="$tests_dir/$1"
+    if [ -f "$project/node_modules/.package-lock.json" ] \
+        && [ "$project/node_modules/.package-lock.json" -nt "$project/package-lock.json" ] \
+        && [ -f "$project/node_modules/$2/package.json" ]; then
         return 0
     fi
-    echo "prerequisites: installing the official Node.js client (npm ci in tests/grpc/node)" >&2
-    if ! (cd "$node_project" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+    echo "prerequisites: installing $2 (npm ci in tests/$1)" >&2
+    if ! (cd "$project" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
         # as the tests do: a failure under CI, a warning (and skipped Node.js tests) elsewhere
-        echo "prerequisites: npm ci failed; the Node.js client tests cannot run" >&2
+        echo "prerequisites: npm ci failed in tests/$1; the tests using $2 cannot run" >&2
         [ -z "${CI:-}" ] || exit 1
     fi
 }
 
+install_node_clients() {
+    install_node_project grpc/node rocketmq-client-nodejs
+    install_node_project remoting/node ali-ons
+}
+
 if [ -z "$missing" ]; then
-    install_node_client
+    install_node_clients
     exit 0
 fi
 
@@ -97,5 +105,5 @@ if ! $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null 2>&
     # shellcheck disable=SC2086
     $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
 fi
-install_node_client
+install_node_clients
 echo "prerequisites: done" >&2

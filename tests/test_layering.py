@@ -95,6 +95,32 @@ def test_imports_follow_layering(path: Path) -> None:
             )
 
 
+# The two wire formats of the protocol layer stay apart: the remoting codec (RocketMQ's wire)
+# shares no module with the native one, so either can change alone (docs/remoting.md).
+REMOTING = SRC / "protocol" / "remoting"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_two_wire_codecs_do_not_import_each_other(path: Path) -> None:
+    if _package_of(path) != "protocol":
+        return
+    remoting = REMOTING in path.parents
+    for lineno, module in _imports(path):
+        if not module.startswith("pocketmq.protocol"):
+            continue
+        imports_remoting = module.startswith("pocketmq.protocol.remoting")
+        if remoting:
+            assert imports_remoting, (
+                f"{path.relative_to(SRC)}:{lineno} imports {module}; the remoting codec may"
+                " import only itself in pocketmq.protocol"
+            )
+        else:
+            assert not imports_remoting, (
+                f"{path.relative_to(SRC)}:{lineno} imports {module}; the native codec must not"
+                " depend on the remoting one"
+            )
+
+
 def test_every_package_has_a_rule() -> None:
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages <= set(ALLOWED), sorted(packages - set(ALLOWED))

@@ -46,7 +46,7 @@ def _open(tmp_path: Path) -> Broker:
 
 def _config_dir(tmp_path: Path) -> Path:
     path = tmp_path / "config"
-    path.mkdir(exist_ok=True)
+    path.mkdir(mode=0o700, exist_ok=True)  # as the broker makes it: no warning about its mode
     return path
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
 from pocketmq.server.auth.users import UserStore
 from pocketmq.server.http.dashboard.guard import Guard, is_loopback, load_token
+from pocketmq.server.http.settings import HttpSettings
 
 TOKEN = "t" * 48
 GUARD = web.AppKey("guard", Guard)
@@ -99,18 +99,24 @@ def test_only_loopback_addresses_open_the_pages(host: str, loopback: bool) -> No
     assert is_loopback(host) is loopback
 
 
-def test_user_sessions_cannot_be_forged_and_end_with_the_user(tmp_path: Path) -> None:
+def test_user_sessions_cannot_be_forged_expire_and_end_with_the_user_or_its_secret(
+    tmp_path: Path,
+) -> None:
     users = UserStore(tmp_path)
     users.create("alice", "alices-secret")
-    guard = Guard(TOKEN, open_reads=False, users=users)
+    users.create("bob", "bobs-secret")
+    now = [1_800_000_000.0]
+    settings = HttpSettings(session_seconds=3600)
+    guard = Guard(TOKEN, open_reads=False, users=users, settings=settings, clock=lambda: now[0])
     assert guard.user_matches("alice", "alices-secret")
     assert not guard.user_matches("alice", "wrong")
     assert not guard.user_matches("mallory", "alices-secret")
     assert not Guard(TOKEN, open_reads=False).user_matches("alice", "alices-secret")
     cookie = guard.session_cookie("alice")
-    assert cookie.startswith("alice:")
+    assert cookie.startswith("alice:1800000000:")
     assert cookie != guard.session_cookie("bob")
-    assert Guard("u" * 48, open_reads=False, users=users).session_cookie("alice") != cookie
+    other_token = Guard("u" * 48, open_reads=False, users=users, settings=settings)
+    assert other_token.sessions.user_of(cookie) is None
 
     def who(value: str) -> str | None:
         request = make_mocked_request("GET", "/", headers={"Cookie": f"pocketmq_session={value}"})
@@ -120,6 +126,17 @@ def test_user_sessions_cannot_be_forged_and_end_with_the_user(tmp_path: Path) ->
     assert who(guard.session_cookie()) == ""  # the token's holder
     assert who("bob" + cookie[5:]) is None  # another name under alice's MAC
     assert who(cookie[:-1] + ("0" if cookie[-1] != "0" else "1")) is None
-    users.delete("alice")
-    time.sleep(1.05)  # the users file is read again at most once a second
-    assert who(cookie) is None
+    assert who(cookie.replace(":1800000000:", ":1800003000:")) is None  # made to last longer
+    assert who("alice:" + "9" * 5000 + ":00") is None
+    now[0] += 3599
+    assert who(cookie) == "alice"
+    now[0] += 2
+    assert who(cookie) is None  # 12 hours by default; an hour here
+    cookie = guard.session_cookie("alice")
+    bobs = guard.session_cookie("bob")
+    users.update("alice", secret="alices-new-secret")
+    assert who(cookie) is None  # a rotated secret ends the sessions made with the old one
+    assert who(guard.session_cookie("alice")) == "alice"
+    assert who(bobs) == "bob"
+    users.delete("bob")
+    assert who(bobs) is None

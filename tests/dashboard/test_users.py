@@ -52,10 +52,12 @@ async def _signed_in(base: str, access_key: str, secret: str) -> aiohttp.ClientS
     async with session.get(f"{base}/login") as page:  # sets the CSRF cookie
         assert page.status == 200
         assert 'name="access_key"' in await page.text()
-    form = {"access_key": access_key, "secret_key": secret, "next": "/api/groups/billing"}
+    csrf = _csrf(session)["X-Pocketmq-Csrf"]  # the form carries it (sign-in CSRF)
+    form = {"access_key": access_key, "secret_key": secret, "next": "/api/groups/billing",
+            "csrf": csrf}  # fmt: skip
     async with session.post(f"{base}/login", data=form, allow_redirects=False) as reply:
         assert reply.status == 302, await reply.text()
-    async with session.get(f"{base}/api/groups/billing") as reply:  # the CSRF cookie comes
+    async with session.get(f"{base}/api/groups/billing") as reply:
         assert reply.status == 200
     return session
 
@@ -91,9 +93,13 @@ async def test_a_normal_user_sees_and_changes_only_what_its_rules_allow(groups: 
 
 async def test_wrong_keys_do_not_sign_in(groups: str) -> None:
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+        async with session.get(f"{groups}/login") as page:  # the form's CSRF token
+            assert page.status == 200
+        csrf = _csrf(session)["X-Pocketmq-Csrf"]
         for form in ({"access_key": "alice", "secret_key": "wrong"},
                      {"access_key": "mallory", "secret_key": "alice-secret"},
                      {"token": "not-the-token"}):  # fmt: skip
+            form = {**form, "csrf": csrf}
             async with session.post(f"{groups}/login", data=form, allow_redirects=False) as reply:
                 assert reply.status == 401
                 assert "not right" in await reply.text()

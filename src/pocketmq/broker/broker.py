@@ -35,7 +35,7 @@ from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.membership import Membership
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.parts import BrokerPart, Shared
-from pocketmq.broker.persist import OffLoopWriter
+from pocketmq.broker.persist import OffLoopWriter, private_directory
 from pocketmq.broker.pop import PopManager
 from pocketmq.broker.popping import PopPath
 from pocketmq.broker.pulling import PullPath
@@ -66,7 +66,10 @@ class Broker:
         self.name = config.broker_name
         self._clock = clock
         config_dir = os.path.join(config.data_dir, "config")
-        os.makedirs(config_dir, exist_ok=True)
+        for directory in (config.data_dir, config_dir):  # docs/security.md, "Files"
+            narrowed = private_directory(directory)
+            if narrowed:
+                log.warning("data directory: %s", narrowed)
         self.store = MessageStore.open(
             os.path.join(config.data_dir, "store"), config.store, clock=clock
         )

@@ -1,8 +1,9 @@
 """Small JSON state files (topics, groups, offsets, pop state), replaced atomically.
 
 JSON because an operator may need to read them during an incident; atomic replacement because a
-crash while saving must leave the previous version intact. Reading them back is
-broker/statefile.py's job: leniently, entry by entry (docs/storage-format.md §10).
+crash while saving must leave the previous version intact; mode 0600 in 0700 directories from
+their creation, because they are the broker's alone (docs/security.md, "Files"). Reading them
+back is broker/statefile.py's job: leniently, entry by entry (docs/storage-format.md §10).
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from pocketmq.store.files import atomic_write
+from pocketmq.store.files import atomic_write, make_private_directories
 
-__all__ = ["OffLoopWriter", "Sink", "save_json", "write_files"]
+__all__ = ["OffLoopWriter", "Sink", "private_directory", "save_json", "write_files"]
 
 Sink = Callable[[tuple[str, bytes]], None]
 
@@ -34,10 +36,25 @@ def save_json(path: str, value: Any, sink: Sink | None = None) -> None:
 
 def write_files(files: list[tuple[str, bytes]]) -> None:
     """Write each state file atomically (creating its directory), so a crash leaves the previous
-    version of any file it interrupts."""
+    version of any file it interrupts; each is 0600 from its creation (secrets too)."""
     for path, data in files:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        make_private_directories(os.path.dirname(path))
         atomic_write(path, data)
+
+
+def private_directory(path: str) -> str | None:
+    """Make ``path`` private to the broker's user: created 0700 when missing, and an existing
+    directory that its group or other users may enter or list loses that access. Returns what
+    the log should say when it was open to others (None when it was private already)."""
+    make_private_directories(path)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if not mode & 0o077:
+        return None
+    try:
+        os.chmod(path, mode & 0o700)
+    except OSError as exc:
+        return f"{path} is open to other users (mode {mode:o}) and cannot be narrowed: {exc}"
+    return f"{path} was open to other users (mode {mode:o}); narrowed to {mode & 0o700:o}"
 
 
 class OffLoopWriter:

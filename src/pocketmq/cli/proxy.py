@@ -14,7 +14,12 @@ import sys
 import click
 
 from pocketmq.cli._app import main
-from pocketmq.cli.serve import LOG_LEVELS, run_until_signalled, setup_logging
+from pocketmq.cli.serve import (
+    LOG_LEVELS,
+    run_until_signalled,
+    setup_logging,
+    warn_if_key_is_readable,
+)
 from pocketmq.errors import BrokerError, InvalidArgumentError
 from pocketmq.server.auth.network import is_loopback
 
@@ -113,6 +118,8 @@ def proxy(
     from pocketmq.proxy.gateway import Gateway, GatewaySecurity  # grpc is heavy: only here
 
     setup_logging(log_level)
+    if not exit_with_stdin:  # a broker's own worker: the broker has named its key already
+        warn_if_key_is_readable(tls_key)
     if not (authentication or insecure or is_loopback(host)):
         raise click.UsageError(
             f"--host {host} lets other machines connect, and without --authentication anyone "

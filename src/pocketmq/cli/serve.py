@@ -11,6 +11,7 @@ import gc
 import logging
 import os
 import signal
+import stat
 import sys
 import tomllib
 from dataclasses import fields, replace
@@ -31,7 +32,13 @@ from pocketmq.server.loops import LOOPS, loop_factory
 from pocketmq.server.loops import run as run_on_loop
 from pocketmq.store import FlushMode, StoreConfig
 
-__all__ = ["LOG_LEVELS", "build_config", "run_until_signalled", "setup_logging"]
+__all__ = [
+    "LOG_LEVELS",
+    "build_config",
+    "run_until_signalled",
+    "setup_logging",
+    "warn_if_key_is_readable",
+]
 
 C = TypeVar("C")
 LOG_LEVELS = ["debug", "info", "warning", "error"]
@@ -134,6 +141,7 @@ def build_config(
     config = replace(app, **overrides)
     try:
         config.connection_limits()
+        config.http_settings()
         config.controller_timings()
         config.tls_context()
         config.reachable()
@@ -144,6 +152,22 @@ def build_config(
         raise click.UsageError(str(exc)) from None
     store_host = f"{config.host}:{config.port}"
     return replace(config, broker=replace(broker, store=replace(store, store_host=store_host)))
+
+
+def warn_if_key_is_readable(key_path: str | None) -> None:
+    """One WARNING line when the TLS private key can be read by its group or other users: they
+    could impersonate the broker or decrypt captured traffic (docs/security.md, "Files")."""
+    if not key_path:
+        return
+    try:
+        mode = stat.S_IMODE(os.stat(key_path).st_mode)
+    except OSError:
+        return  # loading it fails with the reason
+    if mode & 0o077:
+        logging.getLogger("pocketmq.server").warning(
+            "the TLS key %s is readable by %s (mode %o): chmod 600 it", key_path,
+            "other users" if mode & 0o007 else "its group", mode,
+        )  # fmt: skip
 
 
 async def _run_until_signalled(start: Any, ready: Any, stop: Any) -> None:
@@ -336,6 +360,7 @@ def serve(
             "anyone there may read, write and delete every topic: add --authentication "
             "(docs/security.md) or --insecure"
         )
+    warn_if_key_is_readable(config.tls_key)
     app = BrokerApp(config)
     try:
         used, _ = loop_factory(loop)
@@ -394,6 +419,7 @@ def namesrv(
     then need --namesrv-tls, clients their TLS setting; with --authentication only members of
     the cluster register: docs/security.md)."""
     setup_logging(log_level)
+    warn_if_key_is_readable(tls_key)
     config = build_config(
         config_file=config_file,
         data_dir=data_dir,

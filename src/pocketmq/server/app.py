@@ -111,6 +111,7 @@ class BrokerApp:
         again."""
         config = self.config
         limits = config.connection_limits()
+        config.http_settings()  # a bad http_* setting stops the start here, before any part
         tls = config.tls_context()
         endpoints = parse_controller(config.controller) if config.controller else None
         timings = config.controller_timings()
@@ -316,6 +317,7 @@ class BrokerApp:
             self._latencies,
             users=self._users,
             authorizer=self._authorizer,
+            settings=self.config.http_settings(self._advertised_host()),
         )
         await server.start(self.config.host, port, tls)
         self._http = server

@@ -24,6 +24,14 @@ from pocketmq.server.auth.throttle import (
 )
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.ha.failover import ControllerTimings
+from pocketmq.server.http.hosts import HostPolicy
+from pocketmq.server.http.settings import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_SESSION_HOURS,
+    HttpSettings,
+)
+from pocketmq.server.http.settings import DEFAULT_MAX_CONNECTIONS as DEFAULT_HTTP_CONNECTIONS
 from pocketmq.server.namesrv.routes import MAX_REGISTERED_BROKERS
 from pocketmq.server.native.limits import (
     DEFAULT_HELLO_TIMEOUT,
@@ -72,6 +80,14 @@ class AppConfig:
     master: str | None = None
     # metrics and health checks (docs/operations.md, "Metrics"); None: no HTTP port
     http_port: int | None = 5557
+    # the HTTP port's names beyond its address, the advertised host and (on loopback or a
+    # wildcard address) localhost; its connection limit and timeouts; how long a dashboard
+    # sign-in lasts (docs/security.md, "Dashboard and HTTP API")
+    http_hosts: tuple[str, ...] = ()
+    http_max_connections: int = DEFAULT_HTTP_CONNECTIONS
+    http_header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    http_body_timeout: float = DEFAULT_BODY_TIMEOUT
+    http_session_hours: float = DEFAULT_SESSION_HOURS
     # TLS on the native, gRPC and HTTP ports (docs/security.md): PEM files, both or neither
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -160,6 +176,17 @@ class AppConfig:
     controller_lease: int = 6
     controller_margin: float = 2.0
     controller_claim_delay: float = 1.0
+
+    def http_settings(self, advertised: str | None = None) -> HttpSettings:
+        """The HTTP port's settings, checked (InvalidArgumentError); ``advertised`` is the host
+        clients are told, one of the names the port answers to."""
+        return HttpSettings(
+            hosts=HostPolicy.build(self.host, self.http_hosts, advertised or self.advertise_host),
+            max_connections=self.http_max_connections,
+            header_timeout=self.http_header_timeout,
+            body_timeout=self.http_body_timeout,
+            session_seconds=self.http_session_hours * 3600,
+        )
 
     def controller_timings(self) -> ControllerTimings:
         """The failover clock, validated: the margin must leave the master time to write."""

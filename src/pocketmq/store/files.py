@@ -8,6 +8,7 @@ through here. ``target`` names the kind of file for fault rules and error messag
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -16,17 +17,27 @@ from collections.abc import Callable
 from pocketmq.store import faults
 
 __all__ = [
+    "PRIVATE_DIRECTORY",
+    "PRIVATE_FILE",
     "SyncError",
     "allocate",
     "atomic_write",
     "fdatasync",
     "fsync",
     "fsync_directory",
+    "make_private_directories",
     "msync",
     "open_file",
     "pread_full",
     "pwrite_full",
 ]
+
+
+PRIVATE_FILE = 0o600
+"""The mode of every file the broker creates in its data directory: its messages, state and
+secrets are for the broker's user alone (docs/security.md, "Files")."""
+PRIVATE_DIRECTORY = 0o700
+"""The mode of the directories it creates there."""
 
 
 class SyncError(OSError):
@@ -49,8 +60,9 @@ def _check(op: str, target: str) -> None:
         injector.check(op, target)
 
 
-def open_file(path: str, flags: int, target: str, mode: int = 0o644) -> int:
-    """``os.open`` (EMFILE and ENOSPC come from here)."""
+def open_file(path: str, flags: int, target: str, mode: int = PRIVATE_FILE) -> int:
+    """``os.open`` (EMFILE and ENOSPC come from here); a file it creates is at most ``mode``
+    (the umask may narrow it further)."""
     _check("open", target)
     return os.open(path, flags, mode)
 
@@ -122,11 +134,36 @@ def fsync_directory(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes, target: str = "state") -> None:
-    """Replace ``path`` with ``data`` so a crash leaves either the old or the new content."""
+def make_private_directories(path: str) -> None:
+    """Create ``path`` and its missing parents with mode 0700 whatever the umask (``mkdir`` never
+    makes them wider, the ``chmod`` makes them exactly that); existing ones are left alone."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, PRIVATE_DIRECTORY)
+        except FileExistsError:
+            continue  # made meanwhile by another writer
+        os.chmod(directory, PRIVATE_DIRECTORY)
+
+
+def atomic_write(path: str, data: bytes, target: str = "state", mode: int = PRIVATE_FILE) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new content. The
+    new file has ``mode`` from its creation, whatever the umask: an exclusive create (a leftover
+    temporary file of a crash, which may be wider, is removed first) and an ``fchmod`` before
+    the first byte, so no reader ever finds the content under a wider mode."""
     tmp = path + ".tmp"
-    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, target)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, target, mode)
     try:
+        os.fchmod(fd, mode)
         pwrite_full(fd, data, 0, target)
         fsync(fd, target)
     finally:

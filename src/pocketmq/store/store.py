@@ -33,7 +33,13 @@ from pocketmq.store.commitlog import CommitLog
 from pocketmq.store.config import FlushMode, StoreConfig
 from pocketmq.store.consumequeue import ConsumeQueue
 from pocketmq.store.epochs import EpochLog
-from pocketmq.store.files import SyncError, fdatasync, fsync_directory
+from pocketmq.store.files import (
+    PRIVATE_FILE,
+    SyncError,
+    fdatasync,
+    fsync_directory,
+    make_private_directories,
+)
 from pocketmq.store.flush import FlushService
 from pocketmq.store.index import IndexService
 from pocketmq.store.message import (
@@ -105,11 +111,11 @@ class MessageStore:
         clock: Callable[[], float] = time.time,
     ) -> MessageStore:
         """Open (creating if needed) the store in ``directory``, recovering it first."""
-        os.makedirs(directory, exist_ok=True)
+        make_private_directories(directory)  # docs/security.md, "Files"
         config = config or StoreConfig()
         if config.fault_file:
             faults.install(faults.FaultInjector(path=config.fault_file))
-        lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        lock_fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -164,8 +170,7 @@ class MessageStore:
 
     def _recover(self) -> None:
         unclean = os.path.exists(self._abort_path)
-        with open(self._abort_path, "wb"):
-            pass
+        os.close(os.open(self._abort_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE))
         self._load_queues()
         recovery = Recovery(
             commitlog=self._commitlog,

@@ -23,7 +23,7 @@ from pocketmq.errors import (
     UnsupportedError,
 )
 from pocketmq.server.grpc.convert import delivered_message, endpoints, inbound_message
-from pocketmq.server.grpc.settings import consumer_settings
+from pocketmq.server.grpc.settings import consumer_settings, exponential_form
 from pocketmq.server.grpc.status import V2Error, error_status
 
 d = definition_pb2
@@ -263,10 +263,11 @@ def test_unexpected_errors_are_internal(caplog: pytest.LogCaptureFixture) -> Non
     assert "gRPC Test failed" in caplog.text
 
 
-def _consumer_settings(group: GroupConfig):
+def _consumer_settings(group: GroupConfig, language: int = 0, version: str = ""):
     request = d.Settings(
         client_type=d.ClientType.PUSH_CONSUMER,
         subscription=d.Subscription(group=d.Resource(name=group.name)),
+        user_agent=d.UA(language=language, version=version),
     )
     return consumer_settings(request, group, (1, 5, 10, 30, 60), 30.0)
 
@@ -283,3 +284,49 @@ def test_backoff_from_the_group_retry_policy() -> None:
     assert forever.backoff_policy.max_attempts == 2**31 - 1
     assert not forever.subscription.fifo
     assert forever.subscription.long_polling_timeout.seconds == 20
+
+
+def test_node_consumers_get_an_exponential_policy_in_the_units_they_wait() -> None:
+    # rocketmq-client-nodejs 1.0.8 reads only exponential_backoff, and waits its whole seconds as
+    # milliseconds (ExponentialBackoffRetryPolicy.getNextAttemptDelay -> setTimeout)
+    group = GroupConfig(name="g", fifo=True, retry=RetryPolicy(max_retries=3, delays=(1.5, 3, 6)))
+    node = _consumer_settings(group, d.Language.NODE_JS, "1.0.8").backoff_policy
+    assert node.WhichOneof("strategy") == "exponential_backoff"
+    assert node.max_attempts == 4
+    backoff = node.exponential_backoff
+    assert (backoff.initial.seconds, backoff.max.seconds, backoff.multiplier) == (1500, 6000, 2.0)
+    later = _consumer_settings(group, d.Language.NODE_JS, "1.1.0").backoff_policy
+    backoff = later.exponential_backoff
+    assert (backoff.initial.seconds, backoff.initial.nanos, backoff.max.seconds) == (1, 5e8, 6)
+    for language in (d.Language.PYTHON, d.Language.JAVA, d.Language.GOLANG, 0):
+        other = _consumer_settings(group, language).backoff_policy
+        assert other.WhichOneof("strategy") == "customized_backoff"
+        assert [x.seconds for x in other.customized_backoff.next] == [1, 3, 6]
+
+
+@pytest.mark.parametrize(
+    ("retry", "form"),
+    [
+        (RetryPolicy(max_retries=5, initial=2, multiplier=3, maximum=60), (2, 3, 60)),
+        (RetryPolicy(max_retries=4, delays=(1, 2, 4, 8)), (1, 2.0, 8)),
+        (RetryPolicy(max_retries=4, delays=(5,)), (5, 1.0, 5)),
+        (RetryPolicy(max_retries=3, delays=(0, 0, 0)), (0, 1.0, 0)),
+        (RetryPolicy(max_retries=3, delays=(0, 2, 8)), (2, 4.0, 8)),
+        (RetryPolicy(max_retries=3, delays=(9, 1, 3)), (9, 1.0, 9)),
+        (RetryPolicy(max_retries=0, delays=(5,)), (0, 1.0, 0)),
+    ],
+)
+def test_the_exponential_form_of_a_groups_delays(
+    retry: RetryPolicy, form: tuple[float, float, float]
+) -> None:
+    delays = [retry.delay(n, ()) for n in range(1, retry.max_retries + 1)]
+    assert exponential_form(retry, delays) == pytest.approx(form)
+
+
+def test_default_delay_levels_are_fitted_through_the_first_and_longest() -> None:
+    levels = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+    retry = RetryPolicy()  # levels from 3: 10 s ... 2 h over 16 retries
+    delays = [retry.delay(n, levels) for n in range(1, 17)]
+    initial, multiplier, maximum = exponential_form(retry, delays)
+    assert (initial, maximum) == (10, 7200)
+    assert initial * multiplier**15 == pytest.approx(7200)  # the longest wait at the 16th retry

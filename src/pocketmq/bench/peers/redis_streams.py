@@ -14,7 +14,6 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from pocketmq.bench.broker import in_flight
 from pocketmq.bench.peers.workload import LatencyProbe, Peer, RedeliveryProbe, paced, stamped_body
 
 __all__ = ["RedisPeer"]
@@ -101,14 +100,16 @@ class RedisPeer(Peer):
             await self._redis.xadd(key, {_FIELD: stamped_body(n)})
 
     async def publish_in_flight(self, count: int, width: int) -> None:
-        """``XADD`` from ``width`` workers (redis-py sends one command per connection)."""
+        """``XADD`` in pipelines of ``width``, one after the other: how a Redis user sends many
+        at once (one write and one read per pipeline; docs/benchmarks.md, "Each system at its
+        own fastest")."""
         key = await self._stream()
         body: dict[Any, Any] = {_FIELD: stamped_body()}
-
-        async def send() -> None:
-            await self._redis.xadd(key, body)
-
-        await in_flight(count, width, send)
+        for start in range(0, count, width):
+            pipe = self._redis.pipeline(transaction=False)
+            for _ in range(min(width, count - start)):
+                pipe.xadd(key, body)
+            await pipe.execute()
 
     async def fill(self, count: int) -> None:
         """``XADD`` in pipelines of 1,000, into a stream with a consumer group."""

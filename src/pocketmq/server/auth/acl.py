@@ -24,7 +24,6 @@ import enum
 import ipaddress
 import json
 import logging
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -323,9 +322,7 @@ class AclStore:
         return changed
 
     def _save(self) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
         body = json.dumps({"rules": [r.to_json() for r in self._rules]}, indent=2)
-        write_files([(str(self._path), body.encode())])
-        os.chmod(self._path, 0o600)
+        write_files([(str(self._path), body.encode())])  # 0600 in a 0700 directory
         self._mtime = -1.0
         self.load()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import logging
-import os
 from pathlib import Path
 
 from cryptography import x509
@@ -58,7 +57,6 @@ def self_signed(config_dir: str | Path, hosts: list[str]) -> tuple[str, str]:
             return str(cert_path), str(key_path)
         # generated files of ours, not an operator's: damaged ones are made again
         log.warning("%s or its key is damaged; generating a new self-signed pair", cert_path)
-    directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pocketmq self-signed")])
     now = datetime.datetime.now(datetime.UTC)
@@ -79,7 +77,6 @@ def self_signed(config_dir: str | Path, hosts: list[str]) -> tuple[str, str]:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    write_files([(str(key_path), key_pem)])
-    os.chmod(key_path, 0o600)
+    write_files([(str(key_path), key_pem)])  # 0600 from its creation, in a 0700 directory
     write_files([(str(cert_path), certificate.public_bytes(serialization.Encoding.PEM))])
     return str(cert_path), str(key_path)

@@ -11,7 +11,6 @@ running broker notices the change within a second.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -58,9 +57,7 @@ class UserStore:
     def _cipher(self) -> Fernet:
         if self._fernet is None:
             if not self._key_path.exists():
-                self._dir.mkdir(parents=True, exist_ok=True)
-                write_files([(str(self._key_path), Fernet.generate_key())])
-                os.chmod(self._key_path, 0o600)
+                write_files([(str(self._key_path), Fernet.generate_key())])  # 0600 from birth
             self._fernet = Fernet(self._key_path.read_bytes().strip())
         return self._fernet
 
@@ -115,10 +112,8 @@ class UserStore:
         ]
 
     def _save(self) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
         body = json.dumps({"users": [self._users[k] for k in sorted(self._users)]}, indent=2)
-        write_files([(str(self._path), body.encode())])
-        os.chmod(self._path, 0o600)
+        write_files([(str(self._path), body.encode())])  # 0600 in a 0700 directory
         self._mtime = -1.0
         self.load()
 

@@ -11,13 +11,22 @@ configuration (docs/grpc.md, "The settings the broker sends"):
   (whole seconds) and whose ``max_attempts`` is when a FIFO consumer gives up and forwards the
   message to the DLQ. Both come from the group's retry policy, so the redelivery schedule is the
   one ``pocketmq group create --retry-delays`` configured.
+
+No one retry policy suits every official client: the Python client reads only
+``customized_backoff`` (anything else means 17 attempts 1 s apart), and the Node.js client only
+``exponential_backoff`` (a customized one leaves it without a policy: one attempt, so a FIFO
+consumer dead-letters at the first failure). So Node.js consumers, told apart by the language of
+their user agent, get the group's schedule as an exponential policy — exact when the group's
+delays are exponential, otherwise fitted to their first and largest delay — and everyone else the
+exact customized one (docs/grpc.md, "The settings the broker sends").
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from pocketmq.broker import GroupConfig
+from pocketmq.broker import GroupConfig, RetryPolicy
+from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
 from pocketmq.server.grpc.convert import duration
 from pocketmq.server.grpc.pb import ClientType, d
 
@@ -26,6 +35,7 @@ __all__ = [
     "LONG_POLLING_TIMEOUT",
     "RECEIVE_BATCH_SIZE",
     "consumer_settings",
+    "exponential_form",
     "producer_settings",
 ]
 
@@ -98,8 +108,56 @@ def consumer_settings(
     else:
         attempts, listed = retry.max_attempts, min(retry.max_retries, _MAX_LISTED_DELAYS)
     delays = [retry.delay(n, delay_levels) for n in range(1, listed + 1)]
-    reply["backoff_policy"] = {
-        "max_attempts": attempts,
-        "customized_backoff": {"next": [duration(x) for x in delays]},
-    }
+    if request.user_agent.language == d.Language.NODE_JS:
+        reply["backoff_policy"] = {
+            "max_attempts": attempts,
+            "exponential_backoff": _node_exponential(retry, delays, request.user_agent.version),
+        }
+    else:
+        reply["backoff_policy"] = {
+            "max_attempts": attempts,
+            "customized_backoff": {"next": [duration(x) for x in delays]},
+        }
     return d.Settings(**reply)
+
+
+def exponential_form(retry: RetryPolicy, delays: list[float]) -> tuple[float, float, float]:
+    """The group's delays as (initial, multiplier, maximum) seconds, for a client that reads only
+    an exponential policy: the group's own when it is exponential, otherwise the curve through its
+    first delay that reaches its largest delay at the same retry (so the first retry and the
+    longest wait are the configured ones; a geometric list such as 1 s, 2 s, 4 s is exact)."""
+    if retry.initial > 0:
+        return retry.initial, retry.multiplier, retry.maximum
+    positive = [x for x in delays if x > 0]
+    if not positive:
+        return 0.0, 1.0, 0.0
+    initial, largest = positive[0], max(positive)
+    steps = delays.index(largest) - delays.index(initial)
+    multiplier = (largest / initial) ** (1 / steps) if steps > 0 and largest > initial else 1.0
+    return initial, min(multiplier, MAX_RETRY_MULTIPLIER), largest
+
+
+def _node_exponential(retry: RetryPolicy, delays: list[float], version: str) -> dict[str, Any]:
+    """The exponential policy a Node.js consumer is sent. rocketmq-client-nodejs up to 1.0.8 reads
+    the durations' whole seconds and waits that many *milliseconds*
+    (``ExponentialBackoffRetryPolicy``, then ``setTimeout``/``createDuration``), so those versions
+    are sent milliseconds in the seconds field, which they wait as intended; later versions get
+    true durations."""
+    initial, multiplier, maximum = exponential_form(retry, delays)
+    if _reads_seconds_as_milliseconds(version):
+        return {
+            "initial": {"seconds": round(initial * 1000)},
+            "max": {"seconds": round(maximum * 1000)},
+            "multiplier": multiplier,
+        }
+    return {"initial": duration(initial), "max": duration(maximum), "multiplier": multiplier}
+
+
+def _reads_seconds_as_milliseconds(version: str) -> bool:
+    """Whether a Node.js client of ``version`` has 1.0.8's unit error (every release so far; an
+    unreadable version is taken as one of them)."""
+    try:
+        release = tuple(int(part) for part in version.split("-")[0].split("."))
+    except ValueError:
+        return True
+    return release <= (1, 0, 8)

@@ -22,16 +22,26 @@ from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore
-from pocketmq.server.http.dashboard.guard import Guard, is_loopback, load_token
+from pocketmq.server.http.dashboard.guard import (
+    Guard,
+    add_security_headers,
+    is_loopback,
+    load_token,
+)
 from pocketmq.server.http.dashboard.views import Dashboard
+from pocketmq.server.http.limits import LimitedSite
 from pocketmq.server.http.metrics import BrokerCollector, Connections
+from pocketmq.server.http.settings import HttpSettings
 from pocketmq.server.rpcstats import RpcLatency
 
 __all__ = ["HttpServer"]
 
+_LINGERING_TIME = 2.0
+
 
 class HttpServer:
-    """Serves the metrics and health endpoints of one broker."""
+    """Serves the metrics and health endpoints, and the dashboard, of one broker, within the
+    limits of its :class:`HttpSettings` (docs/security.md, "Dashboard and HTTP API")."""
 
     def __init__(
         self,
@@ -41,6 +51,7 @@ class HttpServer:
         *,
         users: UserStore | None = None,
         authorizer: Authorizer | None = None,
+        settings: HttpSettings | None = None,
     ) -> None:
         self._broker = broker
         self.scrape_seconds = 0.0
@@ -52,25 +63,38 @@ class HttpServer:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         config_dir = os.path.join(broker.config.data_dir, "config")
-        self.guard = Guard(load_token(config_dir), open_reads=True, users=users)
+        self.settings = settings or HttpSettings()
+        self._users = users
+        self.guard = Guard(load_token(config_dir), False, users, settings=self.settings)
         app = web.Application(middlewares=[self.guard.middleware], client_max_size=1 << 20)
-        Dashboard(broker, self.guard, authorizer).add_routes(app)
+        app.on_response_prepare.append(add_security_headers)
+        self.dashboard = Dashboard(broker, self.guard, authorizer)
+        self.dashboard.add_routes(app)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None)
+        # aiohttp's keep-alive timer is the header deadline: it closes a connection whose next
+        # request's headers have not all arrived this long after its start or the last answer;
+        # after an answer to a request whose body is not all read (a 408, a refusal), it reads
+        # on for at most the lingering time, so the client can see the answer, then closes
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            keepalive_timeout=self.settings.header_timeout,
+            lingering_time=min(_LINGERING_TIME, self.settings.body_timeout),
+        )
+        self.site: LimitedSite | None = None
         self.port = 0
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listen on ``host:port`` (0: any free port, then in :attr:`port`), HTTPS with ``tls``."""
-        # reading the dashboard needs the HTTP token unless only this machine can connect
-        self.guard.open_reads = is_loopback(host)
+        # reading the dashboard needs a sign-in unless only this machine can connect and the
+        # other ports ask nobody for credentials either (docs/security.md)
+        self.guard.open_reads = is_loopback(host) and self._users is None
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True, ssl_context=tls)
-        await site.start()
-        server = site._server  # aiohttp keeps the asyncio server here; the port is needed for 0
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self.site = LimitedSite(self._runner, host, port, self.settings, ssl_context=tls)
+        await self.site.start()
+        self.port = self.site.port
 
     async def _metrics(self, request: web.Request) -> web.Response:
         started = time.perf_counter()

@@ -1,40 +1,67 @@
 """Who may look and who may act (docs/security.md, "Dashboard and HTTP API").
 
+- Every request must name one of the broker's hosts in ``Host`` (server/http/hosts.py: the
+  defence against DNS rebinding), or it is refused with 421 before anything else.
 - ``/metrics``, ``/healthz``, ``/readyz`` and static files are open: Prometheus and
   orchestrators scrape them without credentials.
-- Reading pages and ``/api/`` is open when the HTTP port is bound to a loopback address;
-  otherwise it needs the **HTTP token** (``config/http.token`` in the data directory, created
-  0600 at first start): as ``Authorization: Bearer <token>``, or in a browser by signing in once
-  at ``/login`` (an HttpOnly, SameSite=Strict session cookie derived from the token).
+- Reading pages and ``/api/`` is open only when the HTTP port is bound to a loopback address and
+  authentication is off; otherwise it needs a sign-in: the **HTTP token** (``config/http.token``
+  in the data directory, created 0600 at first start) as ``Authorization: Bearer <token>``, or a
+  session cookie (sessions.py) from signing in at ``/login`` (signin.py) with the token or, with
+  authentication on, a user's keys.
 - Every request that changes something (any method but GET/HEAD) must prove it was not forged by
-  another site: either the Bearer token (a browser never adds it on its own), or the double-submit
-  CSRF token — the ``X-Pocketmq-Csrf`` header equal to the ``pocketmq_csrf`` cookie, which only a
-  page of this dashboard can read and htmx sends with each request — and an ``Origin``, when the
-  browser sends one, naming this host.
+  another site: either the Bearer token (a browser never adds it on its own), or the
+  double-submit CSRF token — the ``X-Pocketmq-Csrf`` header equal to the ``pocketmq_csrf``
+  cookie, which only a page of this dashboard can read and htmx sends with each request — and an
+  ``Origin``, when the browser sends one, naming one of the broker's hosts at this port. The
+  sign-in form carries the token as a field. Its body must arrive within ``body_timeout``.
+- Every answer carries headers that keep browsers from framing, sniffing or scripting it
+  (:func:`add_security_headers`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import asyncio
+import logging
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlsplit
+from urllib.parse import quote
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
+from pocketmq.broker.persist import write_files
 from pocketmq.server.auth.network import is_loopback
 from pocketmq.server.auth.users import UserStore
+from pocketmq.server.http.dashboard.sessions import SESSION_COOKIE, Sessions, same
+from pocketmq.server.http.settings import HttpSettings
+from pocketmq.server.ratelog import RateLimitedLog
 
-__all__ = ["CSRF_COOKIE", "CSRF_HEADER", "Guard", "is_loopback", "load_token"]
+__all__ = [
+    "CSRF_COOKIE",
+    "CSRF_HEADER",
+    "SESSION_COOKIE",
+    "Guard",
+    "add_security_headers",
+    "is_loopback",
+    "load_token",
+    "set_cookie",
+]
 
 CSRF_COOKIE = "pocketmq_csrf"
 CSRF_HEADER = "X-Pocketmq-Csrf"
-SESSION_COOKIE = "pocketmq_session"
-_OPEN_PREFIXES = ("/metrics", "/healthz", "/readyz", "/static/", "/login")
+SIGN_IN_PATH = "/login"
+_OPEN_PREFIXES = ("/metrics", "/healthz", "/readyz", "/static/")
+_SAFE_METHODS = ("GET", "HEAD")
+# the only script is htmx, a file of ours; no inline script or style, no framing, no plugins
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = RateLimitedLog(logging.getLogger("pocketmq.server.http"))
 
 
 def load_token(config_dir: str) -> str:
@@ -48,26 +75,66 @@ def load_token(config_dir: str) -> str:
     except FileNotFoundError:
         pass
     token = secrets.token_hex(24)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="ascii") as file:
-        file.write(token + "\n")
+    write_files([(path, f"{token}\n".encode())])  # 0600 from its creation (docs/security.md)
     return token
+
+
+def set_cookie(
+    response: web.StreamResponse,
+    request: web.Request,
+    name: str,
+    value: str,
+    *,
+    httponly: bool,
+    max_age: float | None = None,
+) -> None:
+    """A cookie of this dashboard: SameSite=Strict, for every path, Secure over HTTPS."""
+    response.set_cookie(
+        name,
+        value,
+        samesite="Strict",
+        path="/",
+        httponly=httponly,
+        secure=request.secure,
+        max_age=None if max_age is None else int(max_age),
+    )
+
+
+async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """An ``on_response_prepare`` hook: every answer may not be framed, sniffed, or run inline
+    script; pages and data are not cached (they may hold message bodies)."""
+    headers = response.headers
+    headers.setdefault("Content-Security-Policy", _CSP)
+    headers.setdefault("X-Frame-Options", "DENY")
+    headers.setdefault("X-Content-Type-Options", "nosniff")
+    headers.setdefault("Referrer-Policy", "same-origin")
+    if not request.path.startswith("/static/"):
+        headers.setdefault("Cache-Control", "no-store")
 
 
 class Guard:
     """The aiohttp middleware enforcing the rules of the module doc."""
 
-    def __init__(self, token: str, open_reads: bool, users: UserStore | None = None) -> None:
+    def __init__(
+        self,
+        token: str,
+        open_reads: bool,
+        users: UserStore | None = None,
+        *,
+        settings: HttpSettings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        settings = settings or HttpSettings()
         self._token = token
-        self._key = hmac.new(token.encode(), b"dashboard session", hashlib.sha256).digest()
         self._users = users  # with authentication on, users may sign in with their keys
+        self.hosts = settings.hosts
+        self.sessions = Sessions(token, users, settings.session_seconds, clock)
+        self._body_timeout = settings.body_timeout
         self.open_reads = open_reads
 
     def session_cookie(self, user: str = "") -> str:
-        """The session cookie a sign-in sets: ``user`` ("" for the HTTP token's holder) and a
-        MAC of it under a key derived from the token (a cookie cannot be forged or edited)."""
-        mac = hmac.new(self._key, user.encode(), hashlib.sha256).hexdigest()
-        return f"{user}:{mac}"
+        """A new session cookie's value for ``user`` ("" for the HTTP token's holder)."""
+        return self.sessions.issue(user)
 
     @property
     def users_enabled(self) -> bool:
@@ -76,7 +143,7 @@ class Guard:
 
     def token_matches(self, candidate: str) -> bool:
         """Whether ``candidate`` is the HTTP token (constant time)."""
-        return _same(candidate.strip(), self._token)
+        return same(candidate.strip(), self._token)
 
     def user_matches(self, access_key: str, secret_key: str) -> bool:
         """Whether a user of ``pocketmq user`` has these keys (authentication on only)."""
@@ -84,69 +151,91 @@ class Guard:
             return False
         self._users.refresh()
         secret = self._users.secret(access_key)
-        return secret is not None and _same(secret_key, secret)
+        return secret is not None and same(secret_key, secret)
 
     def user_of(self, request: web.Request) -> str | None:
         """Who is asking: an access key for a user's session, "" for the token's holder, None
-        for nobody signed in (allowed only on loopback)."""
+        for nobody signed in (allowed only where reads are open)."""
         if self._bearer(request):
             return ""
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        user, sep, _ = cookie.rpartition(":")
-        if not sep or not _same(cookie, self.session_cookie(user)):
-            return None
-        if user and (self._users is None or not self._users.user_type(user)):
-            return None  # the user was deleted since signing in
-        return user
+        return self.sessions.user_of(request.cookies.get(SESSION_COOKIE, ""))
 
     def _bearer(self, request: web.Request) -> bool:
-        header = request.headers.get("Authorization", "")
+        header = request.headers.get(hdrs.AUTHORIZATION, "")
         scheme, _, value = header.partition(" ")
         return scheme.lower() == "bearer" and self.token_matches(value)
 
-    def _signed_in(self, request: web.Request) -> bool:
-        return self.user_of(request) is not None
-
-    @staticmethod
-    def _same_site(request: web.Request) -> bool:
+    def from_this_site(self, request: web.Request, token: str) -> bool:
+        """Whether a change comes from a page of this dashboard: ``token`` (the CSRF header, or
+        the sign-in form's field) equals the CSRF cookie, and the browser's ``Origin``, when it
+        sends one, is one of the broker's hosts at this port."""
         cookie = request.cookies.get(CSRF_COOKIE, "")
-        header = request.headers.get(CSRF_HEADER, "")
-        if not cookie or not _same(cookie, header):
+        if not cookie or not same(token, cookie):
             return False
-        origin = request.headers.get("Origin")
-        return origin is None or urlsplit(origin).netloc == request.host
+        origin = request.headers.get(hdrs.ORIGIN)
+        return origin is None or self.hosts.allows_origin(origin, request.host)
+
+    def _check_host(self, request: web.Request) -> None:
+        host = request.headers.get(hdrs.HOST)
+        # no Host at all: an HTTP/1.0 client (a load balancer's check), never a browser
+        if host is not None and not self.hosts.allows(host):
+            log.warning("host", "refused an HTTP request for an unknown host %r", host[:100])
+            raise web.HTTPMisdirectedRequest(
+                text="this broker does not answer to that host name: "
+                "add it to [server] http_hosts (docs/security.md)\n"
+            )
+
+    async def _read_body(self, request: web.Request) -> None:
+        """Read the body now (handlers then find it read), within the body timeout."""
+        if not request.body_exists:
+            return
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                await request.read()
+        except TimeoutError:
+            raise web.HTTPRequestTimeout(
+                text="the request's body did not arrive in time\n", headers={"Connection": "close"}
+            ) from None
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Refuse what the rules do not allow; give every page its CSRF cookie."""
+        self._check_host(request)
         if request.path.startswith(_OPEN_PREFIXES):
             return await handler(request)
         bearer = self._bearer(request)
-        if not (bearer or self.open_reads or self._signed_in(request)):
+        signing_in = request.path == SIGN_IN_PATH
+        if not (signing_in or bearer or self.open_reads or self.user_of(request) is not None):
             if request.path.startswith("/api/"):
                 raise web.HTTPUnauthorized(text="sign in: Authorization: Bearer <http token>\n")
-            raise web.HTTPFound("/login?next=" + request.path)
-        if request.method not in ("GET", "HEAD") and not (bearer or self._same_site(request)):
-            raise web.HTTPForbidden(
-                text="refused: a change needs the Bearer token or this dashboard's CSRF token\n"
-            )
+            raise web.HTTPFound(f"{SIGN_IN_PATH}?next={quote(request.path_qs, safe='/')}")
+        if request.method not in _SAFE_METHODS:
+            # the sign-in form's token is a field of its body: signin.py checks it
+            if not (signing_in or bearer or self.from_this_site(request, _csrf_header(request))):
+                raise web.HTTPForbidden(
+                    text="refused: a change needs the Bearer token or this dashboard's CSRF token\n"
+                )
+            await self._read_body(request)
+        return await self._with_csrf_cookie(request, handler)
+
+    @staticmethod
+    async def _with_csrf_cookie(request: web.Request, handler: Handler) -> web.StreamResponse:
         fresh = ""
-        if CSRF_COOKIE not in request.cookies:
+        if CSRF_COOKIE not in request.cookies and request.method in _SAFE_METHODS:
             # a first visit: the pages render with the token the response's cookie sets
             fresh = secrets.token_hex(16)
             cookies = "; ".join(
-                filter(None, (request.headers.get("Cookie"), f"{CSRF_COOKIE}={fresh}"))
+                filter(None, (request.headers.get(hdrs.COOKIE), f"{CSRF_COOKIE}={fresh}"))
             )
             request = request.clone(headers=CIMultiDict({**request.headers, "Cookie": cookies}))
         response = await handler(request)
         if fresh:
-            response.set_cookie(CSRF_COOKIE, fresh, samesite="Strict", path="/", httponly=False)
+            set_cookie(response, request, CSRF_COOKIE, fresh, httponly=False)
         return response
 
 
-def _same(given: str, expected: str) -> bool:
-    """Constant-time equality of any two strings (compare_digest refuses non-ASCII str)."""
-    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+def _csrf_header(request: web.Request) -> str:
+    return request.headers.get(CSRF_HEADER, "")
 
 
 def csrf_token(request: web.Request) -> str:

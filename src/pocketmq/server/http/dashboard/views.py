@@ -54,6 +54,7 @@ from pocketmq.server.http.dashboard.present import (
     preview,
     when,
 )
+from pocketmq.server.http.dashboard.signin import SignIn
 from pocketmq.version import VERSION
 
 __all__ = ["Dashboard"]
@@ -79,6 +80,7 @@ class Dashboard:
         self._templates.filters["when"] = when
         self._templates.filters["age"] = age
         self._rates: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
+        self.sign_in = SignIn(guard, self._render)
 
     def add_routes(self, app: web.Application) -> None:
         """Register every page, action and API route."""
@@ -94,8 +96,7 @@ class Dashboard:
         get("/messages", self.message)
         get("/topics", self.topics)
         post("/topics/{topic}/send", self.send)
-        get("/login", self.login_page)
-        post("/login", self.login)
+        self.sign_in.add_routes(app)
         get("/api/groups", self.front)
         get("/api/groups/{group}", self.group)
         get("/api/groups/{group}/dlq", self.dlq)
@@ -285,9 +286,9 @@ class Dashboard:
         )  # fmt: skip
         for r in rows:
             writer.writerow(
-                [r.dlq_offset, r.message_id, r.origin_topic, r.tag, r.keys, r.attempts,
-                 when(r.stored_at_ms), r.reason, r.last_error, r.redriven,
-                 r.body.decode("utf-8", "replace")]
+                [r.dlq_offset, *map(_inert, (r.message_id, r.origin_topic, r.tag, r.keys)),
+                 r.attempts, when(r.stored_at_ms), _inert(r.reason), _inert(r.last_error),
+                 r.redriven, _inert(r.body.decode("utf-8", "replace"))]
             )  # fmt: skip
         return web.Response(
             text=out.getvalue(),
@@ -494,41 +495,6 @@ class Dashboard:
             content_type="text/html",
         )
 
-    async def login_page(self, request: web.Request) -> web.Response:
-        """Sign in with the HTTP token (needed when the port is not on loopback)."""
-        return self._render(
-            request, "login.html", failed=False, next=request.query.get("next", "/")
-        )
-
-    async def login(self, request: web.Request) -> web.Response:
-        """Check the HTTP token, or a user's access key and secret key (authentication on);
-        on success set the session cookie and go on."""
-        form = await request.post()
-        target = str(form.get("next", "/"))
-        if not target.startswith("/") or target.startswith("//"):
-            target = "/"
-        access_key = str(form.get("access_key", "")).strip()
-        if access_key and self._guard.user_matches(access_key, str(form.get("secret_key", ""))):
-            user: str | None = access_key
-        elif not access_key and self._guard.token_matches(str(form.get("token", ""))):
-            user = ""
-        else:
-            user = None
-        if user is None:
-            count_failure("http", "unauthenticated")
-            response = self._render(request, "login.html", failed=True, next=target)
-            response.set_status(401)
-            return response
-        response = web.HTTPFound(target)
-        response.set_cookie(
-            "pocketmq_session",
-            self._guard.session_cookie(user),
-            httponly=True,
-            samesite="Strict",
-            path="/",
-        )
-        raise response
-
 
 def _page(request: web.Request) -> int:
     try:
@@ -539,3 +505,10 @@ def _page(request: web.Request) -> int:
 
 def _with_error(row: DeadLetterRow, error: str) -> DeadLetterRow:
     return dataclasses.replace(row, last_error=error)
+
+
+def _inert(cell: str) -> str:
+    """A text cell a spreadsheet shows as text: one starting with ``= + - @``, a tab or a
+    carriage return would be read as a formula (OWASP's "CSV injection"), so it gets a leading
+    ``'``."""
+    return "'" + cell if cell.startswith(("=", "+", "-", "@", "\t", "\r")) else cell
