@@ -170,7 +170,7 @@ def _write_private(path: str, data: bytes, *, replace: bool) -> None:
     """Create ``path`` with mode 0600 before any byte is in it; ``replace``: atomically over an
     existing file (written beside it, then renamed)."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)  # a new directory: private too
     target = path + ".tmp" if replace else path
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     if replace:
