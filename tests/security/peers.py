@@ -114,6 +114,12 @@ class RawPeer:
         with contextlib.suppress(Exception):
             self.writer.close()
 
+    async def aclose(self) -> None:
+        """Close and wait (briefly) until closed: a TLS transport shuts down asynchronously."""
+        self.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.writer.wait_closed(), 2)
+
 
 def remark(frame: Frame) -> str:
     return decode_body(frame.body, w.ErrorBody).remark

@@ -174,5 +174,5 @@ async def test_a_name_server_keeps_a_bounded_number_of_registrations() -> None:
         )
         assert renewed.code == Code.SUCCESS
     finally:
-        peer.close()
+        await peer.aclose()
         await server.close()

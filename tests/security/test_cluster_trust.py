@@ -27,7 +27,7 @@ import trustme
 
 from pocketmq import Message
 from pocketmq.client import Admin, ClientConfig, Producer, SimpleConsumer
-from pocketmq.client.connection import connect
+from pocketmq.client.connection import close_quietly, connect
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import (
     Code,
@@ -156,7 +156,7 @@ async def test_a_rogue_broker_cannot_register_and_producers_never_reach_it(
             listed = await peer.request(RequestCode.LIST_BROKERS, w.Empty())
             assert listed.code == Code.NO_PERMISSION
         finally:
-            peer.close()
+            await peer.aclose()
         # a user's credential (even a super user's) authenticates, but registers nothing
         for keys in (ALICE, ROOT):
             config = cluster.client(keys)
@@ -183,7 +183,7 @@ async def test_a_rogue_broker_cannot_register_and_producers_never_reach_it(
                 assert {b.address for b in route.brokers} == {cluster.broker.address}
                 assert [b.epoch for b in route.brokers] != [99]
             finally:
-                connection.close()
+                await close_quietly(connection)
         # producers routed through the name server reach the real broker only
         config = cluster.client(ALICE, server=namesrv)
         async with Producer(client=config) as producer:
@@ -310,8 +310,7 @@ async def test_idle_unauthenticated_connections_lock_nobody_out(cluster: Cluster
             evicted += any(f.code == Code.TOO_MANY_REQUESTS for f in peer.frames)
         assert evicted >= MAX_CONNECTIONS * 3 // 4 - 1  # the oldest made room for newer ones
     finally:
-        for peer in idle:
-            peer.close()
+        await asyncio.gather(*(peer.aclose() for peer in idle))
 
 
 async def test_name_server_connections_time_out_and_are_capped(cluster: Cluster) -> None:
@@ -330,8 +329,7 @@ async def test_name_server_connections_time_out_and_are_capped(cluster: Cluster)
         assert time.monotonic() - started < HELLO_TIMEOUT + 3
         assert "not authenticated within" in remark(frames[-1])
     finally:
-        for peer in idle:
-            peer.close()
+        await asyncio.gather(*(peer.aclose() for peer in idle))
 
 
 async def test_wrong_logins_are_throttled_one_guess_per_connection(cluster: Cluster) -> None:
@@ -342,7 +340,7 @@ async def test_wrong_logins_are_throttled_one_guess_per_connection(cluster: Clus
     first = await peer.request(RequestCode.AUTHENTICATE, guess)
     assert first.code == Code.NO_PERMISSION
     await peer.until_closed()  # one guess per connection
-    peer.close()
+    await peer.aclose()
     codes = []
     started = time.monotonic()
     for _ in range(30):
@@ -352,7 +350,7 @@ async def test_wrong_logins_are_throttled_one_guess_per_connection(cluster: Clus
             codes.append((await peer.request(RequestCode.AUTHENTICATE, guess)).code)
             await peer.until_closed()
         finally:
-            peer.close()
+            await peer.aclose()
     elapsed = time.monotonic() - started
     refused = codes.count(Code.NO_PERMISSION)
     assert refused <= 9 + elapsed + 1, codes  # the burst, then about one per second
