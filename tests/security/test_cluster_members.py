@@ -156,7 +156,7 @@ def test_a_stand_alone_proxy_signs_in_as_a_member(members: Members, tmp_path: Pa
 async def test_a_name_server_keeps_a_bounded_number_of_registrations() -> None:
     """Without authentication anyone may register — at most ``max_registered_brokers``
     distinct brokers; those known register again whatever the count."""
-    server = NameServer(max_brokers=1024)
+    server = NameServer()  # the default limit: 1024
     await server.start("127.0.0.1", 0)
     peer = await RawPeer.open(server.address)
     try:
