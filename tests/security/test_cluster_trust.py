@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+import stat
 import subprocess
 import sys
 import time
@@ -241,6 +242,9 @@ async def test_a_fake_broker_is_refused_by_clients_holding_credentials(
 
 
 async def test_the_real_clients_keep_working(cluster: Cluster) -> None:
+    # a lone broker with authentication made its cluster key at its first start, private
+    key = cluster.broker.data_dir / "data" / "config" / "cluster.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
     async with Admin(client=cluster.client()) as admin:
         await admin.create_topic("orders-d", queues=2)
         await admin.create_group("billing-d")
