@@ -22,7 +22,15 @@ from pocketmq.errors import (
     ServerIdentityError,
     TooManyRequestsError,
 )
-from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode, decode_body
+from pocketmq.protocol import (
+    MAX_FRAME_BODY,
+    PROTOCOL_VERSION,
+    FrameKind,
+    RequestCode,
+    decode_body,
+    encode_body,
+    encode_frame,
+)
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import ClientHandshake, client_proof, server_proof
 from pocketmq.server.auth.cluster import (
@@ -303,9 +311,12 @@ async def test_a_failed_login_closes_its_connection(users: UserStore) -> None:
     async with _server(users) as (server, _):
         client = await _raw(server)
         assert (await client.hello()).code == Code.SUCCESS
-        wrong = w.AuthenticateRequest("alice", "0" * 64, server.address)
-        await client.request(RequestCode.AUTHENTICATE, wrong, 2)
-        await client.request(RequestCode.AUTHENTICATE, wrong, 3)
+        wrong = encode_body(w.AuthenticateRequest("alice", "0" * 64, server.address))
+        # two guesses in one write (one read for the server: no unread bytes to reset on close)
+        await client.send(
+            encode_frame(FrameKind.REQUEST, RequestCode.AUTHENTICATE, 2, wrong)
+            + encode_frame(FrameKind.REQUEST, RequestCode.AUTHENTICATE, 3, wrong)
+        )
         frames = await client.until_closed()
         assert [(f.request_id, f.code) for f in frames] == [(2, Code.NO_PERMISSION)]
         client.close()
