@@ -13,7 +13,8 @@ module; it imports nothing from pocketmq.
     │   ├── ClosedError
     │   └── QueueFullError              a bounded queue overflowed (carries the counts)
     ├── BrokerConnectionError           retriable: could not reach / lost the broker
-    │   └── RequestTimeoutError         retriable: no answer in time
+    │   ├── RequestTimeoutError         retriable: no answer in time
+    │   └── ServerIdentityError         the server did not prove it knows our secret
     ├── SendOutcomeUnknownError         the message may or may not be stored
     ├── BrokerError                     the broker answered with an error code
     │   ├── ProtocolError               malformed or oversize frame
@@ -65,6 +66,7 @@ __all__ = [
     "QueueFullError",
     "RequestTimeoutError",
     "SendOutcomeUnknownError",
+    "ServerIdentityError",
     "ServiceUnavailableError",
     "StorageFailedError",
     "StorageFullError",
@@ -152,6 +154,13 @@ class BrokerConnectionError(PocketMQError):
 
 class RequestTimeoutError(BrokerConnectionError):
     """The broker did not answer within the timeout."""
+
+
+class ServerIdentityError(BrokerConnectionError):
+    """The server did not prove it knows this client's secret although the client holds
+    credentials: it asked for no authentication, or its proof was wrong — not the server the
+    client meant (a relay, a rogue). Retried elsewhere like an unreachable broker
+    (docs/security.md, "The native handshake")."""
 
 
 class SendOutcomeUnknownError(PocketMQError):

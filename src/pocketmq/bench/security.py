@@ -1,10 +1,12 @@
-"""What authentication, authorization and TLS cost native pipelined sends (docs/benchmarks.md,
+"""What authentication, authorization and TLS cost native sends (docs/benchmarks.md,
 "Security").
 
 Three brokers side by side, each its own process: plain; ``--authentication --authorization``
 with a normal user whose prefix rule allows the topic (every send checked); and TLS (a test CA
-from ``trustme``). The bench process sends 1 KiB messages with 512 in flight to each in turn,
-three rounds alternating, so machine noise hits every configuration alike.
+from ``trustme``). The bench process sends 1 KiB messages to each in turn — pipelined (512 in
+flight, the default producer) and one at a time (each send awaited) — and opens connections
+(the handshake: HELLO, and with authentication the mutual proof), three rounds alternating, so
+machine noise hits every configuration alike.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from typing import Any
 
 from pocketmq.bench.broker import BODY, BenchResult, Meter, in_flight
 from pocketmq.client import Admin, ClientConfig, Message, Producer
+from pocketmq.client.connection import close_quietly, connect
 from pocketmq.testing import BrokerProcess
 
 __all__ = ["run_security"]
 
 ROUNDS = 3
-COUNT = 40_000
+COUNT = 40_000  # pipelined sends per round
+EACH = 4_000  # awaited sends per round
+CONNECTIONS = 300  # handshakes per round
 
 
 def _pocketmq(data: Path, *args: str) -> None:
@@ -93,10 +98,30 @@ async def run_security(server: str | None = None) -> list[BenchResult]:
         for round_number in range(1, ROUNDS + 1):
             for name, (process, client) in brokers.items():
                 assert process.process is not None
+                pid = process.process.pid
                 async with Producer(servers=process.address, client=client) as producer:
                     await producer.send(message)  # route and connection
                     send = functools.partial(producer.send, message)
-                    with Meter(process.process.pid) as meter:
+                    with Meter(pid) as meter:
                         await in_flight(COUNT, 512, send)
-                    results.append(meter.result(f"{name}, round {round_number}", COUNT))
+                    results.append(meter.result(f"{name}, pipelined, round {round_number}", COUNT))
+                    with Meter(pid) as meter:
+                        for _ in range(EACH):
+                            await producer.send(message)
+                    results.append(meter.result(f"{name}, awaited, round {round_number}", EACH))
+                with Meter(pid) as meter:
+                    await _handshakes(process.address, client)
+                results.append(
+                    meter.result(f"{name}, connections, round {round_number}", CONNECTIONS)
+                )
     return results
+
+
+async def _handshakes(address: str, client: ClientConfig) -> None:
+    """Open (and close) connections one after another: what a connection's handshake costs."""
+    credentials = (client.access_key, client.secret_key)
+    for _ in range(CONNECTIONS):
+        connection = await connect(
+            address, "bench", timeout=5, tls=client.ssl_context(), credentials=credentials
+        )
+        await close_quietly(connection)

@@ -84,3 +84,54 @@ def cluster_list(server: str, as_json: bool) -> None:
     click.echo("  ".join(c.upper().ljust(widths[c]) for c in _COLUMNS).rstrip())
     for row in rows:
         click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in _COLUMNS).rstrip())
+
+
+@cluster.group("key")
+def key() -> None:
+    """The cluster key: how brokers, name servers and proxies prove they belong to the cluster
+    (docs/security.md, "Trust inside the cluster")."""
+
+
+def _key_command(action: Any, done: str) -> Any:
+    from pocketmq.errors import InvalidArgumentError
+
+    def run(path: str) -> None:
+        try:
+            found = action(path)
+        except InvalidArgumentError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(done.format(path=path, count=len(found.secrets)))
+
+    return run
+
+
+@key.command("create")
+@click.argument("path", type=click.Path(dir_okay=False))
+def key_create(path: str) -> None:
+    """Write a new key to PATH (mode 0600; an existing file is never overwritten). Give every
+    broker, name server and proxy of the cluster a copy."""
+    from pocketmq.server.auth.cluster import create_cluster_key
+
+    _key_command(create_cluster_key, "created {path}: copy it (mode 0600) to every component")(path)
+
+
+@key.command("rotate")
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+def key_rotate(path: str) -> None:
+    """Put a new key first in PATH, keeping the old ones accepted: copy the file to every
+    component (each re-reads it within a second), then `pocketmq cluster key prune PATH`."""
+    from pocketmq.server.auth.cluster import create_cluster_key, load_cluster_key
+
+    def rotate(where: str) -> Any:
+        return create_cluster_key(where, keep=load_cluster_key(where).secrets)
+
+    _key_command(rotate, "rotated {path}: {count} keys accepted, the new one signs")(path)
+
+
+@key.command("prune")
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+def key_prune(path: str) -> None:
+    """Keep only PATH's first key (once every component has the rotated file)."""
+    from pocketmq.server.auth.cluster import prune_cluster_key
+
+    _key_command(prune_cluster_key, "pruned {path}: only the newest key is accepted")(path)

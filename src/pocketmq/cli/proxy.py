@@ -72,6 +72,12 @@ __all__ = ["proxy"]
     help="The broker's native port speaks TLS: trust this CA bundle or certificate for it.",
 )
 @click.option(
+    "--cluster-key",
+    type=click.Path(dir_okay=False),
+    help="Sign in to the broker as a member of the cluster with this key file "
+    '(docs/security.md, "Trust inside the cluster").  [default: POCKETMQ_ACCESS_KEY]',
+)
+@click.option(
     "--insecure", is_flag=True, help="Listen on a non-loopback --host without --authentication."
 )
 @click.option(
@@ -107,14 +113,16 @@ def proxy(
     tls_key: str | None,
     grpc_tls: str | None,
     broker_ca: str | None,
+    cluster_key: str | None,
     insecure: bool,
     exit_with_stdin: bool,
     ping_interval: float,
     log_level: str,
 ) -> None:
     """Serve the official RocketMQ 5 clients' gRPC for BROKER, forwarding over the native
-    protocol (docs/proxy.md). To a broker with --authentication it signs in as
-    POCKETMQ_ACCESS_KEY / POCKETMQ_SECRET_KEY (a super user)."""
+    protocol (docs/proxy.md). To a broker with --authentication it signs in as a member of the
+    cluster (--cluster-key), or else as POCKETMQ_ACCESS_KEY / POCKETMQ_SECRET_KEY (a super
+    user)."""
     from pocketmq.proxy.gateway import Gateway, GatewaySecurity  # grpc is heavy: only here
 
     setup_logging(log_level)
@@ -145,6 +153,7 @@ def proxy(
             broker_ca=broker_ca,
             broker_host=broker.rpartition(":")[0],
             environment=os.environ,
+            cluster_key=cluster_key,
         )
     except (OSError, InvalidArgumentError) as exc:
         raise click.UsageError(str(exc)) from None

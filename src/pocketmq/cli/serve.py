@@ -26,6 +26,7 @@ from pocketmq.cli._app import main
 from pocketmq.cli.refusal import REFUSALS, refusal
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
+from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.auth.network import is_loopback
 from pocketmq.server.ha.etcd import parse_controller
 from pocketmq.server.loops import LOOPS, loop_factory
@@ -146,6 +147,8 @@ def build_config(
         config.controller_timings()
         config.tls_context()
         config.replication_policy(None)
+        config.reachable()
+        config.failure_throttle()
         if config.controller:
             parse_controller(config.controller)
     except InvalidArgumentError as exc:
@@ -231,11 +234,6 @@ def setup_logging(level: str) -> None:
     "broker its --namesrv-tls name server's).",
 )
 @click.option(
-    "--cluster-key",
-    help="The cluster key file brokers prove to each other (with --authentication).  "
-    "[default: DATA/config/cluster.key, created at first start]",
-)
-@click.option(
     "--namesrv-tls",
     is_flag=True,
     default=None,
@@ -265,6 +263,12 @@ def setup_logging(level: str) -> None:
     is_flag=True,
     default=None,
     help="Normal users may only do what `pocketmq acl` rules allow (needs --authentication).",
+)
+@click.option(
+    "--cluster-key",
+    type=click.Path(dir_okay=False),
+    help="The cluster's key file: how brokers, name servers and proxies prove they belong "
+    "(docs/security.md).  [default with --authentication: DATA/config/cluster.key, created]",
 )
 @click.option("--namesrv-port", type=int, help="Embedded name server port.  [default: 9876]")
 @click.option(
@@ -318,8 +322,8 @@ def serve(
     insecure: bool | None,
     grpc_tls: str | None,
     tls_ca: str | None,
-    cluster_key: str | None,
     namesrv_tls: bool | None,
+    cluster_key: str | None,
     namesrv_port: int | None,
     namesrv: str | None,
     broker_name: str | None,
@@ -410,10 +414,33 @@ def serve(
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=9876, show_default=True, type=int, help="Port (0 = any free port).")
+@click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=int, help="Port to listen on.  [default: 9876]")
 @click.option("--tls-cert", help="PEM certificate chain: the name server speaks TLS.")
 @click.option("--tls-key", help="PEM private key of --tls-cert.")
+@click.option(
+    "--authentication",
+    is_flag=True,
+    default=None,
+    help="Every connection must authenticate: brokers with the cluster key, clients as users "
+    "(docs/security.md). Needs --cluster-key.",
+)
+@click.option(
+    "--cluster-key",
+    type=click.Path(dir_okay=False),
+    help="The cluster's key file (`pocketmq cluster key create`): brokers prove it to register.",
+)
+@click.option(
+    "--data-dir",
+    help="Where the users clients authenticate as live (config/users.json, as a broker's).  "
+    "[default: ./data]",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, path_type=Path),
+    help="TOML file: its [server] connection limits, TLS, authentication and cluster_key.",
+)
 @click.option(
     "--log-level",
     default="info",
@@ -422,20 +449,52 @@ def serve(
     help="How much goes to stderr.",
 )
 def namesrv(
-    host: str, port: int, tls_cert: str | None, tls_key: str | None, log_level: str
+    host: str | None,
+    port: int | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    authentication: bool | None,
+    cluster_key: str | None,
+    data_dir: str | None,
+    config_file: Path | None,
+    log_level: str,
 ) -> None:
     """Run a stand-alone name server for a cluster of brokers (over TLS with --tls-cert; brokers
-    then need --namesrv-tls, clients their TLS setting: docs/security.md)."""
+    then need --namesrv-tls, clients their TLS setting; with --authentication only members of
+    the cluster register: docs/security.md)."""
     setup_logging(log_level)
     warn_if_key_is_readable(tls_key)
+    config = build_config(
+        config_file=config_file,
+        data_dir=data_dir,
+        host=host,
+        port=None,
+        grpc_port=None,
+        namesrv_port=None,
+        namesrv=None,
+        broker_name=None,
+        flush=None,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+    )
+    config = replace(
+        config,
+        authentication=bool(authentication) or config.authentication,
+        cluster_key=cluster_key or config.cluster_key,
+    )
+    listen_port = port if port is not None else 9876
     try:
-        tls = AppConfig(tls_cert=tls_cert, tls_key=tls_key).tls_context()
+        server = NameServer(
+            tls=config.tls_context(),
+            limits=config.connection_limits(),
+            authenticator=_namesrv_authenticator(config),
+            max_brokers=config.max_registered_brokers,
+        )
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
-    server = NameServer(tls=tls)
 
     async def start() -> None:
-        await server.start(host, port)
+        await server.start(config.host, listen_port)
 
     try:
         asyncio.run(
@@ -447,6 +506,34 @@ def namesrv(
         ports = {"the name server's port, --port": port}
         message = refusal(refused.cause, what="the name server", ports=ports)
         raise click.ClickException(message) from None
+
+
+def _namesrv_authenticator(config: AppConfig) -> Authenticator | None:
+    """A stand-alone name server's identities: the cluster key (required) and the users of
+    its data directory (docs/security.md, "Trust inside the cluster")."""
+    if not config.authentication:
+        return None
+    if not config.cluster_key:
+        raise InvalidArgumentError(
+            "a name server with --authentication needs the cluster's key: --cluster-key FILE "
+            "(the file every broker of the cluster has; create one with `pocketmq cluster key "
+            "create FILE`)"
+        )
+    from pocketmq.server.auth.users import UserStore
+
+    users = UserStore(os.path.join(config.broker.data_dir, "config"))
+    users.load()
+    if not users.users():
+        logging.getLogger("pocketmq.namesrv").warning(
+            "no users in %s/config/users.json: only members of the cluster can authenticate "
+            "here, clients cannot (copy the brokers' users.json and users.key)",
+            config.broker.data_dir,
+        )
+    authenticator = Authenticator(
+        users, config.cluster_key_file(), throttle=config.failure_throttle()
+    )
+    authenticator.reachable |= config.reachable()
+    return authenticator
 
 
 def run_until_signalled(start: Any, ready: Any, stop: Any) -> None:

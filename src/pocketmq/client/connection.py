@@ -27,7 +27,6 @@ import msgspec
 from pocketmq.errors import (
     BrokerConnectionError,
     Code,
-    NoPermissionError,
     ProtocolError,
     RequestTimeoutError,
     error_from_code,
@@ -43,7 +42,7 @@ from pocketmq.protocol import (
     foreign_protocol,
 )
 from pocketmq.protocol import structs as w
-from pocketmq.protocol.auth import challenge_signature
+from pocketmq.protocol.auth import ClientHandshake, normalize_address
 from pocketmq.version import VERSION
 
 __all__ = ["ClientConnection", "PushHandler", "connect"]
@@ -236,6 +235,14 @@ class ClientConnection(asyncio.Protocol):
         if outgoing and self._transport is not None and not self._transport.is_closing():
             self._transport.write(b"".join(outgoing) if len(outgoing) > 1 else outgoing[0])
 
+    def peer_address(self) -> str:
+        """The server's ``ip:port`` as this socket sees it (normalized): what the handshake's
+        proof is bound to, so a relay's address is what a relayed client signs."""
+        peer = self._transport.get_extra_info("peername") if self._transport else None
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            return normalize_address(str(peer[0]), int(peer[1]))
+        return ""
+
     @property
     def is_open(self) -> bool:
         """Whether requests can be written now."""
@@ -337,8 +344,9 @@ async def connect(
     tls: ssl.SSLContext | None = None,
     credentials: tuple[str, str] = ("", ""),
 ) -> ClientConnection:
-    """Open a connection (over TLS with ``tls``), complete the HELLO handshake, and answer the
-    broker's challenge with ``credentials`` (access key, secret key) when it asks for one."""
+    """Open a connection (over TLS with ``tls``) and complete the handshake: HELLO, and with
+    ``credentials`` (access key, secret key) the mutual proof — the server must ask for it and
+    prove it knows the secret too (:class:`~pocketmq.protocol.auth.ClientHandshake`)."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise BrokerConnectionError(f"bad address {address!r}: expected host:port", address=address)
@@ -356,27 +364,25 @@ async def connect(
         )
     except (OSError, TimeoutError) as exc:
         raise BrokerConnectionError(f"cannot connect to {address}: {exc}", address=address) from exc
+    handshake = ClientHandshake(
+        client_id,
+        *credentials,
+        missing_credentials="set ClientConfig(access_key=..., secret_key=...) or "
+        "POCKETMQ_ACCESS_KEY/POCKETMQ_SECRET_KEY",
+    )
     try:
         connection.hello = await connection.request(
             RequestCode.HELLO,
-            w.HelloRequest(PROTOCOL_VERSION, client_id, CLIENT_VERSION),
+            handshake.hello(CLIENT_VERSION, PROTOCOL_VERSION),
             w.HelloResponse,
             timeout,
         )
-        challenge = connection.hello.auth_challenge
-        if challenge:
-            access_key, secret_key = credentials
-            if not access_key:
-                raise NoPermissionError(
-                    f"the broker at {address} requires authentication: set ClientConfig("
-                    "access_key=..., secret_key=...) or POCKETMQ_ACCESS_KEY/POCKETMQ_SECRET_KEY"
+        answer = handshake.authenticate(connection.hello, connection.peer_address(), address)
+        if answer is not None:
+            handshake.check(
+                await connection.request(
+                    RequestCode.AUTHENTICATE, answer, w.AuthenticateResponse, timeout
                 )
-            signature = challenge_signature(secret_key, challenge, client_id)
-            await connection.request(
-                RequestCode.AUTHENTICATE,
-                w.AuthenticateRequest(access_key, signature),
-                w.Empty,
-                timeout,
             )
     except BaseException:
         connection.close()

@@ -23,8 +23,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import secrets
 
-__all__ = ["challenge_signature", "client_proof", "normalize_address", "server_proof"]
+from pocketmq.errors import NoPermissionError, ServerIdentityError
+from pocketmq.protocol.membership import (
+    AuthenticateRequest,
+    AuthenticateResponse,
+    HelloRequest,
+    HelloResponse,
+)
+
+__all__ = [
+    "ClientHandshake",
+    "client_proof",
+    "new_nonce",
+    "normalize_address",
+    "server_proof",
+]
 
 _CLIENT_LABEL = "pocketmq-auth-2 client"
 _SERVER_LABEL = "pocketmq-auth-2 server"
@@ -87,9 +102,78 @@ def normalize_address(host: str, port: int) -> str:
     return f"{ip}:{port}"
 
 
-def challenge_signature(secret: str, challenge: str, client_id: str) -> str:
-    """The first handshake's answer (``HMAC-SHA256(secret, challenge:client_id)``): not bound to
-    the connection's address, so a relay can pass it on. Kept only until every caller uses
-    :func:`client_proof`."""
-    message = f"{challenge}:{client_id}".encode()
-    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+def new_nonce() -> str:
+    """A fresh random nonce or challenge: 16 bytes as 32 hex digits."""
+    return secrets.token_hex(16)
+
+
+class ClientHandshake:
+    """The client's side of the handshake, without I/O (module doc): the ``HELLO`` to send, the
+    ``AUTHENTICATE`` that answers the server's challenge, and the check of the server's proof.
+
+    A client holding credentials (``access_key``) insists on a server that proves it knows the
+    secret: one that asks for no authentication, or proves nothing, is a
+    :class:`~pocketmq.errors.ServerIdentityError` — a relay or a rogue, not the server meant.
+    ``missing_credentials`` completes the error of a client without credentials asked for them
+    (what to configure)."""
+
+    def __init__(
+        self,
+        client_id: str,
+        access_key: str = "",
+        secret_key: str = "",
+        *,
+        missing_credentials: str = "",
+    ) -> None:
+        self.client_id = client_id
+        self.client_nonce = new_nonce()
+        self._access_key = access_key
+        self._secret_key = secret_key
+        self._missing = missing_credentials
+        self._expected = ""
+        self._where = ""
+
+    def hello(self, client_version: str, protocol_version: int) -> HelloRequest:
+        """The first frame of the connection."""
+        return HelloRequest(
+            protocol_version, self.client_id, client_version, client_nonce=self.client_nonce
+        )
+
+    def authenticate(
+        self, hello: HelloResponse, server_address: str, where: str
+    ) -> AuthenticateRequest | None:
+        """What answers ``hello`` from the server at ``server_address`` (``ip:port`` of the
+        socket's peer, normalized) — None when neither side asks for authentication. ``where``
+        names the server in errors."""
+        self._where = where
+        challenge = hello.auth_challenge
+        if not challenge:
+            if self._access_key:
+                raise ServerIdentityError(
+                    f"the server at {where} asks for no authentication, so it cannot prove it "
+                    'knows your secret: not the broker you meant? (docs/security.md, "The '
+                    'native handshake")',
+                    address=where,
+                )
+            return None
+        if not self._access_key:
+            raise NoPermissionError(
+                f"the {hello.role or 'server'} at {where} requires authentication"
+                + (f": {self._missing}" if self._missing else "")
+            )
+        parts = (challenge, self.client_nonce, self.client_id, hello.server_name, server_address)
+        self._expected = server_proof(self._secret_key, *parts)
+        return AuthenticateRequest(
+            self._access_key, client_proof(self._secret_key, *parts), server_address
+        )
+
+    def check(self, answer: AuthenticateResponse) -> None:
+        """Verify the server's proof (constant time); a wrong or missing one is a
+        :class:`~pocketmq.errors.ServerIdentityError`."""
+        given = answer.server_proof.lower().encode("utf-8", "replace")
+        if not self._expected or not hmac.compare_digest(self._expected.encode(), given):
+            raise ServerIdentityError(
+                f"the server at {self._where} did not prove it knows your secret: not the broker "
+                'you meant? (docs/security.md, "The native handshake")',
+                address=self._where,
+            )

@@ -8,6 +8,7 @@ from pocketmq.protocol.body import Body
 
 __all__ = [
     "AuthenticateRequest",
+    "AuthenticateResponse",
     "ConsumerRegistration",
     "ConsumersChangedNotice",
     "GetConsumersRequest",
@@ -27,6 +28,8 @@ class HelloRequest(Body, frozen=True):
     client_id: str
     client_version: str = ""
     language: str = "python"
+    # random, 32 hex digits: the client's part of the handshake's proofs (protocol/auth.py)
+    client_nonce: str = ""
 
 
 class HelloResponse(Body, frozen=True):
@@ -46,10 +49,19 @@ class HelloResponse(Body, frozen=True):
 
 
 class AuthenticateRequest(Body, frozen=True):
-    """The answer to a HELLO's challenge: who the client is, and proof it knows the secret."""
+    """The answer to a HELLO's challenge: who the client is, and proof it knows the secret, made
+    for the server address it connected to (protocol/auth.py, docs/protocol.md "Handshake")."""
 
     access_key: str
-    signature: str
+    signature: str  # client_proof(...)
+    # the server as the client's socket sees it (normalize_address): a relay's, if it is one
+    server_address: str = ""
+
+
+class AuthenticateResponse(Body, frozen=True):
+    """The server's side of the mutual proof: it knows the same secret (server_proof)."""
+
+    server_proof: str = ""
 
 
 class ConsumerRegistration(Body, frozen=True):

@@ -75,6 +75,7 @@ from pocketmq.protocol.consumption import (
 )
 from pocketmq.protocol.membership import (
     AuthenticateRequest,
+    AuthenticateResponse,
     ConsumerRegistration,
     ConsumersChangedNotice,
     GetConsumersRequest,
@@ -108,6 +109,7 @@ __all__ = [
     "AckResponse",
     "AttemptRecord",
     "AuthenticateRequest",
+    "AuthenticateResponse",
     "BrokerAddress",
     "BrokerStatusResponse",
     "BrowseRequest",
@@ -234,7 +236,7 @@ REQUESTS: Final[dict[int, type[Body]]] = {
 
 RESPONSES: Final[dict[int, type[Body]]] = {
     RequestCode.HELLO: HelloResponse,
-    RequestCode.AUTHENTICATE: Empty,
+    RequestCode.AUTHENTICATE: AuthenticateResponse,
     RequestCode.SEND: SendResponse,
     RequestCode.PULL: PullResponse,
     RequestCode.POP: PopResponse,

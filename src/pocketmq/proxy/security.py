@@ -3,8 +3,10 @@
 The gRPC side checks each official client exactly as the broker's in-process adapter does — the
 same signature check against the broker's users, the same ACL — by reading the broker's own user
 and rule files. The native side signs in to the broker: a worker of ``serve --grpc-workers`` as
-the broker's gateway identity with the secret it was handed, a stand-alone proxy as the user in
-``POCKETMQ_ACCESS_KEY``/``POCKETMQ_SECRET_KEY``; over TLS when the broker's port speaks it.
+the broker's gateway identity with the secret it was handed, a stand-alone proxy as a member of
+the cluster (``--cluster-key``) or else as the user in
+``POCKETMQ_ACCESS_KEY``/``POCKETMQ_SECRET_KEY``; over TLS when the broker's port speaks it. With
+credentials it also checks the broker's proof that it knows them (docs/security.md).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server.auth.acl import AclStore
 from pocketmq.server.auth.authorizer import Authorizer
+from pocketmq.server.auth.cluster import CLUSTER_USER, load_cluster_key
 from pocketmq.server.auth.network import is_loopback
 from pocketmq.server.auth.users import GATEWAY_USER, UserStore
 from pocketmq.server.workers import GATEWAY_SECRET_VARIABLE
@@ -49,6 +52,7 @@ class GatewaySecurity:
         broker_ca: str | None,
         broker_host: str,
         environment: Mapping[str, str],
+        cluster_key: str | None = None,
     ) -> GatewaySecurity:
         """From the ``pocketmq proxy`` options (module doc); a missing or unreadable file is
         an error here, at start-up."""
@@ -74,13 +78,20 @@ class GatewaySecurity:
             # a worker pins its own broker's certificate, which may be a leaf (self-signed)
             link_tls.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
             link_tls.check_hostname = not is_loopback(broker_host)
-        secret = environment.get(GATEWAY_SECRET_VARIABLE, "")
-        credentials = (
-            (GATEWAY_USER, secret)
-            if secret
-            else (
-                environment.get("POCKETMQ_ACCESS_KEY", ""),
-                environment.get("POCKETMQ_SECRET_KEY", ""),
-            )
-        )
+        credentials = _credentials(environment, cluster_key)
         return cls(users, authorizer, tls_pem, grpc_tls == "permissive", link_tls, credentials)
+
+
+def _credentials(environment: Mapping[str, str], cluster_key: str | None) -> tuple[str, str]:
+    """Who the proxy is toward its broker (module doc). A worker is handed its broker's gateway
+    secret, empty when the broker has no authentication (then it signs in as nobody, whatever
+    the environment holds)."""
+    if GATEWAY_SECRET_VARIABLE in environment:
+        secret = environment[GATEWAY_SECRET_VARIABLE]
+        return (GATEWAY_USER, secret) if secret else ("", "")
+    if cluster_key:
+        return (CLUSTER_USER, load_cluster_key(cluster_key).current)
+    return (
+        environment.get("POCKETMQ_ACCESS_KEY", ""),
+        environment.get("POCKETMQ_SECRET_KEY", ""),
+    )

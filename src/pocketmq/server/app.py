@@ -18,11 +18,19 @@ from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
-from pocketmq.errors import BrokerConnectionError, InvalidArgumentError, TopicNotFoundError
+from pocketmq.errors import (
+    BrokerConnectionError,
+    InvalidArgumentError,
+    PocketMQError,
+    TopicNotFoundError,
+)
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.auth import normalize_address
 from pocketmq.server.app_config import AppConfig
+from pocketmq.server.auth.cluster import ClusterKeyFile
 from pocketmq.server.auth.credential import watch_users
+from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.ha.etcd import Etcd, parse_controller
 from pocketmq.server.ha.failover import Failover
 from pocketmq.server.ha.members import GroupMembers
@@ -62,9 +70,13 @@ class BrokerApp:
         self._grpc: GrpcServer | None = None
         self.grpc_workers: ProxyWorkers | None = None
         # what this broker's proxy workers authenticate with (docs/proxy.md); new at each start
-        self._gateway_secret = secrets.token_hex(32) if config.grpc_workers else ""
+        self._gateway_secret = (
+            secrets.token_hex(32) if config.grpc_workers and config.authentication else ""
+        )
         self._http: HttpServer | None = None
         self._users: UserStore | None = None  # authentication on (docs/security.md)
+        self._cluster_key: ClusterKeyFile | None = None  # this process is a member
+        self._authenticator: Authenticator | None = None  # the native port's
         self._authorizer: Authorizer | None = None  # authorization on
         self._users_watch: asyncio.Task[None] | None = None  # users.json read again each second
         self.http_address = ""
@@ -118,17 +130,17 @@ class BrokerApp:
             )
         await self.broker.start()
         try:
+            namesrv_authenticator = self._security()
             if config.namesrv is None and config.namesrv_port is not None:
-                self.namesrv = NameServer(limits=limits, tls=tls)  # clients use one TLS setting
-                await self.namesrv.start(config.host, config.namesrv_port)
-            if config.authentication:
-                from pocketmq.server.auth.users import UserStore
-
-                self._users = UserStore(os.path.join(config.broker.data_dir, "config"))
-                self._users.load()
-                self._users_watch = asyncio.create_task(
-                    watch_users(self._users), name="users-watch"
+                self.namesrv = NameServer(  # clients use one TLS setting
+                    limits=limits,
+                    tls=tls,
+                    authenticator=namesrv_authenticator,
+                    max_brokers=config.max_registered_brokers,
                 )
+                await self.namesrv.start(config.host, config.namesrv_port)
+                if namesrv_authenticator is not None:
+                    namesrv_authenticator.reachable.add(self._advertised(self.namesrv.port))
             if config.authorization:
                 self._authorizer = self._build_authorizer()
             handlers = broker_handlers(
@@ -137,8 +149,7 @@ class BrokerApp:
                 self._list_brokers,
                 self._topics_changed,
                 self._promote,
-                users=self._users,
-                gateway_secret=self._gateway_secret,
+                authenticator=self._authenticator,
                 authorizer=self._authorizer,
             )
             handlers |= gateway_handlers(
@@ -150,6 +161,8 @@ class BrokerApp:
                 handlers, on_close=self._connection_closed, limits=limits, tls=tls
             )
             await self._native.start(config.host, config.port)
+            if self._authenticator is not None:
+                self._authenticator.reachable.add(self._advertised(self._native.port))
             if config.grpc_port is not None and config.grpc_workers > 0:
                 await self._start_grpc_workers(config.grpc_port)
             elif config.grpc_port is not None:
@@ -159,7 +172,7 @@ class BrokerApp:
             self.group = GroupRole(
                 self.broker,
                 tls=(config.replication_server_tls(), config.replication_client_tls()),
-                policy=config.replication_policy(config.load_cluster_key()),
+                policy=config.replication_policy(self._cluster_key),
                 host=config.host,
                 ha_port=self._ha_port(),
                 ha_port_fixed=config.ha_port is not None,
@@ -191,6 +204,7 @@ class BrokerApp:
                     self.namesrv_address,
                     f"broker:{self.broker.name}",
                     tls=self._own_namesrv_tls(tls),
+                    cluster_key=self._cluster_key,
                 )
                 await self._register()
                 self._registrar = asyncio.create_task(self._register_forever())
@@ -198,6 +212,35 @@ class BrokerApp:
         except BaseException:
             await self.close()
             raise
+
+    def _security(self) -> Authenticator | None:
+        """The cluster key, the users and the native port's authenticator (authentication
+        on); returns the embedded name server's authenticator (the same identities, its own
+        addresses). docs/security.md, "Trust inside the cluster"."""
+        config = self.config
+        self._cluster_key = config.cluster_key_file()
+        if not config.authentication:
+            return None
+        from pocketmq.server.auth.users import UserStore
+
+        self._users = UserStore(os.path.join(config.broker.data_dir, "config"))
+        self._users.load()
+        self._users_watch = asyncio.create_task(watch_users(self._users), name="users-watch")
+        throttle, reachable = config.failure_throttle(), config.reachable()
+        self._authenticator = Authenticator(
+            self._users,
+            self._cluster_key,
+            gateway_secret=self._gateway_secret,
+            throttle=throttle,
+        )
+        self._authenticator.reachable |= reachable
+        namesrv = Authenticator(self._users, self._cluster_key, throttle=throttle)
+        namesrv.reachable |= reachable
+        return namesrv
+
+    def _advertised(self, port: int) -> str:
+        """``ip:port`` of the advertised host (what routes name) for the handshake's check."""
+        return normalize_address(self._advertised_host(), port)
 
     def _build_authorizer(self) -> Authorizer:
         """The ACL's authorizer: its check goes in front of every native handler and into the
@@ -383,7 +426,7 @@ class BrokerApp:
             reply = await self._link.call(
                 RequestCode.REGISTER_BROKER, self._registration(), w.RegisterBrokerResponse
             )
-        except BrokerConnectionError as exc:
+        except PocketMQError as exc:  # unreachable, not a member's name server, refused
             log.warning("registration with the name server failed: %s", exc)
             return
         if self.group is not None:

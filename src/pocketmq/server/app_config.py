@@ -11,7 +11,17 @@ from pathlib import Path
 from pocketmq.broker import BrokerConfig
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO
-from pocketmq.server.auth.cluster import ClusterKey, create_cluster_key, load_cluster_key
+from pocketmq.server.auth.cluster import (
+    CLUSTER_KEY_FILE,
+    ClusterKeyFile,
+    create_cluster_key,
+)
+from pocketmq.server.auth.handshake import parse_reachable
+from pocketmq.server.auth.throttle import (
+    DEFAULT_FAILURE_BURST,
+    DEFAULT_FAILURE_RATE,
+    FailureThrottle,
+)
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.ha.failover import ControllerTimings
 from pocketmq.server.ha.handshake import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, MAX_LINKS, LinkPolicy
@@ -23,6 +33,7 @@ from pocketmq.server.http.settings import (
     HttpSettings,
 )
 from pocketmq.server.http.settings import DEFAULT_MAX_CONNECTIONS as DEFAULT_HTTP_CONNECTIONS
+from pocketmq.server.namesrv.routes import MAX_REGISTERED_BROKERS
 from pocketmq.server.native.limits import (
     DEFAULT_HELLO_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -62,6 +73,8 @@ class AppConfig:
     max_frame_before_hello: int = MAX_FRAME_BEFORE_HELLO
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    # connections in their handshake at once (0: a quarter of max_connections)
+    max_pending_connections: int = 0
     # replication (docs/replication.md): where this master's slaves connect (None: the native
     # port + 1, or any free port when the native port is 0), and a slave's master
     ha_port: int | None = None
@@ -84,10 +97,6 @@ class AppConfig:
     tls_ca: str | None = None
     # the external name server (`namesrv`) speaks TLS: verified against tls_ca or the system's
     namesrv_tls: bool = False
-    # the cluster key, the inner identity brokers prove to each other (docs/security.md, "Trust
-    # inside the cluster"); with authentication and no file named: DATA/config/cluster.key,
-    # created at first start
-    cluster_key: str | None = None
     # the replication port (docs/replication.md §2 "Limits", docs/security.md "Replication
     # port"): mutual TLS (a slave shows the broker's certificate, verified against tls_ca),
     # and what links may cost
@@ -104,6 +113,17 @@ class AppConfig:
     # TLS on the gRPC port: disabled | permissive (TLS and plaintext) | enforcing; "" = enforcing
     # with a certificate, permissive (self-signed) without one (docs/security.md, "TLS")
     grpc_tls: str = ""
+    # the cluster key (docs/security.md, "Trust inside the cluster"): a file; None with
+    # authentication: config/cluster.key in the data directory, created at the first start
+    cluster_key: str | None = None
+    # ip:port clients may reach this broker at besides its own and advertised addresses (NAT,
+    # port forwarding, a load balancer of yours): the handshake's proof is bound to them
+    reachable_at: tuple[str, ...] = ()
+    # failed logins per source address: a bucket of this many, refilled this many per second
+    auth_failure_burst: int = DEFAULT_FAILURE_BURST
+    auth_failure_rate: float = DEFAULT_FAILURE_RATE
+    # how many brokers the (embedded) name server keeps at most
+    max_registered_brokers: int = MAX_REGISTERED_BROKERS
 
     def tls_pem(self) -> tuple[bytes, bytes] | None:
         """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
@@ -170,17 +190,7 @@ class AppConfig:
         context.verify_mode = ssl.CERT_REQUIRED
         return context
 
-    def load_cluster_key(self) -> ClusterKey | None:
-        """The cluster key when authentication is on (None otherwise): the file ``cluster_key``
-        names (it must exist), or DATA/config/cluster.key, created at first start."""
-        if not self.authentication:
-            return None
-        if self.cluster_key:
-            return load_cluster_key(self.cluster_key)
-        default = os.path.join(self.broker.data_dir, "config", "cluster.key")
-        return create_cluster_key(default, exist_ok=True)
-
-    def replication_policy(self, key: ClusterKey | None) -> LinkPolicy:
+    def replication_policy(self, key: ClusterKeyFile | None) -> LinkPolicy:
         """Who may open a replication link and what one may cost, validated."""
         if self.ha_max_connections < 1:
             raise InvalidArgumentError("ha_max_connections must be at least 1")
@@ -251,4 +261,29 @@ class AppConfig:
             max_frame_before_hello=self.max_frame_before_hello,
             idle_timeout=self.idle_timeout,
             max_buffered_bytes=self.max_buffered_bytes,
+            max_pending_connections=self.max_pending_connections,
         )
+
+    def cluster_key_file(self) -> ClusterKeyFile | None:
+        """The cluster key this process holds (docs/security.md, "Trust inside the cluster"):
+        ``cluster_key``'s file, which must exist; else with authentication the data
+        directory's ``config/cluster.key``, created at the first start; else None. A bad file
+        is an :class:`InvalidArgumentError` naming it."""
+        if self.cluster_key:
+            return ClusterKeyFile(self.cluster_key)
+        if not self.authentication:
+            return None
+        path = os.path.join(self.broker.data_dir, "config", CLUSTER_KEY_FILE)
+        create_cluster_key(path, exist_ok=True)
+        return ClusterKeyFile(path)
+
+    def failure_throttle(self) -> FailureThrottle:
+        """The failed-login buckets of this process's ports, checked."""
+        return FailureThrottle(self.auth_failure_burst, self.auth_failure_rate)
+
+    def reachable(self) -> set[str]:
+        """``reachable_at``, normalized; a malformed entry is an InvalidArgumentError."""
+        try:
+            return parse_reachable(self.reachable_at)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from pocketmq.errors import NoPermissionError
 from pocketmq.server.auth.acl import AclStore, Action, decide, resource_of_topic
+from pocketmq.server.auth.cluster import CLUSTER_USER
 from pocketmq.server.auth.users import GATEWAY_USER, UserStore
 
 __all__ = ["Authorizer", "Need", "topic_need"]
@@ -77,4 +78,6 @@ class Authorizer:
     ) -> tuple[bool, str]:
         if user == GATEWAY_USER or self._users.user_type(user) == "super":
             return True, "super user"
+        if user == CLUSTER_USER:  # what a member may ask is the port's rule (native/handshake.py)
+            return True, "member of the cluster"
         return decide(self._acl.rules(user), user, kind, name, action, source)

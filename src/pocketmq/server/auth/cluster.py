@@ -17,19 +17,34 @@ private key anyone can read.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import stat
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pocketmq.errors import InvalidArgumentError
 
-__all__ = ["CLUSTER_USER", "ClusterKey", "create_cluster_key", "load_cluster_key"]
+__all__ = [
+    "CLUSTER_KEY_FILE",
+    "CLUSTER_USER",
+    "ClusterKey",
+    "ClusterKeyFile",
+    "create_cluster_key",
+    "load_cluster_key",
+    "prune_cluster_key",
+]
+
+log = logging.getLogger("pocketmq.server")
 
 CLUSTER_USER = "cluster/inner"
 """The access key a component proves the cluster key under (module doc)."""
+
+CLUSTER_KEY_FILE = "cluster.key"
+"""Its name in a data directory's ``config/`` (a broker with authentication and no key given)."""
 
 _SECRET_HEX = 64  # 256 bits
 
@@ -93,6 +108,60 @@ def create_cluster_key(
     return ClusterKey(lines, where)
 
 
+def prune_cluster_key(path: str | os.PathLike[str]) -> ClusterKey:
+    """Keep only the key's first line (the end of a rotation: every component signs with it)."""
+    key = load_cluster_key(path)
+    pruned = ClusterKey(key.secrets[:1], key.path)
+    _write_private(key.path, (pruned.current + "\n").encode("ascii"), replace=True)
+    return pruned
+
+
+class ClusterKeyFile:
+    """The cluster key at ``path``, read again (at most once per ``every`` seconds) when the
+    file changes, so a rotation needs no restart. A file that turns unreadable or malformed
+    keeps the last good key, with one ERROR line per change of the file. A missing or bad
+    file at construction is the :class:`InvalidArgumentError` of :func:`load_cluster_key`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        every: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._every = every
+        self._clock = clock
+        self._seen = self._stamp()
+        self._key = load_cluster_key(self.path)
+        self._checked = clock()
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+    def key(self) -> ClusterKey:
+        """The key now (the file's current content, or the last good one)."""
+        now = self._clock()
+        if now - self._checked < self._every:
+            return self._key
+        self._checked = now
+        stamp = self._stamp()
+        if stamp == self._seen:
+            return self._key
+        self._seen = stamp
+        try:
+            self._key = load_cluster_key(self.path)
+        except InvalidArgumentError as exc:
+            log.error("keeping the cluster key read before: %s", exc)
+        else:
+            log.info("cluster key %s read again (%d accepted)", self.path, len(self._key.secrets))
+        return self._key
+
+
 def _is_secret(line: str) -> bool:
     return len(line) == _SECRET_HEX and all(c in "0123456789abcdefABCDEF" for c in line)
 
@@ -101,7 +170,7 @@ def _write_private(path: str, data: bytes, *, replace: bool) -> None:
     """Create ``path`` with mode 0600 before any byte is in it; ``replace``: atomically over an
     existing file (written beside it, then renamed)."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)  # a new directory: private too
     target = path + ".tmp" if replace else path
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     if replace:

@@ -39,7 +39,7 @@ from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
 from pocketmq.protocol import replication as ha
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import client_proof, normalize_address, server_proof
-from pocketmq.server.auth.cluster import ClusterKey
+from pocketmq.server.auth.cluster import ClusterKey, ClusterKeyFile
 from pocketmq.server.ha.stream import FrameStream
 
 __all__ = [
@@ -68,10 +68,17 @@ class LinkPolicy:
     """Who may open a replication link, and what one may cost: the cluster key (None: the group
     does not authenticate) and the port's limits (docs/replication.md §2, "Limits")."""
 
-    key: ClusterKey | None = None
+    key: ClusterKeyFile | ClusterKey | None = None
     max_links: int = MAX_LINKS
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
+
+    def current_key(self) -> ClusterKey | None:
+        """The key now: a key file is read again when it changed (a rotation needs no
+        restart, docs/security.md "Trust inside the cluster")."""
+        if isinstance(self.key, ClusterKeyFile):
+            return self.key.key()
+        return self.key
 
 
 class LinkRefused(Exception):
@@ -145,7 +152,7 @@ async def open_link(
     frames = stream.frames(policy.idle_timeout)
     try:
         async with asyncio.timeout(timeout):
-            link = await _prove(stream, frames, address, group, broker_id, policy.key)
+            link = await _prove(stream, frames, address, group, broker_id, policy.current_key())
     except TimeoutError:
         await stream.close()
         raise ConnectionError(f"{address} did not finish the handshake in {timeout:g} s") from None
@@ -232,7 +239,7 @@ async def accept_link(
     unanswered with who sent it. ``standing``: this broker's role and epoch now. Raises
     :class:`LinkRefused` (the slave was told why) or ``ConnectionError``; the caller bounds the
     time it takes (``policy.handshake_timeout``)."""
-    key = policy.key
+    key = policy.current_key()
     first = await _next(frames)
     if first.code == RequestCode.HA_HELLO and first.kind == FrameKind.REQUEST:
         if key is not None:

@@ -1,7 +1,10 @@
 """The broker's own link to a name server: register every 30 s, ask for routes.
 
 A deliberately small request/response client (the server layer does not use the SDK): one
-connection, reopened when it breaks; a failed registration is retried on the next round.
+connection, reopened when it breaks; a failed registration is retried on the next round. With
+the cluster key it signs in as a member of the cluster and checks that the name server proves it
+holds the key too (docs/security.md, "Trust inside the cluster"): a name server that cannot is
+not believed about routes or masters.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from typing import TypeVar
 
 import msgspec
 
-from pocketmq.errors import BrokerConnectionError, Code, error_from_code
+from pocketmq.errors import BrokerConnectionError, BrokerError, Code, error_from_code
 from pocketmq.protocol import PROTOCOL_VERSION, FrameDecoder, FrameKind, RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.auth import ClientHandshake, normalize_address
 from pocketmq.protocol.frames import encode_frame
+from pocketmq.server.auth.cluster import CLUSTER_USER, ClusterKeyFile
 
 __all__ = ["NameServerLink"]
 
@@ -37,9 +42,11 @@ class NameServerLink:
         client_id: str,
         timeout: float = 3.0,
         tls: ssl.SSLContext | None = None,
+        cluster_key: ClusterKeyFile | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         self._tls = tls
+        self._cluster_key = cluster_key
         self.address = address
         self._host = host.strip("[]")
         self._port = int(port)
@@ -56,11 +63,28 @@ class NameServerLink:
             self._host, self._port, ssl=self._tls
         )
         self._decoder = FrameDecoder()
-        await self._call_locked(
-            RequestCode.HELLO,
-            w.HelloRequest(PROTOCOL_VERSION, self._client_id, "broker"),
-            w.HelloResponse,
+        secret = self._cluster_key.key().current if self._cluster_key is not None else ""
+        handshake = ClientHandshake(
+            self._client_id,
+            CLUSTER_USER if secret else "",
+            secret,
+            missing_credentials="give this broker the cluster's key (--cluster-key, "
+            'docs/security.md "Trust inside the cluster")',
         )
+        hello = await self._call_locked(
+            RequestCode.HELLO, handshake.hello("broker", PROTOCOL_VERSION), w.HelloResponse
+        )
+        answer = handshake.authenticate(hello, self._peer(), self.address)
+        if answer is not None:
+            handshake.check(
+                await self._call_locked(RequestCode.AUTHENTICATE, answer, w.AuthenticateResponse)
+            )
+
+    def _peer(self) -> str:
+        peer = self._writer.get_extra_info("peername") if self._writer is not None else None
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            return normalize_address(str(peer[0]), int(peer[1]))
+        return ""
 
     async def call(self, code: RequestCode, body: msgspec.Struct, reply: type[T]) -> T:
         """Every request this link makes (registration, routes) is idempotent: one that fails
@@ -84,8 +108,17 @@ class NameServerLink:
         # asyncio.timeout, not wait_for: wait_for (Python < 3.12) can swallow the cancellation
         # of a task stopped at the moment the answer arrives, and the task would live on
         if self._writer is None:
-            async with asyncio.timeout(self._timeout):
-                await self._connect()
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await self._connect()
+            except BrokerError as exc:  # a handshake refused: this name server is no use
+                await self._drop()
+                raise BrokerConnectionError(
+                    f"name server {self.address} refused this broker: {exc}", address=self.address
+                ) from exc
+            except BaseException:
+                await self._drop()  # never a half-open, unauthenticated connection left
+                raise
         async with asyncio.timeout(self._timeout):
             return await self._call_locked(code, body, reply)
 

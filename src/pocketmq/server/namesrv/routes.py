@@ -21,14 +21,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pocketmq.errors import ServiceUnavailableError, TopicNotFoundError
+from pocketmq.errors import ServiceUnavailableError, TooManyRequestsError, TopicNotFoundError
 from pocketmq.protocol import structs as w
 
-__all__ = ["BROKER_EXPIRY", "DEPARTED_MEMORY", "RouteTable"]
+__all__ = ["BROKER_EXPIRY", "DEPARTED_MEMORY", "MAX_REGISTERED_BROKERS", "RouteTable"]
 
 BROKER_EXPIRY = 120.0
 # how long a broker that went away is remembered for the error a client gets (module doc)
 DEPARTED_MEMORY = 24 * 3600.0
+MAX_REGISTERED_BROKERS = 1024
+"""How many brokers a name server keeps at most (docs/protocol.md, REGISTER_BROKER): a bound on
+what registrations may make it hold, whoever sends them."""
 PERM_READ = 4
 
 
@@ -51,9 +54,16 @@ class _Departure:
 class RouteTable:
     """Registrations by (group, broker id), and the routes and masters derived from them."""
 
-    def __init__(self, expiry: float = BROKER_EXPIRY, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        expiry: float = BROKER_EXPIRY,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_brokers: int = MAX_REGISTERED_BROKERS,
+    ):
         self._expiry = expiry
         self._clock = clock
+        self._max_brokers = max_brokers
         self._brokers: dict[tuple[str, int], _Registration] = {}
         self._departed: dict[tuple[str, int], _Departure] = {}
 
@@ -61,8 +71,17 @@ class RouteTable:
         self, broker: w.BrokerAddress, topics: list[w.TopicSpec], channel: object = None
     ) -> w.RegisterBrokerResponse:
         """Record a broker's registration (made over ``channel``, a connection); the answer
-        names its group's master."""
-        self._brokers[(broker.name, broker.broker_id)] = _Registration(
+        names its group's master. A new broker past ``max_brokers`` is refused
+        (:class:`TooManyRequestsError`); the known ones always register again."""
+        key = (broker.name, broker.broker_id)
+        if key not in self._brokers and len(self._brokers) >= self._max_brokers:
+            self.expire()
+            if len(self._brokers) >= self._max_brokers:
+                raise TooManyRequestsError(
+                    f"this name server holds {len(self._brokers)} brokers, its limit "
+                    f"(max_registered_brokers {self._max_brokers})"
+                )
+        self._brokers[key] = _Registration(
             broker, {t.name: t for t in topics}, self._clock(), channel
         )
         self._departed.pop((broker.name, broker.broker_id), None)

@@ -5,6 +5,10 @@ Brokers register their address and topics every 30 s; a broker silent for 120 s 
 client's behalf — fetch a topic's route: the brokers that hold it and the queues each one serves.
 The name server keeps no disk state: a restarted name server is complete again after one
 registration round.
+
+With authentication (docs/security.md, "Trust inside the cluster") every connection completes the
+native handshake first; only members of the cluster (the cluster key) may register a broker, users
+and members may read routes and the broker list.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import ssl
 
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.server.namesrv.routes import BROKER_EXPIRY, RouteTable
+from pocketmq.server.auth.handshake import Authenticator
+from pocketmq.server.namesrv.routes import BROKER_EXPIRY, MAX_REGISTERED_BROKERS, RouteTable
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
+from pocketmq.server.native.handshake import authenticate_handler, greet, namesrv_permissions
 from pocketmq.server.native.limits import ConnectionLimits
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.version import VERSION
@@ -28,8 +34,9 @@ log = logging.getLogger("pocketmq.namesrv")
 
 
 class NameServer:
-    """The route registry's server (module doc): the native protocol's HELLO, REGISTER_BROKER,
-    GET_ROUTE and LIST_BROKERS, nothing else."""
+    """The route registry's server (module doc): the native protocol's HELLO, AUTHENTICATE,
+    REGISTER_BROKER, GET_ROUTE and LIST_BROKERS, nothing else. ``authenticator``: every
+    connection must authenticate (module doc)."""
 
     def __init__(
         self,
@@ -37,15 +44,16 @@ class NameServer:
         *,
         limits: ConnectionLimits | None = None,
         tls: ssl.SSLContext | None = None,
+        authenticator: Authenticator | None = None,
+        max_brokers: int = MAX_REGISTERED_BROKERS,
     ) -> None:
-        self.routes = RouteTable(expiry)
+        self.routes = RouteTable(expiry, max_brokers=max_brokers)
+        self.authenticator = authenticator
         self._server = FrameServer(self._handlers(), on_close=self._closed, limits=limits, tls=tls)
         self._sweeper: asyncio.Task[None] | None = None
 
     def _handlers(self) -> HandlerTable:
         def hello(conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
-            conn.greeted = True
-            conn.client_id = req.client_id
             return w.HelloResponse(
                 PROTOCOL_VERSION,
                 VERSION,
@@ -54,6 +62,7 @@ class NameServer:
                 MAX_FRAME_BODY,
                 0,
                 int(conn.limits.idle_timeout * 1000),
+                greet(conn, req, self.authenticator),
             )
 
         def register(
@@ -69,6 +78,9 @@ class NameServer:
 
         return {
             RequestCode.HELLO: hello,
+            RequestCode.AUTHENTICATE: authenticate_handler(
+                self.authenticator, lambda: "namesrv", namesrv_permissions
+            ),
             RequestCode.REGISTER_BROKER: register,
             RequestCode.GET_ROUTE: get_route,
             RequestCode.LIST_BROKERS: list_brokers,
@@ -92,6 +104,11 @@ class NameServer:
     def address(self) -> str:
         """``host:port`` as it listens (the real port when it was 0)."""
         return self._server.address
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the real one when it was 0)."""
+        return self._server.port
 
     async def close(self) -> None:
         """Stop the expiry sweep and the listener."""

@@ -24,6 +24,7 @@ from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.auth.acl import Action
 from pocketmq.server.auth.authorizer import Authorizer, topic_need
+from pocketmq.server.auth.cluster import CLUSTER_USER
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.auth.users import GATEWAY_USER, UserStore
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
@@ -35,10 +36,13 @@ __all__ = ["client_handlers", "relays"]
 
 def relays(conn: ServerConnection, users: UserStore | None) -> bool:
     """Whether ``conn`` may speak for clients of its own (a gateway): anyone on a broker without
-    authentication, else only the gateway identity and super users."""
+    authentication, else only the gateway identity, the cluster's members (a stand-alone proxy
+    with the cluster key) and super users."""
     if users is None:
         return True
-    return conn.user == GATEWAY_USER or users.user_type(conn.user) == "super"
+    if conn.user in (GATEWAY_USER, CLUSTER_USER):
+        return True
+    return users.user_type(conn.user) == "super"
 
 
 def may_see_checks(

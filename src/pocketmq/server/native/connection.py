@@ -5,10 +5,12 @@ fast handlers answer inline and every response produced by one read goes out in 
 handlers (long polls, sync-flushed sends) run as tasks so they never hold up the requests behind
 them. A framing error is answered and closes only this connection.
 
-What a connection may hold is bounded (:mod:`pocketmq.server.native.limits`): before its HELLO
-it accepts only small frames, and the bytes it buffers for frames still arriving count against
-the server's :class:`~pocketmq.server.native.limits.BufferBudget`. Bad input is answered with a
-typed error and logged at most once per interval (:class:`~pocketmq.server.ratelog.RateLimitedLog`).
+What a connection may hold is bounded (:mod:`pocketmq.server.native.limits`): until its handshake
+is complete (HELLO, and AUTHENTICATE on a server that requires it) it accepts only small frames,
+one at a time, and only those two requests; the bytes it buffers for frames still arriving count
+against the server's :class:`~pocketmq.server.native.limits.BufferBudget`. Bad input is answered
+with a typed error and logged at most once per interval
+(:class:`~pocketmq.server.ratelog.RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pocketmq.protocol import (
     encode_body,
     encode_frame,
 )
+from pocketmq.protocol.auth import normalize_address
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
 from pocketmq.server.auth.credential import Credential
 from pocketmq.server.auth.failures import count as count_failure
@@ -101,12 +104,19 @@ class ServerConnection(asyncio.Protocol):
         clock: Callable[[], float] = time.monotonic,
         bad_input_log: RateLimitedLog | None = None,
         latency: RpcLatency | None = None,
+        on_established: Callable[[ServerConnection], None] | None = None,
     ) -> None:
         self._handlers = handlers
         self._latency = latency
+        self._on_established = on_established
         self.auth_required = False  # set by a HELLO that issued a challenge
         self.user = ""  # the access key that authenticated this connection
         self.credential: Credential | None = None  # and what stops it when the user goes
+        # the operations this connection's identity may ask for (None: any the port serves)
+        self.permitted: frozenset[int] | None = None
+        self.established = False  # the handshake is complete (see _check_established)
+        self.connected = False  # connection_made was called (after a TLS handshake, if any)
+        self._close_after_reply = False
         self.producing = False  # it sent a message (the connection metrics)
         self._on_close = on_close
         self._tasks = tasks
@@ -124,6 +134,8 @@ class ServerConnection(asyncio.Protocol):
         self._greeted = False
         self.client_id = ""
         self.remote = ""
+        self.peer_host = ""  # the peer's IP (failed logins are counted by it)
+        self.local_address = ""  # where this connection arrived, normalized (protocol/auth.py)
         self.closed = False
         self.state: dict[str, Any] = {}
         self._next_request_id = 1
@@ -136,13 +148,27 @@ class ServerConnection(asyncio.Protocol):
 
     @property
     def greeted(self) -> bool:
-        """True once a HELLO was answered; from then on frames up to the full size are read."""
+        """True once a HELLO was answered (the HELLO handler sets it)."""
         return self._greeted
 
     @greeted.setter
     def greeted(self, value: bool) -> None:
         self._greeted = value
-        self._decoder.max_body = MAX_FRAME_BODY if value else self.limits.max_frame_before_hello
+
+    def _check_established(self) -> None:
+        """After HELLO or AUTHENTICATE: is the handshake complete? Then frames of the full
+        size are read, and the server stops counting this connection as pending."""
+        if self.established or not self._greeted or (self.auth_required and not self.user):
+            return
+        self.established = True
+        self._decoder.max_body = MAX_FRAME_BODY
+        if self._on_established is not None:
+            self._on_established(self)
+
+    def close_after_reply(self) -> None:
+        """Close this connection once the answer to the request being handled is written
+        (a failed login: one guess per connection); nothing behind it is read."""
+        self._close_after_reply = True
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
@@ -151,10 +177,15 @@ class ServerConnection(asyncio.Protocol):
         # a stream transport, though not always an asyncio.Transport subclass (uvloop's is
         # not): check for what is used, not for the class
         self._transport = cast(asyncio.Transport, transport)
+        self.connected = True
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             host = peer[0]
             self.remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+            self.peer_host = normalize_address(host, 0).rpartition(":")[0]
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple) and len(local) >= 2:
+            self.local_address = normalize_address(str(local[0]), int(local[1]))
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Give back this connection's share of the buffer budget, stop its long polls (nobody
@@ -193,11 +224,11 @@ class ServerConnection(asyncio.Protocol):
         self._out = []
         try:
             while True:
-                # before the handshake, one frame at a time: HELLO raises the size limit
-                # for the frames behind it
-                greeted = self._greeted
+                # before the handshake completes, one frame at a time: it raises the size
+                # limit for the frames behind it
+                established = self.established
                 try:
-                    frames = decoder.feed(data, 0 if greeted else 1)
+                    frames = decoder.feed(data, 0 if established else 1)
                 except ProtocolError as exc:
                     self._fail(exc)
                     return
@@ -206,9 +237,9 @@ class ServerConnection(asyncio.Protocol):
                     if frame.kind == FrameKind.RESPONSE:
                         continue  # answers to our one-way pushes are not expected
                     self._dispatch(frame.kind, frame.code, frame.request_id, frame.body)
-                    if self.closed:
+                    if self.closed or self._close_after_reply:
                         return
-                if greeted or not frames:
+                if established or not frames:
                     break
             if self._joined:
                 self._run_joined()
@@ -217,6 +248,8 @@ class ServerConnection(asyncio.Protocol):
             out, self._out = self._out, None
             if out and self._transport is not None and not self.closed:
                 self._transport.write(b"".join(out))
+            if self._close_after_reply:
+                self.close()
 
     def _account_buffer(self) -> None:
         """Count the partly received frame against the server's budget; over it, refuse that
@@ -262,14 +295,27 @@ class ServerConnection(asyncio.Protocol):
         if not self.greeted and code != RequestCode.HELLO:
             self._fail(ProtocolError("the first frame must be HELLO"), request_id)
             return
-        if self.auth_required and not self.user and code not in _BEFORE_AUTHENTICATION:
-            count_failure("native", "unauthenticated")
+        if not self.established:
+            if code not in _BEFORE_AUTHENTICATION:
+                count_failure("native", "unauthenticated")
+                if not oneway:
+                    self._respond_error(
+                        request_id,
+                        Code.NO_PERMISSION,
+                        "this server requires authentication: configure an access key and "
+                        "secret key (docs/security.md)",
+                    )
+                return
+            self._dispatch_handshake(kind, code, request_id, body)
+            return
+        if self.permitted is not None and code not in self.permitted:
+            count_failure("native", "forbidden")
             if not oneway:
                 self._respond_error(
                     request_id,
                     Code.NO_PERMISSION,
-                    "this broker requires authentication: configure an access key and secret key "
-                    "(docs/security.md)",
+                    f"{self.user} may not ask for operation {_name(code, _REQUEST_NAMES)} "
+                    '(docs/security.md, "Who may do what, per port")',
                 )
             return
         credential = self.credential  # two reads and a comparison unless the users changed
@@ -307,6 +353,26 @@ class ServerConnection(asyncio.Protocol):
                 self._run_joined()
             return
         self._complete(code, request_id, oneway, started, result)
+
+    def _dispatch_handshake(self, kind: int, code: int, request_id: int, body: bytes) -> None:
+        """HELLO or AUTHENTICATE before the handshake is complete: answered inline, then the
+        connection may become established."""
+        oneway = kind == FrameKind.ONEWAY
+        handler = self._handlers.get(code)
+        if handler is None:  # a port without authentication has no AUTHENTICATE
+            if not oneway:
+                self._respond_error(
+                    request_id, Code.REQUEST_CODE_NOT_SUPPORTED, f"unsupported operation {code}"
+                )
+            return
+        started = time.perf_counter()
+        result: object
+        try:
+            result = handler(self, decode_body(body, REQUESTS[code]))
+        except Exception as exc:
+            result = exc
+        self._complete(code, request_id, oneway, started, result)
+        self._check_established()
 
     def _run_joined(self) -> None:
         """Do the joined requests' work in one call and answer each of them."""
@@ -451,6 +517,10 @@ class ServerConnection(asyncio.Protocol):
         else:  # client-side classes raised by shared validation (e.g. InvalidArgumentError)
             self._respond_error(request_id, Code.MESSAGE_ILLEGAL, str(exc))
 
+    def fail(self, exc: BrokerError) -> None:
+        """Tell the client why the server closes this connection (request id 0), and close it."""
+        self._fail(exc)
+
     def _fail(self, exc: BrokerError, request_id: int = 0) -> None:
         """Answer a connection-level error and close this connection (only this one)."""
         self.bad_input_log.warning(
@@ -474,9 +544,10 @@ class ServerConnection(asyncio.Protocol):
         if self.closed:
             return
         limits = self.limits
-        if not self._greeted:
+        if not self.established:
             if now - self.opened_at >= limits.hello_timeout:
-                self._fail(ProtocolError(f"no HELLO within {limits.hello_timeout:g} s"))
+                what = "not authenticated" if self._greeted else "no HELLO"
+                self._fail(ProtocolError(f"{what} within {limits.hello_timeout:g} s"))
         elif self.inflight == 0 and now - self.last_seen >= limits.idle_timeout:
             log.debug("closing %s: idle for %.0f s", self.remote or "?", now - self.last_seen)
             self.close()

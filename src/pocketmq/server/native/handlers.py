@@ -6,8 +6,6 @@ return a coroutine and the connection runs it as a task.
 
 from __future__ import annotations
 
-import hmac
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,18 +24,14 @@ from pocketmq.errors import (
     Code,
     InvalidArgumentError,
     MessageNotFoundError,
-    NoPermissionError,
     PocketMQError,
     ProtocolError,
     UnsupportedError,
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
-from pocketmq.protocol.auth import challenge_signature
 from pocketmq.server.auth.authorizer import Authorizer
-from pocketmq.server.auth.credential import Credential
-from pocketmq.server.auth.failures import count as count_failure
-from pocketmq.server.auth.users import GATEWAY_USER, UserStore
+from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.native.clients import client_handlers, relays
 from pocketmq.server.native.connection import HandlerTable, Joined, ServerConnection
 from pocketmq.server.native.convert import (
@@ -48,6 +42,7 @@ from pocketmq.server.native.convert import (
     topic_spec,
     transaction_to_wire,
 )
+from pocketmq.server.native.handshake import authenticate_handler, broker_permissions, greet
 from pocketmq.server.native.paging import (
     MAX_QUERY_RESULTS,
     MAX_REDRIVE_OFFSETS,
@@ -69,15 +64,15 @@ def broker_handlers(
     list_brokers: BrokerLister,
     topics_changed: Callable[[], Awaitable[None]],
     promote: Callable[[bool], Awaitable[int]] | None = None,
-    users: UserStore | None = None,
-    gateway_secret: str = "",
+    authenticator: Authenticator | None = None,
     authorizer: Authorizer | None = None,
 ) -> HandlerTable:
     """``topics_changed`` is awaited after topics or groups change: the app re-registers with
     the name server before answering, so a route is there as soon as the topic is created.
-    ``gateway_secret``: what this broker's proxy workers authenticate with (docs/proxy.md).
-    ``authorizer``: the ACL, for what the request table of server/native/permissions.py cannot
-    decide alone (which producers see a check, which groups an unregister may leave)."""
+    ``authenticator``: authentication is required, of users, the cluster's members and the
+    broker's own proxy workers (docs/security.md). ``authorizer``: the ACL, for what the request
+    table of server/native/permissions.py cannot decide alone (which producers see a check,
+    which groups an unregister may leave)."""
     name = broker.name
     store_config = broker.config.store
     pop_bytes = pop_byte_budget(store_config.max_message_size, store_config.max_properties_size)
@@ -94,14 +89,7 @@ def broker_handlers(
                 f"protocol version {req.protocol_version} is not supported (this broker speaks "
                 f"{PROTOCOL_VERSION})"
             )
-        conn.greeted = True
-        conn.client_id = req.client_id
-        conn.state["client"] = (req.language, req.client_version)
-        challenge = ""
-        if users is not None:  # authentication required: a fresh challenge per connection
-            challenge = secrets.token_hex(16)
-            conn.auth_required = True
-            conn.state["challenge"] = challenge
+        challenge = greet(conn, req, authenticator)
         return w.HelloResponse(
             PROTOCOL_VERSION,
             VERSION,
@@ -113,29 +101,7 @@ def broker_handlers(
             challenge,
         )
 
-    def authenticate(conn: ServerConnection, req: w.AuthenticateRequest) -> w.Empty:
-        challenge = conn.state.get("challenge", "")
-        if users is None or not challenge:
-            return w.Empty()  # nothing to prove on a broker without authentication
-        users.refresh()
-        if req.access_key == GATEWAY_USER:  # this broker's own proxy workers, if it has any
-            secret = gateway_secret or None
-        else:
-            secret = users.secret(req.access_key)
-        expected = challenge_signature(secret or "", challenge, conn.client_id)
-        given = req.signature.lower().encode("utf-8", "replace")  # bytes: any text compares
-        if secret is None or not hmac.compare_digest(expected.encode(), given):
-            count_failure("native", "unauthenticated")
-            conn.bad_input_log.warning(
-                "unauthenticated", "refused a native connection from %s", conn.remote or "?"
-            )
-            raise NoPermissionError(
-                f"access key {req.access_key!r} and signature do not match a user"
-            )
-        conn.user = req.access_key
-        if req.access_key != GATEWAY_USER:  # refused once the user goes (credential.py)
-            conn.credential = Credential(users, req.access_key)
-        return w.Empty()
+    users = authenticator.users if authenticator is not None else None
 
     def may_relay(conn: ServerConnection) -> bool:
         return relays(conn, users)
@@ -508,7 +474,9 @@ def broker_handlers(
 
     return {
         RequestCode.HELLO: hello,
-        RequestCode.AUTHENTICATE: authenticate,
+        RequestCode.AUTHENTICATE: authenticate_handler(
+            authenticator, lambda: name, broker_permissions
+        ),
         **client_handlers(broker, users, authorizer),
         RequestCode.CANCEL: cancel,
         RequestCode.SEND: send,

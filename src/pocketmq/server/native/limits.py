@@ -5,8 +5,11 @@ bounded (docs/semantics.md "Connections", docs/protocol.md "Limits"):
 
 - **connections**: at most ``max_connections``; the next one is answered ``TOO_MANY_REQUESTS``
   and closed (not silently dropped);
-- **time before the handshake**: ``hello_timeout``; and the frames accepted before it are small
-  (``max_frame_before_hello``);
+- **the handshake** (HELLO, and AUTHENTICATE on a server with authentication): it must complete
+  within ``hello_timeout`` of connecting; the frames accepted before it are small
+  (``max_frame_before_hello``); at most ``max_pending_connections`` connections may be in it at
+  once (past that, or when every slot is taken, the one waiting longest is closed to make room),
+  so connections that never authenticate can neither lock users out nor fill the buffer budget;
 - **idle time**: a connection that sent nothing for ``idle_timeout`` and waits for no answer is
   closed (the SDK closes its own idle connections sooner, see the HELLO reply);
 - **memory**: the bytes held for frames still being received, across all connections, stay
@@ -47,6 +50,18 @@ class ConnectionLimits:
     max_frame_before_hello: int = MAX_FRAME_BEFORE_HELLO
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    # connections in their handshake at once; 0: a quarter of max_connections (pending_cap)
+    max_pending_connections: int = 0
+
+    @property
+    def pending_cap(self) -> int:
+        """How many connections may be in their handshake at once: ``max_pending_connections``,
+        or by default a quarter of ``max_connections``, but no more than their small frames
+        could buffer in the budget less one full frame (at least 16 all the same)."""
+        if self.max_pending_connections:
+            return self.max_pending_connections
+        fits = (self.max_buffered_bytes - MAX_FRAME_BODY) // self.max_frame_before_hello
+        return max(1, min(self.max_connections // 4, max(fits, 16)))
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
@@ -63,6 +78,15 @@ class ConnectionLimits:
             # below one frame, the largest request could never be received at all
             raise InvalidArgumentError(
                 f"max_buffered_bytes must be at least one frame ({MAX_FRAME_BODY} bytes)"
+            )
+        if self.max_pending_connections < 0:
+            raise InvalidArgumentError("max_pending_connections must be 0 (the default) or more")
+        held = self.max_pending_connections * self.max_frame_before_hello
+        if held > self.max_buffered_bytes - MAX_FRAME_BODY:
+            raise InvalidArgumentError(
+                f"max_pending_connections {self.max_pending_connections} × max_frame_before_hello "
+                f"{self.max_frame_before_hello} would let connections that never authenticate "
+                f"hold more than max_buffered_bytes less one frame ({MAX_FRAME_BODY} bytes)"
             )
 
 

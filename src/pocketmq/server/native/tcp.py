@@ -6,7 +6,10 @@ It accepts connections itself rather than through ``loop.create_server`` so that
 cannot serve gets an answer instead of a timeout (docs/protocol.md "Limits"):
 
 - past ``max_connections``, the new connection receives a ``TOO_MANY_REQUESTS`` response
-  (request id 0) and is closed;
+  (request id 0) and is closed — unless a connection is still in its handshake: then the one
+  that has waited longest is closed instead, and so when more than ``max_pending_connections``
+  are in their handshake (the new client always gets its chance: idle unauthenticated
+  connections cannot lock users out, as OpenSSH's ``MaxStartups``);
 - when the process is out of file descriptors (``accept`` fails with EMFILE/ENFILE), a spare
   descriptor kept for this moment is released to accept one waiting client, tell it
   ``SERVICE_NOT_AVAILABLE`` and close it; accepting backs off while no descriptor is free, and
@@ -24,9 +27,9 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
-from pocketmq.errors import Code
+from pocketmq.errors import Code, TooManyRequestsError
 from pocketmq.protocol import FrameKind, encode_body, encode_frame
 from pocketmq.protocol.structs import ErrorBody
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
@@ -92,6 +95,9 @@ class FrameServer:
         self._resume: asyncio.TimerHandle | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[ServerConnection] = set()
+        # connections still in their handshake, oldest first (dicts keep insertion order), with
+        # the task setting each up (its TLS handshake may still be going on)
+        self.pending: dict[ServerConnection, asyncio.Task[Any] | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.refused = 0  # connections answered with an error and closed at accept
         self.latency = RpcLatency()  # every connection's answers, for the metrics
@@ -158,6 +164,7 @@ class FrameServer:
                 log.debug("accept failed: %s", exc)
                 continue
             self._backoff = 0.0
+            self._make_room()
             if len(self.connections) + self._accepting >= self.limits.max_connections:
                 self.refused += 1
                 self.log.warning(
@@ -180,15 +187,63 @@ class FrameServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _make_room(self) -> None:
+        """Before accepting: if the connections still in their handshake are at their cap, or
+        every connection slot is taken while some are, close the one waiting longest."""
+        limits = self.limits
+        waiting = len(self.pending)
+        full = len(self.connections) + self._accepting >= limits.max_connections
+        if waiting == 0 or (waiting < limits.pending_cap and not full):
+            return
+        self.log.warning(
+            "max-pending",
+            "closed a connection still in its handshake to make room: %d in their handshake "
+            "(max_pending_connections %d), %d connections (max_connections %d)",
+            waiting,
+            limits.pending_cap,
+            len(self.connections) + self._accepting,
+            limits.max_connections,
+        )
+        self.refused += 1
+        oldest, setup = next(iter(self.pending.items()))
+        if not oldest.connected and setup is not None:  # its TLS handshake is still going on
+            setup.cancel()
+            self._closed(oldest)
+            return
+        del self.pending[oldest]
+        oldest.fail(
+            TooManyRequestsError(
+                f"too many connections are in their handshake (max_pending_connections "
+                f"{limits.pending_cap}): this one waited longest; retry"
+            )
+        )
+
     async def _connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        try:
-            await loop.connect_accepted_socket(self._new_connection, sock, ssl=self._tls)
-        except OSError as exc:
-            log.debug("setting up an accepted connection failed: %s", exc)
-            sock.close()
-        finally:
+        made: list[ServerConnection] = []
+
+        def factory() -> ServerConnection:
+            # called at once, before a TLS handshake: from then on the connection counts
             self._accepting -= 1
+            made.append(self._new_connection(asyncio.current_task()))
+            return made[0]
+
+        try:
+            await loop.connect_accepted_socket(
+                factory,
+                sock,
+                ssl=self._tls,
+                ssl_handshake_timeout=self.limits.hello_timeout if self._tls else None,
+            )
+        except (OSError, asyncio.CancelledError) as exc:
+            # a failed TLS handshake, or one closed to make room (its transport closed it)
+            log.debug("setting up an accepted connection failed: %r", exc)
+            sock.close()
+            if made and not made[0].connected:  # asyncio never tells it: forget it here
+                self._closed(made[0])
+        finally:
+            if not made:
+                self._accepting -= 1
 
     def _out_of_resources(self, listener: socket.socket, exc: OSError) -> None:
         """No descriptor (or memory) for a new connection: answer one waiting client with the
@@ -237,7 +292,7 @@ class FrameServer:
         for sock in self._listeners:
             loop.add_reader(sock.fileno(), self._accept_ready, sock)
 
-    def _new_connection(self) -> ServerConnection:
+    def _new_connection(self, setup: asyncio.Task[Any] | None = None) -> ServerConnection:
         connection = ServerConnection(
             self._handlers,
             self._closed,
@@ -247,12 +302,20 @@ class FrameServer:
             clock=self._clock,
             bad_input_log=self.log,
             latency=self.latency,
+            on_established=self._established,
         )
         self.connections.add(connection)
+        self.pending[connection] = setup
         return connection
 
+    def _established(self, connection: ServerConnection) -> None:
+        self.pending.pop(connection, None)
+
     def _closed(self, connection: ServerConnection) -> None:
+        if connection not in self.connections:
+            return  # already forgotten (a TLS handshake that never completed)
         self.connections.discard(connection)
+        self.pending.pop(connection, None)
         if self._on_close_hook is not None:
             self._on_close_hook(connection)
 
