@@ -36,7 +36,8 @@ def _duration(seconds: float) -> str:
 
 @main.group()
 def cluster() -> None:
-    """The brokers of a cluster: list them with their roles, epochs and failover state."""
+    """The brokers of a cluster: list them with their roles, epochs and failover state; manage
+    the cluster key its members prove to each other (key create, rotate, prune)."""
 
 
 def _row(item: Any) -> dict[str, Any]:
@@ -89,7 +90,8 @@ def cluster_list(server: str, as_json: bool) -> None:
 @cluster.group("key")
 def key() -> None:
     """The cluster key: how brokers, name servers and proxies prove they belong to the cluster
-    (docs/security.md, "Trust inside the cluster")."""
+    (docs/security.md, "Trust inside the cluster"): create one, rotate it (a new secret, the old
+    ones still accepted), prune the old ones once every member has the new one."""
 
 
 def _key_command(action: Any, done: str) -> Any:
