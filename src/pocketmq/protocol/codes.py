@@ -54,6 +54,7 @@ class RequestCode(enum.IntEnum):
     BROKER_STATUS = 56
     QUEUE_STATUS = 57
     RESET_OFFSET = 58
+    BROKER_OVERVIEW = 59
     REGISTER_BROKER = 60
     GET_ROUTE = 61
     LIST_BROKERS = 62
