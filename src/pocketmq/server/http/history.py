@@ -14,7 +14,7 @@ small object, and at most ``max_series`` series (1,000 by default, ~2.8 MB measu
 operations.md "Charts"). The broker's own series are always kept; a group's series is created at
 its first sample while there is room, and **refused** when there is none — the series that exist
 keep their history, so a chart never loses its past to a newcomer; refusals are counted
-(``pocketmq_history_series_refused``). A group that is deleted loses its series at the next
+(``pocketmq_chart_series_refused``). A group that is deleted loses its series at the next
 sample, which makes room. Nothing is written to disk: a restarted broker starts an empty
 history (the long view is Prometheus's job, ``contrib/grafana/``).
 """

@@ -14,15 +14,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
 from pocketmq.broker.overview import group_totals, status, traffic_totals
 from pocketmq.server.http.history import History, SeriesKey
 
-__all__ = ["BROKER_SERIES", "GROUP_SERIES", "Latest", "Sampler"]
+__all__ = ["BROKER_SERIES", "GROUP_SERIES", "HistoryCollector", "Latest", "Sampler"]
 
 log = logging.getLogger("pocketmq.server.http")
 _NAN = float("nan")
@@ -122,3 +125,26 @@ class Sampler:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class HistoryCollector(Collector):
+    """``pocketmq_chart_series`` and ``pocketmq_chart_series_refused``: how full the charts'
+    history is, and how many series it could not record at its last sample (docs/operations.md,
+    "Charts")."""
+
+    def __init__(self, history: History) -> None:
+        self._history = history
+
+    def collect(self) -> Iterator[Metric]:
+        """The two gauges as of now."""
+        recorded = GaugeMetricFamily(
+            "pocketmq_chart_series", "Series the dashboard's charts record"
+        )
+        recorded.add_metric([], len(self._history.recorded()))
+        yield recorded
+        refused = GaugeMetricFamily(
+            "pocketmq_chart_series_refused",
+            "Series not recorded at the last sample: history_max_series reached",
+        )
+        refused.add_metric([], self._history.refused)
+        yield refused

@@ -28,9 +28,12 @@ from pocketmq.server.http.dashboard.guard import (
     is_loopback,
     load_token,
 )
+from pocketmq.server.http.dashboard.trends import Trends
 from pocketmq.server.http.dashboard.views import Dashboard
+from pocketmq.server.http.history import History
 from pocketmq.server.http.limits import LimitedSite
 from pocketmq.server.http.metrics import BrokerCollector, Connections
+from pocketmq.server.http.sampler import HistoryCollector, Sampler
 from pocketmq.server.http.settings import HttpSettings
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -70,6 +73,14 @@ class HttpServer:
         app.on_response_prepare.append(add_security_headers)
         self.dashboard = Dashboard(broker, self.guard, authorizer)
         self.dashboard.add_routes(app)
+        self.sampler: Sampler | None = None  # the charts' history (docs/operations.md, "Charts")
+        if self.settings.history_interval > 0:
+            history = History(
+                self.settings.history_interval, max_series=self.settings.history_max_series
+            )
+            self.sampler = Sampler(broker, history)
+            self.registry.register(HistoryCollector(history))
+        Trends(self.dashboard, self.sampler.history if self.sampler else None).add_routes(app)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -95,6 +106,8 @@ class HttpServer:
         self.site = LimitedSite(self._runner, host, port, self.settings, ssl_context=tls)
         await self.site.start()
         self.port = self.site.port
+        if self.sampler is not None:
+            self.sampler.start()
 
     async def _metrics(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -126,5 +139,7 @@ class HttpServer:
         return web.Response(text="ready: slave\n")
 
     async def close(self) -> None:
-        """Stop listening."""
+        """Stop sampling and listening."""
+        if self.sampler is not None:
+            await self.sampler.close()
         await self._runner.cleanup()
