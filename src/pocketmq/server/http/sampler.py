@@ -65,6 +65,8 @@ class Sampler:
         self._cpu = cpu
         self._previous: tuple[float, float, int, int] | None = None  # when, cpu, in, out
         self.latest = Latest()
+        self._topic_counts: dict[str, int] = {}
+        self.topic_rates: dict[str, float] = {}  # messages/s per topic at the last reading
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> None:
@@ -72,6 +74,7 @@ class Sampler:
         broker = self._broker
         now, cpu = self._monotonic(), self._cpu()
         traffic = traffic_totals(broker)
+        counts = broker.traffic.messages_in
         # the broker's series first and always (a gap when unknown): they are never refused
         values: dict[SeriesKey, float] = {(name, ""): _NAN for name in BROKER_SERIES}
         previous, self._previous = (
@@ -85,9 +88,14 @@ class Sampler:
                 round((traffic.messages_out - previous[3]) / elapsed, 2),
                 round(100 * (cpu - previous[1]) / elapsed, 2),
             )
+            self.topic_rates = {
+                topic: round((count - self._topic_counts.get(topic, 0)) / elapsed, 2)
+                for topic, count in counts.items()
+            }
             values[("in", "")] = self.latest.rate_in
             values[("out", "")] = self.latest.rate_out
             values[("cpu", "")] = self.latest.cpu_percent
+        self._topic_counts = counts
         store: Any = status(broker)["store"]
         free, total = int(store["disk_free_bytes"]), int(store["disk_total_bytes"])
         if free >= 0 and total >= 0:

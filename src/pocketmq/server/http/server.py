@@ -22,6 +22,8 @@ from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore
+from pocketmq.server.http.cluster import ClusterView
+from pocketmq.server.http.dashboard.cluster import ClusterPages
 from pocketmq.server.http.dashboard.guard import (
     Guard,
     add_security_headers,
@@ -55,6 +57,7 @@ class HttpServer:
         users: UserStore | None = None,
         authorizer: Authorizer | None = None,
         settings: HttpSettings | None = None,
+        cluster: ClusterView | None = None,
     ) -> None:
         self._broker = broker
         self.scrape_seconds = 0.0
@@ -81,6 +84,9 @@ class HttpServer:
             self.sampler = Sampler(broker, history)
             self.registry.register(HistoryCollector(history))
         Trends(self.dashboard, self.sampler.history if self.sampler else None).add_routes(app)
+        self.cluster = cluster
+        if cluster is not None:
+            ClusterPages(self.dashboard, cluster).add_routes(app)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -142,4 +148,6 @@ class HttpServer:
         """Stop sampling and listening."""
         if self.sampler is not None:
             await self.sampler.close()
+        if self.cluster is not None:
+            await self.cluster.close()
         await self._runner.cleanup()
