@@ -7,6 +7,7 @@ queue plus a binary search per dead-letter queue.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -31,6 +32,7 @@ __all__ = [
     "TrafficTotals",
     "committed_positions",
     "dead_letters",
+    "disk_usage",
     "group_overview",
     "group_totals",
     "messages_since",
@@ -409,6 +411,16 @@ def traffic_totals(broker: Broker) -> TrafficTotals:
         sum(traffic.messages_out.values()),
         sum(traffic.bytes_out.values()),
     )
+
+
+def disk_usage(broker: Broker) -> tuple[int, int]:
+    """Free and total bytes of the disk holding the data directory ((-1, -1) when it cannot be
+    read)."""
+    try:
+        usage = shutil.disk_usage(broker.config.data_dir)
+    except OSError:
+        return -1, -1
+    return usage.free, usage.total
 
 
 def status(broker: Broker) -> dict[str, object]:

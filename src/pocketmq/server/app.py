@@ -253,11 +253,22 @@ class BrokerApp:
                 options=options,
                 gateway_secret=self._gateway_secret,
                 silence=config.grpc_worker_silence,
+                http_port=config.http_port,
+                http_options=self._worker_http_options(),
             )
             await workers.start()
         finally:
             holder.close()
         self.grpc_workers = workers
+
+    def _worker_http_options(self) -> list[str]:
+        """What makes a worker's metrics port answer like the broker's HTTP port: the same
+        extra names, HTTPS when the broker's is (docs/operations.md, "Proxies measured")."""
+        config = self.config
+        options = ["--http-hosts", ",".join(config.http_hosts)] if config.http_hosts else []
+        if config.tls_cert and config.tls_key:
+            options += ["--http-tls", "--tls-cert", config.tls_cert, "--tls-key", config.tls_key]
+        return options
 
     def _gateway_alive(self, client_id: str) -> None:
         if self.grpc_workers is not None:
@@ -301,7 +312,13 @@ class BrokerApp:
 
         assert self.broker is not None
         sampler = self._http.sampler if self._http is not None else None
-        process = ProcessFigures(http_address=self.http_address)
+        workers = [
+            w.WorkerFigures(number, pid, address, running)
+            for number, pid, address, running in (
+                self.grpc_workers.figures() if self.grpc_workers is not None else []
+            )
+        ]
+        process = ProcessFigures(http_address=self.http_address, workers=workers)
         if sampler is not None:
             latest = sampler.latest
             process = ProcessFigures(
@@ -310,6 +327,7 @@ class BrokerApp:
                 latest.rate_out,
                 latest.cpu_percent,
                 sampler.topic_rates,
+                workers,
             )
         return broker_overview(self.broker, process)
 

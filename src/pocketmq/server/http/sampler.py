@@ -16,13 +16,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
-from pocketmq.broker.overview import group_totals, status, traffic_totals
+from pocketmq.broker.overview import disk_usage, group_totals, traffic_totals
 from pocketmq.server.http.history import History, SeriesKey
 
 __all__ = ["BROKER_SERIES", "GROUP_SERIES", "HistoryCollector", "Latest", "Sampler"]
@@ -96,9 +95,8 @@ class Sampler:
             values[("out", "")] = self.latest.rate_out
             values[("cpu", "")] = self.latest.cpu_percent
         self._topic_counts = counts
-        store: Any = status(broker)["store"]
-        free, total = int(store["disk_free_bytes"]), int(store["disk_total_bytes"])
-        if free >= 0 and total >= 0:
+        free, total = disk_usage(broker)
+        if total >= 0:
             values[("disk_used", "")] = total - free
         for group in group_totals(broker):
             values[("lag", group.name)] = group.lag
