@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
@@ -64,12 +64,22 @@ class Sampler:
         self._cpu = cpu
         self._previous: tuple[float, float, int, int] | None = None  # when, cpu, in, out
         self.latest = Latest()
+        self.busy_seconds = 0.0  # time spent sampling since start (what the history costs)
+        self.last_seconds = 0.0  # how long the last sample held the event loop
         self._topic_counts: dict[str, int] = {}
         self.topic_rates: dict[str, float] = {}  # messages/s per topic at the last reading
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> None:
-        """Take one reading and append it to the history."""
+        """Take one reading and append it to the history (timed: :attr:`busy_seconds`)."""
+        started = time.perf_counter()
+        try:
+            self._sample()
+        finally:
+            self.last_seconds = time.perf_counter() - started
+            self.busy_seconds += self.last_seconds
+
+    def _sample(self) -> None:
         broker = self._broker
         now, cpu = self._monotonic(), self._cpu()
         traffic = traffic_totals(broker)
@@ -135,11 +145,13 @@ class Sampler:
 
 class HistoryCollector(Collector):
     """``pocketmq_chart_series`` and ``pocketmq_chart_series_refused``: how full the charts'
-    history is, and how many series it could not record at its last sample (docs/operations.md,
-    "Charts")."""
+    history is, and how many series it could not record at its last sample;
+    ``pocketmq_chart_sample_seconds_total``: the time spent sampling, what the history costs
+    (docs/operations.md, "Charts")."""
 
-    def __init__(self, history: History) -> None:
-        self._history = history
+    def __init__(self, sampler: Sampler) -> None:
+        self._sampler = sampler
+        self._history = sampler.history
 
     def collect(self) -> Iterator[Metric]:
         """The two gauges as of now."""
@@ -154,3 +166,9 @@ class HistoryCollector(Collector):
         )
         refused.add_metric([], self._history.refused)
         yield refused
+        busy = CounterMetricFamily(
+            "pocketmq_chart_sample_seconds",
+            "Time the charts' sampler has held the event loop since the broker started",
+        )
+        busy.add_metric([], self._sampler.busy_seconds)
+        yield busy

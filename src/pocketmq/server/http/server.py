@@ -82,7 +82,7 @@ class HttpServer:
                 self.settings.history_interval, max_series=self.settings.history_max_series
             )
             self.sampler = Sampler(broker, history)
-            self.registry.register(HistoryCollector(history))
+            self.registry.register(HistoryCollector(self.sampler))
         Trends(self.dashboard, self.sampler.history if self.sampler else None).add_routes(app)
         self.cluster = cluster
         if cluster is not None:
