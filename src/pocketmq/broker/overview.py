@@ -327,12 +327,14 @@ class TopicTotals:
 @dataclass(frozen=True, slots=True)
 class TrafficTotals:
     """Messages and body bytes stored and delivered since the broker started, over every topic
-    (retry topics included: a retry is stored and delivered again)."""
+    (retry topics included: a retry is stored and delivered again), and messages stored per
+    topic."""
 
     messages_in: int
     bytes_in: int
     messages_out: int
     bytes_out: int
+    by_topic: dict[str, int] = field(default_factory=dict)
 
 
 def group_totals(broker: Broker) -> list[GroupTotals]:
@@ -405,11 +407,13 @@ def topic_totals(broker: Broker) -> list[TopicTotals]:
 def traffic_totals(broker: Broker) -> TrafficTotals:
     """What came in and went out since the broker started (:class:`TrafficTotals`)."""
     traffic = broker.traffic
+    by_topic = traffic.messages_in
     return TrafficTotals(
-        sum(traffic.messages_in.values()),
+        sum(by_topic.values()),
         sum(traffic.bytes_in.values()),
         sum(traffic.messages_out.values()),
         sum(traffic.bytes_out.values()),
+        by_topic,
     )
 
 

@@ -83,7 +83,7 @@ class Sampler:
         broker = self._broker
         now, cpu = self._monotonic(), self._cpu()
         traffic = traffic_totals(broker)
-        counts = broker.traffic.messages_in
+        counts = traffic.by_topic
         # the broker's series first and always (a gap when unknown): they are never refused
         values: dict[SeriesKey, float] = {(name, ""): _NAN for name in BROKER_SERIES}
         previous, self._previous = (
