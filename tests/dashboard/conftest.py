@@ -7,9 +7,13 @@ went to its dead-letter queue after three attempts; group ``audit`` consumed the
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -96,3 +100,71 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         cookie_jar=jar, timeout=aiohttp.ClientTimeout(total=30)
     ) as session:
         yield session
+
+
+# -- the browser (Debian's Chromium through Selenium) -----------------------------------------
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, at 1280×800, driven by Selenium (skipped, or failed on CI,
+    when it is not installed)."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    if missing:
+        reason = f"Chromium/ChromeDriver not installed ({', '.join(missing)}): run `make test`"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        # this machine's network is closed: no background connections to Google's hosts
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1280,800",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: Any, css: str, count: int = 1, text: str = "", timeout: float = 15) -> list[Any]:
+    """The elements matching ``css`` once there are at least ``count`` (containing ``text``)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def found(d: Any) -> list[Any] | bool:
+        elements = [e for e in d.find_elements("css selector", css) if text in e.text]
+        return elements if len(elements) >= count else False
+
+    result: list[Any] = WebDriverWait(driver, timeout).until(found)
+    return result
+
+
+def shot(driver: Any, name: str) -> None:
+    path = ARTIFACTS / f"{name}.png"
+    assert driver.save_screenshot(str(path)), name
+    assert path.stat().st_size > 5000, f"{name}: the screenshot is blank"
+
+
+def no_script_errors(driver: Any) -> None:
+    severe = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe

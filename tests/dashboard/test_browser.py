@@ -7,10 +7,7 @@ audit shows the redrive. Screenshots of every page, at 1280×800 and at a phone'
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,72 +15,18 @@ import pytest
 from pocketmq.client import ConsumeStatus, MessageView, PushConsumer
 
 from ..integration.conftest import eventually
-from .conftest import ERROR, LETTERS, Scenario
+from .conftest import ERROR, LETTERS, Scenario, chromium
+from .conftest import no_script_errors as _no_script_errors
+from .conftest import shot as _shot
+from .conftest import wait as _wait
 
 pytestmark = pytest.mark.integration
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
-    if missing:
-        reason = f"Chromium/ChromeDriver not installed ({', '.join(missing)}): run `make test`"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        # this machine's network is closed: no background connections to Google's hosts
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,800",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(0)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def _wait(driver: Any, css: str, count: int = 1, text: str = "", timeout: float = 15) -> list[Any]:
-    """The elements matching ``css`` once there are at least ``count`` (containing ``text``)."""
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    def found(d: Any) -> list[Any] | bool:
-        elements = [e for e in d.find_elements("css selector", css) if text in e.text]
-        return elements if len(elements) >= count else False
-
-    result: list[Any] = WebDriverWait(driver, timeout).until(found)
-    return result
-
-
-def _shot(driver: Any, name: str) -> None:
-    path = ARTIFACTS / f"{name}.png"
-    assert driver.save_screenshot(str(path)), name
-    assert path.stat().st_size > 5000, f"{name}: the screenshot is blank"
-
-
-def _no_script_errors(driver: Any) -> None:
-    severe = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-    assert not severe, severe
 
 
 def _walk_to_the_dead_letters(driver: Any, base: str) -> str:

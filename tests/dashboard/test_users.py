@@ -78,6 +78,11 @@ async def test_a_normal_user_sees_and_changes_only_what_its_rules_allow(groups: 
             assert "Get" in (await reply.json())["error"]
         async with alice.get(f"{base}/api/groups") as reply:  # the front page: Cluster Get
             assert reply.status == 403
+        for path in ("/api/cluster", "/api/history", "/api/history?group=hr"):
+            async with alice.get(f"{base}{path}") as reply:  # the cluster, the broker's charts
+                assert reply.status == 403, path
+        async with alice.get(f"{base}/api/history?group=billing") as reply:  # her group's
+            assert reply.status == 200
         async with alice.post(f"{base}/api/groups/billing/policy", json={"max_retries": 3},
                               headers=_csrf(alice)) as reply:  # fmt: skip
             assert reply.status == 403

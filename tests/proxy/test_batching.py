@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from pocketmq.proxy.batching import Batcher
+from pocketmq.proxy.batching import Batcher, BatchSizes
 
 
 async def _turns() -> None:
@@ -98,3 +98,25 @@ async def test_a_batch_stays_within_its_byte_budget_but_a_large_caller_goes_whol
     assert [await task for task in waiting] == [[40], [50], [30], [120]]
     # 4+5 fit, 3 would pass 10, so it starts the next batch; 12 alone is over but goes whole
     assert call.calls == [[1], [4, 5], [3], [12]]
+
+
+async def test_each_merged_request_is_measured_for_the_proxys_metrics() -> None:
+    """``pocketmq_proxy_batch_size``: one observation per request the broker gets, of its size."""
+    call = _Recorder()
+    call.release.set()
+    sizes = BatchSizes()
+    batcher: Batcher[int, int] = Batcher(
+        call, max_batch=100, observe=lambda n: sizes.observe("send", n)
+    )
+    await batcher.submit([1])
+    call.release.clear()
+    first = asyncio.create_task(batcher.submit([2]))
+    await _turns()
+    rest = [asyncio.create_task(batcher.submit(list(range(10 * n, 10 * n + 3)))) for n in (1, 2)]
+    await _turns()
+    call.release.set()
+    await asyncio.gather(first, *rest)
+    assert [len(c) for c in call.calls] == [1, 1, 6]
+    assert sizes.sums == {"send": 8}
+    assert sizes.counts["send"][:4] == [2, 0, 0, 1]  # two of <= 1, one of <= 8 (5 to 8)
+    assert sum(sizes.counts["send"]) == 3

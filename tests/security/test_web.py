@@ -250,7 +250,8 @@ def test_with_authentication_a_local_process_must_sign_in_too(
 ) -> None:
     tls = ssl.create_default_context(cafile=str(ca[0]))
     address = secure_broker.http
-    for path in ("/api/groups", "/api/messages?topic=orders&key=k", "/api/topics"):
+    for path in ("/api/groups", "/api/messages?topic=orders&key=k", "/api/topics",
+                 "/api/cluster", "/api/history", "/api/history?group=billing"):  # fmt: skip
         status, _, content = _request(address, "GET", path, host=address, tls=tls)
         assert status == 401, (path, content)
         assert CARD.encode() not in content
@@ -258,7 +259,10 @@ def test_with_authentication_a_local_process_must_sign_in_too(
     assert status == 302
     location = urlsplit(headers["location"])
     assert (location.path, parse_qs(location.query)) == ("/login", {"next": ["/topics?x=1"]})
-    for path in ("/metrics", "/healthz", "/readyz", "/static/htmx.min.js", "/login"):
+    for path in ("/cluster", "/cluster/body", "/charts"):
+        assert _request(address, "GET", path, host=address, tls=tls)[0] == 302, path
+    for path in ("/metrics", "/healthz", "/readyz", "/static/htmx.min.js", "/login",
+                 "/static/uplot.min.js", "/static/charts.js"):  # fmt: skip
         assert _request(address, "GET", path, host=address, tls=tls)[0] == 200, path
     bearer = {"Authorization": f"Bearer {_token(secure_broker)}"}
     status, _, content = _request(address, "GET", "/api/messages?topic=orders&key=k",
@@ -499,7 +503,9 @@ async def test_every_answer_forbids_framing_sniffing_and_inline_script(
         assert (await _sign_in(session, base, "root", "root-secret")).status == 302
         for path in ("/", "/topics", "/groups/billing", "/groups/billing/dlq",
                      "/groups/billing/redrives", "/messages?topic=orders&key=k", "/login",
-                     "/api/groups", "/static/htmx.min.js", "/healthz", "/nowhere"):  # fmt: skip
+                     "/api/groups", "/static/htmx.min.js", "/healthz", "/nowhere", "/charts",
+                     "/cluster", "/cluster/body", "/api/cluster", "/api/history",
+                     "/static/charts.js", "/static/uplot.min.js"):  # fmt: skip
             async with session.get(base + path) as reply:
                 page = await reply.text()
                 headers = reply.headers

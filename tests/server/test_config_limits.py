@@ -40,6 +40,9 @@ def _build(path: Path) -> object:
         ({"server": {"http_body_timeout": -1.0}}, "http_body_timeout"),
         ({"server": {"http_session_hours": 0.0}}, "http_session_hours"),
         ({"server": {"http_hosts": "broker.example"}}, "http_hosts"),
+        ({"server": {"history_interval": 30.0}}, "history_interval"),
+        ({"server": {"history_interval": -1.0}}, "history_interval"),
+        ({"server": {"history_max_series": 5}}, "history_max_series"),
     ],
 )
 def test_unworkable_limits_refuse_to_start(

@@ -7,6 +7,7 @@ queue plus a binary search per dead-letter queue.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -24,13 +25,21 @@ if TYPE_CHECKING:
 __all__ = [
     "DeadLetterRow",
     "GroupOverview",
+    "GroupTotals",
     "PopProgress",
     "QueueProgress",
+    "TopicTotals",
+    "TrafficTotals",
     "committed_positions",
     "dead_letters",
+    "disk_usage",
     "group_overview",
+    "group_totals",
     "messages_since",
+    "status",
     "stored_at",
+    "topic_totals",
+    "traffic_totals",
 ]
 
 HOUR_MS = 3_600_000
@@ -283,3 +292,142 @@ def last_error(attempts: list[Attempt], group: str) -> str:
         if attempt.group == group and attempt.error and attempt.outcome not in ("DLQ", "REDRIVEN"):
             return attempt.error
     return ""
+
+
+# -- totals: cheap reads for the history sampler and the cluster view -------------------------
+#
+# These read offsets and counters only (never a message), so a timer may call them every few
+# seconds on a busy broker (docs/operations.md, "Charts": the cost measured).
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTotals:
+    """One group's figures summed over its queues: what the charts and the cluster view show."""
+
+    name: str
+    lag: int  # stored, not consumed, over its topics (its retry topic included)
+    dlq_depth: int
+    retry_backlog: int  # waiting in its retry topic or in flight from it
+    inflight: int
+    consumers: int
+    topics: tuple[str, ...]  # the topics it has positions on (its retry topic excluded)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTotals:
+    """One user topic: its queues, the messages kept, the messages stored since start."""
+
+    name: str
+    topic_type: str
+    queues: int
+    stored: int
+    messages_in: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficTotals:
+    """Messages and body bytes stored and delivered since the broker started, over every topic
+    (retry topics included: a retry is stored and delivered again), and messages stored per
+    topic."""
+
+    messages_in: int
+    bytes_in: int
+    messages_out: int
+    bytes_out: int
+    by_topic: dict[str, int] = field(default_factory=dict)
+
+
+def group_totals(broker: Broker) -> list[GroupTotals]:
+    """Every group with its lag, dead letters, retry backlog and in-flight count, by name."""
+    store = broker.store
+    committed, pops = committed_positions(broker)
+    sums: dict[str, list[int]] = {}  # group -> [lag, retry backlog, inflight]
+    topics: dict[str, set[str]] = {}
+    for key in set(committed) | set(pops):
+        group, topic, queue_id = key
+        if topic.startswith(DLQ_PREFIX) or broker.topics.get(topic) is None:
+            continue
+        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        lag = max(0, high - max(committed.get(key, -1), low))
+        progress = pops.get(key)
+        inflight = progress.inflight if progress is not None else 0
+        figures = sums.setdefault(group, [0, 0, 0])
+        figures[0] += lag
+        figures[2] += inflight
+        if topic.startswith(RETRY_PREFIX):
+            figures[1] += lag + inflight
+        else:
+            topics.setdefault(group, set()).add(topic)
+    out = []
+    for config in sorted(broker.groups.all(), key=lambda g: g.name):
+        lag, backlog, inflight = sums.get(config.name, (0, 0, 0))
+        out.append(
+            GroupTotals(
+                config.name,
+                lag,
+                _depth(broker, dlq_topic(config.name)),
+                backlog,
+                inflight,
+                len(broker.consumers.members(config.name)),
+                tuple(sorted(topics.get(config.name, ()))),
+            )
+        )
+    return out
+
+
+def _depth(broker: Broker, topic: str) -> int:
+    config = broker.topics.get(topic)
+    if config is None:
+        return 0
+    store = broker.store
+    return sum(
+        store.max_offset(topic, q) - store.min_offset(topic, q) for q in range(config.queues)
+    )
+
+
+def topic_totals(broker: Broker) -> list[TopicTotals]:
+    """Every user topic (not the broker's own, retry or dead-letter ones), by name."""
+    counts = broker.traffic.messages_in
+    out = []
+    for config in sorted(broker.topics.all(), key=lambda t: t.name):
+        if config.system or config.name.startswith((DLQ_PREFIX, RETRY_PREFIX)):
+            continue
+        out.append(
+            TopicTotals(
+                config.name,
+                config.topic_type.value,
+                config.queues,
+                _depth(broker, config.name),
+                counts.get(config.name, 0),
+            )
+        )
+    return out
+
+
+def traffic_totals(broker: Broker) -> TrafficTotals:
+    """What came in and went out since the broker started (:class:`TrafficTotals`)."""
+    traffic = broker.traffic
+    by_topic = traffic.messages_in
+    return TrafficTotals(
+        sum(by_topic.values()),
+        sum(traffic.bytes_in.values()),
+        sum(traffic.messages_out.values()),
+        sum(traffic.bytes_out.values()),
+        by_topic,
+    )
+
+
+def disk_usage(broker: Broker) -> tuple[int, int]:
+    """Free and total bytes of the disk holding the data directory ((-1, -1) when it cannot be
+    read)."""
+    try:
+        usage = shutil.disk_usage(broker.config.data_dir)
+    except OSError:
+        return -1, -1
+    return usage.free, usage.total
+
+
+def status(broker: Broker) -> dict[str, object]:
+    """``BROKER_STATUS``'s figures (counters, store and disk, replication, uptime): the one read
+    the HTTP side and the native port share, so their answers never disagree."""
+    return broker.status()

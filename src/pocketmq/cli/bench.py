@@ -29,6 +29,7 @@ from pocketmq.bench.broker import BENCHES as BROKER_BENCHES
 from pocketmq.bench.broker import BenchResult
 from pocketmq.bench.dashboard import run_dashboard
 from pocketmq.bench.grpc_tls import run_grpc_tls
+from pocketmq.bench.history import run_history
 from pocketmq.bench.replication import run_replication
 from pocketmq.bench.scrape import run_scrape
 from pocketmq.bench.security import run_security
@@ -43,6 +44,7 @@ BENCHES = {
     "dashboard": run_dashboard,
     "security": run_security,
     "grpc-tls": run_grpc_tls,
+    "history": run_history,
 }
 
 

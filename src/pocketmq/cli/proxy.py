@@ -1,7 +1,8 @@
 """``pocketmq proxy``: a gRPC gateway for the official clients in front of one broker.
 
-It prints a ready line once it serves (``pocketmq proxy ready grpc=H:P broker=NAME@H:P``) and
-stops gracefully on SIGTERM or SIGINT, like ``pocketmq serve`` (docs/proxy.md).
+It prints a ready line once it serves (``pocketmq proxy ready grpc=H:P broker=NAME@H:P
+http=H:P``, ``http=disabled`` without ``--http-port``) and stops gracefully on SIGTERM or SIGINT,
+like ``pocketmq serve`` (docs/proxy.md).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import ssl
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +27,9 @@ from pocketmq.cli.serve import (
 )
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server.auth.network import is_loopback
+
+if TYPE_CHECKING:
+    from pocketmq.proxy.gateway import MetricsPort
 
 __all__ = ["proxy"]
 
@@ -94,6 +100,21 @@ __all__ = ["proxy"]
     help="Ask the broker GATEWAY_INFO this often (a worker's sign of life); 0: never.",
 )
 @click.option(
+    "--http-port",
+    type=int,
+    help="Serve /metrics for Prometheus on this port of --host (0: any free port).  "
+    "[default: none]",
+)
+@click.option(
+    "--http-hosts",
+    default="",
+    help="Names (comma-separated) the metrics port answers to besides its address.",
+)
+@click.option(
+    "--http-tls", is_flag=True, help="Serve /metrics over HTTPS with --tls-cert and --tls-key."
+)
+@click.option("--worker", default="", hidden=True, help="This worker's number (its metrics say).")
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -117,6 +138,10 @@ def proxy(
     insecure: bool,
     exit_with_stdin: bool,
     ping_interval: float,
+    http_port: int | None,
+    http_hosts: str,
+    http_tls: bool,
+    worker: str,
     log_level: str,
 ) -> None:
     """Serve the official RocketMQ 5 clients' gRPC for BROKER, forwarding over the native
@@ -165,6 +190,7 @@ def proxy(
         reuse_port=reuse_port,
         security=security,
         ping_interval=ping_interval,
+        metrics=_metrics_port(http_port, http_hosts, http_tls, tls_cert, tls_key, worker),
     )
 
     async def start() -> None:
@@ -178,6 +204,32 @@ def proxy(
         ports = {"the gRPC port, --grpc-port": grpc_port}
         message = refusal(refused.cause, what="the proxy", ports=ports)
         raise click.ClickException(message) from None
+
+
+def _metrics_port(
+    port: int | None,
+    hosts: str,
+    tls: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    worker: str,
+) -> MetricsPort | None:
+    """Where ``/metrics`` is served, or None without ``--http-port``."""
+    from pocketmq.proxy.gateway import MetricsPort
+
+    if port is None:
+        return None
+    context = None
+    if tls:
+        if not (tls_cert and tls_key):
+            raise click.UsageError("--http-tls needs --tls-cert and --tls-key")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(tls_cert, tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise click.UsageError(f"cannot load the TLS certificate or key: {exc}") from None
+    names = tuple(name.strip() for name in hosts.split(",") if name.strip())
+    return MetricsPort(port, names, context, worker)
 
 
 def _stop_when_stdin_closes() -> None:

@@ -33,6 +33,9 @@ class BrokerAddress(Body, frozen=True):
     role: str = "master"
     epoch: int = 0
     ha_address: str = ""
+    # its dashboard and metrics (``host:port``, "" when its HTTP port is off): the cluster view
+    # links each broker's own pages (docs/operations.md, "Cluster view")
+    http_address: str = ""
 
 
 class QueueRoute(Body, frozen=True):

@@ -3,9 +3,10 @@ the registry of which body each request code carries.
 
 The structures live by concept — :mod:`~pocketmq.protocol.body` (the base, encoding),
 :mod:`~pocketmq.protocol.membership`, :mod:`~pocketmq.protocol.messages`,
-:mod:`~pocketmq.protocol.consumption`, :mod:`~pocketmq.protocol.admin` and
-:mod:`~pocketmq.protocol.cluster` — and this module gathers them, so ``structs as w`` names every
-body in one place, as the handlers and clients use them.
+:mod:`~pocketmq.protocol.consumption`, :mod:`~pocketmq.protocol.admin`,
+:mod:`~pocketmq.protocol.cluster` and :mod:`~pocketmq.protocol.overview` — and this module
+gathers them, so ``structs as w`` names every body in one place, as the handlers and clients
+use them.
 """
 
 from __future__ import annotations
@@ -100,6 +101,12 @@ from pocketmq.protocol.messages import (
     TransactionStateResponse,
     WireMessage,
 )
+from pocketmq.protocol.overview import (
+    BrokerOverviewResponse,
+    GroupFigures,
+    TopicFigures,
+    WorkerFigures,
+)
 
 __all__ = [
     "REQUESTS",
@@ -111,6 +118,7 @@ __all__ = [
     "AuthenticateRequest",
     "AuthenticateResponse",
     "BrokerAddress",
+    "BrokerOverviewResponse",
     "BrokerStatusResponse",
     "BrowseRequest",
     "CancelRequest",
@@ -131,6 +139,7 @@ __all__ = [
     "GetConsumersRequest",
     "GetConsumersResponse",
     "GetRouteRequest",
+    "GroupFigures",
     "GroupSpec",
     "HeartbeatRequest",
     "HelloRequest",
@@ -175,6 +184,7 @@ __all__ = [
     "SendRequest",
     "SendResponse",
     "SendResultItem",
+    "TopicFigures",
     "TopicSpec",
     "TransactionStateRequest",
     "TransactionStateResponse",
@@ -182,6 +192,7 @@ __all__ = [
     "UpdateTopicRequest",
     "UpdateTopicResponse",
     "WireMessage",
+    "WorkerFigures",
     "decode_body",
     "encode_body",
 ]
@@ -224,6 +235,7 @@ REQUESTS: Final[dict[int, type[Body]]] = {
     RequestCode.DELETE_GROUP: NameRequest,
     RequestCode.LIST_GROUPS: Empty,
     RequestCode.BROKER_STATUS: Empty,
+    RequestCode.BROKER_OVERVIEW: Empty,
     RequestCode.QUEUE_STATUS: QueueStatusRequest,
     RequestCode.RESET_OFFSET: ResetOffsetRequest,
     RequestCode.REGISTER_BROKER: RegisterBrokerRequest,
@@ -256,6 +268,7 @@ RESPONSES: Final[dict[int, type[Body]]] = {
     RequestCode.LIST_TOPICS: ListTopicsResponse,
     RequestCode.LIST_GROUPS: ListGroupsResponse,
     RequestCode.BROKER_STATUS: BrokerStatusResponse,
+    RequestCode.BROKER_OVERVIEW: BrokerOverviewResponse,
     RequestCode.QUEUE_STATUS: QueueStatusResponse,
     RequestCode.RESET_OFFSET: ResetOffsetResponse,
     RequestCode.GET_ROUTE: RouteResponse,

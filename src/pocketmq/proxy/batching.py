@@ -10,20 +10,45 @@ requests. Each caller gets back exactly the results of its own items, in order.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-__all__ = ["Batcher"]
+__all__ = ["BATCH_BUCKETS", "BatchSizes", "Batcher"]
 
 I = TypeVar("I")  # noqa: E741 - an item
 R = TypeVar("R")  # its result
 
 
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""Upper bounds of ``pocketmq_proxy_batch_size``'s buckets (entries per merged request)."""
+
+
+class BatchSizes:
+    """How many entries each merged request carried, per kind (``send``, ``ack``): the proxy's
+    ``/metrics`` shows how much merging the load gives (docs/operations.md, "Proxies")."""
+
+    def __init__(self) -> None:
+        # kind -> counts per BATCH_BUCKETS bucket (the last: larger), and the entries in all
+        self.counts: dict[str, list[int]] = {}
+        self.sums: dict[str, int] = {}
+
+    def observe(self, kind: str, size: int) -> None:
+        """One request of ``kind`` carried ``size`` entries."""
+        counts = self.counts.get(kind)
+        if counts is None:
+            counts = self.counts[kind] = [0] * (len(BATCH_BUCKETS) + 1)
+            self.sums[kind] = 0
+        counts[bisect_left(BATCH_BUCKETS, size)] += 1
+        self.sums[kind] += size
+
+
 class Batcher(Generic[I, R]):
     """Runs ``call`` on merged batches of at most ``max_batch`` items and ``max_bytes`` (by
     ``size``; one caller's items always go whole), one batch at a time (module doc). ``call``
-    answers one result per item; if it raises, every caller of that batch gets the exception."""
+    answers one result per item; if it raises, every caller of that batch gets the exception.
+    ``observe`` hears the size of each merged request (the proxy's metrics)."""
 
     def __init__(
         self,
@@ -32,8 +57,10 @@ class Batcher(Generic[I, R]):
         *,
         max_bytes: int = 0,
         size: Callable[[I], int] | None = None,
+        observe: Callable[[int], None] | None = None,
     ) -> None:
         self._call = call
+        self._observe = observe  # hears each merged request's size
         self._max = max_batch
         self._max_bytes = max_bytes
         self._size = size
@@ -74,6 +101,8 @@ class Batcher(Generic[I, R]):
 
     async def _run(self, batch: list[tuple[list[I], asyncio.Future[list[R]]]]) -> None:
         merged = [item for items, _ in batch for item in items]
+        if self._observe is not None:
+            self._observe(len(merged))
         try:
             results = await self._call(merged)
             if len(results) != len(merged):

@@ -33,7 +33,7 @@ from pocketmq.client.connection import ClientConnection, close_quietly, connect
 from pocketmq.errors import BrokerError, Code, error_from_code
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
-from pocketmq.proxy.batching import Batcher
+from pocketmq.proxy.batching import Batcher, BatchSizes
 from pocketmq.server.grpc.port import BrokerLimits, CheckChannel, MayCheck
 from pocketmq.server.grpc.sessions import ClientSession
 from pocketmq.server.native.convert import (
@@ -110,6 +110,7 @@ class RemotePort:
         self.limits = BrokerLimits(0, 0, (1.0,), 0.0)
         self.auto_renew_invisible = 0.0
         self.advertised = ""  # the proxy's own gRPC address, set once it listens
+        self.batch_sizes = BatchSizes()  # merged requests' sizes, for the proxy's /metrics
 
     async def start(self) -> None:
         """Connect and learn the broker's name and limits (GATEWAY_INFO)."""
@@ -289,7 +290,11 @@ class RemotePort:
                 return await self._send_now(batch, producer_group, born_host)
 
             batcher = self._sends[key] = Batcher(
-                send_batch, MAX_BATCH, max_bytes=MAX_BATCH_BYTES, size=_message_size
+                send_batch,
+                MAX_BATCH,
+                max_bytes=MAX_BATCH_BYTES,
+                size=_message_size,
+                observe=lambda n: self.batch_sizes.observe("send", n),
             )
         return await batcher.submit(messages)
 
@@ -376,7 +381,9 @@ class RemotePort:
             async def ack_batch(batch: list[tuple[str, str]]) -> list[Exception | None]:
                 return await self._ack_now(group, batch)
 
-            batcher = self._acks[group] = Batcher(ack_batch, MAX_BATCH)
+            batcher = self._acks[group] = Batcher(
+                ack_batch, MAX_BATCH, observe=lambda n: self.batch_sizes.observe("ack", n)
+            )
         return await batcher.submit(list(entries))
 
     async def _ack_now(self, group: str, entries: list[tuple[str, str]]) -> list[Exception | None]:

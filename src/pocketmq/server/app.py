@@ -41,6 +41,7 @@ from pocketmq.server.native.connection import ServerConnection
 from pocketmq.server.native.gateway import gateway_handlers
 from pocketmq.server.native.gateway_state import count_relayed
 from pocketmq.server.native.handlers import broker_handlers
+from pocketmq.server.native.overview import overview_handlers
 from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.rpcstats import RpcLatency
@@ -155,6 +156,7 @@ class BrokerApp:
             handlers |= gateway_handlers(
                 self.broker, config.grpc_auto_renew_invisible, self._gateway_alive
             )
+            handlers |= overview_handlers(self.overview)
             if self._authorizer is not None:
                 handlers = authorized(handlers, self._authorizer)
             self._native = FrameServer(
@@ -313,32 +315,92 @@ class BrokerApp:
                 options=options,
                 gateway_secret=self._gateway_secret,
                 silence=config.grpc_worker_silence,
+                http_port=config.http_port,
+                http_options=self._worker_http_options(),
             )
             await workers.start()
         finally:
             holder.close()
         self.grpc_workers = workers
 
+    def _worker_http_options(self) -> list[str]:
+        """What makes a worker's metrics port answer like the broker's HTTP port: the same
+        extra names, HTTPS when the broker's is (docs/operations.md, "Proxies measured")."""
+        config = self.config
+        options = ["--http-hosts", ",".join(config.http_hosts)] if config.http_hosts else []
+        if config.tls_cert and config.tls_key:
+            options += ["--http-tls", "--tls-cert", config.tls_cert, "--tls-key", config.tls_key]
+        return options
+
     def _gateway_alive(self, client_id: str) -> None:
         if self.grpc_workers is not None:
             self.grpc_workers.alive(client_id)
 
     async def _start_http(self, port: int, tls: ssl.SSLContext | None) -> None:
-        """Prometheus metrics and health checks (docs/operations.md)."""
+        """Prometheus metrics and health checks, the dashboard and its cluster view
+        (docs/operations.md)."""
         assert self.broker is not None
-        from pocketmq.server.http.server import HttpServer  # heavy: only when enabled
+        from pocketmq.server.http.cluster import ClusterView  # heavy: only when enabled
+        from pocketmq.server.http.server import HttpServer
+        from pocketmq.server.peers import PEER_TIMEOUT, PeerLink
 
+        broker = self.broker
+        peer_tls = self.config.replication_client_tls()  # peers are trusted as masters are
+        client_id = f"peer:{broker.name}:{broker.config.broker_id}@{os.getpid()}"
+        cluster = ClusterView(
+            self._cluster_members,
+            self.overview,
+            lambda: (broker.name, broker.config.broker_id),
+            lambda address: PeerLink(
+                address, client_id, PEER_TIMEOUT, peer_tls, cluster_key=self._cluster_key
+            ),
+            namesrv=self.namesrv_address,
+        )
         server = HttpServer(
-            self.broker,
+            broker,
             self._connections,
             self._latencies,
             users=self._users,
             authorizer=self._authorizer,
             settings=self.config.http_settings(self._advertised_host()),
+            cluster=cluster,
         )
         await server.start(self.config.host, port, tls)
         self._http = server
         self.http_address = f"{self._advertised_host()}:{server.port}"
+
+    def overview(self) -> w.BrokerOverviewResponse:
+        """This broker's figures for the cluster view (``BROKER_OVERVIEW``, server/figures.py)."""
+        from pocketmq.server.figures import ProcessFigures, broker_overview
+
+        assert self.broker is not None
+        sampler = self._http.sampler if self._http is not None else None
+        workers = [
+            w.WorkerFigures(number, pid, address, running)
+            for number, pid, address, running in (
+                self.grpc_workers.figures() if self.grpc_workers is not None else []
+            )
+        ]
+        process = ProcessFigures(http_address=self.http_address, workers=workers)
+        if sampler is not None:
+            latest = sampler.latest
+            process = ProcessFigures(
+                self.http_address,
+                latest.rate_in,
+                latest.rate_out,
+                latest.cpu_percent,
+                sampler.topic_rates,
+                workers,
+            )
+        return broker_overview(self.broker, process)
+
+    async def _cluster_members(self) -> list[w.BrokerAddress]:
+        """Every broker the name server lists (BrokerConnectionError when it cannot be reached);
+        this broker alone without a name server."""
+        if self._link is None:
+            return [self._self_address()]
+        reply = await self._link.call(RequestCode.LIST_BROKERS, w.Empty(), w.ListBrokersResponse)
+        return list(reply.brokers)
 
     def _connections(self) -> Connections:
         from pocketmq.server.http.metrics import Connections
@@ -460,6 +522,7 @@ class BrokerApp:
             broker.role.value,
             broker.replica_log.current_epoch(),
             self.group.ha_address if self.group is not None else "",
+            self.http_address,
         )
 
     async def _list_brokers(self) -> w.ListBrokersResponse:

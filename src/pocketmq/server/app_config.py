@@ -25,10 +25,12 @@ from pocketmq.server.auth.throttle import (
 from pocketmq.server.grpc import AUTO_RENEW_INVISIBLE
 from pocketmq.server.ha.failover import ControllerTimings
 from pocketmq.server.ha.handshake import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, MAX_LINKS, LinkPolicy
+from pocketmq.server.http.history import DEFAULT_MAX_SERIES
 from pocketmq.server.http.hosts import HostPolicy
 from pocketmq.server.http.settings import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_HISTORY_INTERVAL,
     DEFAULT_SESSION_HOURS,
     HttpSettings,
 )
@@ -89,6 +91,10 @@ class AppConfig:
     http_header_timeout: float = DEFAULT_HEADER_TIMEOUT
     http_body_timeout: float = DEFAULT_BODY_TIMEOUT
     http_session_hours: float = DEFAULT_SESSION_HOURS
+    # the dashboard's charts: a sample every history_interval seconds (<= 10; 0: none), at most
+    # history_max_series series (docs/operations.md, "Charts")
+    history_interval: float = DEFAULT_HISTORY_INTERVAL
+    history_max_series: int = DEFAULT_MAX_SERIES
     # TLS on the native, gRPC and HTTP ports (docs/security.md): PEM files, both or neither
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -232,6 +238,8 @@ class AppConfig:
             header_timeout=self.http_header_timeout,
             body_timeout=self.http_body_timeout,
             session_seconds=self.http_session_hours * 3600,
+            history_interval=self.history_interval,
+            history_max_series=self.history_max_series,
         )
 
     def controller_timings(self) -> ControllerTimings:

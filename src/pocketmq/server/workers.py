@@ -20,7 +20,13 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["GATEWAY_SECRET_VARIABLE", "ProxyWorkers", "reserve_port", "worker_options"]
+__all__ = [
+    "GATEWAY_SECRET_VARIABLE",
+    "ProxyWorkers",
+    "metrics_port",
+    "reserve_port",
+    "worker_options",
+]
 
 GATEWAY_SECRET_VARIABLE: Final = "POCKETMQ_GATEWAY_SECRET"
 """The environment variable that hands a worker the secret of the broker's gateway identity."""
@@ -49,6 +55,16 @@ def reserve_port(host: str, port: int) -> socket.socket:
         holder.close()
         raise
     return holder
+
+
+def metrics_port(http_port: int | None, number: int) -> int | None:
+    """Where worker ``number`` serves ``/metrics``: the broker's HTTP port + 1 + its number
+    (5558, 5559, ... beside the default 5557: the same port after every restart, so a
+    Prometheus target list stays true), any free port when the broker's is 0, none when the
+    broker serves no HTTP (docs/operations.md, "Proxies measured")."""
+    if http_port is None:
+        return None
+    return http_port + 1 + number if http_port else 0
 
 
 def worker_options(
@@ -99,8 +115,13 @@ class ProxyWorkers:
         options: Sequence[str] = (),
         gateway_secret: str = "",
         silence: float = DEFAULT_SILENCE,
+        http_port: int | None = None,
+        http_options: Sequence[str] = (),
     ) -> None:
         self._count = count
+        self._http_port = http_port  # the broker's: each worker's metrics port follows from it
+        self._http_options = list(http_options)
+        self.metrics_addresses = [""] * count  # host:port of each worker's /metrics
         self._silence = silence
         self._seen: dict[int, float] = {}  # worker pid -> when it last asked GATEWAY_INFO
         self._watchdog: asyncio.Task[None] | None = None
@@ -175,9 +196,31 @@ class ProxyWorkers:
                     with contextlib.suppress(ProcessLookupError):
                         process.kill()
 
+    def _command_for(self, number: int) -> list[str]:
+        port = metrics_port(self._http_port, number)
+        if port is None:
+            return self._command
+        return [
+            *self._command,
+            "--http-port",
+            str(port),
+            "--worker",
+            str(number),
+            *self._http_options,
+        ]
+
+    def figures(self) -> list[tuple[int, int, str, bool]]:
+        """Each worker's (number, pid, metrics address, running) for the cluster view."""
+        out = []
+        for number, process in enumerate(self._processes):
+            running = process is not None and process.returncode is None
+            pid = process.pid if process is not None else 0
+            out.append((number, pid, self.metrics_addresses[number], running))
+        return out
+
     async def _spawn(self, number: int) -> None:
         process = await asyncio.create_subprocess_exec(
-            *self._command,
+            *self._command_for(number),
             stdin=asyncio.subprocess.PIPE,  # never written: closing it stops the worker
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -200,6 +243,7 @@ class ProxyWorkers:
                         )
                     line = raw.decode(errors="replace").rstrip()
                     if line.startswith("pocketmq proxy ready"):
+                        self.metrics_addresses[number] = _ready_field(line, "http")
                         break
                     seen.append(line)
         except TimeoutError:
@@ -257,6 +301,15 @@ class ProxyWorkers:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()
+
+
+def _ready_field(line: str, name: str) -> str:
+    """A ``name=value`` of a ready line ("" when absent or ``disabled``)."""
+    for part in line.split():
+        key, _, value = part.partition("=")
+        if key == name and value != "disabled":
+            return value
+    return ""
 
 
 async def _read_line(output: asyncio.StreamReader) -> bytes:

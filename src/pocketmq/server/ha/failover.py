@@ -77,6 +77,7 @@ class Failover:
         self._claiming = asyncio.Lock()
         self.failovers = 0
         self.last_failover_seconds = 0.0
+        self.last_failover_at = 0.0  # time.time() when this broker last became master by it
         self._state = "starting"
 
     @property
@@ -142,6 +143,7 @@ class Failover:
             "reaches_etcd": replication.reaches_controller,
             "failovers": self.failovers,
             "last_failover_seconds": round(self.last_failover_seconds, 3),
+            "last_failover_at": round(self.last_failover_at, 3),
         }
 
     # -- master ---------------------------------------------------------------------------
@@ -394,7 +396,8 @@ class Failover:
                 self._leader_value = updated
             self._isr = [self.me]
             self.failovers += 1
-            self.last_failover_seconds = time.time() - started
+            self.last_failover_at = time.time()
+            self.last_failover_seconds = self.last_failover_at - started
             self._absent_since = None
             log.warning(
                 "broker %d is master of group %r at epoch %d (elected through etcd)",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import (
@@ -23,14 +23,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
-from pocketmq.broker.overview import committed_positions, stored_at
+from pocketmq.broker.overview import committed_positions, disk_usage, stored_at
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from pocketmq.broker.traffic import SIZE_BUCKETS
 from pocketmq.server.auth.failures import FAILURES
 from pocketmq.server.rpcstats import LATENCY_BUCKETS_MS, RpcLatency
 from pocketmq.version import VERSION
 
-__all__ = ["BrokerCollector", "Connections"]
+__all__ = ["BrokerCollector", "Connections", "rpc_latency_family"]
 
 _REDELIVERED = frozenset({"RECONSUME_LATER", "EXCEPTION", "TIMEOUT", "INVISIBLE_EXPIRED"})
 
@@ -41,6 +41,24 @@ class Connections:
 
     producers: dict[tuple[str, str], int]
     consumers: dict[tuple[str, str], int]
+
+
+def rpc_latency_family(latencies: Iterable[RpcLatency]) -> Metric:
+    """``rocketmq_rpc_latency`` from the answer times counted by each port (a broker's native
+    and gRPC ports, or a proxy's gRPC port)."""
+    family = HistogramMetricFamily(
+        "rocketmq_rpc_latency",
+        "Time to answer a request (ms; long polls count their wait)",
+        labels=["protocol_type", "request_code", "response_code"],
+    )
+    bounds = [*(str(b) for b in LATENCY_BUCKETS_MS), "+Inf"]
+    for latency in latencies:
+        for key, counts in sorted(latency.counts.items()):
+            cumulative = list(itertools.accumulate(counts))
+            family.add_metric(
+                list(key), list(zip(bounds, cumulative, strict=True)), latency.sums_ms[key]
+            )
+    return family
 
 
 class BrokerCollector(Collector):
@@ -93,19 +111,7 @@ class BrokerCollector(Collector):
         yield scrape
 
     def _rpc_latency(self) -> Metric:
-        family = HistogramMetricFamily(
-            "rocketmq_rpc_latency",
-            "Time to answer a request (ms; long polls count their wait)",
-            labels=["protocol_type", "request_code", "response_code"],
-        )
-        bounds = [*(str(b) for b in LATENCY_BUCKETS_MS), "+Inf"]
-        for latency in self._latencies():
-            for key, counts in sorted(latency.counts.items()):
-                cumulative = list(itertools.accumulate(counts))
-                family.add_metric(
-                    list(key), list(zip(bounds, cumulative, strict=True)), latency.sums_ms[key]
-                )
-        return family
+        return rpc_latency_family(self._latencies())
 
     def _identity(self) -> Iterator[Metric]:
         broker = self._broker
@@ -297,6 +303,15 @@ class BrokerCollector(Collector):
             family = GaugeMetricFamily(name, text)
             family.add_metric([], value)
             yield family
+        available, total = disk_usage(self._broker)
+        if total >= 0:  # -1: the directory cannot be read (no series rather than a lie)
+            for name, value, text in (
+                ("pocketmq_disk_free_bytes", available, "Free space on the data directory's disk"),
+                ("pocketmq_disk_size_bytes", total, "Size of the data directory's disk"),
+            ):
+                family = GaugeMetricFamily(name, text)
+                family.add_metric([], value)
+                yield family
         failed = GaugeMetricFamily(
             "pocketmq_store_failed", "1 when the store refuses writes after a disk failure"
         )

@@ -22,15 +22,20 @@ from pocketmq.broker import Broker
 from pocketmq.broker.replication import Role
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore
+from pocketmq.server.http.cluster import ClusterView
+from pocketmq.server.http.dashboard.cluster import ClusterPages
 from pocketmq.server.http.dashboard.guard import (
     Guard,
     add_security_headers,
     is_loopback,
     load_token,
 )
+from pocketmq.server.http.dashboard.trends import Trends
 from pocketmq.server.http.dashboard.views import Dashboard
+from pocketmq.server.http.history import History
 from pocketmq.server.http.limits import LimitedSite
 from pocketmq.server.http.metrics import BrokerCollector, Connections
+from pocketmq.server.http.sampler import HistoryCollector, Sampler
 from pocketmq.server.http.settings import HttpSettings
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -52,6 +57,7 @@ class HttpServer:
         users: UserStore | None = None,
         authorizer: Authorizer | None = None,
         settings: HttpSettings | None = None,
+        cluster: ClusterView | None = None,
     ) -> None:
         self._broker = broker
         self.scrape_seconds = 0.0
@@ -70,6 +76,17 @@ class HttpServer:
         app.on_response_prepare.append(add_security_headers)
         self.dashboard = Dashboard(broker, self.guard, authorizer)
         self.dashboard.add_routes(app)
+        self.sampler: Sampler | None = None  # the charts' history (docs/operations.md, "Charts")
+        if self.settings.history_interval > 0:
+            history = History(
+                self.settings.history_interval, max_series=self.settings.history_max_series
+            )
+            self.sampler = Sampler(broker, history)
+            self.registry.register(HistoryCollector(self.sampler))
+        Trends(self.dashboard, self.sampler.history if self.sampler else None).add_routes(app)
+        self.cluster = cluster
+        if cluster is not None:
+            ClusterPages(self.dashboard, cluster).add_routes(app)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -95,6 +112,8 @@ class HttpServer:
         self.site = LimitedSite(self._runner, host, port, self.settings, ssl_context=tls)
         await self.site.start()
         self.port = self.site.port
+        if self.sampler is not None:
+            self.sampler.start()
 
     async def _metrics(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -129,5 +148,9 @@ class HttpServer:
         return web.Response(text="ready: slave\n")
 
     async def close(self) -> None:
-        """Stop listening."""
+        """Stop sampling and listening."""
+        if self.sampler is not None:
+            await self.sampler.close()
+        if self.cluster is not None:
+            await self.cluster.close()
         await self._runner.cleanup()

@@ -40,7 +40,7 @@ MEMBER_OPERATIONS: Final = frozenset(
         _R.LOCK_QUEUES, _R.UNLOCK_QUEUES, _R.GATEWAY_INFO, _R.GATEWAY_GROUP,
         # what components read of each other
         _R.GET_ROUTE, _R.LIST_BROKERS, _R.LIST_TOPICS, _R.LIST_GROUPS, _R.BROKER_STATUS,
-        _R.QUEUE_STATUS,
+        _R.QUEUE_STATUS, _R.BROKER_OVERVIEW,
     }
 )  # fmt: skip
 """What a member of the cluster (``cluster/inner``) may ask a broker: relay clients and read what

@@ -83,6 +83,7 @@ _NEEDS: dict[int, Callable[[Any], list[Need]]] = {
     RequestCode.DELETE_GROUP: lambda r: [_group(r.name, _A.DELETE)],
     RequestCode.LIST_GROUPS: lambda r: [("Cluster", CLUSTER, _A.LIST)],
     RequestCode.BROKER_STATUS: lambda r: [("Cluster", CLUSTER, _A.GET)],
+    RequestCode.BROKER_OVERVIEW: lambda r: [("Cluster", CLUSTER, _A.GET)],
     RequestCode.QUEUE_STATUS: _queue_status,
     RequestCode.RESET_OFFSET: lambda r: [_group(r.group, _A.UPDATE), topic_need(r.topic, _A.GET)],
     RequestCode.PROMOTE: lambda r: [("Cluster", CLUSTER, _A.UPDATE)],

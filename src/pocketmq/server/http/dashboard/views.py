@@ -112,6 +112,25 @@ class Dashboard:
         here = __file__.rsplit("/", 1)[0]
         app.router.add_static("/static/", f"{here}/static", append_version=False)
 
+    # -- what the sibling page families (trends.py, cluster.py) share --------------------
+
+    @property
+    def broker(self) -> Broker:
+        """The broker whose pages these are."""
+        return self._broker
+
+    def render(self, request: web.Request, name: str, **values: Any) -> web.Response:
+        """A page from template ``name`` with the values every page gets."""
+        return self._render(request, name, **values)
+
+    def check(self, request: web.Request, *needs: Need) -> None:
+        """Refuse what a signed-in user's rules do not allow (:meth:`_check`)."""
+        self._check(request, *needs)
+
+    def failure(self, request: web.Request, exc: PocketMQError) -> web.Response:
+        """The answer to a refused or failed request, as a page, an htmx fragment or JSON."""
+        return self._failure(request, exc)
+
     # -- rendering ---------------------------------------------------------------------------
 
     def _render(self, request: web.Request, name: str, **values: Any) -> web.Response:
