@@ -84,3 +84,15 @@ def test_a_slave_refuses_a_master_of_another_cluster(tmp_path: Path) -> None:
         slave.follow(FollowPlan("cluster-a", [], -1, 0))
         with pytest.raises(ReplicaRefused, match="another cluster"):
             slave.follow(FollowPlan("cluster-b", [], -1, 0))
+
+
+def test_an_empty_slave_follows_a_master_promoted_on_an_empty_log(tmp_path: Path) -> None:
+    """A group that never wrote a record fails over: the new master's terms begin afresh at
+    0 (epoch 2 only), the other slave heard of epoch 1 — it has nothing, so it copies from the
+    start instead of being refused for sharing no history."""
+    with MessageStore.open(str(tmp_path / "m"), SMALL) as m:
+        m.epochs.begin(2, 0)
+        master = ReplicaLog(m, "g1")
+        master.ensure_identity()
+        plan = master.plan("g1", master.cluster_id(), [(1, 0)], 0)
+        assert (plan.truncate_to, plan.start) == (-1, 0)

@@ -125,3 +125,78 @@ def test_the_time_from_append_to_acknowledgement_is_measured_per_record_end() ->
     figures = state.latency_ms()
     assert set(figures) == {"p50", "p99", "max"}
     assert 0 <= figures["p50"] <= figures["p99"] <= figures["max"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed(max_lag_time: float = 5.0) -> tuple[Replication, FakeLog, FakeClock]:
+    log = FakeLog()
+    clock = FakeClock()
+    state = Replication(
+        log,  # type: ignore[arg-type]
+        role=Role.MASTER,
+        mode=ReplicationMode.SYNC,
+        max_gap=1 << 30,
+        sync_timeout=5.0,
+        wake=lambda _: None,
+        max_lag_time=max_lag_time,
+        clock=clock,
+    )
+    return state, log, clock
+
+
+def test_a_slave_that_acknowledges_nothing_leaves_the_in_sync_set_after_the_time_bound() -> None:
+    """Issue 29 (5b): a slave a few bytes behind but silent for longer than ha_max_lag_time
+    is not in sync (RocketMQ's haMaxTimeSlaveNotCatchup), however small its byte gap."""
+    state, log, clock = timed(max_lag_time=5.0)
+    state.slave_connected("s", 1, "x", 0)
+    assert len(state.in_sync()) == 1
+    for step in range(1, 50):  # the master writes; the slave stops acknowledging at 10
+        clock.now += 0.2
+        log.write_position = step * 100
+        state.grew(log.write_position)
+        if step <= 10:
+            state.acked("s", log.write_position, 0)
+    # the slave holds everything up to 1000, written at t=102; the bound ends at 107
+    clock.now = 106.9
+    assert len(state.in_sync()) == 1
+    clock.now = 107.2
+    assert state.in_sync() == []
+    # it catches up: in sync again at once
+    state.acked("s", log.write_position, 0)
+    assert len(state.in_sync()) == 1
+
+
+def test_a_slave_lagging_in_time_is_not_in_sync_even_while_it_acknowledges() -> None:
+    """It keeps acknowledging, but what it holds is what the master had 6 s ago."""
+    state, log, clock = timed(max_lag_time=5.0)
+    state.slave_connected("s", 1, "x", 0)
+    ends: list[tuple[float, int]] = []
+    for step in range(1, 100):
+        clock.now += 0.1
+        log.write_position = step * 100
+        state.grew(log.write_position)
+        ends.append((clock.now, log.write_position))
+        lagging = [end for at, end in ends if at <= clock.now - 6.0]
+        if lagging:
+            state.acked("s", lagging[-1], 0)
+    assert state.in_sync() == []
+
+
+def test_a_slave_missing_records_it_once_had_is_not_in_sync_until_it_has_them() -> None:
+    """Issue 29 item 1: a repaired slave copies again from the first damaged record; it is
+    not in sync (not electable) before it holds what it had before."""
+    state, log, _ = timed()
+    log.write_position = 5000
+    state.grew(5000)
+    state.slave_connected("s", 1, "x", 1000, missing_until=4000)
+    state.acked("s", 3000, 0)
+    assert state.in_sync() == []
+    state.acked("s", 5000, 0)
+    assert len(state.in_sync()) == 1

@@ -123,7 +123,8 @@ class Catalog(BrokerPart):
         epoch = self.store.epochs.current
         return {
             "broker_id": self.config.broker_id,
-            "role": replication.role.value,
+            "role": replication.acting_role(),  # "fenced": a master that may not write now
+            "fence": replication.write_refusal() if replication.role.value == "master" else "",
             "mode": replication.mode.value,
             "epoch": epoch.number if epoch is not None else 0,
             "log_end": self.store.write_position,
@@ -141,7 +142,7 @@ class Catalog(BrokerPart):
             "gap_bytes": replication.gap(),
             "last_contact": replication.contact_at,
             "link_error": replication.link_error,
-            "controller": dict(replication.controller),
+            "controller": replication.controller(),
         }
 
     def status(self) -> dict[str, object]:

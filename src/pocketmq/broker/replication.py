@@ -3,11 +3,15 @@
 The wire side of replication is the server's (server/ha); this module holds what the broker core
 decides with it (docs/replication.md):
 
-- which slaves are **in sync** (connected, and within ``ha_max_gap_bytes`` of the master's end);
+- which slaves are **in sync**: connected, within ``ha_max_gap_bytes`` of the master's end, caught
+  up with it within the last ``ha_max_lag_time`` (broker/catchup.py), and holding again whatever
+  a repair made them copy anew;
 - what a ``SYNC`` send waits for: an in-sync slave's acknowledgement of the record, at most
   ``ha_sync_timeout``; with no slave in sync it is answered at once with SLAVE_NOT_AVAILABLE;
 - the **confirmed offset** readers may read up to, so what a failover could discard is never
-  delivered, and waking the long polls of the queues whose messages it makes readable.
+  delivered, and waking the long polls of the queues whose messages it makes readable;
+- the role others see (:meth:`Replication.acting_role`): a master that may not write now is
+  ``fenced``, never ``master`` (docs/replication.md §6, §9).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pocketmq.broker.catchup import CatchUpClock
 from pocketmq.store import MessageStore
 
 __all__ = ["ReplicaOutcome", "Replication", "ReplicationMode", "Role", "SlaveProgress"]
@@ -64,6 +69,11 @@ class SlaveProgress:
     # whether the slave reaches the group's controller (etcd), as it said in its last
     # acknowledgement: None when no controller is configured (docs/replication.md §9)
     reaches_controller: bool | None = None
+    # the slave's log lacks records it once held up to here (a repair made it copy them
+    # again, docs/replication.md §4): not in sync before it acknowledged this far
+    missing_until: int = 0
+    # the last time (monotonic) the master's end was at most what this slave acknowledged
+    caught_up_at: float = float("-inf")
 
 
 class Replication:
@@ -78,14 +88,20 @@ class Replication:
         max_gap: int,
         sync_timeout: float,
         wake: Callable[[set[tuple[str, int]]], None],
+        max_lag_time: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self._role = role
         store.replica_of = "the group's master" if role is Role.SLAVE else ""
         self.mode = mode
         self.max_gap = max_gap
+        self.max_lag_time = max_lag_time
         self.sync_timeout = sync_timeout
         self._wake = wake
+        self._clock = clock
+        self._catch_up = CatchUpClock(max_lag_time, clock)
+        self._lag_timer: asyncio.TimerHandle | None = None
         self.slaves: dict[object, SlaveProgress] = {}
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
@@ -99,6 +115,9 @@ class Replication:
         # a master that has not yet heard from the name server that no newer master exists
         # refuses writes with this reason ("" when it may write): docs/replication.md §6
         self.fence = ""
+        # a broker still starting takes no write yet ("" once started): it answers this instead of
+        # flow control's TOO_MANY_REQUESTS, which the stalls of starting would otherwise trigger
+        self.starting = ""
         # with a controller (docs/replication.md §9): writes only until this monotonic time (None:
         # no lease limit), the reason past it, and whether this broker reaches etcd now
         self.lease_until: float | None = None
@@ -107,7 +126,8 @@ class Replication:
         # linked and says it cannot reach etcd either (nobody can be elected meanwhile)
         self.without_controller = False
         self.reaches_controller: bool | None = None
-        self.controller: dict[str, object] = {}  # the failover's view, for status (server/ha)
+        # the failover's view, for status (server/ha): read when status is asked, so it is current
+        self.controller: Callable[[], dict[str, object]] = dict
         # a slave's view of its master, kept current by its replication link (server/ha)
         self.master_address = ""  # the replication address while linked ("" otherwise)
         self.master_end = -1  # the master's end of log at the last contact (-1: never met)
@@ -126,8 +146,10 @@ class Replication:
         self.store.replica_of = "the group's master" if role is Role.SLAVE else ""
 
     def write_refusal(self) -> str:
-        """Why this master must not take a write now ("" when it may): a fence set at start-up
-        (§6), or a controller lease that may have expired (§9)."""
+        """Why this master must not take a write now ("" when it may): still starting, a fence set
+        at start-up (§6), or a controller lease that may have expired (§9)."""
+        if self.starting:
+            return self.starting
         if self.fence:
             return self.fence
         if self.lease_until is not None and time.monotonic() >= self.lease_until:
@@ -142,6 +164,20 @@ class Replication:
                     "broker may be master now"
                 )
         return ""
+
+    def acting_role(self) -> str:
+        """The role status, readiness and the name server are told: ``master`` only while this
+        broker may take writes; a master that may not (starting, waiting for its name server or
+        controller, or past its lease) is ``fenced`` (docs/replication.md §6, §9)."""
+        if self._role is Role.SLAVE:
+            return "slave"
+        return "fenced" if self.write_refusal() else "master"
+
+    def lease_remaining(self) -> float | None:
+        """Seconds this master may still write on its controller lease (None: no lease limit)."""
+        if self.lease_until is None or self.without_controller:
+            return None
+        return max(0.0, self.lease_until - time.monotonic())
 
     # -- a slave's progress ---------------------------------------------------------------
 
@@ -163,14 +199,26 @@ class Replication:
 
     # -- slaves ---------------------------------------------------------------------------
 
-    def slave_connected(self, key: object, broker_id: int, address: str, position: int) -> None:
-        """A slave finished its handshake at ``position``: track its progress from there."""
-        self.slaves[key] = SlaveProgress(broker_id, address, acked=position, flushed=position)
+    def slave_connected(
+        self, key: object, broker_id: int, address: str, position: int, missing_until: int = 0
+    ) -> None:
+        """A slave finished its handshake at ``position``: track its progress from there
+        (``missing_until``: it lacks records it once had up to there, and is not in sync before
+        it has them again)."""
+        end = self.store.write_position
+        if not self.slaves:
+            self._catch_up.reset(end)
+        slave = SlaveProgress(broker_id, address, acked=position, flushed=position)
+        slave.missing_until = missing_until
+        slave.caught_up_at = self._catch_up.caught_up_at(position, end)
+        self.slaves[key] = slave
         self._update()
 
     def slave_gone(self, key: object) -> None:
         """A slave disconnected: it no longer counts as in sync."""
         self.slaves.pop(key, None)
+        if not self.slaves:
+            self._catch_up.clear()
         self._update()
 
     def acked(
@@ -185,6 +233,8 @@ class Replication:
         slave.acked = max(slave.acked, written)
         slave.flushed = max(slave.flushed, flushed)
         slave.acked_at = time.time()
+        caught = self._catch_up.caught_up_at(slave.acked, self.store.write_position)
+        slave.caught_up_at = max(slave.caught_up_at, caught)
         now = time.monotonic()
         appended = self._appended
         while appended and appended[0][0] <= written:
@@ -192,15 +242,24 @@ class Replication:
         self._update()
 
     def in_sync(self) -> list[SlaveProgress]:
-        """The slaves within ``max_gap`` bytes of the master's end: the ones a SYNC send may wait
-        for."""
+        """The slaves a SYNC send may wait for, and a controller may elect: within ``max_gap``
+        bytes of the master's end, caught up with it within ``max_lag_time`` seconds, and missing
+        nothing they once had (docs/replication.md §3)."""
         end = self.store.write_position
-        return [s for s in self.slaves.values() if end - s.acked <= self.max_gap]
+        oldest = self._clock() - self.max_lag_time
+        return [
+            s
+            for s in self.slaves.values()
+            if end - s.acked <= self.max_gap
+            and s.caught_up_at >= oldest
+            and s.acked >= s.missing_until
+        ]
 
     def grew(self, end: int = 0) -> None:
         """The log grew to ``end``: wake the senders streaming it to slaves, and note when, for
         the replication latency (the first acknowledgement covering ``end``)."""
         if end and self.slaves:
+            self._catch_up.grew(end)
             self._appended.append((end, time.monotonic()))
             if len(self._appended) > _LATENCY_WINDOW:
                 self._appended.popleft()
@@ -253,6 +312,7 @@ class Replication:
 
     def _update(self) -> None:
         in_sync = self.in_sync()
+        self._watch_lag(in_sync)
         best = max((s.acked for s in in_sync), default=-1)
         if self._waiters:
             ready = [f for end, f in self._waiters if end <= best and not f.done()]
@@ -272,6 +332,31 @@ class Replication:
             woken |= self._unconfirmed.popleft()[1]
         if woken:
             self._wake(woken)
+
+    def _watch_lag(self, in_sync: list[SlaveProgress]) -> None:
+        """A slave leaves the in-sync set when its time runs out, with no acknowledgement to
+        notice it: look again at that moment (the confirmed offset and waiting sends must not
+        keep waiting for it)."""
+        if self._lag_timer is not None:
+            self._lag_timer.cancel()
+            self._lag_timer = None
+        if not in_sync:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test driving the state by hand)
+            return
+        first_out = min(s.caught_up_at for s in in_sync) + self.max_lag_time
+        delay = max(0.0, first_out - self._clock()) + 0.01
+        self._lag_timer = loop.call_later(delay, self._update)
+
+    def next_lag_deadline(self) -> float | None:
+        """When (monotonic) the first in-sync slave falls out of the time bound unless it
+        acknowledges more (the controller writes etcd's in-sync set then, §9)."""
+        in_sync = self.in_sync()
+        if not in_sync:
+            return None
+        return min(s.caught_up_at for s in in_sync) + self.max_lag_time
 
     def latency_ms(self) -> dict[str, float]:
         """Append-to-acknowledgement time of the recent records (median, p99, max, in ms): how

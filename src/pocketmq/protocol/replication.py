@@ -27,7 +27,13 @@ class HaEpoch(Body, frozen=True):
 
 
 class HaHello(Body, frozen=True):
-    """A slave introduces itself: who it is, and how much log it holds of which terms."""
+    """A slave introduces itself: who it is, and how much log it holds of which terms.
+
+    ``missing_until``: the slave lacks records it once held up to this offset (a repair set
+    them aside, and it copies them again): the master does not count it in sync before it has
+    them. ``probe``: not a slave at all but a master checking a claim that its group has a newer
+    master (docs/replication.md §6): the master answers and the link ends.
+    """
 
     group: str
     cluster_id: str  # "" for a slave that has no data yet
@@ -35,6 +41,8 @@ class HaHello(Body, frozen=True):
     address: str  # the slave's native address, for routes
     log_end: int
     epochs: list[HaEpoch]
+    missing_until: int = 0
+    probe: bool = False
 
 
 class HaHelloReply(Body, frozen=True):

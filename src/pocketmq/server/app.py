@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import ssl
+import time
 from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker
@@ -24,7 +25,7 @@ from pocketmq.protocol import structs as w
 from pocketmq.server.app_config import AppConfig
 from pocketmq.server.ha.etcd import Etcd, parse_controller
 from pocketmq.server.ha.failover import Failover
-from pocketmq.server.ha.roles import GroupRole
+from pocketmq.server.ha.roles import Claim, GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
 __all__ = ["AppConfig", "BrokerApp"]
 
 log = logging.getLogger("pocketmq.server")
+
+_ROLE_CHECK = 0.1
+"""How often the registration loop looks whether the role others see changed (a lease ran out,
+a fence was lifted): the name server hears of it within this."""
 
 
 class BrokerApp:
@@ -68,6 +73,7 @@ class BrokerApp:
         self._registrar: asyncio.Task[None] | None = None
         self.group: GroupRole | None = None
         self.failover: Failover | None = None
+        self._registered = ("", 0.0)  # the role last registered, and when
         self.grpc_address = ""
 
     @property
@@ -103,6 +109,13 @@ class BrokerApp:
         endpoints = parse_controller(config.controller) if config.controller else None
         timings = config.controller_timings()
         self.broker = Broker(config.broker)
+        # no write before everything is up: a clear "starting" refusal, not the flow control's
+        # TOO_MANY_REQUESTS that the stalls of starting would cause (docs/replication.md §6)
+        self.broker.replication.starting = (
+            f"broker {self.broker.name!r} is starting: retry in a moment"
+        )
+        if endpoints:  # before any port opens: no write, no master role until etcd confirms
+            Failover.hold_writes(self.broker)
         if self.broker.role is Role.MASTER and config.namesrv and not endpoints:
             # the group may have a newer master (this one was failed over while it was down):
             # no writes until the name server has answered (docs/replication.md §6)
@@ -165,6 +178,8 @@ class BrokerApp:
                     timings=timings,
                 )
                 self.failover.start()
+            await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
+            self.broker.replication.starting = ""
             if self.namesrv_address:
                 self._link = NameServerLink(
                     self.namesrv_address,
@@ -173,7 +188,6 @@ class BrokerApp:
                 )
                 await self._register()
                 self._registrar = asyncio.create_task(self._register_forever())
-            await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
         except BaseException:
             await self.close()
             raise
@@ -338,7 +352,7 @@ class BrokerApp:
         """The line scripts wait for (docs/cli.md, "Running")."""
         grpc = self.grpc_address or "disabled"
         ha = self.group.ha_address if self.group is not None else ""
-        role = self.broker.role.value if self.broker is not None else "master"
+        role = self.broker.replication.acting_role() if self.broker is not None else "master"
         return (
             f"pocketmq ready native={self.native_address} grpc={grpc} "
             f"namesrv={self.namesrv_address or 'none'} ha={ha or 'none'} role={role} "
@@ -353,31 +367,58 @@ class BrokerApp:
             w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm)
             for t in self.broker.topics.all()
         ]
-        return w.RegisterBrokerRequest(self._self_address(), topics)
+        address = self._self_address()
+        lease = self.broker.replication.lease_remaining() if address.role == "master" else None
+        # a master on a controller lease is one only until it ends: the name server is told
+        # how long, so it never lists a frozen master past its lease (docs/replication.md §9)
+        lease_ms = 0 if lease is None else max(1, int(lease * 1000))
+        return w.RegisterBrokerRequest(address, topics, lease_ms)
 
     async def _register(self) -> None:
         if self._link is None:
             return
+        registration = self._registration()
         try:
             reply = await self._link.call(
-                RequestCode.REGISTER_BROKER, self._registration(), w.RegisterBrokerResponse
+                RequestCode.REGISTER_BROKER, registration, w.RegisterBrokerResponse
             )
         except BrokerConnectionError as exc:
             log.warning("registration with the name server failed: %s", exc)
             return
+        self._registered = (registration.broker.role, time.monotonic())
+        verdict = Claim.NONE
         if self.group is not None:
-            await self.group.learned(
+            verdict = await self.group.learned(
                 reply.master_address, reply.master_ha_address, reply.master_epoch
             )
-        if self.broker is not None and self.broker.replication.fence:
-            log.info("the name server answered: broker %s may take writes", self.broker.name)
-            self.broker.replication.fence = ""
+        broker = self.broker
+        if broker is not None and broker.replication.fence and verdict is not Claim.UNVERIFIED:
+            # (the registration loop says "master" within _ROLE_CHECK)
+            log.info("the name server answered: broker %s may take writes", broker.name)
+            broker.replication.fence = ""
+
+    def _registration_due(self) -> bool:
+        """Whether to register now: the role others see changed, a master's lease needs
+        renewing at the name server, or the regular interval (30 s) passed."""
+        assert self.broker is not None
+        replication = self.broker.replication
+        role, at = self._registered
+        acting = replication.acting_role()
+        if acting != role:
+            return True
+        age = time.monotonic() - at
+        if replication.fence:
+            return age >= 1.0  # retried every second until the name server answers (§6)
+        lease = replication.lease_remaining()
+        if acting == "master" and lease is not None:
+            return age >= self.config.controller_timings().renew
+        return age >= self.config.register_interval
 
     async def _register_forever(self) -> None:
         while True:
-            fenced = self.broker is not None and self.broker.replication.fence
-            await asyncio.sleep(1.0 if fenced else self.config.register_interval)
-            await self._register()
+            await asyncio.sleep(_ROLE_CHECK)
+            if self._registration_due():
+                await self._register()
 
     async def _topics_changed(self) -> None:
         if self.group is not None and self.group.server is not None:
@@ -393,7 +434,7 @@ class BrokerApp:
             self.native_address,
             self.grpc_address,
             broker.config.broker_id,
-            broker.role.value,
+            broker.replication.acting_role(),
             broker.replica_log.current_epoch(),
             self.group.ha_address if self.group is not None else "",
         )

@@ -74,33 +74,48 @@ class Failover:
         self._serving_without = False
         self._fenced_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()  # etcd's view of the group changed: look now
         self._claiming = asyncio.Lock()
         self.failovers = 0
         self.last_failover_seconds = 0.0
         self._state = "starting"
+        group.controlled = True  # the name server's word on roles no longer counts
+        broker.replication.controller = self.status
 
     @property
     def me(self) -> int:
         """This broker's id in its group."""
         return self._broker.config.broker_id
 
-    def start(self) -> None:
-        """Refuse writes until etcd has answered, then keep the role etcd decides."""
-        replication = self._broker.replication
-        if self._broker.role is Role.MASTER:
+    @staticmethod
+    def hold_writes(broker: Broker) -> None:
+        """Before the broker's ports open: a master takes no write, and says it is no master,
+        until etcd has confirmed its lease at the current epoch (§9)."""
+        replication = broker.replication
+        if broker.role is Role.MASTER:
             replication.lease_lost = (
-                f"broker {self._broker.name!r} is waiting for its controller (etcd) to confirm "
-                "it is its group's master"
+                f"broker {broker.name!r} is waiting for its controller (etcd) to confirm it is "
+                "its group's master"
             )
             replication.lease_until = time.monotonic()  # expired: no writes yet
+
+    def start(self) -> None:
+        """Refuse writes until etcd has answered, then keep the role etcd decides."""
+        self.hold_writes(self._broker)
         self._task = asyncio.create_task(self._run(), name="failover")
+        self._watcher = asyncio.create_task(
+            self._etcd.watch(f"{ROOT}/{self._broker.name}/", self._changed.set),
+            name="failover-watch",
+        )
 
     async def close(self, *, hand_over: bool = True) -> None:
         """Stop; a leading master revokes its lease so a slave takes over at once."""
-        task, self._task = self._task, None
-        while task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait([task], timeout=0.1)
+        for task in (self._task, self._watcher):
+            while task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=0.1)
+        self._task = self._watcher = None
         if hand_over and self._leader_value is not None and self._lease is not None:
             self._broker.replication.lease_until = time.monotonic()
             with contextlib.suppress(ControllerUnavailable):
@@ -125,16 +140,38 @@ class Failover:
                 raise
             except Exception:  # keep failing over possible; the next round retries
                 log.exception("failover round failed")
-            self._publish_status()
-            master = self._broker.role is Role.MASTER
-            interval = self.timings.renew if master and not self._serving_without else 0.2
-            await asyncio.sleep(interval if master else self.timings.poll)
+            await self._pause()
 
-    def _publish_status(self) -> None:
+    async def _pause(self) -> None:
+        """Until the next round: a master renews every lease / 6 and writes etcd's in-sync set
+        the moment a slave's time runs out (§3); a slave looks every ``poll``, when its claim
+        delay ends, or at once when etcd's view of the group changes (a watch)."""
+        now = time.monotonic()
+        if self._broker.role is Role.MASTER:
+            interval = self.timings.renew if not self._serving_without else 0.2
+            deadline = self._broker.replication.next_lag_deadline()
+            if deadline is not None and self._leader_value is not None:
+                interval = min(interval, max(0.05, deadline - now + 0.02))
+            await asyncio.sleep(interval)
+            return
+        interval = self.timings.poll
+        if self._absent_since is not None:
+            interval = min(interval, max(0.02, self._absent_since + self.timings.claim_delay - now))
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(interval):
+                await self._changed.wait()
+
+    def status(self) -> dict[str, object]:
+        """The controller's view for ``broker status`` — as of now: a master whose lease ran out
+        since the last round is ``fenced``, not ``master`` (§9)."""
         replication = self._broker.replication
         until = replication.lease_until
-        replication.controller = {
-            "state": self._state,
+        state = self._state
+        if state == "master" and replication.write_refusal():
+            state = "fenced"
+        return {
+            "state": state,
             "lease_remaining": (
                 None if until is None else round(max(0.0, until - time.monotonic()), 2)
             ),
@@ -199,6 +236,7 @@ class Failover:
             self._isr = [self.me]
             await self._write_isr()
             log.info("broker %r leads its group at epoch %d", self._broker.name, own_epoch)
+            await self._group.announce()  # the name server learns of its master now
 
     def _leader(self, epoch: int, lease: Lease) -> dict[str, Any]:
         return {
@@ -317,8 +355,8 @@ class Failover:
             and time.time() - replication.contact_at < self.timings.claim_delay
         ):
             return  # the master still streams to us: it fences itself before it drops us
-        if not await self._in_sync_set():
-            return
+        if not await self._in_sync_set() or self._broker.replica_log.missing() is not None:
+            return  # not electable (a slave lacking records it once held: §4)
         lease = await self._grant()
         await self._etcd.put(
             self._candidates + str(self.me), {"log_end": self._broker.replica_log.end}, lease
@@ -359,6 +397,12 @@ class Failover:
                 )
             current = epoch_value["epoch"] if epoch_value else 0
             if not force:
+                missing = self._broker.replica_log.missing()
+                if missing is not None:
+                    raise PreconditionFailedError(
+                        f"broker {self.me} lacks records it once held: {missing.describe()}; "
+                        "promoting it loses them: use --force to promote anyway"
+                    )
                 if not await self._in_sync_set():
                     raise PreconditionFailedError(
                         f"broker {self.me} is not in the in-sync set of epoch {current}"

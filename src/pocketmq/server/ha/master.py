@@ -24,6 +24,7 @@ from pocketmq.errors import Code
 from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
 from pocketmq.protocol import replication as ha
 from pocketmq.protocol import structs as w
+from pocketmq.server.ha.link import HANDSHAKE_TIMEOUT, LinkRefused, answer_hello
 from pocketmq.server.ha.stream import FrameStream
 
 __all__ = ["HaServer"]
@@ -66,21 +67,24 @@ class HaServer:
         sender: asyncio.Task[None] | None = None
         try:
             frames = stream.frames()
-            first = await anext(frames, None)
-            if first is None or first.code != RequestCode.HA_HELLO:
-                return
-            hello = decode_body(first.body, ha.HaHello)
             try:
-                reply, position = self._hello(hello)
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT * 5):  # a silent peer holds nothing
+                    first = await anext(frames, None)
+            except TimeoutError:
+                return
+            try:
+                accepted = answer_hello(stream, first, self._hello)
             except ReplicaRefused as exc:
-                stream.send(
-                    FrameKind.RESPONSE, Code.NO_PERMISSION, w.ErrorBody(str(exc)), first.request_id
-                )
                 await stream.drain()
                 log.warning("refused a slave from %s: %s", stream.peer, exc)
                 return
-            stream.send(FrameKind.RESPONSE, Code.SUCCESS, reply, first.request_id)
-            broker.replication.slave_connected(key, hello.broker_id, hello.address, position)
+            if accepted is None:  # not a hello, or a probe that has its answer
+                await stream.drain()
+                return
+            hello, position = accepted
+            broker.replication.slave_connected(
+                key, hello.broker_id, hello.address, position, hello.missing_until
+            )
             self._streams[key] = stream
             log.info(
                 "slave %d (%s) replicating from offset %d", hello.broker_id, stream.peer, position
@@ -100,15 +104,27 @@ class HaServer:
             await stream.close()
 
     def _hello(self, hello: ha.HaHello) -> tuple[ha.HaHelloReply, int]:
-        """Where the slave's copy goes on; raises ReplicaRefused."""
+        """Where the slave's copy goes on (a probe: only who this master is); raises
+        ReplicaRefused. Credentials, once the port has them, are checked here too."""
         broker = self._broker
         if broker.role is not Role.MASTER:
-            raise ReplicaRefused(f"broker {broker.name!r} is not a master")
+            raise LinkRefused(f"broker {broker.name!r} is not a master", Code.NO_PERMISSION)
+        if hello.group != broker.replica_log.group:
+            raise LinkRefused(
+                f"this master is of group {broker.replica_log.group!r}, not {hello.group!r}",
+                Code.NO_PERMISSION,
+            )
         refusal = broker.replication.write_refusal()
         if refusal:  # its slaves must be free to elect a new master (docs/replication.md §9)
-            raise ReplicaRefused(f"broker {broker.name!r} takes no writes now: {refusal}")
+            raise LinkRefused(
+                f"broker {broker.name!r} takes no writes now: {refusal}", Code.SERVICE_NOT_AVAILABLE
+            )
+        replica_log = broker.replica_log
+        epochs_now = [ha.HaEpoch(number, start) for number, start in replica_log.epochs()]
+        if hello.probe:
+            return ha.HaHelloReply(replica_log.cluster_id(), epochs_now, -1, replica_log.end), 0
         epochs = [(e.number, e.start) for e in hello.epochs]
-        plan = broker.replica_log.plan(hello.group, hello.cluster_id, epochs, hello.log_end)
+        plan = replica_log.plan(hello.group, hello.cluster_id, epochs, hello.log_end)
         reply = ha.HaHelloReply(
             plan.cluster_id,
             [ha.HaEpoch(number, start) for number, start in plan.epochs],

@@ -44,10 +44,15 @@ class FrameStream:
         """Wait until the socket has taken what was queued (back-pressure from the peer)."""
         await self.writer.drain()
 
-    async def frames(self) -> AsyncIterator[Frame]:
-        """The frames that arrive, until the peer closes (a framing error ends the link)."""
+    async def frames(self, idle: float | None = None) -> AsyncIterator[Frame]:
+        """The frames that arrive, until the peer closes (a framing error ends the link), or
+        ConnectionError when nothing arrives for ``idle`` seconds (a peer that stopped)."""
         while True:
-            data = await self.reader.read(_READ)
+            try:
+                async with asyncio.timeout(idle):
+                    data = await self.reader.read(_READ)
+            except TimeoutError:
+                raise ConnectionError(f"nothing heard from {self.peer} for {idle:.0f} s") from None
             if not data:
                 return
             try:
