@@ -171,6 +171,7 @@ def status(server: str) -> None:
                         "store": item.store,
                         "replication": item.replication,
                     }
+                    | ({"error": item.error} if item.error else {})
                 )
             )
 
