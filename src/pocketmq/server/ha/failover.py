@@ -355,24 +355,47 @@ class Failover:
             and time.time() - replication.contact_at < self.timings.claim_delay
         ):
             return  # the master still streams to us: it fences itself before it drops us
-        if not await self._in_sync_set() or self._broker.replica_log.missing() is not None:
+        epoch_value, _ = await self._etcd.get(self._epoch_key)
+        isr = await self._isr_of(epoch_value)
+        if self.me not in isr or self._broker.replica_log.missing() is not None:
             return  # not electable (a slave lacking records it once held: §4)
+        assert epoch_value is not None
         lease = await self._grant()
-        await self._etcd.put(
-            self._candidates + str(self.me), {"log_end": self._broker.replica_log.end}, lease
-        )
-        if now - self._absent_since < self.timings.claim_delay or leader is not None:
+        candidacy = {"log_end": self._broker.replica_log.end, "epoch": epoch_value["epoch"]}
+        await self._etcd.put(self._candidates + str(self.me), candidacy, lease)
+        waited = now - self._absent_since
+        if waited < self.timings.claim_delay or leader is not None:
+            return
+        # every other member of the in-sync set says how much log it has before anyone claims:
+        # the longest log wins, or an acknowledged record is lost (§9); one that says nothing
+        # for three claim delays is taken for down
+        peers = isr - {self.me, epoch_value.get("broker_id")}
+        heard = await self._candidacies(epoch_value["epoch"])
+        if peers - heard.keys() and waited < 3 * self.timings.claim_delay:
             return
         with contextlib.suppress(PreconditionFailedError):
             await self.claim(force=False)
 
+    async def _isr_of(self, epoch_value: dict[str, Any] | None) -> set[int]:
+        """The in-sync set etcd holds for the group's current epoch (empty: none)."""
+        isr, _ = await self._etcd.get(self._isr_key)
+        if epoch_value is None or isr is None or isr.get("epoch") != epoch_value["epoch"]:
+            return set()
+        return {int(member) for member in isr["members"]}
+
+    async def _candidacies(self, epoch: int) -> dict[int, int]:
+        """The log ends candidates published for this election (the group's epoch ``epoch``)."""
+        found = await self._etcd.prefix(self._candidates)
+        return {
+            int(key.rsplit("/", 1)[1]): int(value["log_end"])
+            for key, value in found.items()
+            if value.get("epoch", epoch) == epoch
+        }
+
     async def _in_sync_set(self) -> bool:
         """Whether this broker is in the in-sync set of the group's current epoch."""
         epoch_value, _ = await self._etcd.get(self._epoch_key)
-        isr, _ = await self._etcd.get(self._isr_key)
-        if epoch_value is None or isr is None:
-            return False
-        return bool(isr.get("epoch") == epoch_value["epoch"] and self.me in isr["members"])
+        return self.me in await self._isr_of(epoch_value)
 
     async def claim(self, *, force: bool) -> int:
         """Become the group's master through etcd (an election, or ``pocketmq broker promote``
@@ -408,9 +431,8 @@ class Failover:
                         f"broker {self.me} is not in the in-sync set of epoch {current}"
                     )
                 mine = self._broker.replica_log.end
-                for key, value in (await etcd.prefix(self._candidates)).items():
-                    other = int(key.rsplit("/", 1)[1])
-                    if other != self.me and (value["log_end"], -other) > (mine, -self.me):
+                for other, log_end in (await self._candidacies(current)).items():
+                    if other != self.me and (log_end, -other) > (mine, -self.me):
                         raise PreconditionFailedError(f"broker {other} holds a longer log")
             lease = await self._grant()
             epoch = max(current, self._broker.replica_log.current_epoch()) + 1
