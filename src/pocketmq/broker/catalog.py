@@ -14,6 +14,7 @@ from pocketmq.broker.groups import GroupConfig
 from pocketmq.broker.history import HISTORY_TOPIC, Attempt
 from pocketmq.broker.model import Delivered
 from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
+from pocketmq.broker.replica_log import ReplicaLog
 from pocketmq.errors import (
     InvalidArgumentError,
     error_from_code,
@@ -142,8 +143,14 @@ class Catalog(BrokerPart):
             "gap_bytes": replication.gap(),
             "last_contact": replication.contact_at,
             "link_error": replication.link_error,
+            # a slave lacking records it once held (a repair set them aside): not electable
+            "missing": self._missing(),
             "controller": replication.controller(),
         }
+
+    def _missing(self) -> str:
+        missing = ReplicaLog(self.store, self.config.broker_name).missing()
+        return missing.describe() if missing is not None else ""
 
     def status(self) -> dict[str, object]:
         """The broker's counters and store figures as plain values, for ``pocketmq broker status``
