@@ -102,8 +102,10 @@ class Freeze:
 
 
 async def freeze_master(
-    etcd: Any, make_group: Any, *, server: dict[str, Any], seconds: float
+    etcd: Any, make_group: Any, *, server: dict[str, Any], seconds: float, kill: bool = False
 ) -> Freeze:
+    """SIGSTOP the master for ``seconds`` under traffic (``kill``: SIGKILL it instead, and
+    restart it after ``seconds``) and measure the failover."""
     group = make_group("sync", slaves=2, controller=etcd.url, server=server)
     master = group.master
     await setup_topic(master.address)
@@ -114,7 +116,10 @@ async def freeze_master(
     try:
         await eventually(lambda: len(traffic.answers) > 50, timeout=20)
         assert master.process is not None
-        os.kill(master.process.pid, signal.SIGSTOP)
+        if kill:
+            master.kill()
+        else:
+            os.kill(master.process.pid, signal.SIGSTOP)
         stopped = time.monotonic()
         try:
             successor = await wait_for_master(slaves, timeout=30)
@@ -122,7 +127,10 @@ async def freeze_master(
             followed = await _followed(successor, stopped, timeout=max(5.0, seconds))
             await asyncio.sleep(max(0.0, stopped + seconds - time.monotonic()))
         finally:
-            os.kill(master.process.pid, signal.SIGCONT)
+            if kill:
+                await asyncio.to_thread(master.restart)
+            else:
+                os.kill(master.process.pid, signal.SIGCONT)
         await eventually(lambda: _is(master.address, "slave"), timeout=30)
         before = len(traffic.answers)
         await eventually(lambda: len(traffic.answers) > before + 20, timeout=20)
@@ -195,13 +203,28 @@ async def test_a_frozen_master_is_left_by_its_slaves_and_the_sdk_within_seconds(
     assert freeze.weak_window < 1.0, _report(freeze, lease)
 
 
+async def test_a_killed_master_leaves_no_slave_not_available_window(
+    etcd: Any, make_group: Any
+) -> None:
+    """Issue 29 (5d): after a SIGKILL too, the other slave follows the new master at once, so
+    its first answers are OK, not SLAVE_NOT_AVAILABLE."""
+    freeze = await freeze_master(etcd, make_group, server=FAST_CONTROLLER, seconds=5.0, kill=True)
+    lease = int(FAST_CONTROLLER["controller_lease"])
+    print(_report(freeze, lease).replace("freeze", "kill", 1))
+    assert freeze.followed - freeze.elected < 1.0, _report(freeze, lease)
+    assert freeze.weak_window < 0.5, _report(freeze, lease)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("kill", [False, True], ids=["sigstop", "sigkill"])
 @pytest.mark.parametrize("run", range(3))
-async def test_a_master_frozen_for_15_s_with_the_default_timings(
-    etcd: Any, make_group: Any, run: int
+async def test_a_master_frozen_or_killed_with_the_default_timings(
+    etcd: Any, make_group: Any, run: int, kill: bool
 ) -> None:
-    freeze = await freeze_master(etcd, make_group, server=DEFAULT_CONTROLLER, seconds=15.0)
-    print(_report(freeze, 6))
+    freeze = await freeze_master(
+        etcd, make_group, server=DEFAULT_CONTROLLER, seconds=15.0, kill=kill
+    )
+    print(_report(freeze, 6).replace("freeze", "kill" if kill else "freeze", 1))
     assert freeze.followed - freeze.elected < 1.0, _report(freeze, 6)
     assert freeze.first_ok <= 6 + 2.0, _report(freeze, 6)
