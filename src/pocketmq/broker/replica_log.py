@@ -102,8 +102,8 @@ class ReplicaLog:
         slave missing records is neither in sync nor electable (docs/replication.md §4, §6)."""
         store = self._store
         end = store.write_position
-        holes = store.replica_holes()
-        pending = store.replica_pending
+        holes = store.replica.holes()
+        pending = store.replica.pending
         if holes:
             lost = [entry for hole in holes for entry in hole.lost]
             return Missing(holes[0].start, max(end, pending), lost)
@@ -113,11 +113,11 @@ class ReplicaLog:
 
     def has_hole(self) -> bool:
         """Whether a damaged range was set aside inside this log (to be copied again)."""
-        return bool(self._store.replica_holes())
+        return bool(self._store.replica.holes())
 
     def give_up_missing(self) -> None:
         """A forced promotion: what this log lacked is lost for good; stop waiting for it."""
-        self._store.forget_replica_pending()
+        self._store.replica.settled()
 
     def ensure_identity(self) -> None:
         """A master's store gets an identity when it first serves slaves."""
@@ -179,9 +179,9 @@ class ReplicaLog:
             write_identity(store.directory, StoreIdentity(self.group, plan.cluster_id))
         elif identity.cluster_id != plan.cluster_id:
             raise ReplicaRefused("the master belongs to another cluster (store identity differs)")
-        holes = store.replica_holes()
+        holes = store.replica.holes()
         if holes:  # what a repair set aside, and everything after it, comes again (§4)
-            store.refetch_replica(holes[0].start, "copied again from the master")
+            store.replica.refetch(holes[0].start)
         if 0 <= plan.truncate_to < store.write_position:
             store.cut_replica(plan.truncate_to, "the master's history does not have it")
         if store.write_position == 0 and plan.start > 0:

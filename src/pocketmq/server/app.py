@@ -109,20 +109,7 @@ class BrokerApp:
         endpoints = parse_controller(config.controller) if config.controller else None
         timings = config.controller_timings()
         self.broker = Broker(config.broker)
-        # no write before everything is up: a clear "starting" refusal, not the flow control's
-        # TOO_MANY_REQUESTS that the stalls of starting would cause (docs/replication.md §6)
-        self.broker.replication.starting = (
-            f"broker {self.broker.name!r} is starting: retry in a moment"
-        )
-        if endpoints:  # before any port opens: no write, no master role until etcd confirms
-            Failover.hold_writes(self.broker)
-        if self.broker.role is Role.MASTER and config.namesrv and not endpoints:
-            # the group may have a newer master (this one was failed over while it was down):
-            # no writes until the name server has answered (docs/replication.md §6)
-            self.broker.replication.fence = (
-                f"broker {self.broker.name!r} is waiting for its name server to confirm it is "
-                "its group's master"
-            )
+        self._hold_writes(controlled=bool(endpoints))
         await self.broker.start()
         try:
             if config.namesrv is None and config.namesrv_port is not None:
@@ -191,6 +178,23 @@ class BrokerApp:
         except BaseException:
             await self.close()
             raise
+
+    def _hold_writes(self, *, controlled: bool) -> None:
+        """Before any port opens (docs/replication.md §6): no write until everything is up (a
+        clear "starting" refusal, not the flow control's TOO_MANY_REQUESTS that the stalls of
+        starting would cause); under a controller no write and no master role until etcd
+        confirms; with an external name server none until it answered (the group may have a
+        newer master: this one was failed over while it was down)."""
+        broker = self.broker
+        assert broker is not None
+        broker.replication.starting = f"broker {broker.name!r} is starting: retry in a moment"
+        if controlled:
+            Failover.hold_writes(broker)
+        elif broker.role is Role.MASTER and self.config.namesrv:
+            broker.replication.fence = (
+                f"broker {broker.name!r} is waiting for its name server to confirm it is its "
+                "group's master"
+            )
 
     def _authorized(self, handlers: HandlerTable) -> HandlerTable:
         """Build the ACL's authorizer and put its check in front of every native handler."""

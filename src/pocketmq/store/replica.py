@@ -153,27 +153,33 @@ class ReplicaWriter:
         store.epochs.truncate(offset)
         return item
 
-    def refetch(self, offset: int, reason: str) -> None:
+    def holes(self) -> list[QuarantinedRange]:
+        """The damaged ranges still inside the log (set aside by a repair or a read)."""
+        return self._store._quarantine.holes(self._store._commitlog.write_position)
+
+    def refetch(self, offset: int) -> None:
         """Cut the log at ``offset``, the first damaged range a repair set aside, to copy
         everything from there again from the master. The cut bytes are not saved: the master
         has them (the damaged ones were saved when they were set aside). What the log held is
         remembered (``pending``, durably) until it is copied back."""
         store = self._store
-        commitlog = store._commitlog
-        end = commitlog.write_position
-        if offset >= end:
-            return
-        pending = max(self.pending, end)
-        atomic_write(self._pending_path, f"{pending}\n".encode(), "replica")
-        self.pending = pending
-        store._quarantine.release(offset, "cut to be copied again from the master")
-        commitlog.truncate(offset)
-        for queue in store._queues.values():
-            queue.cut(offset)
-        store.epochs.truncate(offset)
+        with store._lock:
+            commitlog = store._commitlog
+            end = commitlog.write_position
+            if offset >= end:
+                return
+            pending = max(self.pending, end)
+            atomic_write(self._pending_path, f"{pending}\n".encode(), "replica")
+            self.pending = pending
+            store._quarantine.release(offset, "cut to be copied again from the master")
+            commitlog.truncate(offset)
+            for queue in store._queues.values():
+                queue.cut(offset)
+            store.epochs.truncate(offset)
 
     def settled(self) -> None:
-        """The replica holds again everything it once had (or a forced promotion gave it up)."""
+        """The replica holds again everything it once had (or a forced promotion gave it up).
+        Called under the store's lock by :meth:`append`, or alone."""
         self.pending = 0
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._pending_path)

@@ -425,25 +425,10 @@ class MessageStore:
         with self._lock:
             return self._replica.cut(offset, reason)
 
-    def replica_holes(self) -> list[QuarantinedRange]:
-        """The damaged ranges still inside the log (set aside by a repair or a read): a
-        replica copies them again from its master (docs/replication.md §4)."""
-        return self._quarantine.holes(self._commitlog.write_position)
-
     @property
-    def replica_pending(self) -> int:
-        """A replica that cut its log to copy it again: the end it had then (0: none)."""
-        return self._replica.pending
-
-    def refetch_replica(self, offset: int, reason: str) -> None:
-        """A slave: cut the log at ``offset`` (its first hole) to copy the rest again."""
-        with self._lock:
-            self._replica.refetch(offset, reason)
-
-    def forget_replica_pending(self) -> None:
-        """A forced promotion: the records the replica was to copy again are given up."""
-        with self._lock:
-            self._replica.settled()
+    def replica(self) -> ReplicaWriter:
+        """A slave's holes and what it copies again (docs/replication.md §4)."""
+        return self._replica
 
     def start_replica_at(self, offset: int) -> None:
         """An empty slave whose master's log begins at ``offset`` (older segments were removed

@@ -166,15 +166,7 @@ class Sender:
                         if route is None:
                             raise
                     refresh = False
-                queue = self.selector.pick(route, request.group, avoid)
-                if queue.address in self._suspects and self._suspected(queue.address):
-                    # it left a send unanswered: has the group another master by now?
-                    try:
-                        route = await self.routes.fresh(request.topic, NO_MASTER_POLL)
-                    except BrokerConnectionError:
-                        pass
-                    else:
-                        queue = self.selector.pick(route, request.group, avoid)
+                queue = await self._pick(request, route, avoid)
             try:
                 response = await self._exchange(request, queue, timeout)
                 if counted:
@@ -212,6 +204,18 @@ class Sender:
             if isinstance(error, SendOutcomeUnknownError):
                 self._unknown += counted
         raise error
+
+    async def _pick(self, request: Request[Any], route: Route, avoid: set[str]) -> QueueRef:
+        """The queue for the next attempt; when its broker left a send unanswered (suspect),
+        from the route as it is now: the group may have another master by now."""
+        queue = self.selector.pick(route, request.group, avoid)
+        if queue.address in self._suspects and self._suspected(queue.address):
+            try:
+                route = await self.routes.fresh(request.topic, NO_MASTER_POLL)
+            except BrokerConnectionError:
+                return queue
+            queue = self.selector.pick(route, request.group, avoid)
+        return queue
 
     async def _writable_route(self, topic: str, deadline: float) -> Route:
         """A fresh route of ``topic``. While it has no writable queue (its groups have no
