@@ -15,6 +15,7 @@ from pocketmq.broker.history import HISTORY_TOPIC, Attempt
 from pocketmq.broker.model import Delivered
 from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
 from pocketmq.broker.replica_log import ReplicaLog
+from pocketmq.broker.replication import Role
 from pocketmq.errors import (
     InvalidArgumentError,
     error_from_code,
@@ -149,6 +150,8 @@ class Catalog(BrokerPart):
         }
 
     def _missing(self) -> str:
+        if self.replication.role is not Role.SLAVE:
+            return ""  # a master's damaged ranges are lost, not waiting to be copied again
         missing = ReplicaLog(self.store, self.config.broker_name).missing()
         return missing.describe() if missing is not None else ""
 
