@@ -379,8 +379,16 @@ class BrokerApp:
         return w.RegisterBrokerRequest(address, topics, lease_ms)
 
     async def _register(self) -> None:
+        """Register; when the answer lifts this broker's fence, register again at once as
+        master (the name server lists it as one before the ready line is printed)."""
+        if await self._register_once():
+            await self._register_once()
+
+    async def _register_once(self) -> bool:
+        """One registration and what its answer says; True when the role others should see
+        changed with it (the fence was lifted)."""
         if self._link is None:
-            return
+            return False
         registration = self._registration()
         try:
             reply = await self._link.call(
@@ -388,7 +396,7 @@ class BrokerApp:
             )
         except BrokerConnectionError as exc:
             log.warning("registration with the name server failed: %s", exc)
-            return
+            return False
         self._registered = (registration.broker.role, time.monotonic())
         verdict = Claim.NONE
         if self.group is not None:
@@ -396,10 +404,11 @@ class BrokerApp:
                 reply.master_address, reply.master_ha_address, reply.master_epoch
             )
         broker = self.broker
-        if broker is not None and broker.replication.fence and verdict is not Claim.UNVERIFIED:
-            # (the registration loop says "master" within _ROLE_CHECK)
-            log.info("the name server answered: broker %s may take writes", broker.name)
-            broker.replication.fence = ""
+        if broker is None or not broker.replication.fence or verdict is Claim.UNVERIFIED:
+            return False
+        log.info("the name server answered: broker %s may take writes", broker.name)
+        broker.replication.fence = ""
+        return broker.replication.acting_role() != registration.broker.role
 
     def _registration_due(self) -> bool:
         """Whether to register now: the role others see changed, a master's lease needs

@@ -76,6 +76,7 @@ class Failover:
         self._task: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()  # etcd's view of the group changed: look now
+        self._candidacy: tuple[dict[str, int], Lease] | None = None  # as last published
         self._claiming = asyncio.Lock()
         self.failovers = 0
         self.last_failover_seconds = 0.0
@@ -156,7 +157,9 @@ class Failover:
             return
         interval = self.timings.poll
         if self._absent_since is not None:
-            interval = min(interval, max(0.02, self._absent_since + self.timings.claim_delay - now))
+            claim_at = self._absent_since + self.timings.claim_delay
+            if claim_at > now:
+                interval = min(interval, claim_at - now + 0.01)
         self._changed.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(interval):
@@ -362,7 +365,9 @@ class Failover:
         assert epoch_value is not None
         lease = await self._grant()
         candidacy = {"log_end": self._broker.replica_log.end, "epoch": epoch_value["epoch"]}
-        await self._etcd.put(self._candidates + str(self.me), candidacy, lease)
+        if (candidacy, lease) != self._candidacy:  # a write wakes every watcher: only changes
+            await self._etcd.put(self._candidates + str(self.me), candidacy, lease)
+            self._candidacy = (candidacy, lease)
         waited = now - self._absent_since
         if waited < self.timings.claim_delay or leader is not None:
             return
