@@ -20,6 +20,7 @@ module; it imports nothing from pocketmq.
     │   ├── ProtocolError               malformed or oversize frame
     │   ├── BrokerInternalError                broker-side bug or I/O failure (retriable)
     │   ├── ServiceUnavailableError     broker shutting down / not ready (retriable)
+    │   │   └── NoMasterError           the topic's groups have no master now (retriable)
     │   ├── TooManyRequestsError        flow control, code 530 (retriable with backoff)
     │   ├── FlushDiskTimeoutError       stored but not yet durable (retriable)
     │   ├── StorageFullError            the disk is full (retriable)
@@ -59,6 +60,7 @@ __all__ = [
     "MessageIllegalError",
     "MessageNotFoundError",
     "MessageTooLargeError",
+    "NoMasterError",
     "NoPermissionError",
     "PocketMQError",
     "PreconditionFailedError",
@@ -104,6 +106,7 @@ class Code(IntEnum):
     TRANSACTION_STATE = 43
     STORAGE_FAILED = 44
     PRECONDITION_FAILED = 45
+    NO_MASTER = 46
     TOO_MANY_REQUESTS = 530
 
 
@@ -209,6 +212,15 @@ class ServiceUnavailableError(BrokerError):
 
     code = Code.SERVICE_NOT_AVAILABLE
     retriable = True
+
+
+class NoMasterError(ServiceUnavailableError):
+    """No broker group holding the topic has a master right now: a failover is under way (or
+    the master is fenced), so nothing can be written until one is elected or promoted
+    (docs/replication.md §5, §9). Retriable: the SDK keeps asking for the route until its
+    ``send_timeout``; retrying later succeeds once the group has a master again."""
+
+    code = Code.NO_MASTER
 
 
 class TooManyRequestsError(BrokerError):
@@ -332,6 +344,7 @@ ERROR_BY_CODE: Final[dict[int, type[BrokerError]]] = {
         ProtocolError,
         BrokerInternalError,
         ServiceUnavailableError,
+        NoMasterError,
         TooManyRequestsError,
         FlushDiskTimeoutError,
         StorageFullError,

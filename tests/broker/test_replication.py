@@ -31,6 +31,7 @@ def replication(mode: ReplicationMode, **options: Any) -> tuple[Replication, Fak
         max_gap=options.get("max_gap", 1000),
         sync_timeout=options.get("sync_timeout", 5.0),
         wake=woken.append,
+        max_lag_time=options.get("max_lag_time", 5.0),
     )
     return state, log, woken
 
@@ -135,7 +136,7 @@ class FakeClock:
         return self.now
 
 
-def timed(sync_timeout: float = 3.0) -> tuple[Replication, FakeLog, FakeClock]:
+def timed(max_lag_time: float = 3.0) -> tuple[Replication, FakeLog, FakeClock]:
     log = FakeLog()
     clock = FakeClock()
     state = Replication(
@@ -143,8 +144,9 @@ def timed(sync_timeout: float = 3.0) -> tuple[Replication, FakeLog, FakeClock]:
         role=Role.MASTER,
         mode=ReplicationMode.SYNC,
         max_gap=1 << 30,
-        sync_timeout=sync_timeout,
+        sync_timeout=5.0,
         wake=lambda _: None,
+        max_lag_time=max_lag_time,
         clock=clock,
     )
     return state, log, clock
@@ -159,7 +161,9 @@ def append(state: Replication, log: FakeLog, size: int = 100) -> int:
 async def test_a_silent_slave_leaves_the_in_sync_set_once_it_lacks_a_record_that_long() -> None:
     state, log, clock = timed()
     state.slave_connected("s", 1, "x", 0)
-    clock.now += 60  # idle: a caught-up slave stays in sync however long nothing is written
+    for _ in range(60):  # idle: a caught-up slave, heard every second, stays in sync
+        clock.now += 1
+        state.acked("s", 0, 0)  # its acknowledgement of the master's heartbeat
     assert [s.broker_id for s in state.in_sync()] == [1]
     append(state, log)
     clock.now += 2.9
@@ -208,7 +212,7 @@ def test_under_a_controller_only_members_acknowledgements_count() -> None:
 
 
 async def test_readers_held_to_a_silent_slave_are_let_go_when_it_drops_out() -> None:
-    state, log, woken = replication(ReplicationMode.SYNC, sync_timeout=0.05)
+    state, log, woken = replication(ReplicationMode.SYNC, max_lag_time=0.05)
     state.slave_connected("s", 1, "x", 0)
     log.write_position = 100
     state.grew(100)
@@ -217,3 +221,54 @@ async def test_readers_held_to_a_silent_slave_are_let_go_when_it_drops_out() -> 
     await asyncio.sleep(0.2)  # nothing else happens: the expiry alone lets the readers go
     assert log.visible_limit is None
     assert woken == [{("T", 0)}]
+
+
+def test_a_slave_that_acknowledges_nothing_leaves_the_in_sync_set_after_the_time_bound() -> None:
+    """Issue 29 (5b): a slave a few bytes behind but silent for longer than ha_max_lag_time
+    is not in sync (RocketMQ's haMaxTimeSlaveNotCatchup), however small its byte gap."""
+    state, log, clock = timed(max_lag_time=5.0)
+    state.slave_connected("s", 1, "x", 0)
+    assert len(state.in_sync()) == 1
+    for step in range(1, 50):  # the master writes; the slave stops acknowledging at 10
+        clock.now += 0.2
+        log.write_position = step * 100
+        state.grew(log.write_position)
+        if step <= 10:
+            state.acked("s", log.write_position, 0)
+    # the slave holds everything up to 1000, written at t=102; the bound ends at 107
+    clock.now = 106.9
+    assert len(state.in_sync()) == 1
+    clock.now = 107.2
+    assert state.in_sync() == []
+    # it catches up: in sync again at once
+    state.acked("s", log.write_position, 0)
+    assert len(state.in_sync()) == 1
+
+
+def test_a_slave_lagging_in_time_is_not_in_sync_even_while_it_acknowledges() -> None:
+    """It keeps acknowledging, but what it holds is what the master had 6 s ago."""
+    state, log, clock = timed(max_lag_time=5.0)
+    state.slave_connected("s", 1, "x", 0)
+    ends: list[tuple[float, int]] = []
+    for step in range(1, 100):
+        clock.now += 0.1
+        log.write_position = step * 100
+        state.grew(log.write_position)
+        ends.append((clock.now, log.write_position))
+        lagging = [end for at, end in ends if at <= clock.now - 6.0]
+        if lagging:
+            state.acked("s", lagging[-1], 0)
+    assert state.in_sync() == []
+
+
+def test_a_slave_missing_records_it_once_had_is_not_in_sync_until_it_has_them() -> None:
+    """Issue 29 item 1: a repaired slave copies again from the first damaged record; it is
+    not in sync (not electable) before it holds what it had before."""
+    state, log, _ = timed()
+    log.write_position = 5000
+    state.grew(5000)
+    state.slave_connected("s", 1, "x", 1000, missing_until=4000)
+    state.acked("s", 3000, 0)
+    assert state.in_sync() == []
+    state.acked("s", 5000, 0)
+    assert len(state.in_sync()) == 1

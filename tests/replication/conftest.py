@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from pocketmq.client import Admin
+from pocketmq.errors import BrokerConnectionError
 from pocketmq.testing import BrokerProcess, EtcdProcess, NameServerProcess
 
 FAST_GROUP: dict[str, Any] = {
@@ -33,22 +34,38 @@ FAST_GROUP: dict[str, Any] = {
 }
 
 
-def group_config(mode: str, **broker: Any) -> dict[str, dict[str, Any]]:
-    return {
+FAST_CONTROLLER: dict[str, Any] = {
+    "controller_lease": 3,
+    "controller_margin": 1.0,
+    "controller_claim_delay": 0.5,
+}
+"""Controller timings for the short versions of the failover tests: a master frozen or killed is
+replaced within about 3-5 s instead of 6-8 s (docs/replication.md §9)."""
+
+
+def group_config(
+    mode: str, server: dict[str, Any] | None = None, **broker: Any
+) -> dict[str, dict[str, Any]]:
+    config = {
         "broker": {**FAST_GROUP["broker"], "replication": mode, **broker},
         "store": dict(FAST_GROUP["store"]),
     }
+    if server:
+        config["server"] = dict(server)
+    return config
 
 
 class Group:
     """A name server, a master and slaves of one broker group (``g1``)."""
 
     def __init__(self, root: Path, namesrv: NameServerProcess, config: dict[str, Any],
-                 *, grpc: bool = False, controller: str | None = None) -> None:  # fmt: skip
+                 *, grpc: bool = False, controller: str | None = None,
+                 http: bool = False) -> None:  # fmt: skip
         self.root = root
         self.namesrv = namesrv
         self.config = config
         self.grpc = grpc
+        self.http = http
         self.controller = controller
         self.master = BrokerProcess(
             root / "b0",
@@ -56,6 +73,7 @@ class Group:
             broker_name="g1",
             config=config,
             grpc_port=0 if grpc else None,
+            http_port=0 if http else None,
             extra_args=self._controller_args(),
         )
         self.slaves: list[BrokerProcess] = []
@@ -73,6 +91,7 @@ class Group:
             broker_name="g1",
             config=self.config,
             grpc_port=0 if self.grpc else None,
+            http_port=0 if self.http else None,
             extra_args=(
                 *("--broker-id", str(broker_id), "--master", master_ha or self.master.ha),
                 *self._controller_args(controller),
@@ -104,10 +123,11 @@ def make_group(tmp_path: Path) -> Iterator[Any]:
     namesrv = NameServerProcess(tmp_path / "namesrv")
 
     def make(mode: str = "sync", slaves: int = 1, grpc: bool = False,
-             controller: str | None = None, **broker: Any) -> Group:  # fmt: skip
-        config = group_config(mode, **broker)
+             controller: str | None = None, server: dict[str, Any] | None = None,
+             http: bool = False, **broker: Any) -> Group:  # fmt: skip
+        config = group_config(mode, server, **broker)
         root = tmp_path / f"group{len(made)}"
-        group = Group(root, namesrv, config, grpc=grpc, controller=controller)
+        group = Group(root, namesrv, config, grpc=grpc, controller=controller, http=http)
         made.append(group)
         for _ in range(slaves):
             group.add_slave()
@@ -135,6 +155,8 @@ async def status(address: str) -> dict[str, Any]:
     async with Admin(servers=address) as admin:
         for item in await admin.broker_status():
             if item.address == address:
+                if getattr(item, "error", ""):  # (absent before issue 29)
+                    raise BrokerConnectionError(str(item.error), address=address)
                 return dict(item.replication)
     raise AssertionError(f"{address} did not answer its status")
 

@@ -127,6 +127,7 @@ class Broker:
             max_gap=config.ha_max_gap_bytes,
             sync_timeout=config.ha_sync_timeout,
             wake=steps.wake_readers,
+            max_lag_time=config.ha_max_lag_time,
         )
         self.replica_log = ReplicaLog(self.store, self.name)
         self.sending = SendPath(shared)

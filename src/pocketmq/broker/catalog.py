@@ -15,6 +15,8 @@ from pocketmq.broker.groups import GroupConfig
 from pocketmq.broker.history import HISTORY_TOPIC, Attempt
 from pocketmq.broker.model import Delivered
 from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
+from pocketmq.broker.replica_log import ReplicaLog
+from pocketmq.broker.replication import Role
 from pocketmq.broker.topics import TopicConfig, TopicType, describe, differences
 from pocketmq.errors import (
     InvalidArgumentError,
@@ -253,7 +255,8 @@ class Catalog(BrokerPart):
         epoch = self.store.epochs.current
         return {
             "broker_id": self.config.broker_id,
-            "role": replication.role.value,
+            "role": replication.acting_role(),  # "fenced": a master that may not write now
+            "fence": replication.write_refusal() if replication.role.value == "master" else "",
             "mode": replication.mode.value,
             "epoch": epoch.number if epoch is not None else 0,
             "log_end": self.store.write_position,
@@ -273,8 +276,16 @@ class Catalog(BrokerPart):
             "gap_bytes": replication.gap(),
             "last_contact": replication.contact_at,
             "link_error": replication.link_error,
-            "controller": dict(replication.controller),
+            # a slave lacking records it once held (a repair set them aside): not electable
+            "missing": self._missing(),
+            "controller": replication.controller(),
         }
+
+    def _missing(self) -> str:
+        if self.replication.role is not Role.SLAVE:
+            return ""  # a master's damaged ranges are lost, not waiting to be copied again
+        missing = ReplicaLog(self.store, self.config.broker_name).missing()
+        return missing.describe() if missing is not None else ""
 
     def status(self) -> dict[str, object]:
         """The broker's counters and store figures as plain values, for ``pocketmq broker status``

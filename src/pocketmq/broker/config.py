@@ -29,6 +29,9 @@ class BrokerConfig:
     role: str = "master"
     replication: str = "async"
     ha_max_gap_bytes: int = 256 * 1024 * 1024
+    # a slave not caught up with the master for this long leaves the in-sync set (RocketMQ's
+    # haMaxTimeSlaveNotCatchup, shorter: docs/replication.md §3)
+    ha_max_lag_time: float = 5.0
     ha_sync_timeout: float = 3.0
     ha_metadata_interval: float = 3.0  # how often a slave copies its master's state files
     data_dir: str = "./data"
@@ -74,8 +77,10 @@ class BrokerConfig:
             raise ValueError(f"replication must be async or sync, not {self.replication!r}")
         if self.broker_id < 0 or self.ha_max_gap_bytes < 0:
             raise ValueError("broker_id and ha_max_gap_bytes must be >= 0")
-        if self.ha_sync_timeout <= 0 or self.ha_metadata_interval <= 0:
-            raise ValueError("ha_sync_timeout and ha_metadata_interval must be > 0")
+        if self.ha_sync_timeout <= 0 or self.ha_metadata_interval <= 0 or self.ha_max_lag_time <= 0:
+            raise ValueError(
+                "ha_sync_timeout, ha_metadata_interval and ha_max_lag_time must be > 0"
+            )
         if self.default_queues < 1 or self.max_batch_messages < 1:
             raise ValueError("default_queues and max_batch_messages must be positive")
         if self.default_queues > MAX_QUEUES:

@@ -10,12 +10,14 @@ store types.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from pocketmq.store import MessageStore
 from pocketmq.store.epochs import Epoch, consistent_point
 from pocketmq.store.identity import StoreIdentity, read_identity, write_identity
+from pocketmq.store.quarantine import LostEntry
 
-__all__ = ["EpochPair", "FollowPlan", "ReplicaLog", "ReplicaRefused"]
+__all__ = ["EpochPair", "FollowPlan", "Missing", "ReplicaLog", "ReplicaRefused"]
 
 EpochPair = tuple[int, int]
 """An epoch on the wire: its number and the log offset where it began."""
@@ -39,6 +41,26 @@ class FollowPlan:
         self.epochs = epochs
         self.truncate_to = truncate_to
         self.start = start
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """What a replica lacks of the log it once held: from ``start`` up to ``until``. ``lost``:
+    the queued messages known to be there (those a repair set aside; records cut to be copied
+    again are not listed one by one)."""
+
+    start: int
+    until: int
+    lost: list[LostEntry] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """In words, for a refused promotion or election (docs/replication.md §6)."""
+        text = f"log bytes {self.start}-{self.until} ({self.until - self.start} bytes"
+        if self.lost:
+            shown = ", ".join(f"{e.topic}/{e.queue_id}@{e.queue_offset}" for e in self.lost[:5])
+            more = f" and {len(self.lost) - 5} more" if len(self.lost) > 5 else ""
+            text += f"; {len(self.lost)} queued message(s) set aside by a repair: {shown}{more}"
+        return text + ")"
 
 
 class ReplicaLog:
@@ -74,6 +96,29 @@ class ReplicaLog:
         identity = read_identity(self._store.directory)
         return identity.cluster_id if identity is not None else ""
 
+    def missing(self) -> Missing | None:
+        """What this log lacks of what it once held (None: nothing): damaged ranges still in it
+        (a repair set them aside), or records it cut to copy them again and has not yet. A
+        slave missing records is neither in sync nor electable (docs/replication.md §4, §6)."""
+        store = self._store
+        end = store.write_position
+        holes = store.replica.holes()
+        pending = store.replica.pending
+        if holes:
+            lost = [entry for hole in holes for entry in hole.lost]
+            return Missing(holes[0].start, max(end, pending), lost)
+        if pending > end:
+            return Missing(end, pending)
+        return None
+
+    def has_hole(self) -> bool:
+        """Whether a damaged range was set aside inside this log (to be copied again)."""
+        return bool(self._store.replica.holes())
+
+    def give_up_missing(self) -> None:
+        """A forced promotion: what this log lacked is lost for good; stop waiting for it."""
+        self._store.replica.settled()
+
     def ensure_identity(self) -> None:
         """A master's store gets an identity when it first serves slaves."""
         if read_identity(self._store.directory) is None:
@@ -97,8 +142,10 @@ class ReplicaLog:
         store = self._store
         low = store.min_physical_offset
         truncate_to = -1
-        if not epochs and log_end == 0:
-            start = low  # an empty slave: from the oldest record this master still has
+        if log_end == 0:
+            # an empty slave (whatever terms it heard of: a group that never wrote a record
+            # still changes epochs): from the oldest record this master still has
+            start = low
         else:
             theirs = [Epoch(number, begin) for number, begin in epochs]
             point = consistent_point(theirs, log_end, list(store.epochs.entries), self.end)
@@ -132,6 +179,9 @@ class ReplicaLog:
             write_identity(store.directory, StoreIdentity(self.group, plan.cluster_id))
         elif identity.cluster_id != plan.cluster_id:
             raise ReplicaRefused("the master belongs to another cluster (store identity differs)")
+        holes = store.replica.holes()
+        if holes:  # what a repair set aside, and everything after it, comes again (§4)
+            store.replica.refetch(holes[0].start)
         if 0 <= plan.truncate_to < store.write_position:
             store.cut_replica(plan.truncate_to, "the master's history does not have it")
         if store.write_position == 0 and plan.start > 0:

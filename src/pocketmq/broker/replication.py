@@ -4,13 +4,17 @@ The wire side of replication is the server's (server/ha); this module holds what
 decides with it (docs/replication.md):
 
 - which slaves are **in sync**: connected, members of the group (etcd's member list under a
-  controller), within ``ha_max_gap_bytes`` of the master's end, and not lacking any record for
-  longer than ``ha_sync_timeout`` — a slave that stops acknowledging drops out by a time bound,
-  so it never holds sends and readers longer than that (docs/replication.md §2, "Membership");
+  controller), within ``ha_max_gap_bytes`` of the master's end, caught up with it within the
+  last ``ha_max_lag_time`` (broker/catchup.py: a slave that stops acknowledging, or lags in time,
+  drops out by that bound and holds no send or reader longer), and holding again whatever a
+  repair made them copy anew. The same set is what a SYNC send counts and, under a controller,
+  what the master writes as etcd's ``isr`` (docs/replication.md §3, §9);
 - what a ``SYNC`` send waits for: an in-sync slave's acknowledgement of the record, at most
   ``ha_sync_timeout``; with no slave in sync it is answered at once with SLAVE_NOT_AVAILABLE;
 - the **confirmed offset** readers may read up to, so what a failover could discard is never
-  delivered, and waking the long polls of the queues whose messages it makes readable.
+  delivered, and waking the long polls of the queues whose messages it makes readable;
+- the role others see (:meth:`Replication.acting_role`): a master that may not write now is
+  ``fenced``, never ``master`` (docs/replication.md §6, §9).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pocketmq.broker.catchup import CatchUpClock
 from pocketmq.store import MessageStore
 
 __all__ = ["ReplicaOutcome", "Replication", "ReplicationMode", "Role", "SlaveProgress"]
@@ -67,11 +72,12 @@ class SlaveProgress:
     # whether the slave reaches the group's controller (etcd), as it said in its last
     # acknowledgement: None when no controller is configured (docs/replication.md §9)
     reaches_controller: bool | None = None
-    # the in-sync time rule: since when (monotonic) the master holds records this slave has not
-    # acknowledged (None: it holds them all), and a checkpoint (the master's end, when) that an
-    # acknowledgement reaching it moves that time on to
-    behind_since: float | None = None
-    checkpoint: tuple[int, float] | None = None
+    # the slave's log lacks records it once held up to here (a repair made it copy them
+    # again, docs/replication.md §4): not in sync before it acknowledged this far
+    missing_until: int = 0
+    # the in-sync time rule: the last time (monotonic) the master's end was at most what this
+    # slave acknowledged (broker/catchup.py)
+    caught_up_at: float = float("-inf")
 
 
 class Replication:
@@ -86,23 +92,26 @@ class Replication:
         max_gap: int,
         sync_timeout: float,
         wake: Callable[[set[tuple[str, int]]], None],
+        max_lag_time: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
-        self._clock = clock
         self._role = role
         store.replica_of = "the group's master" if role is Role.SLAVE else ""
         self.mode = mode
         self.max_gap = max_gap
+        self.max_lag_time = max_lag_time
         self.sync_timeout = sync_timeout
         self._wake = wake
+        self._clock = clock
+        self._catch_up = CatchUpClock(max_lag_time, clock)
+        self._lag_timer: asyncio.TimerHandle | None = None
+        self._lag_timer_at = 0.0
         self.slaves: dict[object, SlaveProgress] = {}
         # the broker ids etcd lists as members of the group (None: no controller, every
         # authenticated slave of the group counts); set by server/ha/members.py
         self.members: frozenset[int] | None = None
         self.links_refused = 0  # replication links refused (no key, a wrong one, a non-member)
-        self._expiry: asyncio.TimerHandle | None = None
-        self._expiry_at = 0.0
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
         self.confirmed = -1  # -1: no limit (no slave in sync, or async replication)
@@ -115,6 +124,9 @@ class Replication:
         # a master that has not yet heard from the name server that no newer master exists
         # refuses writes with this reason ("" when it may write): docs/replication.md §6
         self.fence = ""
+        # a broker still starting takes no write yet ("" once started): it answers this instead of
+        # flow control's TOO_MANY_REQUESTS, which the stalls of starting would otherwise trigger
+        self.starting = ""
         # with a controller (docs/replication.md §9): writes only until this monotonic time (None:
         # no lease limit), the reason past it, and whether this broker reaches etcd now
         self.lease_until: float | None = None
@@ -123,7 +135,8 @@ class Replication:
         # linked and says it cannot reach etcd either (nobody can be elected meanwhile)
         self.without_controller = False
         self.reaches_controller: bool | None = None
-        self.controller: dict[str, object] = {}  # the failover's view, for status (server/ha)
+        # the failover's view, for status (server/ha): read when status is asked, so it is current
+        self.controller: Callable[[], dict[str, object]] = dict
         # a slave's view of its master, kept current by its replication link (server/ha)
         self.master_address = ""  # the replication address while linked ("" otherwise)
         self.master_end = -1  # the master's end of log at the last contact (-1: never met)
@@ -142,8 +155,10 @@ class Replication:
         self.store.replica_of = "the group's master" if role is Role.SLAVE else ""
 
     def write_refusal(self) -> str:
-        """Why this master must not take a write now ("" when it may): a fence set at start-up
-        (§6), or a controller lease that may have expired (§9)."""
+        """Why this master must not take a write now ("" when it may): still starting, a fence set
+        at start-up (§6), or a controller lease that may have expired (§9)."""
+        if self.starting:
+            return self.starting
         if self.fence:
             return self.fence
         if self.lease_until is not None and time.monotonic() >= self.lease_until:
@@ -158,6 +173,20 @@ class Replication:
                     "broker may be master now"
                 )
         return ""
+
+    def acting_role(self) -> str:
+        """The role status, readiness and the name server are told: ``master`` only while this
+        broker may take writes; a master that may not (starting, waiting for its name server or
+        controller, or past its lease) is ``fenced`` (docs/replication.md §6, §9)."""
+        if self._role is Role.SLAVE:
+            return "slave"
+        return "fenced" if self.write_refusal() else "master"
+
+    def lease_remaining(self) -> float | None:
+        """Seconds this master may still write on its controller lease (None: no lease limit)."""
+        if self.lease_until is None or self.without_controller:
+            return None
+        return max(0.0, self.lease_until - time.monotonic())
 
     # -- a slave's progress ---------------------------------------------------------------
 
@@ -179,14 +208,26 @@ class Replication:
 
     # -- slaves ---------------------------------------------------------------------------
 
-    def slave_connected(self, key: object, broker_id: int, address: str, position: int) -> None:
-        """A slave finished its handshake at ``position``: track its progress from there."""
-        self.slaves[key] = SlaveProgress(broker_id, address, acked=position, flushed=position)
+    def slave_connected(
+        self, key: object, broker_id: int, address: str, position: int, missing_until: int = 0
+    ) -> None:
+        """A slave finished its handshake at ``position``: track its progress from there
+        (``missing_until``: it lacks records it once had up to there, and is not in sync before
+        it has them again)."""
+        end = self.store.write_position
+        if not self.slaves:
+            self._catch_up.reset(end)
+        slave = SlaveProgress(broker_id, address, acked=position, flushed=position)
+        slave.missing_until = missing_until
+        slave.caught_up_at = self._catch_up.caught_up_at(position, end)
+        self.slaves[key] = slave
         self._update()
 
     def slave_gone(self, key: object) -> None:
         """A slave disconnected: it no longer counts as in sync."""
         self.slaves.pop(key, None)
+        if not self.slaves:
+            self._catch_up.clear()
         self._update()
 
     def acked(
@@ -201,7 +242,8 @@ class Replication:
         slave.acked = max(slave.acked, written)
         slave.flushed = max(slave.flushed, flushed)
         slave.acked_at = time.time()
-        self._caught_up_to(slave)
+        caught = self._catch_up.caught_up_at(slave.acked, self.store.write_position)
+        slave.caught_up_at = max(slave.caught_up_at, caught)
         now = time.monotonic()
         appended = self._appended
         while appended and appended[0][0] <= written:
@@ -220,49 +262,28 @@ class Replication:
         return self.members is None or broker_id in self.members
 
     def in_sync(self) -> list[SlaveProgress]:
-        """The slaves a SYNC send may wait for: members, within ``max_gap`` bytes of the master's
-        end, and lacking no record for longer than ``sync_timeout`` (module doc)."""
+        """The slaves a SYNC send may wait for, and a controller may elect: members, within
+        ``max_gap`` bytes of the master's end, caught up with it within ``max_lag_time`` seconds,
+        and missing nothing they once had (module doc; docs/replication.md §3)."""
         end = self.store.write_position
-        now = self._clock()
-        found = []
-        for slave in self.slaves.values():
-            if not self.is_member(slave.broker_id) or end - slave.acked > self.max_gap:
-                continue
-            if slave.acked < end:
-                if slave.behind_since is None:  # noticed now (the append did not say)
-                    slave.behind_since, slave.checkpoint = now, (end, now)
-                elif now - slave.behind_since > self.sync_timeout:
-                    continue
-            found.append(slave)
-        return found
-
-    def _caught_up_to(self, slave: SlaveProgress) -> None:
-        """Move the slave's ``behind_since`` on after an acknowledgement: all of it when it holds
-        the master's end, else to the checkpoint's time once it holds the checkpoint's end
-        (everything it lacks was appended after that)."""
-        end = self.store.write_position
-        if slave.acked >= end:
-            slave.behind_since = slave.checkpoint = None
-            return
-        now = self._clock()
-        checkpoint = slave.checkpoint
-        if checkpoint is not None and slave.acked >= checkpoint[0]:
-            slave.behind_since, slave.checkpoint = checkpoint[1], (end, now)
-        elif slave.behind_since is None:
-            slave.behind_since, slave.checkpoint = now, (end, now)
+        oldest = self._clock() - self.max_lag_time
+        return [
+            s
+            for s in self.slaves.values()
+            if self.is_member(s.broker_id)
+            and end - s.acked <= self.max_gap
+            and s.caught_up_at >= oldest
+            and s.acked >= s.missing_until
+        ]
 
     def grew(self, end: int = 0) -> None:
         """The log grew to ``end``: wake the senders streaming it to slaves, and note when, for
         the replication latency (the first acknowledgement covering ``end``)."""
         if end and self.slaves:
+            self._catch_up.grew(end)
             self._appended.append((end, time.monotonic()))
             if len(self._appended) > _LATENCY_WINDOW:
                 self._appended.popleft()
-            now = self._clock()
-            for slave in self.slaves.values():
-                if slave.behind_since is None and slave.acked < end:
-                    slave.behind_since, slave.checkpoint = now, (end, now)
-            self._arm_expiry()
         growth = self._growth
         if growth is not None and not growth.done():
             growth.set_result(None)
@@ -310,37 +331,9 @@ class Replication:
 
     # -- the confirmed offset -------------------------------------------------------------
 
-    def _arm_expiry(self) -> None:
-        """Re-evaluate the in-sync set when the next lagging slave's time runs out: nothing else
-        may happen then (a silent slave sends nothing), and readers held to its position must
-        be let go (the confirmed offset)."""
-        now = self._clock()
-        deadlines = [
-            s.behind_since + self.sync_timeout
-            for s in self.slaves.values()
-            if s.behind_since is not None and s.behind_since + self.sync_timeout >= now
-        ]
-        if not deadlines:
-            return
-        at = min(deadlines)
-        if self._expiry is not None and self._expiry_at <= at:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not in a loop (a unit test's direct call): nothing to wake
-            return
-        if self._expiry is not None:
-            self._expiry.cancel()
-        self._expiry_at = at
-        self._expiry = loop.call_later(at - now + 0.001, self._expired)
-
-    def _expired(self) -> None:
-        self._expiry = None
-        self._update()
-
     def _update(self) -> None:
         in_sync = self.in_sync()
-        self._arm_expiry()
+        self._watch_lag(in_sync)
         best = max((s.acked for s in in_sync), default=-1)
         if self._waiters:
             ready = [f for end, f in self._waiters if end <= best and not f.done()]
@@ -360,6 +353,38 @@ class Replication:
             woken |= self._unconfirmed.popleft()[1]
         if woken:
             self._wake(woken)
+
+    def _watch_lag(self, in_sync: list[SlaveProgress]) -> None:
+        """A slave leaves the in-sync set when its time runs out, with no acknowledgement to
+        notice it (a silent slave sends nothing): look again at that moment — the confirmed
+        offset must let the readers held for it go, and waiting sends must not wait for it. A
+        timer due no later is kept (acknowledgements only move deadlines on; one that fires
+        early looks again and sets the next)."""
+        if not in_sync:
+            return
+        at = min(s.caught_up_at for s in in_sync) + self.max_lag_time
+        if self._lag_timer is not None and self._lag_timer_at <= at:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test driving the state by hand)
+            return
+        if self._lag_timer is not None:
+            self._lag_timer.cancel()
+        self._lag_timer_at = at
+        self._lag_timer = loop.call_later(max(0.0, at - self._clock()) + 0.01, self._lag_expired)
+
+    def _lag_expired(self) -> None:
+        self._lag_timer = None
+        self._update()
+
+    def next_lag_deadline(self) -> float | None:
+        """When (monotonic) the first in-sync slave falls out of the time bound unless it
+        acknowledges more (the controller writes etcd's in-sync set then, §9)."""
+        in_sync = self.in_sync()
+        if not in_sync:
+            return None
+        return min(s.caught_up_at for s in in_sync) + self.max_lag_time
 
     def latency_ms(self) -> dict[str, float]:
         """Append-to-acknowledgement time of the recent records (median, p99, max, in ms): how

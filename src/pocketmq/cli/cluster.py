@@ -14,7 +14,7 @@ from pocketmq.client.sync import SyncAdmin
 
 _COLUMNS = (
     "group", "id", "address", "role", "version", "uptime", "disk_free", "epoch", "log_end",
-    "controller", "lease", "isr",
+    "controller", "lease", "isr", "status",
 )  # fmt: skip
 
 
@@ -49,8 +49,11 @@ def _row(item: Any) -> dict[str, Any]:
         "id": replication.get("broker_id", ""),
         "address": item.address,
         "role": replication.get("role", ""),
+        # "unreachable": it did not answer (down, or frozen): its role is the name server's
+        "status": "unreachable" if item.error else "ok",
+        "error": item.error,
         "version": item.version,
-        "uptime": _duration(item.uptime_seconds),
+        "uptime": "" if item.error else _duration(item.uptime_seconds),
         "uptime_seconds": item.uptime_seconds,
         "disk_free": _size(int(item.store.get("disk_free_bytes", -1))),
         "disk_free_bytes": int(item.store.get("disk_free_bytes", -1)),
@@ -71,7 +74,8 @@ def _row(item: Any) -> dict[str, Any]:
 @handle_errors
 def cluster_list(server: str, as_json: bool) -> None:
     """Every broker: group, id, role, version, uptime, free disk, epoch, log end, controller
-    state, lease left, in-sync set.
+    state, lease left, in-sync set, and whether it answered (a broker that does not is listed
+    "unreachable", with its role as the name server lists it).
 
     Ask a name server (or any broker of the cluster) with --server."""
     with SyncAdmin(servers=server) as admin:

@@ -85,7 +85,8 @@ def check(data_dir: str | None, config_file: Path | None, as_json: bool) -> None
 @_data_dir
 @_config
 def repair(data_dir: str | None, config_file: Path | None) -> None:
-    """Set damaged bytes aside and keep every intact record (the broker must be stopped)."""
+    """Set damaged bytes aside and keep every intact record (the broker must be stopped); a
+    slave then copies them again from its master (docs/replication.md §4)."""
     directory, config = _settings(data_dir, config_file)
     config = dataclasses.replace(config, recovery=RecoveryMode.QUARANTINE)
     try:
@@ -104,6 +105,12 @@ def repair(data_dir: str | None, config_file: Path | None) -> None:
         )
         for lost in item.lost:
             click.echo(f"  lost {lost.topic}/{lost.queue_id} offset {lost.queue_offset}")
+    if any(item.kind == "damaged" for item in report.set_aside):
+        click.echo(
+            "a slave copies the damaged records, and everything after them, again from its "
+            "master once it is linked (until then it is not in sync and cannot be promoted "
+            "without --force); a master keeps every intact record around them"
+        )
     click.echo("the broker can be started again")
 
 
@@ -175,7 +182,7 @@ def status(server: str, as_json: bool) -> None:
                 "counters": item.counters,
                 "store": item.store,
                 "replication": item.replication,
-            }
+            } | ({"error": item.error} if item.error else {})
             click.echo(json.dumps(record) if as_json else json.dumps(record, indent=2))
 
 

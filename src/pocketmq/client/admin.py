@@ -6,6 +6,7 @@ Every answer is a typed value of :mod:`pocketmq.client.admin_types`; the raw req
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import msgspec
@@ -36,6 +37,7 @@ from pocketmq.client.message import MessageView
 from pocketmq.errors import (
     InvalidArgumentError,
     MessageNotFoundError,
+    PocketMQError,
     PreconditionFailedError,
     TopicNotFoundError,
 )
@@ -483,22 +485,48 @@ class Admin(ClientBase):
         return Promotion(target, reply.epoch, reply.log_end)
 
     async def broker_status(self) -> list[BrokerStatus]:
-        """Each broker's counters and store state, slaves included."""
-        found: list[BrokerStatus] = []
-        everyone = [b.address for b in await self.brokers()]
-        for address in everyone or list(self.client_config.servers):
-            reply = await self._call(
-                address, RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse
-            )
-            found.append(
-                BrokerStatus(
-                    address,
-                    reply.broker_name,
-                    reply.version,
-                    reply.counters,
-                    reply.store,
-                    reply.replication,
-                    reply.uptime_seconds,
+        """Each broker's counters and store state, slaves included. Brokers are asked at once;
+        one that does not answer (down, or frozen during a failover) is listed with ``error``
+        saying so and its role as the name server lists it, instead of failing the whole
+        answer (docs/replication.md §8)."""
+        listed = await self.brokers()
+        if not listed:  # a lone broker, no name server: it answers or the call fails
+            return [await self._status_of(a) for a in self.client_config.servers]
+        found = await asyncio.gather(
+            *(self._status_of(b.address) for b in listed), return_exceptions=True
+        )
+        statuses: list[BrokerStatus] = []
+        for broker, answer in zip(listed, found, strict=True):
+            if isinstance(answer, BrokerStatus):
+                statuses.append(answer)
+            elif isinstance(answer, PocketMQError):
+                replication = {"broker_id": broker.broker_id, "role": broker.role}
+                replication["epoch"] = broker.epoch
+                statuses.append(
+                    BrokerStatus(
+                        broker.address,
+                        broker.name,
+                        "",
+                        {},
+                        {},
+                        replication,
+                        error=f"unreachable: {answer}",
+                    )
                 )
-            )
-        return found
+            else:
+                raise answer
+        return statuses
+
+    async def _status_of(self, address: str) -> BrokerStatus:
+        reply = await self._call(
+            address, RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse
+        )
+        return BrokerStatus(
+            address,
+            reply.broker_name,
+            reply.version,
+            reply.counters,
+            reply.store,
+            reply.replication,
+            reply.uptime_seconds,
+        )

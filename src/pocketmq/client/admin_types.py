@@ -182,7 +182,8 @@ class BrokerInfo:
 @dataclass(frozen=True, slots=True)
 class BrokerStatus:
     """A broker's counters and store state, as ``pocketmq broker status`` prints them: what an
-    operator watches (docs/operations.md, docs/transactions.md §6 name the counters)."""
+    operator watches (docs/operations.md, docs/transactions.md §6 name the counters).
+    ``error``: the broker did not answer ("unreachable: ..."); only its listing is known."""
 
     address: str
     broker_name: str
@@ -191,6 +192,7 @@ class BrokerStatus:
     store: Mapping[str, Any]
     replication: Mapping[str, Any] = field(default_factory=dict)
     uptime_seconds: float = 0.0
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)

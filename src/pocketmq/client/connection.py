@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import ssl
@@ -45,12 +46,16 @@ from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import ClientHandshake, normalize_address
 from pocketmq.version import VERSION
 
-__all__ = ["ClientConnection", "PushHandler", "connect"]
+__all__ = ["ClientConnection", "PushHandler", "SlowWatch", "connect"]
 
 log = logging.getLogger("pocketmq.client")
 
 T = TypeVar("T")
 PushHandler = Callable[["ClientConnection", int, bytes], None]
+SlowWatch = tuple[float, Callable[["asyncio.Future[Any]", Callable[[BaseException], None]], None]]
+"""``(after, start)``: when a request has no answer ``after`` seconds in, ``start(future, abort)``
+is called (the producer then watches the topic's route); ``abort(error)`` ends the request at
+once with ``error``."""
 
 CLIENT_VERSION: Final = VERSION
 _LONG_POLLS: Final = frozenset({RequestCode.PULL, RequestCode.POP})
@@ -269,18 +274,36 @@ class ClientConnection(asyncio.Protocol):
         return future
 
     async def request(
-        self, code: RequestCode, body: msgspec.Struct, reply: type[T], timeout: float
+        self,
+        code: RequestCode,
+        body: msgspec.Struct,
+        reply: type[T],
+        timeout: float,
+        *,
+        slow: SlowWatch | None = None,
     ) -> T:
         """Send a request and wait up to ``timeout`` for its answer, decoded as ``reply``; an
-        error answer raises its typed error, no answer :class:`RequestTimeoutError`.
+        error answer raises its typed error, no answer :class:`RequestTimeoutError`. ``slow``:
+        what to start when the answer is late (:data:`SlowWatch`).
         """
         if not self._can_write.is_set():
-            await self._can_write.wait()
+            try:  # a peer that reads nothing (frozen) must not hold the caller for ever
+                async with asyncio.timeout(timeout):
+                    await self._can_write.wait()
+            except TimeoutError:
+                raise RequestTimeoutError(
+                    f"{code.name} to {self.address}: the connection took nothing in {timeout:.1f}s",
+                    address=self.address,
+                ) from None
         future = self.send_request(code, body, reply)
         request_id = self._last_id
-        timer = asyncio.get_running_loop().call_later(
-            timeout, self._expire, request_id, code, timeout
-        )
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(timeout, self._expire, request_id, code, timeout)
+        if slow is not None and slow[0] < timeout:
+            abort = functools.partial(self._abort, request_id)
+            watch: asyncio.TimerHandle | None = loop.call_later(slow[0], slow[1], future, abort)
+        else:
+            watch = None
         try:
             return await future
         except asyncio.CancelledError:
@@ -292,6 +315,13 @@ class ClientConnection(asyncio.Protocol):
             raise
         finally:
             timer.cancel()
+            if watch is not None:
+                watch.cancel()
+
+    def _abort(self, request_id: int, error: BaseException) -> None:
+        waiting = self._pending.pop(request_id, None)
+        if waiting is not None and not waiting[0].done():
+            waiting[0].set_exception(error)
 
     def oneway(self, code: RequestCode, body: msgspec.Struct) -> None:
         """Write a request that gets no answer (reports, fire-and-forget sends)."""

@@ -52,6 +52,8 @@ class Route:
     queues: tuple[QueueRef, ...]
     addresses: dict[str, str]
     fetched_at: float
+    masterless: frozenset[str] = frozenset()
+    """Groups the route lists with no master (their queues read-only): failing over."""
     writable: tuple[QueueRef, ...] = field(init=False)
     readable: tuple[QueueRef, ...] = field(init=False)
 
@@ -67,6 +69,7 @@ class RouteCache:
         self._pool = pool
         self._config = config
         self._routes: dict[str, Route] = {}
+        self._fetching: dict[str, asyncio.Future[Route]] = {}
         self._refresher: asyncio.Task[None] | None = None
 
     def cached(self, topic: str) -> Route | None:
@@ -80,6 +83,26 @@ class RouteCache:
             route = await self._fetch(topic)
             self._routes[topic] = route
         return route
+
+    async def fresh(self, topic: str, max_age: float) -> Route:
+        """The route of ``topic`` fetched at most ``max_age`` seconds ago: many sends watching
+        one topic's route (a failover) share one fetch at a time."""
+        route = self._routes.get(topic)
+        if route is not None and time.monotonic() - route.fetched_at <= max_age:
+            return route
+        fetching = self._fetching.get(topic)
+        if fetching is None:
+            fetching = asyncio.ensure_future(self._fetch(topic))
+            self._fetching[topic] = fetching
+            fetching.add_done_callback(lambda done: self._fetched(topic, done))
+        route = await asyncio.shield(fetching)
+        self._routes[topic] = route
+        return route
+
+    def _fetched(self, topic: str, done: asyncio.Future[Route]) -> None:
+        self._fetching.pop(topic, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: a waiter that gave up must not leave it unread
 
     def invalidate(self, topic: str) -> None:
         """Forget ``topic``'s route: a send or a change found it stale."""
@@ -100,14 +123,18 @@ class RouteCache:
                 last = exc
                 continue
             addresses: dict[str, str] = {}
+            masters: set[str] = set()
             for broker in reply.brokers:  # a group's master first, then its slaves
                 addresses.setdefault(broker.name, broker.address)
+                if broker.role == "master":
+                    masters.add(broker.name)
             queues = tuple(
                 QueueRef(q.broker_name, addresses[q.broker_name], q.queue_id, q.perm)
                 for q in sorted(reply.queues, key=lambda q: (q.broker_name, q.queue_id))
                 if q.broker_name in addresses
             )
-            return Route(topic, reply.topic_type, queues, addresses, time.monotonic())
+            masterless = frozenset(addresses) - masters
+            return Route(topic, reply.topic_type, queues, addresses, time.monotonic(), masterless)
         if last is not None:
             raise last
         raise TopicNotFoundError(f"no server configured to ask for topic {topic!r}")

@@ -66,10 +66,16 @@ class RouteResponse(Body, frozen=True):
 
 class RegisterBrokerRequest(Body, frozen=True):
     """A broker announces itself and its topics to the name server every 30 s (and at once after a
-    topic change); silence for 120 s removes it."""
+    topic change); silence for 120 s removes it.
+
+    ``lease_ms``: a master on a controller lease is master for at most this long from now (0: no
+    limit); it registers again before then, and the name server stops taking it for the group's
+    master when the time runs out (docs/replication.md §9).
+    """
 
     broker: BrokerAddress
     topics: list[TopicSpec]
+    lease_ms: int = 0
 
 
 class ListBrokersResponse(Body, frozen=True):

@@ -36,7 +36,9 @@ class HaLinkHello(Body, frozen=True):
 class HaLinkChallenge(Body, frozen=True):
     """The master's answer to HA_LINK: whether it requires the cluster key, its challenge (a
     fresh random nonce, "" when it does not), the name its proofs are made for
-    (``ha:<group>``), and its role and epoch now (believe them only once it proved the key)."""
+    (``ha:<group>``), and its role and epoch now — ``master``, ``fenced`` (a master that may
+    not write now: starting, waiting for its name server or controller, past its lease) or
+    ``slave`` (believe them only once it proved the key)."""
 
     authentication: bool
     challenge: str
@@ -59,7 +61,13 @@ class HaEpoch(Body, frozen=True):
 
 
 class HaHello(Body, frozen=True):
-    """A slave introduces itself: who it is, and how much log it holds of which terms."""
+    """A slave introduces itself: who it is, and how much log it holds of which terms.
+
+    ``missing_until``: the slave lacks records it once held up to this offset (a repair set
+    them aside, and it copies them again): the master does not count it in sync before it has
+    them. ``probe``: not a slave at all but a master checking a claim that its group has a newer
+    master (docs/replication.md §6): the master answers and the link ends.
+    """
 
     group: str
     cluster_id: str  # "" for a slave that has no data yet
@@ -67,6 +75,8 @@ class HaHello(Body, frozen=True):
     address: str  # the slave's native address, for routes
     log_end: int
     epochs: list[HaEpoch]
+    missing_until: int = 0
+    probe: bool = False
 
 
 class HaHelloReply(Body, frozen=True):

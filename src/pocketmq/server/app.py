@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import ssl
+import time
 from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker
@@ -34,7 +35,7 @@ from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.ha.etcd import Etcd, parse_controller
 from pocketmq.server.ha.failover import Failover
 from pocketmq.server.ha.members import GroupMembers
-from pocketmq.server.ha.roles import GroupRole
+from pocketmq.server.ha.roles import Claim, GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
 from pocketmq.server.native.connection import ServerConnection
@@ -57,6 +58,10 @@ if TYPE_CHECKING:
 __all__ = ["AppConfig", "BrokerApp"]
 
 log = logging.getLogger("pocketmq.server")
+
+_ROLE_CHECK = 0.1
+"""How often the registration loop looks whether the role others see changed (a lease ran out,
+a fence was lifted): the name server hears of it within this."""
 
 
 class BrokerApp:
@@ -86,6 +91,7 @@ class BrokerApp:
         self.group: GroupRole | None = None
         self.failover: Failover | None = None
         self.members: GroupMembers | None = None
+        self._registered = ("", 0.0)  # the role last registered, and when
         self.grpc_address = ""
 
     @property
@@ -122,13 +128,7 @@ class BrokerApp:
         endpoints = parse_controller(config.controller) if config.controller else None
         timings = config.controller_timings()
         self.broker = Broker(config.broker)
-        if self.broker.role is Role.MASTER and config.namesrv and not endpoints:
-            # the group may have a newer master (this one was failed over while it was down):
-            # no writes until the name server has answered (docs/replication.md §6)
-            self.broker.replication.fence = (
-                f"broker {self.broker.name!r} is waiting for its name server to confirm it is "
-                "its group's master"
-            )
+        self._hold_writes(controlled=bool(endpoints))
         await self.broker.start()
         try:
             namesrv_authenticator = self._security()
@@ -201,6 +201,8 @@ class BrokerApp:
                     timings=timings,
                 )
                 self.members.start()
+            await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
+            self.broker.replication.starting = ""
             if self.namesrv_address:
                 self._link = NameServerLink(
                     self.namesrv_address,
@@ -210,10 +212,26 @@ class BrokerApp:
                 )
                 await self._register()
                 self._registrar = asyncio.create_task(self._register_forever())
-            await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
         except BaseException:
             await self.close()
             raise
+
+    def _hold_writes(self, *, controlled: bool) -> None:
+        """Before any port opens (docs/replication.md §6): no write until everything is up (a
+        clear "starting" refusal, not the flow control's TOO_MANY_REQUESTS that the stalls of
+        starting would cause); under a controller no write and no master role until etcd
+        confirms; with an external name server none until it answered (the group may have a
+        newer master: this one was failed over while it was down)."""
+        broker = self.broker
+        assert broker is not None
+        broker.replication.starting = f"broker {broker.name!r} is starting: retry in a moment"
+        if controlled:
+            Failover.hold_writes(broker)
+        elif broker.role is Role.MASTER and self.config.namesrv:
+            broker.replication.fence = (
+                f"broker {broker.name!r} is waiting for its name server to confirm it is its "
+                "group's master"
+            )
 
     def _security(self) -> Authenticator | None:
         """The cluster key, the users and the native port's authenticator (authentication
@@ -464,7 +482,7 @@ class BrokerApp:
         """The line scripts wait for (docs/cli.md, "Running")."""
         grpc = self.grpc_address or "disabled"
         ha = self.group.ha_address if self.group is not None else ""
-        role = self.broker.role.value if self.broker is not None else "master"
+        role = self.broker.replication.acting_role() if self.broker is not None else "master"
         return (
             f"pocketmq ready native={self.native_address} grpc={grpc} "
             f"namesrv={self.namesrv_address or 'none'} ha={ha or 'none'} role={role} "
@@ -479,31 +497,67 @@ class BrokerApp:
             w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm)
             for t in self.broker.topics.all()
         ]
-        return w.RegisterBrokerRequest(self._self_address(), topics)
+        address = self._self_address()
+        lease = self.broker.replication.lease_remaining() if address.role == "master" else None
+        # a master on a controller lease is one only until it ends: the name server is told
+        # how long, so it never lists a frozen master past its lease (docs/replication.md §9)
+        lease_ms = 0 if lease is None else max(1, int(lease * 1000))
+        return w.RegisterBrokerRequest(address, topics, lease_ms)
 
     async def _register(self) -> None:
+        """Register; when the answer lifts this broker's fence, register again at once as
+        master (the name server lists it as one before the ready line is printed)."""
+        if await self._register_once():
+            await self._register_once()
+
+    async def _register_once(self) -> bool:
+        """One registration and what its answer says; True when the role others should see
+        changed with it (the fence was lifted)."""
         if self._link is None:
-            return
+            return False
+        registration = self._registration()
         try:
             reply = await self._link.call(
-                RequestCode.REGISTER_BROKER, self._registration(), w.RegisterBrokerResponse
+                RequestCode.REGISTER_BROKER, registration, w.RegisterBrokerResponse
             )
         except PocketMQError as exc:  # unreachable, not a member's name server, refused
             log.warning("registration with the name server failed: %s", exc)
-            return
+            return False
+        self._registered = (registration.broker.role, time.monotonic())
+        verdict = Claim.NONE
         if self.group is not None:
-            await self.group.learned(
+            verdict = await self.group.learned(
                 reply.master_address, reply.master_ha_address, reply.master_epoch
             )
-        if self.broker is not None and self.broker.replication.fence:
-            log.info("the name server answered: broker %s may take writes", self.broker.name)
-            self.broker.replication.fence = ""
+        broker = self.broker
+        if broker is None or not broker.replication.fence or verdict is Claim.UNVERIFIED:
+            return False
+        log.info("the name server answered: broker %s may take writes", broker.name)
+        broker.replication.fence = ""
+        return broker.replication.acting_role() != registration.broker.role
+
+    def _registration_due(self) -> bool:
+        """Whether to register now: the role others see changed, a master's lease needs
+        renewing at the name server, or the regular interval (30 s) passed."""
+        assert self.broker is not None
+        replication = self.broker.replication
+        role, at = self._registered
+        acting = replication.acting_role()
+        if acting != role:
+            return True
+        age = time.monotonic() - at
+        if replication.fence:
+            return age >= 1.0  # retried every second until the name server answers (§6)
+        lease = replication.lease_remaining()
+        if acting == "master" and lease is not None:
+            return age >= self.config.controller_timings().renew
+        return age >= self.config.register_interval
 
     async def _register_forever(self) -> None:
         while True:
-            fenced = self.broker is not None and self.broker.replication.fence
-            await asyncio.sleep(1.0 if fenced else self.config.register_interval)
-            await self._register()
+            await asyncio.sleep(_ROLE_CHECK)
+            if self._registration_due():
+                await self._register()
 
     async def _topics_changed(self) -> None:
         if self.group is not None and self.group.server is not None:
@@ -519,7 +573,7 @@ class BrokerApp:
             self.native_address,
             self.grpc_address,
             broker.config.broker_id,
-            broker.role.value,
+            broker.replication.acting_role(),
             broker.replica_log.current_epoch(),
             self.group.ha_address if self.group is not None else "",
             self.http_address,

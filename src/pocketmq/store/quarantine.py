@@ -15,7 +15,7 @@ import os
 
 import msgspec
 
-from pocketmq.store.files import fsync, fsync_directory, open_file, pwrite_full
+from pocketmq.store.files import atomic_write, fsync, fsync_directory, open_file, pwrite_full
 
 __all__ = ["LostEntry", "Quarantine", "QuarantinedRange"]
 
@@ -36,8 +36,10 @@ class QuarantinedRange(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes ``[start, end)`` of the commit log that failed verification.
 
     ``kind``: ``damaged`` (inside the log, intact records follow it), ``torn`` (a final write
-    that never completed, cut off the end of the log) or ``missing`` (the log ends before data
-    it had confirmed durable).
+    that never completed, cut off the end of the log), ``missing`` (the log ends before data
+    it had confirmed durable), ``divergent`` (a replica's suffix its new master never had,
+    docs/replication.md §4), or ``refetched`` (a replica's damaged range, cut off its log with
+    everything after it and copied again from its master).
     """
 
     start: int
@@ -94,6 +96,28 @@ class Quarantine:
         if position >= 0 and offset < self._skipped[position].end:
             return self._skipped[position]
         return None
+
+    def holes(self, end: int) -> list[QuarantinedRange]:
+        """The damaged ranges still inside a log that ends at ``end``, oldest first."""
+        return [item for item in self._skipped if item.start < end]
+
+    def release(self, offset: int, reason: str) -> None:
+        """A replica cut its log at ``offset`` to copy it again from its master: the damaged
+        ranges from there on are no longer in the log (reads must not step over the records
+        that take their place). Listed as ``refetched``, durably."""
+        if not any(item.start >= offset for item in self._skipped):
+            return
+        kept = [
+            msgspec.structs.replace(item, kind="refetched", reason=f"{item.reason}; {reason}")
+            if item.kind == "damaged" and item.start >= offset
+            else item
+            for item in self.ranges
+        ]
+        data = b"".join(msgspec.json.encode(item) + b"\n" for item in kept)
+        atomic_write(os.path.join(self.directory, RANGES_FILE), data, "quarantine")
+        self.ranges, self._starts, self._skipped, self._skipped_starts = [], [], [], []
+        for item in kept:
+            self._insert(item)
 
     def add(self, item: QuarantinedRange, data: bytes = b"") -> QuarantinedRange:
         """Save ``data`` (the damaged bytes) and list ``item``, durably, before the caller acts

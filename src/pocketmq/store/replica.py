@@ -10,12 +10,15 @@ keys, tombstones).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from pocketmq.errors import StoreError
 from pocketmq.store.consumequeue import ENTRY
+from pocketmq.store.files import atomic_write, fsync_directory
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.quarantine import QuarantinedRange
 from pocketmq.store.record import (
@@ -41,10 +44,17 @@ class ReplicaError(StoreError):
 
 
 class ReplicaWriter:
-    """Appends verified chunks to one store (under its lock) and cuts divergent suffixes."""
+    """Appends verified chunks to one store (under its lock), cuts divergent suffixes, and cuts
+    holes (docs/replication.md §4): a replica never keeps a damaged range its master can give
+    it again."""
 
     def __init__(self, store: MessageStore) -> None:
         self._store = store
+        self._pending_path = os.path.join(store.directory, "refetch")
+        self.pending = _read_pending(self._pending_path)
+        """The log end this replica had before it cut a hole to copy it again (0: none): until
+        its log reaches it again it lacks records it once held, and is neither in sync nor
+        electable."""
 
     def append(self, offset: int, data: bytes, written: Callable[[int], None] | None = None) -> int:
         """Write ``data`` (whole records of one segment) at ``offset``; returns the new end.
@@ -72,6 +82,8 @@ class ReplicaWriter:
                 written(end)
         finally:  # what is in the log is dispatched, whatever the callback did
             self._dispatch_or_fail(records)
+        if self.pending and end >= self.pending:
+            self.settled()
         flusher = store.flusher
         if flusher is not None:
             flusher.kick()
@@ -140,6 +152,47 @@ class ReplicaWriter:
             queue.cut(offset)
         store.epochs.truncate(offset)
         return item
+
+    def holes(self) -> list[QuarantinedRange]:
+        """The damaged ranges still inside the log (set aside by a repair or a read)."""
+        return self._store._quarantine.holes(self._store._commitlog.write_position)
+
+    def refetch(self, offset: int) -> None:
+        """Cut the log at ``offset``, the first damaged range a repair set aside, to copy
+        everything from there again from the master. The cut bytes are not saved: the master
+        has them (the damaged ones were saved when they were set aside). What the log held is
+        remembered (``pending``, durably) until it is copied back."""
+        store = self._store
+        with store._lock:
+            commitlog = store._commitlog
+            end = commitlog.write_position
+            if offset >= end:
+                return
+            pending = max(self.pending, end)
+            atomic_write(self._pending_path, f"{pending}\n".encode(), "replica")
+            self.pending = pending
+            store._quarantine.release(offset, "cut to be copied again from the master")
+            commitlog.truncate(offset)
+            for queue in store._queues.values():
+                queue.cut(offset)
+            store.epochs.truncate(offset)
+
+    def settled(self) -> None:
+        """The replica holds again everything it once had (or a forced promotion gave it up).
+        Called under the store's lock by :meth:`append`, or alone."""
+        self.pending = 0
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._pending_path)
+            fsync_directory(self._store.directory)
+
+
+def _read_pending(path: str) -> int:
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except FileNotFoundError:
+        return 0
+    return int(text) if text.isdigit() else 0
 
 
 def _verify(data: bytes, offset: int, segment_end: int) -> list[RecordSkim]:

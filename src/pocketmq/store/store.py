@@ -433,6 +433,11 @@ class MessageStore:
         with self._lock:
             return self._replica.cut(offset, reason)
 
+    @property
+    def replica(self) -> ReplicaWriter:
+        """A slave's holes and what it copies again (docs/replication.md §4)."""
+        return self._replica
+
     def start_replica_at(self, offset: int) -> None:
         """An empty slave whose master's log begins at ``offset`` (older segments were removed
         by retention) begins its own log there."""

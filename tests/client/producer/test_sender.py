@@ -4,17 +4,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 
-from pocketmq import Message
+from pocketmq import Message, errors
 from pocketmq.client import (
     Backoff,
     Producer,
     ProducerConfig,
+    SendStatus,
     TransactionProducer,
     TransactionResolution,
 )
@@ -210,3 +212,69 @@ async def test_ending_a_transaction_is_repeated_at_once_after_a_retriable_error(
     assert [e.message_id for e in ends] == [half.message_id] * 2  # same broker, same message
     assert second - first < 1.0  # at once: no backoff for an idempotent end
     assert (stats.committed, stats.retries) == (1, 0)  # ends carry no message: not counted
+
+
+class NameServer(ScriptedBroker):
+    """A scripted name server whose route of every topic names ``master`` as group g1's master
+    (None: g1 has only a slave, read-only)."""
+
+    master: ScriptedBroker | None = None
+    slave: ScriptedBroker | None = None
+
+    def _route(self, topic: str) -> w.RouteResponse:
+        if self.master is None:
+            assert self.slave is not None
+            only = w.BrokerAddress("g1", self.slave.address, role="slave")
+            return w.RouteResponse(topic, "normal", [only], [w.QueueRoute("g1", 0, 4)])
+        leader = w.BrokerAddress("g1", self.master.address, role="master")
+        return w.RouteResponse(topic, "normal", [leader], [w.QueueRoute("g1", 0, 6)])
+
+
+async def test_a_send_a_frozen_master_leaves_unanswered_moves_to_the_groups_new_master() -> None:
+    """Issue 29 item 5: the master stops answering (SIGSTOP); the group elects another. The
+    send waiting on the frozen one watches the route and is stored by the new master within a
+    route poll of the change — not after its whole send_timeout — and the next send goes
+    straight to the new master."""
+    frozen, elected = await cluster("g1", queues=1), await cluster("g1", queues=1)
+    namesrv = NameServer("namesrv")
+    await namesrv.start()
+    frozen[0].answer = lambda code, body: SILENT
+    namesrv.master = frozen[0]
+    config = ProducerConfig(send_timeout=5.0)
+    try:
+        async with Producer(servers=namesrv.address, config=config) as producer:
+            sending = asyncio.ensure_future(producer.send(message(b"during")))
+            await asyncio.sleep(0.3)
+            namesrv.master = elected[0]  # the election: the name server names the new master
+            started = asyncio.get_running_loop().time()
+            result = await sending
+            waited = asyncio.get_running_loop().time() - started
+            await producer.send(message(b"after"))
+    finally:
+        for broker in (*frozen, *elected, namesrv):
+            await broker.stop()
+    assert result.status is SendStatus.OK
+    assert waited < 1.5, f"the send waited {waited:.1f} s on the frozen master"
+    assert len(elected[0].sent(SEND)) == 2
+    assert len(frozen[0].sent(SEND)) == 1
+
+
+async def test_a_send_while_the_group_has_no_master_raises_no_master_error() -> None:
+    """Issue 29 (5d): no writable queue because the group has no master is its own retriable
+    error, not TopicNotFoundError (the topic exists)."""
+    slave = await cluster("g1", queues=1)
+    namesrv = NameServer("namesrv")
+    await namesrv.start()
+    namesrv.slave = slave[0]
+    config = ProducerConfig(send_timeout=0.6)
+    try:
+        async with Producer(servers=namesrv.address, config=config) as producer:
+            with pytest.raises(errors.ServiceUnavailableError) as raised:
+                await producer.send(message())
+    finally:
+        for broker in (*slave, namesrv):
+            await broker.stop()
+    assert type(raised.value).__name__ == "NoMasterError"
+    assert raised.value.retriable
+    assert not isinstance(raised.value, errors.TopicNotFoundError)
+    assert "g1" in str(raised.value)

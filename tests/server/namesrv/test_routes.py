@@ -157,3 +157,38 @@ def test_a_name_server_no_broker_registered_with_says_so() -> None:
         ServiceUnavailableError, match="no broker is registered with this name server yet"
     ):
         RouteTable().route("T")
+
+
+def test_one_master_per_group_is_listed_the_older_one_as_fenced() -> None:
+    """docs/replication.md §9 (issue 29, 5d): while an old master's registration lingers (a
+    frozen process keeps its connection open), listings show one master per group."""
+    table = RouteTable()
+    table.register(broker(0, "master", 1), TOPIC)  # frozen, still registered
+    table.register(broker(1, "master", 2), TOPIC)  # elected
+    table.register(broker(2, "slave", 2), TOPIC)
+    roles = {b.broker_id: b.role for b in table.brokers()}
+    assert roles == {0: "fenced", 1: "master", 2: "slave"}
+    assert [(b.broker_id, b.role) for b in table.route("T").brokers] == [
+        (1, "master"),
+        (2, "slave"),
+        (0, "fenced"),
+    ]
+
+
+def test_a_leased_master_is_no_master_past_its_lease() -> None:
+    """A master on a controller lease says how long it is one (issue 29 item 3): frozen, it
+    is not listed as master once that time is up, and its group's slaves serve reads."""
+    clock = Clock()
+    table = RouteTable(clock=clock)
+    table.register(broker(0, "master", 1), TOPIC, lease_ms=4000)
+    table.register(broker(1, "slave", 1), TOPIC)
+    assert table.master("g1") is not None
+    clock.now = 3.9
+    assert {q.perm for q in table.route("T").queues} == {6}
+    clock.now = 4.1  # no registration since: the lease is over
+    assert table.master("g1") is None
+    route = table.route("T")
+    assert [(b.broker_id, b.role) for b in route.brokers] == [(1, "slave"), (0, "fenced")]
+    assert {q.perm for q in route.queues} == {4}
+    table.register(broker(0, "master", 1), TOPIC, lease_ms=4000)  # renewed
+    assert table.master("g1") is not None

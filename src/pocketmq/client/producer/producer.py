@@ -69,6 +69,7 @@ class Producer(ClientBase):
         await self.flush()
         self._closed = True
         await self._wait_for_sends()
+        await self.sender.close()
         await self.close_base()
 
     # -- sending --------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 from typing import Final
 
 from pocketmq.client.routes import QueueRef, Route
-from pocketmq.errors import TopicNotFoundError
+from pocketmq.errors import NoMasterError, NoPermissionError
 from pocketmq.routing import queue_for_group
 
 __all__ = ["ISOLATION_SECONDS", "QueueSelector"]
@@ -38,10 +38,14 @@ class QueueSelector:
         (tried already by this send) and the isolated ones while others are left."""
         queues = route.writable
         if not queues:
-            raise TopicNotFoundError(
-                f"topic {route.topic!r} has no writable queue now: no broker group holding it "
-                "has a master (a failover may be under way: docs/replication.md §6)"
-            )
+            if route.masterless:
+                groups = ", ".join(sorted(route.masterless))
+                raise NoMasterError(
+                    f"topic {route.topic!r} has no writable queue now: its broker group(s) "
+                    f"{groups} have no master (a failover is under way: docs/replication.md "
+                    "§9); retry"
+                )
+            raise NoPermissionError(f"topic {route.topic!r} is read-only: it takes no sends")
         if group:
             return queues[queue_for_group(group, len(queues))]
         turn = self._turn.get(route.topic)

@@ -10,7 +10,13 @@ its retry topic all go through :meth:`Sender.run`; what differs between them is 
   whose schedule starts at the first refusal: time spent in the refused attempt counts towards
   the wait, and an attempt made while backing off may run until the schedule's attempt
   deadline;
-- everything else the handler allows is retried at once, on another broker when it asks so.
+- everything else the handler allows is retried at once, on another broker when it asks so;
+- a broker that left a send unanswered is **suspect** (RocketMQ's producers isolate a failing
+  broker): a send about to go to a suspect address asks for the route first, and a send waiting
+  on any broker longer than :data:`WATCH_AFTER` watches its topic's route (one shared fetch every
+  :data:`NO_MASTER_POLL`) and gives up waiting the moment the group names another master or none
+  — a frozen master is left for the group's new one within a poll of the election
+  (docs/replication.md §8).
 
 The sender also counts what it did, for :class:`~pocketmq.client.producer.ProducerStatistics`.
 """
@@ -19,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pocketmq.client.connection import ClientConnection
+from pocketmq.client.connection import ClientConnection, SlowWatch
 from pocketmq.client.message import SendResult
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.producer.config import ProducerConfig, ProducerStatistics
@@ -35,7 +43,13 @@ from pocketmq.client.producer.handlers import (
 )
 from pocketmq.client.producer.selector import QueueSelector
 from pocketmq.client.routes import QueueRef, Route, RouteCache
-from pocketmq.errors import BrokerConnectionError, BrokerError, SendOutcomeUnknownError
+from pocketmq.errors import (
+    BrokerConnectionError,
+    BrokerError,
+    PocketMQError,
+    RequestTimeoutError,
+    SendOutcomeUnknownError,
+)
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
@@ -45,6 +59,10 @@ R = TypeVar("R")
 
 NO_MASTER_POLL = 0.2
 """How often a send waiting for a group's new master asks for the route again (seconds)."""
+WATCH_AFTER = 0.5
+"""A send unanswered this long starts watching its topic's route (seconds)."""
+SUSPECT_SECONDS = 30.0
+"""How long an address that left a send unanswered stays suspect, unless it answers."""
 
 
 class Sender:
@@ -70,6 +88,8 @@ class Sender:
         self._fifo_locks: dict[str, asyncio.Lock] = {}
         self._sent = self._failed = self._retries = self._backoffs = 0
         self._unknown = self._batches = 0
+        self._suspects: dict[str, float] = {}  # address -> until (monotonic)
+        self._watchers: set[asyncio.Task[None]] = set()
 
     # -- the requests producers make ------------------------------------------------------
 
@@ -146,7 +166,7 @@ class Sender:
                         if route is None:
                             raise
                     refresh = False
-                queue = self.selector.pick(route, request.group, avoid)
+                queue = await self._pick(request, route, avoid)
             try:
                 response = await self._exchange(request, queue, timeout)
                 if counted:
@@ -185,13 +205,25 @@ class Sender:
                 self._unknown += counted
         raise error
 
+    async def _pick(self, request: Request[Any], route: Route, avoid: set[str]) -> QueueRef:
+        """The queue for the next attempt; when its broker left a send unanswered (suspect),
+        from the route as it is now: the group may have another master by now."""
+        queue = self.selector.pick(route, request.group, avoid)
+        if queue.address in self._suspects and self._suspected(queue.address):
+            try:
+                route = await self.routes.fresh(request.topic, NO_MASTER_POLL)
+            except BrokerConnectionError:
+                return queue
+            queue = self.selector.pick(route, request.group, avoid)
+        return queue
+
     async def _writable_route(self, topic: str, deadline: float) -> Route:
         """A fresh route of ``topic``. While it has no writable queue (its groups have no
         master: one is failing over, docs/replication.md §6) it is fetched again every
         :data:`NO_MASTER_POLL` seconds until ``deadline``; then the selector says so."""
         loop = asyncio.get_running_loop()
         while True:
-            route = await self.routes.get(topic, refresh=True)
+            route = await self.routes.fresh(topic, NO_MASTER_POLL / 2)
             if route.writable or loop.time() + NO_MASTER_POLL >= deadline:
                 return route
             await asyncio.sleep(NO_MASTER_POLL)
@@ -204,14 +236,84 @@ class Sender:
                 await request.prepare(queue, connection)
         except BrokerConnectionError as exc:  # the request never left
             raise AttemptFailed(exc, Failure.NOT_SENT) from exc
+        slow: SlowWatch | None = None
+        if request.fixed is None:  # a topic's queue: watch the route while it is unanswered
+            slow = (WATCH_AFTER, self._watch_route(request.topic, queue))
         try:
-            return await connection.request(
-                request.code, request.body(queue), request.reply, timeout
+            answer = await connection.request(
+                request.code, request.body(queue), request.reply, timeout, slow=slow
             )
         except BrokerConnectionError as exc:  # lost after writing, or no answer in time
+            if isinstance(exc, RequestTimeoutError):
+                self._suspect(queue.address)
             raise AttemptFailed(exc, Failure.UNKNOWN) from exc
         except BrokerError as exc:
+            self._suspects.pop(queue.address, None)  # it answers
             raise AttemptFailed(exc, Failure.REFUSED) from exc
+        if self._suspects:
+            self._suspects.pop(queue.address, None)
+        return answer
+
+    # -- suspect brokers ------------------------------------------------------------------
+
+    def _suspect(self, address: str) -> None:
+        self._suspects[address] = time.monotonic() + SUSPECT_SECONDS
+
+    def _suspected(self, address: str) -> bool:
+        until = self._suspects.get(address)
+        if until is not None and until < time.monotonic():
+            del self._suspects[address]
+            return False
+        return until is not None
+
+    def _watch_route(
+        self, topic: str, queue: QueueRef
+    ) -> Callable[[asyncio.Future[Any], Callable[[BaseException], None]], None]:
+        def start(answer: asyncio.Future[Any], abort: Callable[[BaseException], None]) -> None:
+            task = asyncio.ensure_future(self._until_moved(topic, queue, answer, abort))
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+
+        return start
+
+    async def _until_moved(
+        self,
+        topic: str,
+        queue: QueueRef,
+        answer: asyncio.Future[Any],
+        abort: Callable[[BaseException], None],
+    ) -> None:
+        """While ``answer`` is pending: when the route says ``queue``'s group has another
+        master, or none, stop waiting on this one (it is suspect from now on)."""
+        while not answer.done():
+            try:
+                route = await self.routes.fresh(topic, NO_MASTER_POLL)
+            except PocketMQError:
+                route = None
+            if answer.done():
+                return
+            if route is not None and (
+                queue.broker_name in route.masterless
+                or route.addresses.get(queue.broker_name, queue.address) != queue.address
+            ):
+                self._suspect(queue.address)
+                abort(
+                    BrokerConnectionError(
+                        f"{queue.address} did not answer and group {queue.broker_name!r} has "
+                        "another master now, or none (a failover)",
+                        address=queue.address,
+                    )
+                )
+                return
+            await asyncio.sleep(NO_MASTER_POLL)
+
+    async def close(self) -> None:
+        """Stop watching routes (the producer is closing; its sends are over)."""
+        watchers = list(self._watchers)
+        for task in watchers:
+            task.cancel()
+        if watchers:
+            await asyncio.wait(watchers)
 
     def statistics(self) -> ProducerStatistics:
         """What this sender did so far."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +21,8 @@ from urllib.parse import urlsplit
 from pocketmq.errors import InvalidArgumentError
 
 __all__ = ["ControllerUnavailable", "Etcd", "Lease", "parse_controller"]
+
+_WATCH_RENEWAL = 30.0
 
 
 class ControllerUnavailable(Exception):
@@ -169,6 +172,33 @@ class Etcd:
 
         result: bool = await self._call(run)
         return result
+
+    async def watch(self, prefix: str, changed: Callable[[], None]) -> None:
+        """Call ``changed`` whenever a key under ``prefix`` changes, until cancelled: a watch
+        on its own connection, opened again on the next endpoint when it fails and renewed
+        every ``_WATCH_RENEWAL`` seconds (a stream to a partitioned etcd can stay silent
+        forever). Callers still poll: the watch only makes them look sooner."""
+        import aetcd
+
+        index = 0
+        while True:
+            host, port = self._endpoints[index % len(self._endpoints)]
+            client = aetcd.Client(host=host, port=port, timeout=self._timeout)
+            try:
+                async with asyncio.timeout(_WATCH_RENEWAL):
+                    events = await client.watch_prefix(prefix.encode())
+                    changed()  # anything may have changed while no watch was open
+                    async for _ in events:
+                        changed()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a failed stream, or the renewal: open another
+                index += 1
+                await asyncio.sleep(0.2)
+            finally:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(self._timeout):
+                        await client.close()
 
     async def close(self) -> None:
         """Close the connection."""

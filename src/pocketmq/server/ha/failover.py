@@ -74,34 +74,50 @@ class Failover:
         self._serving_without = False
         self._fenced_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()  # etcd's view of the group changed: look now
+        self._candidacy: tuple[dict[str, int], Lease] | None = None  # as last published
         self._claiming = asyncio.Lock()
         self.failovers = 0
         self.last_failover_seconds = 0.0
         self.last_failover_at = 0.0  # time.time() when this broker last became master by it
         self._state = "starting"
+        group.controlled = True  # the name server's word on roles no longer counts
+        broker.replication.controller = self.status
 
     @property
     def me(self) -> int:
         """This broker's id in its group."""
         return self._broker.config.broker_id
 
-    def start(self) -> None:
-        """Refuse writes until etcd has answered, then keep the role etcd decides."""
-        replication = self._broker.replication
-        if self._broker.role is Role.MASTER:
+    @staticmethod
+    def hold_writes(broker: Broker) -> None:
+        """Before the broker's ports open: a master takes no write, and says it is no master,
+        until etcd has confirmed its lease at the current epoch (§9)."""
+        replication = broker.replication
+        if broker.role is Role.MASTER:
             replication.lease_lost = (
-                f"broker {self._broker.name!r} is waiting for its controller (etcd) to confirm "
-                "it is its group's master"
+                f"broker {broker.name!r} is waiting for its controller (etcd) to confirm it is "
+                "its group's master"
             )
             replication.lease_until = time.monotonic()  # expired: no writes yet
+
+    def start(self) -> None:
+        """Refuse writes until etcd has answered, then keep the role etcd decides."""
+        self.hold_writes(self._broker)
         self._task = asyncio.create_task(self._run(), name="failover")
+        self._watcher = asyncio.create_task(
+            self._etcd.watch(f"{ROOT}/{self._broker.name}/", self._changed.set),
+            name="failover-watch",
+        )
 
     async def close(self, *, hand_over: bool = True) -> None:
         """Stop; a leading master revokes its lease so a slave takes over at once."""
-        task, self._task = self._task, None
-        while task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait([task], timeout=0.1)
+        for task in (self._task, self._watcher):
+            while task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=0.1)
+        self._task = self._watcher = None
         if hand_over and self._leader_value is not None and self._lease is not None:
             self._broker.replication.lease_until = time.monotonic()
             with contextlib.suppress(ControllerUnavailable):
@@ -126,16 +142,40 @@ class Failover:
                 raise
             except Exception:  # keep failing over possible; the next round retries
                 log.exception("failover round failed")
-            self._publish_status()
-            master = self._broker.role is Role.MASTER
-            interval = self.timings.renew if master and not self._serving_without else 0.2
-            await asyncio.sleep(interval if master else self.timings.poll)
+            await self._pause()
 
-    def _publish_status(self) -> None:
+    async def _pause(self) -> None:
+        """Until the next round: a master renews every lease / 6 and writes etcd's in-sync set
+        the moment a slave's time runs out (§3); a slave looks every ``poll``, when its claim
+        delay ends, or at once when etcd's view of the group changes (a watch)."""
+        now = time.monotonic()
+        if self._broker.role is Role.MASTER:
+            interval = self.timings.renew if not self._serving_without else 0.2
+            deadline = self._broker.replication.next_lag_deadline()
+            if deadline is not None and self._leader_value is not None:
+                interval = min(interval, max(0.05, deadline - now + 0.02))
+            await asyncio.sleep(interval)
+            return
+        interval = self.timings.poll
+        if self._absent_since is not None:
+            claim_at = self._absent_since + self.timings.claim_delay
+            if claim_at > now:
+                interval = min(interval, claim_at - now + 0.01)
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(interval):
+                await self._changed.wait()
+
+    def status(self) -> dict[str, object]:
+        """The controller's view for ``broker status`` — as of now: a master whose lease ran out
+        since the last round is ``fenced``, not ``master`` (§9)."""
         replication = self._broker.replication
         until = replication.lease_until
-        replication.controller = {
-            "state": self._state,
+        state = self._state
+        if state == "master" and replication.write_refusal():
+            state = "fenced"
+        return {
+            "state": state,
             "lease_remaining": (
                 None if until is None else round(max(0.0, until - time.monotonic()), 2)
             ),
@@ -201,6 +241,7 @@ class Failover:
             self._isr = [self.me]
             await self._write_isr()
             log.info("broker %r leads its group at epoch %d", self._broker.name, own_epoch)
+            await self._group.announce()  # the name server learns of its master now
 
     def _leader(self, epoch: int, lease: Lease) -> dict[str, Any]:
         return {
@@ -319,24 +360,49 @@ class Failover:
             and time.time() - replication.contact_at < self.timings.claim_delay
         ):
             return  # the master still streams to us: it fences itself before it drops us
-        if not await self._in_sync_set():
-            return
+        epoch_value, _ = await self._etcd.get(self._epoch_key)
+        isr = await self._isr_of(epoch_value)
+        if self.me not in isr or self._broker.replica_log.missing() is not None:
+            return  # not electable (a slave lacking records it once held: §4)
+        assert epoch_value is not None
         lease = await self._grant()
-        await self._etcd.put(
-            self._candidates + str(self.me), {"log_end": self._broker.replica_log.end}, lease
-        )
-        if now - self._absent_since < self.timings.claim_delay or leader is not None:
+        candidacy = {"log_end": self._broker.replica_log.end, "epoch": epoch_value["epoch"]}
+        if (candidacy, lease) != self._candidacy:  # a write wakes every watcher: only changes
+            await self._etcd.put(self._candidates + str(self.me), candidacy, lease)
+            self._candidacy = (candidacy, lease)
+        waited = now - self._absent_since
+        if waited < self.timings.claim_delay or leader is not None:
+            return
+        # every other member of the in-sync set says how much log it has before anyone claims:
+        # the longest log wins, or an acknowledged record is lost (§9); one that says nothing
+        # for three claim delays is taken for down
+        peers = isr - {self.me, epoch_value.get("broker_id")}
+        heard = await self._candidacies(epoch_value["epoch"])
+        if peers - heard.keys() and waited < 3 * self.timings.claim_delay:
             return
         with contextlib.suppress(PreconditionFailedError):
             await self.claim(force=False)
 
+    async def _isr_of(self, epoch_value: dict[str, Any] | None) -> set[int]:
+        """The in-sync set etcd holds for the group's current epoch (empty: none)."""
+        isr, _ = await self._etcd.get(self._isr_key)
+        if epoch_value is None or isr is None or isr.get("epoch") != epoch_value["epoch"]:
+            return set()
+        return {int(member) for member in isr["members"]}
+
+    async def _candidacies(self, epoch: int) -> dict[int, int]:
+        """The log ends candidates published for this election (the group's epoch ``epoch``)."""
+        found = await self._etcd.prefix(self._candidates)
+        return {
+            int(key.rsplit("/", 1)[1]): int(value["log_end"])
+            for key, value in found.items()
+            if value.get("epoch", epoch) == epoch
+        }
+
     async def _in_sync_set(self) -> bool:
         """Whether this broker is in the in-sync set of the group's current epoch."""
         epoch_value, _ = await self._etcd.get(self._epoch_key)
-        isr, _ = await self._etcd.get(self._isr_key)
-        if epoch_value is None or isr is None:
-            return False
-        return bool(isr.get("epoch") == epoch_value["epoch"] and self.me in isr["members"])
+        return self.me in await self._isr_of(epoch_value)
 
     async def claim(self, *, force: bool) -> int:
         """Become the group's master through etcd (an election, or ``pocketmq broker promote``
@@ -361,14 +427,19 @@ class Failover:
                 )
             current = epoch_value["epoch"] if epoch_value else 0
             if not force:
+                missing = self._broker.replica_log.missing()
+                if missing is not None:
+                    raise PreconditionFailedError(
+                        f"broker {self.me} lacks records it once held: {missing.describe()}; "
+                        "promoting it loses them: use --force to promote anyway"
+                    )
                 if not await self._in_sync_set():
                     raise PreconditionFailedError(
                         f"broker {self.me} is not in the in-sync set of epoch {current}"
                     )
                 mine = self._broker.replica_log.end
-                for key, value in (await etcd.prefix(self._candidates)).items():
-                    other = int(key.rsplit("/", 1)[1])
-                    if other != self.me and (value["log_end"], -other) > (mine, -self.me):
+                for other, log_end in (await self._candidacies(current)).items():
+                    if other != self.me and (log_end, -other) > (mine, -self.me):
                         raise PreconditionFailedError(f"broker {other} holds a longer log")
             lease = await self._grant()
             epoch = max(current, self._broker.replica_log.current_epoch()) + 1

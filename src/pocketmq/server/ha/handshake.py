@@ -12,7 +12,11 @@ begins here, the slave's side in :func:`open_link` and the master's in :func:`ac
    checks. Both are bound to the two nonces, the slave's identity (``ha-slave:<id>``), the name
    ``ha:<group>`` and **the master's address as the slave's socket sees it**: a relay in between
    is refused, and a captured proof is worth nothing on another connection.
-3. ``HA_HELLO``, as before (the master's ``master.py`` answers it).
+3. ``HA_HELLO`` (:meth:`HaLink.hello`; the master's ``master.py`` answers it): a slave says what
+   it holds and learns where its copy goes on. A *probe* — a master checking the name server's
+   claim that its group has a newer master (§6) — sends it with ``probe`` set: it reads who the
+   claimed master is (its cluster and epochs), after that master proved the cluster key, and
+   hangs up.
 
 Each end refuses the other with the reason, which a slave shows as its ``link_error``: a master
 that requires the key refuses a slave without it (or with another key), and a slave that has
@@ -97,8 +101,9 @@ class Peer:
 @dataclass(slots=True)
 class HaLink:
     """An open link, its handshake done (the slave's side): the frames that arrive, and what the
-    master said of itself (believe ``master_role``/``master_epoch`` only when
-    ``authenticated``, or on a private network)."""
+    master said of itself — ``master_role`` is ``master``, ``fenced`` (a master that may not
+    write now) or ``slave``; believe it and ``master_epoch`` only when ``authenticated``, or on
+    a private network. ``timeout``: the handshake's deadline, for :meth:`hello` too."""
 
     stream: FrameStream
     frames: AsyncIterator[Frame]
@@ -106,6 +111,21 @@ class HaLink:
     authenticated: bool
     master_role: str
     master_epoch: int
+    timeout: float = HANDSHAKE_TIMEOUT
+
+    async def hello(self, hello: ha.HaHello) -> ha.HaHelloReply:
+        """Send ``HA_HELLO`` and read the master's answer within the handshake's deadline:
+        where the slave's copy goes on, or (a probe) who the master is. Raises
+        :class:`ReplicaRefused` with the master's reason, ``ConnectionError`` when it does not
+        answer in time."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                answer = await _ask(self.stream, self.frames, RequestCode.HA_HELLO, hello)
+        except TimeoutError:
+            raise ConnectionError(
+                f"{self.address} did not answer HA_HELLO in {self.timeout:g} s"
+            ) from None
+        return decode_body(answer.body, ha.HaHelloReply)
 
     async def close(self) -> None:
         """Close the connection."""
@@ -135,10 +155,15 @@ async def open_link(
     broker_id: int,
     policy: LinkPolicy,
     tls: ssl.SSLContext | None = None,
+    opened: Callable[[FrameStream], None] | None = None,
+    idle: float | None = None,
 ) -> HaLink:
     """Connect to the replication port at ``address`` and run the link's handshake up to, not
-    including, ``HA_HELLO``. Raises :class:`ReplicaRefused` with the reason when either side
-    refuses, ``ConnectionError`` when the master is unreachable or too slow."""
+    including, ``HA_HELLO`` (:meth:`HaLink.hello`). Raises :class:`ReplicaRefused` with the
+    reason when either side refuses, ``ConnectionError`` when the master is unreachable or too
+    slow. ``opened`` gets the stream as soon as it exists (another task may close it to abandon
+    the attempt: a slave told to follow another master, §9); ``idle``: the link's frames end
+    with ``ConnectionError`` after that long without one (default ``policy.idle_timeout``)."""
     host, _, port = address.rpartition(":")
     timeout = policy.handshake_timeout
     try:
@@ -149,7 +174,9 @@ async def open_link(
     except TimeoutError:
         raise ConnectionError(f"{address} did not accept a connection in {timeout:g} s") from None
     stream = FrameStream(reader, writer)
-    frames = stream.frames(policy.idle_timeout)
+    if opened is not None:
+        opened(stream)
+    frames = stream.frames(policy.idle_timeout if idle is None else idle)
     try:
         async with asyncio.timeout(timeout):
             link = await _prove(stream, frames, address, group, broker_id, policy.current_key())
@@ -160,6 +187,7 @@ async def open_link(
         await stream.close()
         raise
     stream.trust()
+    link.timeout = timeout
     return link
 
 

@@ -12,7 +12,9 @@ replication.md §2, "Handshake", "Membership", "Limits"): the cluster key when t
 authenticates; at most ``max_links`` connections, the oldest unproven one giving way to a new
 one; a deadline for the handshake and an idle timeout after it; one live link per slave id;
 acknowledgements never past what the link was sent; consumer offsets only from a member whose
-store was a copy of this master's, and never past a queue's end.
+store was a copy of this master's, and never past a queue's end. A *probe* (a master checking
+the name server's claim that this one is its group's newer master, §6) passes the same handshake
+and is told who this master is — its cluster, epochs and end — and nothing more.
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ class HaServer:
         self._refusals.note(peer, reason)
 
     def _standing(self) -> tuple[str, int]:
-        return self._broker.role.value, self._broker.replica_log.current_epoch()
+        # the role others see: a master that may not write now is "fenced" (§6, §9)
+        return self._broker.replication.acting_role(), self._broker.replica_log.current_epoch()
 
     async def _link(self, stream: FrameStream) -> None:
         broker = self._broker
@@ -155,10 +158,15 @@ class HaServer:
             except LinkRefused as exc:
                 self._refused(stream.peer, str(exc))
                 return
+            if link is None:  # a probe (§6): it has its answer
+                await stream.drain()
+                return
             stream.trust()
             self._pending.pop(task, None)
             self._replace(hello.broker_id, task, stream.peer)
-            broker.replication.slave_connected(key, hello.broker_id, hello.address, link.sent)
+            broker.replication.slave_connected(
+                key, hello.broker_id, hello.address, link.sent, hello.missing_until
+            )
             self._streams[key] = stream
             log.info(
                 "slave %d (%s%s) replicating from offset %d",
@@ -186,9 +194,10 @@ class HaServer:
 
     async def _handshake(
         self, stream: FrameStream, frames: AsyncIterator[Frame]
-    ) -> tuple[ha.HaHello, _Link]:
+    ) -> tuple[ha.HaHello, _Link | None]:
         """The link's handshake (server/ha/handshake.py) and the slave's HELLO, answered;
-        LinkRefused (the slave told why) when it may not follow this master."""
+        LinkRefused (the slave told why) when it may not follow this master. No link (None)
+        for a probe: it is answered who this master is, and nothing more."""
         broker = self._broker
         peer, first = await accept_link(
             stream, frames, group=broker.name, policy=self._policy, standing=self._standing
@@ -206,6 +215,8 @@ class HaServer:
             await stream.drain()
             raise LinkRefused(str(exc)) from None
         stream.send(FrameKind.RESPONSE, Code.SUCCESS, reply, first.request_id)
+        if hello.probe:
+            return hello, None
         held = bool(hello.cluster_id) and hello.cluster_id == reply.cluster_id
         return hello, _Link(hello.broker_id, peer.authenticated, held, position)
 
@@ -229,15 +240,24 @@ class HaServer:
         self._by_id[broker_id] = task
 
     def _hello(self, hello: ha.HaHello) -> tuple[ha.HaHelloReply, int]:
-        """Where the slave's copy goes on; raises ReplicaRefused."""
+        """Where the slave's copy goes on (a probe: only who this master is: its cluster,
+        epochs and end); raises ReplicaRefused."""
         broker = self._broker
         if broker.role is not Role.MASTER:
             raise ReplicaRefused(f"broker {broker.name!r} is not a master")
+        if hello.group != broker.replica_log.group:
+            raise ReplicaRefused(
+                f"this master is of group {broker.replica_log.group!r}, not {hello.group!r}"
+            )
         refusal = broker.replication.write_refusal()
         if refusal:  # its slaves must be free to elect a new master (docs/replication.md §9)
             raise ReplicaRefused(f"broker {broker.name!r} takes no writes now: {refusal}")
+        replica_log = broker.replica_log
+        if hello.probe:
+            epochs_now = [ha.HaEpoch(number, start) for number, start in replica_log.epochs()]
+            return ha.HaHelloReply(replica_log.cluster_id(), epochs_now, -1, replica_log.end), 0
         epochs = [(e.number, e.start) for e in hello.epochs]
-        plan = broker.replica_log.plan(hello.group, hello.cluster_id, epochs, hello.log_end)
+        plan = replica_log.plan(hello.group, hello.cluster_id, epochs, hello.log_end)
         reply = ha.HaHelloReply(
             plan.cluster_id,
             [ha.HaEpoch(number, start) for number, start in plan.epochs],

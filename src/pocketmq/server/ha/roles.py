@@ -2,25 +2,40 @@
 switch between the two (docs/replication.md §6).
 
 A master listens on its replication port; a slave runs one link to its master, whose replication
-address comes from ``--master`` or from the name server. A promotion turns a slave into the
-master (a new epoch); a master that learns from the name server that its group has a master with
-a newer epoch steps down and follows it, which cuts what its log has beyond their shared history.
+address comes from the controller (etcd's leader), ``--master``, or the name server. A promotion
+turns a slave into the master (a new epoch). A master steps down — and then cuts what its log has
+beyond their shared history — only on a verified word: etcd's, under a controller (server/ha/
+failover.py); without one, the name server's claim that the group has a newer master is checked
+with that master itself, on its replication port (a probe: docs/replication.md §6).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
 
 from pocketmq.broker import Broker
+from pocketmq.broker.replica_log import ReplicaRefused
 from pocketmq.broker.replication import Role
-from pocketmq.errors import PreconditionFailedError
-from pocketmq.server.ha.handshake import LinkPolicy
+from pocketmq.errors import PreconditionFailedError, ProtocolError
+from pocketmq.protocol import replication as ha
+from pocketmq.server.ha.handshake import LinkPolicy, open_link
 from pocketmq.server.ha.master import HaServer
 from pocketmq.server.ha.slave import HaClient
 
-__all__ = ["GroupRole"]
+__all__ = ["Claim", "GroupRole"]
+
+
+class Claim(enum.Enum):
+    """What a check of "your group has a newer master" found (docs/replication.md §6)."""
+
+    NONE = "none"  # nobody claims a newer master
+    CONFIRMED = "confirmed"  # that master answered as one of this group and cluster, newer
+    DISPROVED = "disproved"  # it answered, and is not (another cluster, older, not a master)
+    UNVERIFIED = "unverified"  # it could not be reached, or may not write right now
+
 
 log = logging.getLogger("pocketmq.server.ha")
 
@@ -50,7 +65,11 @@ class GroupRole:
         self._ha_port = ha_port
         self._ha_port_fixed = ha_port_fixed
         self._configured_master = master
-        self._discovered_master = ""
+        self._discovered_master = ""  # the name server's word (no controller)
+        self._leader_master = ""  # the controller's word
+        # set when a controller decides the roles: the name server's claims are ignored
+        self.controlled = False
+        self._doubted: set[tuple[str, int]] = set()  # claims logged as not verified
         self._own_address = own_address
         self._advertise = advertise
         self._on_change = on_change
@@ -101,35 +120,119 @@ class GroupRole:
         self.client = client
 
     async def _master_address(self) -> list[str]:
-        """Where to look for the master: ``--master`` first (an operator's choice, as in
-        RocketMQ), then the master the name server names (it follows failovers)."""
+        """Where to look for the master. Under a controller: the leader etcd names, only (or
+        ``--master`` while etcd has named none). Otherwise ``--master`` first (an operator's
+        choice, as in RocketMQ), then the master the name server names (it follows
+        promotions)."""
+        if self.controlled:
+            chosen = self._leader_master or self._configured_master
+            return [chosen] if chosen else []
         candidates = [self._configured_master or "", self._discovered_master]
         return list(dict.fromkeys(c for c in candidates if c))
 
     # -- role changes ---------------------------------------------------------------------
 
-    async def learned(self, master_address: str, master_ha: str, master_epoch: int) -> None:
-        """The name server named the group's master: a slave follows it; a master with an older
-        epoch steps down and follows it."""
+    async def learned(self, master_address: str, master_ha: str, master_epoch: int) -> Claim:
+        """The name server named the group's master. A slave (without a controller) follows it.
+        A master is told its group has a newer one: it steps down only once that master
+        confirmed it on its replication port; under a controller the claim is ignored (etcd
+        alone decides, §9)."""
         broker = self._broker
-        if not master_ha or master_address == self._own_address():
-            return
+        if self.controlled or not master_ha or master_address == self._own_address():
+            return Claim.NONE
         self._discovered_master = master_ha
         own_epoch = broker.replica_log.current_epoch()
-        if broker.role is Role.MASTER and master_epoch > own_epoch:
+        if broker.role is not Role.MASTER or master_epoch <= own_epoch:
+            return Claim.NONE
+        verdict = await self.verify_master(master_ha, own_epoch)
+        claim = (master_address, master_epoch)
+        if verdict is Claim.CONFIRMED:
             log.warning(
-                "group %r has a master with a newer epoch (%d > %d) at %s: stepping down",
+                "group %r has a master with a newer epoch (%d > %d) at %s, confirmed on its "
+                "replication port: stepping down",
                 broker.name,
                 master_epoch,
                 own_epoch,
                 master_address,
             )
             await self.demote()
+        elif claim not in self._doubted:
+            self._doubted.add(claim)
+            log.warning(
+                "the name server says group %r has a master with epoch %d at %s (replication "
+                "%s), but it does not confirm it (%s): not stepping down",
+                broker.name,
+                master_epoch,
+                master_address,
+                master_ha,
+                verdict.value,
+            )
+        return verdict
+
+    async def verify_master(self, address: str, own_epoch: int) -> Claim:
+        """Ask the replication port at ``address`` who it is: CONFIRMED when it answers as a
+        master of this group and cluster with an epoch above ``own_epoch``. The probe opens
+        the link as a slave does (server/ha/handshake.py): with ``--authentication`` the
+        claimed master must prove the cluster key first, so a rogue without it can never make
+        this master step down (docs/replication.md §6, docs/security.md)."""
+        broker = self._broker
+        try:
+            link = await open_link(
+                address,
+                group=broker.name,
+                broker_id=broker.config.broker_id,
+                policy=self.policy,
+                tls=self._tls_client,
+            )
+        except ReplicaRefused as exc:  # another group, no proof of the key, or it refused us
+            log.info("the claimed master at %s is not one of this group: %s", address, exc)
+            return Claim.DISPROVED
+        except (ConnectionError, OSError, ProtocolError, ValueError) as exc:
+            log.info("cannot reach the claimed master at %s: %s", address, exc)
+            return Claim.UNVERIFIED
+        try:
+            if link.master_role == "fenced":  # it may be the real one, waiting for its own word
+                return Claim.UNVERIFIED
+            if link.master_role != "master" or link.master_epoch <= own_epoch:
+                return Claim.DISPROVED
+            reply = await link.hello(self._probe())
+        except ReplicaRefused:  # it stopped taking writes in between
+            return Claim.UNVERIFIED
+        except (ConnectionError, OSError, ProtocolError, ValueError) as exc:
+            log.info("the claimed master at %s did not answer the probe: %s", address, exc)
+            return Claim.UNVERIFIED
+        finally:
+            await link.close()
+        newest = max((e.number for e in reply.epochs), default=0)
+        if reply.cluster_id != broker.replica_log.cluster_id() or newest <= own_epoch:
+            return Claim.DISPROVED
+        return Claim.CONFIRMED
+
+    def _probe(self) -> ha.HaHello:
+        """The HA_HELLO of a probe: this broker, asking who the master is (§6)."""
+        replica_log = self._broker.replica_log
+        return ha.HaHello(
+            self._broker.name,
+            replica_log.cluster_id(),
+            self._broker.config.broker_id,
+            self._own_address(),
+            replica_log.end,
+            [ha.HaEpoch(number, start) for number, start in replica_log.epochs()],
+            probe=True,
+        )
 
     def follow(self, master_ha: str) -> None:
-        """The controller named the group's master (docs/replication.md §9): follow it."""
-        if master_ha:
-            self._discovered_master = master_ha
+        """The controller named the group's master (docs/replication.md §9): a slave follows
+        it, leaving at once a link to any other."""
+        if not master_ha:
+            return
+        self._leader_master = master_ha
+        if self.client is not None:
+            self.client.switch(master_ha)
+
+    async def announce(self) -> None:
+        """Tell the name server now (the role others see changed)."""
+        await self._on_change()
 
     async def promote(self, *, force: bool, epoch: int | None = None) -> int:
         """Make this slave the master (refused when it is known to be behind, unless
@@ -139,6 +242,13 @@ class GroupRole:
             return broker.replica_log.current_epoch()
         client = self.client
         progress = broker.replication
+        missing = broker.replica_log.missing()
+        if not force and missing is not None:
+            raise PreconditionFailedError(
+                f"this slave lacks records it once held: {missing.describe()}; it copies them "
+                "again from its master once linked. Promoting it now loses them: use --force "
+                "to promote anyway"
+            )
         if not force and not progress.caught_up():
             gap = progress.gap()
             raise PreconditionFailedError(
@@ -149,6 +259,9 @@ class GroupRole:
         if client is not None:
             await client.stop()
             self.client = None
+        if missing is not None:
+            log.error("promoted although it lacks %s: those records are lost", missing.describe())
+            broker.replica_log.give_up_missing()
         epoch = await broker.promote(epoch)
         broker.replica_log.ensure_identity()
         await self._serve()

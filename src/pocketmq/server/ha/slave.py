@@ -14,12 +14,12 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
 from pocketmq.broker import Broker
-from pocketmq.broker.replica_log import FollowPlan, ReplicaRefused
+from pocketmq.broker.replica_log import FollowPlan, Missing, ReplicaRefused
 from pocketmq.broker.replication import Role
 from pocketmq.errors import Code, ProtocolError, StoreError
 from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
@@ -35,6 +35,10 @@ log = logging.getLogger("pocketmq.server.ha")
 METADATA_INTERVAL = 3.0
 """How often a slave copies its master's state files (RocketMQ's slave synchronisation)."""
 _RETRY_MIN, _RETRY_MAX = 0.1, 2.0
+_SILENCE = 3.0
+"""A master sends a heartbeat every second: a link silent this long is to a master that stopped
+(frozen, or its machine gone without closing the connection), and the slave drops it (sooner
+when ``ha_idle_timeout`` is lower; the master's side waits ``ha_idle_timeout``: §2, "Limits")."""
 
 MasterAddress = Callable[[], Awaitable[list[str]]]
 """The replication addresses to try, in order."""
@@ -67,6 +71,10 @@ class HaClient:
         self._pending: dict[int, asyncio.Future[Frame]] = {}
         self._progress = broker.replication
         self._stopping = False
+        self._stream: FrameStream | None = None  # the current link or attempt
+        self._linking_to = ""  # its address
+        self._switched = False
+        self._woken = asyncio.Event()
         self.links = 0
 
     def start(self) -> None:
@@ -84,50 +92,76 @@ class HaClient:
             task.cancel()
             await asyncio.wait([task], timeout=0.1)
 
+    def switch(self, address: str) -> None:
+        """The group's master is at ``address`` now (its controller said so): drop a link, or an
+        attempt, to any other master at once and connect there (docs/replication.md §9)."""
+        if self._linking_to == address:
+            return
+        self._woken.set()  # a pause between attempts ends
+        if self._stream is not None and self._linking_to:
+            self._switched = True
+            self._stream.writer.close()  # the link's frames end; _run connects again at once
+
     async def _run(self) -> None:
         delay = _RETRY_MIN
         while self._broker.role is Role.SLAVE and not self._stopping:
+            self._switched = False
             for address in await self._master():
                 links = self.links
                 started = time.monotonic()
                 try:
                     await self._follow(address)
                 except (ConnectionError, OSError, ProtocolError, StoreError, ReplicaRefused) as exc:
-                    if str(exc) != self._progress.link_error:
+                    if str(exc) != self._progress.link_error and not self._switched:
                         log.warning("replication from %s: %s", address, exc)
                     self._progress.link_error = str(exc)
                 finally:
                     self._progress.master_address = ""
+                    self._stream = None
+                    self._linking_to = ""
                 if time.monotonic() - started > 5:
                     delay = _RETRY_MIN  # the link worked for a while: retry at once
-                if self.links > links:
-                    break  # it was a master: begin with the first candidate again
+                if self.links > links or self._switched:
+                    break  # it was a master, or another is: begin with the first candidate again
             if self._link_lost is not None:
                 with contextlib.suppress(Exception):  # the master may have changed
                     await self._link_lost()
-            await asyncio.sleep(delay)
+            if self._switched:
+                delay = _RETRY_MIN
+                continue  # the controller named another master: no pause
+            self._woken.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._woken.wait()
             delay = min(_RETRY_MAX, delay * 2)
 
+    def _opened(self, stream: FrameStream) -> None:
+        self._stream = stream
+
     async def _follow(self, address: str) -> None:
+        self._linking_to = address
+        replica_log = self._broker.replica_log
         link = await open_link(
             address,
             group=self._broker.name,
             broker_id=self._broker.config.broker_id,
             policy=self._policy,
             tls=self._tls,
+            opened=self._opened,
+            idle=min(_SILENCE, self._policy.idle_timeout),
         )
-        stream, frames = link.stream, link.frames
+        stream = link.stream
         tasks: list[asyncio.Task[None]] = []
         try:
-            had_copy = bool(self._broker.replica_log.cluster_id())
-            reply = await self._handshake(stream, frames)  # bounded: the link's idle timeout
-            self._broker.replica_log.follow(
+            had_copy = bool(replica_log.cluster_id())
+            reply = await link.hello(self._hello(replica_log.missing()))
+            replica_log.follow(
                 FollowPlan(
                     reply.cluster_id,
                     [(e.number, e.start) for e in reply.epochs],
                     reply.truncate_to,
                     reply.start,
-                )
+                ),
             )
             self._progress.master_address = address
             self.links += 1
@@ -135,7 +169,7 @@ class HaClient:
             log.info("replicating from %s at offset %d", address, reply.start)
             self._ack(stream)
             tasks.append(asyncio.create_task(self._sync_metadata(stream, had_copy)))
-            async for frame in frames:
+            async for frame in link.frames:
                 if frame.kind == FrameKind.RESPONSE:
                     waiter = self._pending.pop(frame.request_id, None)
                     if waiter is not None and not waiter.done():
@@ -146,11 +180,12 @@ class HaClient:
                     data = decode_body(frame.body, ha.HaData)
                     self._progress.heard_from_master(data.log_end)
                     if data.data:  # acknowledged once in the log, before it is dispatched
-                        self._broker.replica_log.append(
-                            data.offset, data.data, lambda _end: self._ack(stream)
-                        )
+                        replica_log.append(data.offset, data.data, lambda _end: self._ack(stream))
                     else:
                         self._ack(stream)  # a heartbeat too: it carries the controller flag
+                    if replica_log.has_hole():
+                        # a damaged record was set aside while serving: copy it again
+                        raise ConnectionError("a record of this slave's log was set aside")
             raise ConnectionError("the master closed the replication link")
         finally:
             for task in tasks:
@@ -160,27 +195,24 @@ class HaClient:
             self._pending.clear()
             await stream.close()
 
-    async def _handshake(
-        self, stream: FrameStream, frames: AsyncIterator[Frame]
-    ) -> ha.HaHelloReply:
+    def _hello(self, missing: Missing | None) -> ha.HaHello:
+        """Who this slave is and what it holds: its log up to the first record it lacks (a
+        replica never has holes: what a repair set aside is copied again, §4)."""
         replica_log = self._broker.replica_log
-        hello = ha.HaHello(
+        whole = replica_log.end
+        end = whole if missing is None else min(whole, missing.start)
+        epochs = [ha.HaEpoch(n, begin) for n, begin in replica_log.epochs() if begin < end]
+        if end == whole:
+            epochs = [ha.HaEpoch(n, begin) for n, begin in replica_log.epochs()]
+        return ha.HaHello(
             self._broker.name,
             replica_log.cluster_id(),
             self._broker.config.broker_id,
             self._own_address(),
-            replica_log.end,
-            [ha.HaEpoch(number, start) for number, start in replica_log.epochs()],
+            end,
+            epochs,
+            missing.until if missing is not None else 0,
         )
-        request_id = stream.send(FrameKind.REQUEST, RequestCode.HA_HELLO, hello)
-        first = await anext(frames, None)
-        if first is None:
-            raise ConnectionError("the master closed the link during the handshake")
-        if first.request_id != request_id or first.kind != FrameKind.RESPONSE:
-            raise ReplicaRefused("the master did not answer the handshake")
-        if first.code != Code.SUCCESS:
-            raise ReplicaRefused(decode_body(first.body, w.ErrorBody).remark)
-        return decode_body(first.body, ha.HaHelloReply)
 
     def _ack(self, stream: FrameStream) -> None:
         replica_log = self._broker.replica_log

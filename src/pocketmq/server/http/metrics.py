@@ -122,7 +122,7 @@ class BrokerCollector(Collector):
                 "version": VERSION,
                 "broker_name": broker.name,
                 "broker_id": str(broker.config.broker_id),
-                "role": broker.role.value,
+                "role": broker.replication.acting_role(),
             },
         )
         yield info
@@ -413,7 +413,7 @@ class BrokerCollector(Collector):
             family = GaugeMetricFamily(name, text)
             family.add_metric([], value)
             yield family
-        controller = replication.controller
+        controller = replication.controller()
         failovers = CounterMetricFamily(
             "pocketmq_failovers", "Times this broker was elected master by the controller"
         )

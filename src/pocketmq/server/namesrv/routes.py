@@ -7,8 +7,13 @@ with its machine up is out of the routes at once, and consumers read from its sl
 route lists each group that holds it: its master first (the one with the highest epoch among those
 registered as master), then its slaves, and the queues as the master serves them — or, while a
 group has no live master, as its slaves do, read-only (docs/replication.md §5). A master that
-registers with a lower epoch than its group's master learns who the master is from the answer, and
-steps down (§6).
+registers with a lower epoch than its group's master learns who the master is from the answer
+(and steps down once that master confirmed it, §6).
+
+A master on a controller lease says how long it is master (``lease_ms``); past that, without a
+new registration, it is no longer taken for the group's master (a frozen master is not listed as
+one past its lease, §9). Brokers that registered as master but are not their group's master now
+— an older epoch, or a lease run out — are listed as ``fenced``: one master per group, never two.
 
 A broker that goes away is remembered for a day (its address, topics and why it left), so a
 client asking for a topic only gone brokers held is told they are unreachable, not that the topic
@@ -20,6 +25,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import msgspec
 
 from pocketmq.errors import ServiceUnavailableError, TooManyRequestsError, TopicNotFoundError
 from pocketmq.protocol import structs as w
@@ -41,6 +48,7 @@ class _Registration:
     topics: dict[str, w.TopicSpec]
     last_seen: float
     channel: object = None
+    master_until: float | None = None  # a leased master: master until then (clock time)
 
 
 @dataclass(slots=True)
@@ -68,11 +76,16 @@ class RouteTable:
         self._departed: dict[tuple[str, int], _Departure] = {}
 
     def register(
-        self, broker: w.BrokerAddress, topics: list[w.TopicSpec], channel: object = None
+        self,
+        broker: w.BrokerAddress,
+        topics: list[w.TopicSpec],
+        channel: object = None,
+        lease_ms: int = 0,
     ) -> w.RegisterBrokerResponse:
-        """Record a broker's registration (made over ``channel``, a connection); the answer
-        names its group's master. A new broker past ``max_brokers`` is refused
-        (:class:`TooManyRequestsError`); the known ones always register again."""
+        """Record a broker's registration (made over ``channel``, a connection; ``lease_ms``: a
+        leased master's time left); the answer names its group's master. A new broker past
+        ``max_brokers`` is refused (:class:`TooManyRequestsError`); the known ones always
+        register again."""
         key = (broker.name, broker.broker_id)
         if key not in self._brokers and len(self._brokers) >= self._max_brokers:
             self.expire()
@@ -81,9 +94,9 @@ class RouteTable:
                     f"this name server holds {len(self._brokers)} brokers, its limit "
                     f"(max_registered_brokers {self._max_brokers})"
                 )
-        self._brokers[key] = _Registration(
-            broker, {t.name: t for t in topics}, self._clock(), channel
-        )
+        now = self._clock()
+        until = now + lease_ms / 1000 if lease_ms > 0 and broker.role == "master" else None
+        self._brokers[key] = _Registration(broker, {t.name: t for t in topics}, now, channel, until)
         self._departed.pop((broker.name, broker.broker_id), None)
         master = self.master(broker.name)
         if master is None:
@@ -120,22 +133,37 @@ class RouteTable:
         return gone
 
     def master(self, group: str) -> w.BrokerAddress | None:
-        """The group's master: the highest epoch among the brokers registered as master."""
+        """The group's master: the highest epoch among the brokers registered as master whose
+        lease, if they have one, has not run out."""
+        now = self._clock()
         masters = [
             r.broker
             for (name, _), r in self._brokers.items()
-            if name == group and r.broker.role == "master"
+            if name == group
+            and r.broker.role == "master"
+            and (r.master_until is None or r.master_until > now)
         ]
         return max(masters, key=lambda b: (b.epoch, -b.broker_id), default=None)
 
     def _members(self, group: str) -> list[_Registration]:
-        """The group's registrations: its master first, then slaves by id."""
+        """The group's registrations: its master first, then slaves by id, then the brokers
+        that say (or said) master but are not (they serve no reads for a masterless group)."""
         master = self.master(group)
         members = [r for (name, _), r in self._brokers.items() if name == group]
         return sorted(
             members,
-            key=lambda r: (r.broker != master, r.broker.broker_id),
+            key=lambda r: (r.broker != master, r.broker.role != "slave", r.broker.broker_id),
         )
+
+    def _as_listed(
+        self, registration: _Registration, master: w.BrokerAddress | None
+    ) -> w.BrokerAddress:
+        """A broker as routes and listings show it: ``fenced`` when it registered as master
+        but is not its group's master now."""
+        broker = registration.broker
+        if broker.role == "master" and broker != master:
+            return msgspec.structs.replace(broker, role="fenced")
+        return broker
 
     def route(self, topic: str) -> w.RouteResponse:
         """Every live group holding ``topic``: its brokers (master first) and queues; a topic
@@ -156,7 +184,7 @@ class RouteTable:
                 # a stale master (a lower epoch) holds the topic, the real one not yet
                 continue
             perm = spec.perm if leader.broker == master else spec.perm & PERM_READ
-            brokers.extend(r.broker for r in members)
+            brokers.extend(self._as_listed(r, master) for r in members)
             queues.extend(w.QueueRoute(group, q, perm) for q in range(spec.queues))
         if not brokers:
             raise self._no_route(topic)
@@ -201,4 +229,5 @@ class RouteTable:
     def brokers(self) -> list[w.BrokerAddress]:
         """Every live broker of every group, sorted by group and id."""
         self.expire()
-        return [r.broker for _, r in sorted(self._brokers.items())]
+        masters = {name: self.master(name) for name, _ in self._brokers}
+        return [self._as_listed(r, masters[name]) for (name, _), r in sorted(self._brokers.items())]

@@ -68,7 +68,7 @@ class NameServer:
         def register(
             conn: ServerConnection, req: w.RegisterBrokerRequest
         ) -> w.RegisterBrokerResponse:
-            return self.routes.register(req.broker, req.topics, conn)
+            return self.routes.register(req.broker, req.topics, conn, req.lease_ms)
 
         def get_route(conn: ServerConnection, req: w.GetRouteRequest) -> w.RouteResponse:
             return self.routes.route(req.topic)
