@@ -128,7 +128,7 @@ async def test_in_sync_mode_a_message_is_not_delivered_before_the_slave_has_it(
 ) -> None:
     # the check below and the resumed link's acknowledgement must both fall within the bound
     # (a slave silent for longer leaves the in-sync set): 5 s leaves room on a loaded machine
-    group = make_group("sync", slaves=0, ha_sync_timeout=5.0)
+    group = make_group("sync", slaves=0, ha_sync_timeout=5.0, ha_max_lag_time=5.0)
     master = group.master
     await setup_topic(master.address, queues=1)
     proxy: LinkProxy = link_proxy(master.ha)
@@ -139,7 +139,7 @@ async def test_in_sync_mode_a_message_is_not_delivered_before_the_slave_has_it(
         sending = asyncio.create_task(producer.send(Message(topic="T", body=b"unconfirmed")))
         await asyncio.sleep(0.3)
         # stored on the master, but a failover now could discard it: while the slave is in
-        # sync (it lacks a record for less than ha_sync_timeout) readers do not get it
+        # sync (last caught up less than ha_max_lag_time ago) readers do not get it
         assert await stored_bodies(master.address, queues=1) == []
         proxy.resume()
         assert (await sending).status is SendStatus.OK

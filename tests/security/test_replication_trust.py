@@ -3,8 +3,9 @@
 Real broker processes started with ``--authentication --authorization`` (and a TLS variant with
 mutual TLS); the attacker is :class:`FakeSlave`, a small peer speaking the port's real frames.
 Without the key it reads no log byte, moves no consumer offset, and its acknowledgements (or
-its silence) change no send's answer; a member that holds the key but hangs holds sends and
-readers for at most ``ha_sync_timeout``; a real slave with the key replicates, one with another
+its silence) change no send's answer; a member that holds the key but hangs holds a send for
+at most ``ha_sync_timeout`` and readers for at most ``ha_max_lag_time`` (it leaves the in-sync
+set then); a real slave with the key replicates, one with another
 key or behind a relay is refused and says why; the master serves throughout
 (docs/security.md, "Replication port"; docs/replication.md §2).
 """
@@ -40,7 +41,9 @@ from .fake_slave import FakeSlave, refusal
 pytestmark = pytest.mark.integration
 
 SECRET = "root-secret-for-tests"
-SYNC_TIMEOUT = 1.0  # the group's ha_sync_timeout: the documented bound on a silent slave
+SYNC_TIMEOUT = 1.0  # the group's ha_sync_timeout: how long one SYNC send waits
+LAG_TIME = 2.0  # its ha_max_lag_time: a silent slave leaves the in-sync set this long after
+# it was last caught up (longer than SYNC_TIMEOUT: a send made just after it fell silent waits)
 
 
 def sync_config(**server: Any) -> dict[str, dict[str, Any]]:
@@ -49,6 +52,7 @@ def sync_config(**server: Any) -> dict[str, dict[str, Any]]:
             **FAST_BROKER["broker"],
             "replication": "sync",
             "ha_sync_timeout": SYNC_TIMEOUT,
+            "ha_max_lag_time": LAG_TIME,
             "ha_metadata_interval": 0.3,
         },
         "store": dict(FAST_BROKER["store"]),
@@ -261,7 +265,7 @@ async def _member(broker: BrokerProcess, group: str, broker_id: int, key: Cluste
     return fake
 
 
-async def test_a_member_that_goes_silent_holds_sends_and_readers_for_ha_sync_timeout_at_most(
+async def test_a_member_that_goes_silent_holds_sends_and_readers_for_the_in_sync_bound_at_most(
     lone: BrokerProcess, keys: Any
 ) -> None:
     fake = await _member(lone, "lone", 5, keys[1])
@@ -269,10 +273,12 @@ async def test_a_member_that_goes_silent_holds_sends_and_readers_for_ha_sync_tim
         await eventually(lambda: _in_sync(lone, 1), timeout=5)
         assert (await send(lone, b"while it answers")).status is SendStatus.OK
         fake.acking = False  # hung: connected, silent
-        started = time.monotonic()
+        silent = started = time.monotonic()
         held = await send(lone, b"held at most the bound")
         assert held.status is SendStatus.FLUSH_SLAVE_TIMEOUT
         assert time.monotonic() - started < SYNC_TIMEOUT + 1.0
+        await eventually(lambda: _in_sync(lone, 0), timeout=LAG_TIME + 2.0)
+        assert time.monotonic() - silent < LAG_TIME + 1.5  # it left the set by the time bound
         started = time.monotonic()
         alone = await send(lone, b"not held at all")
         assert alone.status is SendStatus.SLAVE_NOT_AVAILABLE  # it left the in-sync set
