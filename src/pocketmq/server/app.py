@@ -14,7 +14,6 @@ import os
 import secrets
 import socket
 import ssl
-import time
 from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker
@@ -22,7 +21,6 @@ from pocketmq.broker.replication import Role
 from pocketmq.errors import (
     BrokerConnectionError,
     InvalidArgumentError,
-    PocketMQError,
     TopicNotFoundError,
 )
 from pocketmq.protocol import RequestCode
@@ -33,9 +31,9 @@ from pocketmq.server.auth.cluster import ClusterKeyFile
 from pocketmq.server.auth.credential import watch_users
 from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.ha.etcd import Etcd, parse_controller
-from pocketmq.server.ha.failover import Failover
+from pocketmq.server.ha.failover import ControllerTimings, Failover
 from pocketmq.server.ha.members import GroupMembers
-from pocketmq.server.ha.roles import Claim, GroupRole
+from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
 from pocketmq.server.native.connection import ServerConnection
@@ -45,6 +43,7 @@ from pocketmq.server.native.handlers import broker_handlers
 from pocketmq.server.native.overview import overview_handlers
 from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
+from pocketmq.server.registration import Registrar
 from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
@@ -58,10 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["AppConfig", "BrokerApp"]
 
 log = logging.getLogger("pocketmq.server")
-
-_ROLE_CHECK = 0.1
-"""How often the registration loop looks whether the role others see changed (a lease ran out,
-a fence was lifted): the name server hears of it within this."""
 
 
 class BrokerApp:
@@ -87,11 +82,10 @@ class BrokerApp:
         self._users_watch: asyncio.Task[None] | None = None  # users.json read again each second
         self.http_address = ""
         self._link: NameServerLink | None = None
-        self._registrar: asyncio.Task[None] | None = None
+        self._registrar: Registrar | None = None
         self.group: GroupRole | None = None
         self.failover: Failover | None = None
         self.members: GroupMembers | None = None
-        self._registered = ("", 0.0)  # the role last registered, and when
         self.grpc_address = ""
 
     @property
@@ -171,36 +165,7 @@ class BrokerApp:
                 await self._start_grpc(config.grpc_port)
             if config.http_port is not None:
                 await self._start_http(config.http_port, tls)
-            self.group = GroupRole(
-                self.broker,
-                tls=(config.replication_server_tls(), config.replication_client_tls()),
-                policy=config.replication_policy(self._cluster_key),
-                host=config.host,
-                ha_port=self._ha_port(),
-                ha_port_fixed=config.ha_port is not None,
-                master=config.master,
-                own_address=lambda: self.native_address,
-                advertise=lambda host, port: f"{self._advertised_host()}:{port}",
-                on_change=self._register,
-            )
-            await self.group.start()
-            if endpoints:
-                self.failover = Failover(
-                    self.broker,
-                    self.group,
-                    Etcd(endpoints),
-                    own_address=lambda: self.native_address,
-                    timings=timings,
-                )
-                self.failover.start()
-                # whose acknowledgements count: etcd's member list (docs/replication.md §2)
-                self.members = GroupMembers(
-                    self.broker,
-                    Etcd(endpoints),
-                    own_address=lambda: self.native_address,
-                    timings=timings,
-                )
-                self.members.start()
+            await self._start_replication(endpoints, timings)
             await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
             self.broker.replication.starting = ""
             if self.namesrv_address:
@@ -210,11 +175,57 @@ class BrokerApp:
                     tls=self._own_namesrv_tls(tls),
                     cluster_key=self._cluster_key,
                 )
-                await self._register()
-                self._registrar = asyncio.create_task(self._register_forever())
+                self._registrar = Registrar(
+                    self._link,
+                    self.broker,
+                    address=self._self_address,
+                    group=lambda: self.group,
+                    interval=config.register_interval,
+                    renew=timings.renew,
+                )
+                await self._registrar.register()
+                self._registrar.start()
         except BaseException:
             await self.close()
             raise
+
+    async def _start_replication(
+        self, endpoints: list[tuple[str, int]] | None, timings: ControllerTimings
+    ) -> None:
+        """The broker's part in its group: its replication port or its link to the master, and
+        under a controller the failover and the group's member list in etcd."""
+        config = self.config
+        assert self.broker is not None
+        self.group = GroupRole(
+            self.broker,
+            tls=(config.replication_server_tls(), config.replication_client_tls()),
+            policy=config.replication_policy(self._cluster_key),
+            host=config.host,
+            ha_port=self._ha_port(),
+            ha_port_fixed=config.ha_port is not None,
+            master=config.master,
+            own_address=lambda: self.native_address,
+            advertise=lambda host, port: f"{self._advertised_host()}:{port}",
+            on_change=self._register,
+        )
+        await self.group.start()
+        if endpoints:
+            self.failover = Failover(
+                self.broker,
+                self.group,
+                Etcd(endpoints),
+                own_address=lambda: self.native_address,
+                timings=timings,
+            )
+            self.failover.start()
+            # whose acknowledgements count: etcd's member list (docs/replication.md §2)
+            self.members = GroupMembers(
+                self.broker,
+                Etcd(endpoints),
+                own_address=lambda: self.native_address,
+                timings=timings,
+            )
+            self.members.start()
 
     def _hold_writes(self, *, controlled: bool) -> None:
         """Before any port opens (docs/replication.md §6): no write until everything is up (a
@@ -491,79 +502,15 @@ class BrokerApp:
 
     # -- routing and registration ---------------------------------------------------------
 
-    def _registration(self) -> w.RegisterBrokerRequest:
-        assert self.broker is not None
-        topics = [
-            w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm)
-            for t in self.broker.topics.all()
-        ]
-        address = self._self_address()
-        lease = self.broker.replication.lease_remaining() if address.role == "master" else None
-        # a master on a controller lease is one only until it ends: the name server is told
-        # how long, so it never lists a frozen master past its lease (docs/replication.md §9)
-        lease_ms = 0 if lease is None else max(1, int(lease * 1000))
-        return w.RegisterBrokerRequest(address, topics, lease_ms)
-
     async def _register(self) -> None:
-        """Register; when the answer lifts this broker's fence, register again at once as
-        master (the name server lists it as one before the ready line is printed)."""
-        if await self._register_once():
-            await self._register_once()
-
-    async def _register_once(self) -> bool:
-        """One registration and what its answer says; True when the role others should see
-        changed with it (the fence was lifted)."""
-        if self._link is None:
-            return False
-        registration = self._registration()
-        try:
-            reply = await self._link.call(
-                RequestCode.REGISTER_BROKER, registration, w.RegisterBrokerResponse
-            )
-        except PocketMQError as exc:  # unreachable, not a member's name server, refused
-            log.warning("registration with the name server failed: %s", exc)
-            return False
-        self._registered = (registration.broker.role, time.monotonic())
-        verdict = Claim.NONE
-        if self.group is not None:
-            verdict = await self.group.learned(
-                reply.master_address, reply.master_ha_address, reply.master_epoch
-            )
-        broker = self.broker
-        if broker is None or not broker.replication.fence or verdict is Claim.UNVERIFIED:
-            return False
-        log.info("the name server answered: broker %s may take writes", broker.name)
-        broker.replication.fence = ""
-        return broker.replication.acting_role() != registration.broker.role
-
-    def _registration_due(self) -> bool:
-        """Whether to register now: the role others see changed, a master's lease needs
-        renewing at the name server, or the regular interval (30 s) passed."""
-        assert self.broker is not None
-        replication = self.broker.replication
-        role, at = self._registered
-        acting = replication.acting_role()
-        if acting != role:
-            return True
-        age = time.monotonic() - at
-        if replication.fence:
-            return age >= 1.0  # retried every second until the name server answers (§6)
-        lease = replication.lease_remaining()
-        if acting == "master" and lease is not None:
-            return age >= self.config.controller_timings().renew
-        return age >= self.config.register_interval
-
-    async def _register_forever(self) -> None:
-        while True:
-            await asyncio.sleep(_ROLE_CHECK)
-            if self._registration_due():
-                await self._register()
+        """Register now (the role others see changed: a promotion, a step down)."""
+        if self._registrar is not None:
+            await self._registrar.register()
 
     async def _topics_changed(self) -> None:
         if self.group is not None and self.group.server is not None:
             self.group.server.push_metadata()  # slaves have them before the answer goes out
-        if self._link is not None and self._registrar is not None:
-            await self._register()
+        await self._register()
 
     def _self_address(self) -> w.BrokerAddress:
         broker = self.broker
@@ -633,9 +580,7 @@ class BrokerApp:
         """Stop registering, close the listeners, the name-server link and the embedded name
         server, then the broker core, which persists its state last."""
         if self._registrar is not None:
-            self._registrar.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._registrar
+            await self._registrar.close()
         if self._users_watch is not None:
             self._users_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
