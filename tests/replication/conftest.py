@@ -60,13 +60,14 @@ class Group:
 
     def __init__(self, root: Path, namesrv: NameServerProcess, config: dict[str, Any],
                  *, grpc: bool = False, controller: str | None = None,
-                 http: bool = False) -> None:  # fmt: skip
+                 http: bool = False, extra_args: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.root = root
         self.namesrv = namesrv
         self.config = config
         self.grpc = grpc
         self.http = http
         self.controller = controller
+        self.extra_args = extra_args  # every member's (e.g. --authentication --cluster-key K)
         self.master = BrokerProcess(
             root / "b0",
             namesrv=namesrv.address,
@@ -80,7 +81,7 @@ class Group:
 
     def _controller_args(self, url: str | None = None) -> tuple[str, ...]:
         url = url or self.controller
-        return ("--controller", url) if url else ()
+        return (*self.extra_args, *(("--controller", url) if url else ()))
 
     def add_slave(self, master_ha: str | None = None, *, broker_id: int | None = None,
                   controller: str | None = None) -> BrokerProcess:  # fmt: skip

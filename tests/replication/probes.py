@@ -145,10 +145,13 @@ async def register_rogue_master(
     return connection
 
 
-async def own_status(address: str, timeout: float = 3.0) -> dict[str, object]:
+async def own_status(
+    address: str, timeout: float = 3.0, credentials: tuple[str, str] = ("", "")
+) -> dict[str, object]:
     """One broker's replication status, asked of that broker alone (``broker_status`` asks
-    every broker its name server lists, frozen ones included)."""
-    connection = await connect(address, "status", timeout=timeout)
+    every broker its name server lists, frozen ones included); ``credentials``: a user's
+    access and secret key, for a broker with authentication."""
+    connection = await connect(address, "status", timeout=timeout, credentials=credentials)
     try:
         reply = await connection.request(
             RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse, timeout
@@ -158,19 +161,21 @@ async def own_status(address: str, timeout: float = 3.0) -> dict[str, object]:
     return dict(reply.replication)
 
 
-async def role_of(address: str) -> str:
+async def role_of(address: str, credentials: tuple[str, str] = ("", "")) -> str:
     """The role a broker says it has ("down" when it does not answer)."""
     try:
-        return str((await own_status(address, timeout=1.0))["role"])
+        return str((await own_status(address, 1.0, credentials))["role"])
     except PocketMQError:
         return "down"
 
 
-async def wait_for_master(addresses: list[str], timeout: float = 30.0) -> str:
+async def wait_for_master(
+    addresses: list[str], timeout: float = 30.0, credentials: tuple[str, str] = ("", "")
+) -> str:
     """The one address among ``addresses`` that says it is master, once exactly one does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        roles = await asyncio.gather(*(role_of(a) for a in addresses))
+        roles = await asyncio.gather(*(role_of(a, credentials) for a in addresses))
         masters = [a for a, role in zip(addresses, roles, strict=True) if role == "master"]
         if len(masters) == 1:
             return masters[0]

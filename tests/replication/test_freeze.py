@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pocketmq import Message
-from pocketmq.client import Producer, ProducerConfig, SendStatus
+from pocketmq.client import ClientConfig, Producer, ProducerConfig, SendStatus
 from pocketmq.errors import PocketMQError
 
 from ..integration.conftest import eventually
@@ -45,8 +45,9 @@ class TimedTraffic:
     """One SDK producer through the name server, sending numbered messages one at a time; each
     answer is kept with its time (monotonic) and status, each failure with its time."""
 
-    def __init__(self, servers: str) -> None:
+    def __init__(self, servers: str, client: ClientConfig | None = None) -> None:
         self.servers = servers
+        self.client = client  # a user's keys, for a cluster with authentication
         self.answers: list[tuple[float, SendStatus, bytes]] = []
         self.failures: list[tuple[float, str]] = []
         self._stop = asyncio.Event()
@@ -61,7 +62,9 @@ class TimedTraffic:
         await self._task
 
     async def _run(self) -> None:
-        async with Producer(servers=self.servers, config=ProducerConfig()) as producer:
+        async with Producer(
+            servers=self.servers, client=self.client, config=ProducerConfig()
+        ) as producer:
             number = 0
             while not self._stop.is_set():
                 body = f"f{number}".encode()
