@@ -56,14 +56,18 @@ def test_the_sdk_runs_on_uvloop(broker: BrokerProcess) -> None:
     assert sorted(received) == sorted(f"m{n}".encode() for n in range(20))
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "auto"])
-async def test_the_broker_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "auto", None])
+async def test_the_broker_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str | None) -> None:
+    """``None``: no ``--loop``, the default is ``auto`` (docs/benchmarks.md, "Event loops")."""
     with BrokerProcess(
-        tmp_path / "b", config=FAST_BROKER, grpc_port=None, extra_args=("--loop", loop)
+        tmp_path / "b",
+        config=FAST_BROKER,
+        grpc_port=None,
+        extra_args=("--loop", loop) if loop else (),
     ) as broker:
         received = await _round_trip(broker.address)
         assert len(received) == 20
-        used = "uvloop" if loop == "auto" else loop  # uvloop is installed with the test extra
+        used = loop if loop in ("asyncio", "uvloop") else "uvloop"  # installed with [test]
         assert f"event loop: {used}" in broker.log()
 
 

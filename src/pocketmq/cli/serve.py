@@ -274,9 +274,9 @@ def setup_logging(level: str) -> None:
 @click.option(
     "--loop",
     type=click.Choice(list(LOOPS)),
-    default="asyncio",
+    default="auto",
     show_default=True,
-    help="Event loop: asyncio, uvloop, or auto (uvloop when installed).",
+    help="Event loop: auto (uvloop when installed, else asyncio), asyncio or uvloop.",
 )
 def serve(
     data_dir: str | None,
