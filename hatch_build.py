@@ -30,7 +30,9 @@ from setuptools import Distribution
 from setuptools.command.build_ext import build_ext
 
 modules, out = sys.argv[1:-1], sys.argv[-1]
-extensions = mypycify(modules, opt_level="3", debug_level="0", target_dir="build")
+# the rest of the package is read for types only: its own third-party imports need not be here
+options = ["--follow-imports=silent", "--ignore-missing-imports"]
+extensions = mypycify(options + modules, opt_level="3", debug_level="0", target_dir="build")
 command = build_ext(Distribution({"ext_modules": extensions, "script_name": "hatch_build"}))
 command.build_lib, command.build_temp = out, "build/temp"
 command.ensure_finalized()
