@@ -69,6 +69,7 @@ async def test_the_broker_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str
         assert len(received) == 20
         used = loop if loop in ("asyncio", "uvloop") else "uvloop"  # installed with [test]
         assert f"event loop: {used}" in broker.log()
+        assert "compiled hot paths: " in broker.log()
 
 
 def test_grpc_and_http_ports_serve_on_uvloop(tmp_path: Path) -> None:

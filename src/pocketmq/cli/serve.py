@@ -23,6 +23,7 @@ import msgspec
 
 from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
+from pocketmq.compiled import COMPILED
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
 from pocketmq.server.auth.network import is_loopback
@@ -355,7 +356,10 @@ def serve(
         used, _ = loop_factory(loop)
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
-    logging.getLogger("pocketmq.server").info("event loop: %s", used)
+    server_log = logging.getLogger("pocketmq.server")
+    server_log.info("event loop: %s", used)
+    # which twin of each compiled module runs (docs/design.md, "Compiled hot paths")
+    server_log.info("compiled hot paths: %s", ", ".join(COMPILED) or "none (pure Python)")
     try:
         run_on_loop(_run_until_signalled(app.start, app.ready_line, app.close), loop)
     except (OSError, InvalidArgumentError) as exc:
