@@ -79,6 +79,31 @@ except ImportError:  # run alone, outside a build
     BuildHookInterface = object  # type: ignore[assignment,misc]
 
 
+def compile_for(root: Path, version: str, build_data: dict[str, Any], out: Path) -> bool:
+    """Compile into ``out`` for a wheel (``version`` "standard": the files go into it) or an
+    editable install ("editable": copied into ``src/``); True when compiled. Never raises: a
+    failure is said and the build goes on in pure Python."""
+    if not _enabled():
+        _say("POCKETMQ_NO_EXTENSIONS is set: pure Python")
+        return False
+    started = time.monotonic()
+    try:
+        built = build(root, out)
+    except Exception as exc:  # no compile failure may fail an install
+        detail = exc.output.decode(errors="replace")[-2000:] if hasattr(exc, "output") else ""
+        _say(f"WARNING: compiling the hot paths failed, installing pure Python: {exc}\n{detail}")
+        return False
+    _say(f"compiled {', '.join(MODULES)} in {time.monotonic() - started:.0f} s")
+    for relative in built:
+        if version == "editable":
+            shutil.copy2(out / relative, root / "src" / relative)
+        else:
+            build_data["force_include"][str(out / relative)] = relative
+    build_data["pure_python"] = False
+    build_data["infer_tag"] = True
+    return True
+
+
 class CompiledHotPaths(BuildHookInterface):  # type: ignore[misc,valid-type]
     """hatchling's ``custom`` build hook for the wheel target (pyproject.toml)."""
 
@@ -86,29 +111,12 @@ class CompiledHotPaths(BuildHookInterface):  # type: ignore[misc,valid-type]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         """Compile, and ship the result (in place for an editable install); never raise."""
-        if not _enabled():
-            _say("POCKETMQ_NO_EXTENSIONS is set: pure Python")
-            return
-        out = Path(tempfile.mkdtemp(prefix="pocketmq-ext-"))
-        started = time.monotonic()
-        try:
-            built = build(Path(self.root), out)
-        except Exception as exc:  # no compile failure may fail an install
-            detail = exc.output.decode(errors="replace")[-2000:] if hasattr(exc, "output") else ""
-            _say(
-                f"WARNING: compiling the hot paths failed, installing pure Python: {exc}\n{detail}"
-            )
-            return
-        _say(f"compiled {', '.join(MODULES)} in {time.monotonic() - started:.0f} s")
-        if version == "editable":
-            for relative in built:
-                target = Path(self.root) / "src" / relative
-                shutil.copy2(out / relative, target)
-        else:
-            for relative in built:
-                build_data["force_include"][str(out / relative)] = relative
-        build_data["pure_python"] = False
-        build_data["infer_tag"] = True
+        self._out = Path(tempfile.mkdtemp(prefix="pocketmq-ext-"))
+        compile_for(Path(self.root), version, build_data, self._out)
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact: str) -> None:
+        """The wheel is written: drop the compiled files' scratch directory."""
+        shutil.rmtree(self._out, ignore_errors=True)
 
 
 if __name__ == "__main__":
