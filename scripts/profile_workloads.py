@@ -198,6 +198,12 @@ async def _lone_send(out: Path, rate: int, native: bool, count: int) -> None:
         def write(self, data: bytes) -> None:
             self.written += 1
 
+        def pause_reading(self) -> None:
+            pass  # a read of 64 KiB or more yields the loop (never one lone send)
+
+        def resume_reading(self) -> None:
+            pass
+
         def get_extra_info(self, name: str) -> object:
             return ("127.0.0.1", 1) if name == "peername" else None
 
