@@ -10,7 +10,9 @@ TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
 .PHONY: run test test-slow lint fmt bench install install-test clean prerequisites
 
-$(RUN_STAMP): pyproject.toml
+# the editable install compiles the hot paths in place with mypyc (hatch_build.py); a failed
+# compile installs pure Python, which `make install` then says (docs/design.md "Compiled hot paths")
+$(RUN_STAMP): pyproject.toml hatch_build.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
@@ -19,28 +21,44 @@ $(RUN_STAMP): pyproject.toml
 
 $(TEST_STAMP): $(RUN_STAMP)
 	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.compiled-*  # the reinstall may have rebuilt the package: check the build again
 	touch $(TEST_STAMP)
 
-install: $(RUN_STAMP)
+# rebuilt when a compiled module's source changes (a stale build is never used: pure instead)
+COMPILED_SOURCES := src/pocketmq/protocol/_framecodec.py
+COMPILED_STAMP := $(VENV)/.compiled-$(shell cat $(COMPILED_SOURCES) | sha1sum | cut -c1-12)
+$(COMPILED_STAMP): $(RUN_STAMP) $(COMPILED_SOURCES)
+	$(PY) -c 'import pocketmq.protocol.frames as f, sys; sys.exit(f.IMPLEMENTATION[-2:] != "_c")' \
+		|| $(PY) hatch_build.py || echo "WARNING: the hot paths did not compile: pure Python"
+	rm -f $(VENV)/.compiled-*
+	touch $(COMPILED_STAMP)
+	@$(PY) -c 'import pocketmq.protocol.frames as f; print("frame codec:", f.IMPLEMENTATION)'
 
-install-test: $(TEST_STAMP)
+install: $(COMPILED_STAMP)
+
+install-test: $(TEST_STAMP) $(COMPILED_STAMP)
 
 ## Prerequisites that pip cannot provide (Java 17 and JDBC drivers for the Spark pipeline tests,
 ## the official Node.js client for the gRPC compatibility tests).
 prerequisites:
 	@sh scripts/prerequisites.sh
 
-run: $(RUN_STAMP)
+run: install
 	$(VENV)/bin/pocketmq serve
 
-test: $(TEST_STAMP) prerequisites
-	$(PY) -m pytest -m "not slow"
+test: install-test prerequisites
+	# compiled hot paths (the build must be there: tests/protocol/test_compiled.py)
+	POCKETMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -m "not slow"
+	# the fast unit tests again in pure Python (~30 s): both implementations must pass
+	POCKETMQ_NO_EXTENSIONS=1 $(PY) -m pytest -m "not slow" tests/protocol \
+		tests/client tests/store tests/server/test_connection_limits.py \
+		tests/server/test_joined_requests.py tests/server/test_read_turns.py
 	# every official-client test again, through the proxy tier (docs/proxy.md)
 	POCKETMQ_TEST_GRPC_WORKERS=2 $(PY) -m pytest -m "not slow" tests/grpc \
 		tests/server/test_tls.py tests/server/test_authentication.py \
 		tests/server/test_acl.py tests/server/test_grpc_tls_modes.py
 
-test-slow: $(TEST_STAMP) prerequisites
+test-slow: install-test prerequisites
 	$(PY) -m pytest -m slow
 
 lint: $(TEST_STAMP)

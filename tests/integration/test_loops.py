@@ -8,10 +8,13 @@ producer, push consumer, admin — on uvloop (installed with the test extra).
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 import uvloop
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from pocketmq import ConsumeStatus, Message, MessageView
 from pocketmq.client import Admin, Producer, PushConsumer
@@ -53,12 +56,34 @@ def test_the_sdk_runs_on_uvloop(broker: BrokerProcess) -> None:
     assert sorted(received) == sorted(f"m{n}".encode() for n in range(20))
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "auto"])
-async def test_the_broker_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "auto", None])
+async def test_the_broker_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str | None) -> None:
+    """``None``: no ``--loop``, the default is ``auto`` (docs/benchmarks.md, "Event loops")."""
     with BrokerProcess(
-        tmp_path / "b", config=FAST_BROKER, grpc_port=None, extra_args=("--loop", loop)
+        tmp_path / "b",
+        config=FAST_BROKER,
+        grpc_port=None,
+        extra_args=("--loop", loop) if loop else (),
     ) as broker:
         received = await _round_trip(broker.address)
         assert len(received) == 20
-        used = "uvloop" if loop == "auto" else loop  # uvloop is installed with the test extra
+        used = loop if loop in ("asyncio", "uvloop") else "uvloop"  # installed with [test]
         assert f"event loop: {used}" in broker.log()
+        assert "compiled hot paths: " in broker.log()
+
+
+def test_grpc_and_http_ports_serve_on_uvloop(tmp_path: Path) -> None:
+    """The gRPC port's TLS-or-plaintext forwarder (the default, ``--grpc-tls permissive``) and the
+    HTTP port's connection cap asserted an ``asyncio.Transport``, which uvloop's transports are
+    not: on uvloop every gRPC and HTTP connection was closed at once."""
+    with BrokerProcess(
+        tmp_path / "b", config=FAST_BROKER, http_port=0, extra_args=("--loop", "uvloop")
+    ) as broker:
+        with urllib.request.urlopen(f"http://{broker.http}/healthz", timeout=10) as reply:
+            assert (reply.status, reply.read()) == (200, b"ok\n")
+        with grpc.insecure_channel(broker.grpc) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            topic = definition_pb2.Resource(name="no-such-topic")
+            reply = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=topic), timeout=10)
+        assert reply.status.code == definition_pb2.Code.TOPIC_NOT_FOUND
+        assert "event loop: uvloop" in broker.log()

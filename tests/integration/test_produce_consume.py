@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -16,7 +17,14 @@ from pocketmq import (
     MessageView,
     TopicNotFoundError,
 )
-from pocketmq.client import Admin, Producer, ProducerConfig, PushConsumer, SimpleConsumer
+from pocketmq.client import (
+    Admin,
+    Producer,
+    ProducerConfig,
+    PushConsumer,
+    PushConsumerConfig,
+    SimpleConsumer,
+)
 from pocketmq.errors import GroupNotFoundError, InvalidReceiptHandleError
 from pocketmq.testing import BrokerProcess
 
@@ -347,3 +355,31 @@ async def test_broadcasting_delivers_everything_to_everyone(
         await asyncio.sleep(0.3)
         assert b.statistics().dropped_broadcast_failures == 20  # failures are dropped, not retried
         assert b.statistics().sent_back == 0
+
+
+async def test_an_inline_plain_listener_consumes_on_the_loop_and_its_failures_come_back(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    """``listener_thread=False``: the function runs on the consumer's own thread, and a message
+    it refuses once is retried by the broker like any other."""
+    topic, group = names("t"), names("g")
+    await create(broker.address, topic=topic, group=group, retry_delays=(0.1,))
+    attempts: collections.Counter[bytes] = collections.Counter()
+    threads: set[int] = set()
+
+    def listener(messages: list[MessageView]) -> ConsumeStatus:
+        threads.add(threading.get_ident())
+        [message] = messages
+        attempts[message.body] += 1
+        if message.body == b"m3" and message.delivery_attempt == 1:
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.SUCCESS
+
+    config = PushConsumerConfig(listener_thread=False)
+    async with Producer(servers=broker.address) as producer:
+        for n in range(6):
+            await producer.send(Message(topic=topic, body=f"m{n}".encode()))
+    async with PushConsumer(group, topic, listener, servers=broker.address, config=config):
+        await eventually(lambda: attempts[b"m3"] == 2 and len(attempts) == 6)
+    assert threads == {threading.get_ident()}
+    assert {body: n for body, n in attempts.items() if n != 1} == {b"m3": 2}

@@ -24,6 +24,7 @@ import msgspec
 from pocketmq.broker import BrokerConfig
 from pocketmq.cli._app import main
 from pocketmq.cli.refusal import REFUSALS, refusal
+from pocketmq.compiled import COMPILED
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
 from pocketmq.server.auth.handshake import Authenticator
@@ -302,9 +303,9 @@ def setup_logging(level: str) -> None:
 @click.option(
     "--loop",
     type=click.Choice(list(LOOPS)),
-    default="asyncio",
+    default="auto",
     show_default=True,
-    help="Event loop: asyncio, uvloop, or auto (uvloop when installed).",
+    help="Event loop: auto (uvloop when installed, else asyncio), asyncio or uvloop.",
 )
 def serve(
     data_dir: str | None,
@@ -389,7 +390,10 @@ def serve(
         used, _ = loop_factory(loop)
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
-    logging.getLogger("pocketmq.server").info("event loop: %s", used)
+    server_log = logging.getLogger("pocketmq.server")
+    server_log.info("event loop: %s", used)
+    # which twin of each compiled module runs (docs/design.md, "Compiled hot paths")
+    server_log.info("compiled hot paths: %s", ", ".join(COMPILED) or "none (pure Python)")
     try:
         run_on_loop(_run_until_signalled(app.start, app.ready_line, app.close), loop)
     except StartRefused as refused:

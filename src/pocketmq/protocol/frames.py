@@ -5,50 +5,39 @@ costs nothing but an error. Its size limit may change between frames (a server a
 small frames before the handshake), and a frame being received may be abandoned — its remaining
 bytes are then skipped as they arrive — so a server short of memory can refuse one request
 without losing the framing of the connection (docs/protocol.md "Limits").
+
+The code lives in :mod:`pocketmq.protocol._framecodec`; this module exports its mypyc-compiled
+twin when one was built from the same source and ``POCKETMQ_NO_EXTENSIONS`` is not set, else the
+pure module (:mod:`pocketmq.compiled`, docs/design.md "Compiled hot paths").
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
-import msgspec
+from pocketmq.compiled import load
 
-from pocketmq.errors import ProtocolError
-from pocketmq.protocol.codes import FrameKind
-from pocketmq.protocol.limits import HEADER_SIZE, MAX_FRAME_BODY
+__all__ = [
+    "IMPLEMENTATION",
+    "Frame",
+    "FrameDecoder",
+    "FrameHeader",
+    "encode_frame",
+    "foreign_protocol",
+]
 
-__all__ = ["Frame", "FrameDecoder", "FrameHeader", "encode_frame", "foreign_protocol"]
+_implementation = load("pocketmq.protocol._framecodec")
+IMPLEMENTATION: str = _implementation.__name__
+"""The module in use: ``pocketmq.protocol._framecodec_c`` (compiled) or ``..._framecodec``."""
 
-_HEADER: Final = struct.Struct("<IBBHI")
-_KINDS: Final = frozenset(int(k) for k in FrameKind)
-
-
-class Frame(msgspec.Struct, frozen=True, gc=False):
-    """One decoded frame: the header fields the connection layer dispatches on, and the
-    still-encoded body, which only the operation's handler decodes (into its own structure)."""
-
-    kind: int
-    code: int
-    request_id: int
-    body: bytes
-
-
-class FrameHeader(NamedTuple):
-    """The header of a frame that was abandoned before its body arrived."""
-
-    kind: int
-    code: int
-    request_id: int
-    body_size: int
-
-
-def encode_frame(kind: int, code: int, request_id: int, body: bytes) -> bytes:
-    """Prefix ``body`` with its header; refuses a body over the frame limit here, so an oversize
-    response fails its own request instead of a peer's framing."""
-    if len(body) > MAX_FRAME_BODY:
-        raise ProtocolError(f"frame body of {len(body)} bytes exceeds {MAX_FRAME_BODY}")
-    return _HEADER.pack(len(body) + 8, kind, 0, code, request_id) + body
+if TYPE_CHECKING:
+    from pocketmq.protocol._framecodec import Frame, FrameDecoder, FrameHeader, encode_frame
+else:
+    Frame = _implementation.Frame
+    FrameDecoder = _implementation.FrameDecoder
+    FrameHeader = _implementation.FrameHeader
+    encode_frame = _implementation.encode_frame
 
 
 # the first 9 bytes an HTTP/2 server sends: a SETTINGS frame (type 4) on stream 0, flags 0 or ACK
@@ -70,72 +59,3 @@ def foreign_protocol(first_bytes: bytes) -> str | None:
     if len(first_bytes) >= 3 and first_bytes[0] in (0x15, 0x16) and first_bytes[1] == 3:
         return "TLS"  # a TLS record: an alert (0x15) or a handshake (0x16), version 3.x
     return None
-
-
-class FrameDecoder:
-    """Feed it bytes as they arrive; it returns the complete frames.
-
-    ``max_body`` may be changed at any time; it applies to every header decoded afterwards.
-    After a :class:`ProtocolError` the stream is unusable (the framing is lost).
-    """
-
-    __slots__ = ("_buffer", "_skip", "max_body")
-
-    def __init__(self, max_body: int = MAX_FRAME_BODY) -> None:
-        self._buffer = bytearray()
-        self._skip = 0
-        self.max_body = max_body
-
-    @property
-    def buffered(self) -> int:
-        """Bytes held for frames not yet complete."""
-        return len(self._buffer)
-
-    def feed(self, data: bytes, max_frames: int = 0) -> list[Frame]:
-        """Take ``data``; return the frames now complete (at most ``max_frames`` when it is
-        positive: the rest stay buffered for the next call, which may pass ``b""``)."""
-        if self._skip:
-            skipped = min(self._skip, len(data))
-            self._skip -= skipped
-            data = data[skipped:]
-        buffer = self._buffer
-        buffer += data
-        frames: list[Frame] = []
-        position = 0
-        available = len(buffer)
-        while available - position >= HEADER_SIZE:
-            length, kind, _flags, code, request_id = _HEADER.unpack_from(buffer, position)
-            if length < 8 or length - 8 > self.max_body:
-                raise ProtocolError(
-                    f"frame length {length} outside 8..{self.max_body + 8}"
-                    " (not a pocketmq peer, or the stream is corrupt)"
-                )
-            if kind not in _KINDS:
-                raise ProtocolError(f"unknown frame kind {kind}")
-            end = position + 4 + length
-            if end > available:
-                break
-            frames.append(
-                Frame(kind, code, request_id, bytes(buffer[position + HEADER_SIZE : end]))
-            )
-            position = end
-            if len(frames) == max_frames:
-                break
-        if position:
-            del buffer[:position]
-        return frames
-
-    def abandon_partial(self) -> FrameHeader | None:
-        """Drop the frame being received (its header is complete, its body is not): free what
-        is buffered and skip the rest of its body as it arrives. Returns its header, or None
-        when no such frame is buffered. Call it only after :meth:`feed` returned every complete
-        frame (the buffer then holds at most one partial frame)."""
-        buffer = self._buffer
-        if len(buffer) < HEADER_SIZE:
-            return None
-        length, kind, _flags, code, request_id = _HEADER.unpack_from(buffer, 0)
-        if 4 + length <= len(buffer):
-            return None  # complete: feed() has not been called since it arrived
-        self._skip = 4 + length - len(buffer)
-        self._buffer = bytearray()
-        return FrameHeader(kind, code, request_id, length - 8)

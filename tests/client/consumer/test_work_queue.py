@@ -83,3 +83,21 @@ async def test_a_cancelled_putter_passes_its_wake_up_on() -> None:
     assert first.cancelled()
     assert second.done()
     assert [await queue.get(), await queue.get()] == [2, 4]
+
+
+async def test_take_gives_the_oldest_item_or_none_and_wakes_the_putter_at_half() -> None:
+    queue: WorkQueue[int] = WorkQueue(4)
+    assert queue.take() is None
+    await queue.put_many(range(4))
+    putter = asyncio.ensure_future(queue.put_many([10]))
+    await _settle()
+    assert queue.take() == 0  # 3 left: the putter sleeps on
+    await _settle()
+    assert not putter.done()
+    assert queue.take() == 1  # 2 left, half the bound: woken
+    await _settle()
+    assert putter.done()
+    assert [queue.take() for _ in range(4)] == [2, 3, 10, None]
+    for _ in range(5):
+        queue.task_done()
+    await queue.join()

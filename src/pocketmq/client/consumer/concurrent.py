@@ -38,7 +38,9 @@ class ConcurrentConsumer(Consumption):
         assert work is not None
         me = asyncio.current_task()
         while True:
-            pq, batch = await work.get()
+            # a batch already waiting is taken without a coroutine of its own
+            item = work.take() or await work.get()
+            pq, batch = item
             try:
                 if not pq.dropped:
                     await self.consume(pq, batch, me)
@@ -62,7 +64,11 @@ class ConcurrentConsumer(Consumption):
         views = [pq.view(m) for m in batch]
         context = ConsumeContext(ack_index=len(batch) - 1, queue=pq.key)
         started = time.time()
-        status, outcome, error = await self._listener(views, context, task)
+        listener = self._listener
+        if listener.inline:  # a plain function that never blocks: no await round
+            status, outcome, error = listener.call_inline(views, context)
+        else:
+            status, outcome, error = await listener(views, context, task)
         size = len(batch)
         cut = max(-1, min(context.ack_index, size - 1)) + 1 if status is _SUCCESS else 0
         if cut == size:  # the usual case: every message succeeded, nothing to slice

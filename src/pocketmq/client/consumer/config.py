@@ -68,6 +68,11 @@ class PushConsumerConfig:
     close_timeout: float = 10.0
     report_outcomes: bool = True
     """Tell the broker about successful attempts too (for ``pocketmq message history``)."""
+    listener_thread: bool = True
+    """Run a plain (not async) listener in a worker thread, so a blocking one never stalls
+    pulling. ``False`` calls it on the event loop instead — no thread hop, task, future or await
+    per message, several times cheaper — for listeners that never block; its consume timeout
+    is then judged when it returns (a running function cannot be stopped)."""
     orderly: bool = False
     suspend_time: float = 1.0
     lock_renew_interval: float = 20.0

@@ -108,7 +108,9 @@ class PushConsumer(ClientBase):
         # the fallback (docs/semantics.md, "send-back fails")
         hand_back = ProducerConfig(retries=0, send_timeout=self.client_config.request_timeout)
         retry = RetryHandBack(state, Sender(self.pool, self.routes, hand_back))
-        call = ListenerCall(listener, self.config.consume_timeout)
+        call = ListenerCall(
+            listener, self.config.consume_timeout, in_thread=self.config.listener_thread
+        )
         self._membership = Membership(state, topics, self.subscriptions)
         self._workers = ConcurrentConsumer(state, call, self._reports, retry, self._offsets)
         orderly: tuple[QueueLocks, Lanes] | None = None

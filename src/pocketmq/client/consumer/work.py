@@ -65,6 +65,17 @@ class WorkQueue(Generic[T]):
             for _ in range(min(added, len(self._getters))):
                 self._wake(self._getters)
 
+    def take(self) -> T | None:
+        """The oldest item, or None when there is none (:meth:`get` without waiting, and
+        without a coroutine: a worker takes a waiting batch this way). Items are never None."""
+        items = self._items
+        if not items:
+            return None
+        item = items.popleft()
+        if self._putters and len(items) <= self._bound // 2:
+            self._wake(self._putters)
+        return item
+
     async def get(self) -> T:
         """Take the oldest item, waiting while there is none."""
         items = self._items

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 __all__ = ["PermissiveForwarder"]
 
@@ -32,8 +33,9 @@ class _Upstream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport, though not an asyncio.Transport subclass on uvloop: an
+        # isinstance check there closed every gRPC connection
+        self.transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=_HIGH_WATER)
 
     def data_received(self, data: bytes) -> None:
@@ -63,8 +65,7 @@ class _Downstream(asyncio.Protocol):
         self._local_port = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport = cast(asyncio.Transport, transport)  # see _Upstream
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):

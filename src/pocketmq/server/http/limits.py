@@ -16,6 +16,7 @@ import collections
 import ipaddress
 import logging
 import ssl
+from typing import cast
 
 from aiohttp import web
 
@@ -83,7 +84,9 @@ class _Limited(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # a stream transport, though not an asyncio.Transport subclass on uvloop: an
+        # isinstance check there closed every HTTP connection
+        transport = cast(asyncio.Transport, transport)
         key = address_key(transport.get_extra_info("peername"))
         if not self._cap.admit(key):
             log.warning("cap", "refused an HTTP connection from %s: too many connections", key)

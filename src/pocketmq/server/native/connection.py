@@ -75,6 +75,12 @@ def _name(value: int, names: dict[int, str]) -> str:
 #: At most this many joined requests are done in one call (bounds one event-loop turn).
 JOIN_LIMIT = 256
 
+#: After a read this large the connection lets the loop take a turn before it reads again.
+#: uvloop (libuv) reads again at once while each read fills its 256,000-byte buffer, up to 32
+#: times per wake-up, so a pipelining client could hold the loop for all of them: timers ran
+#: hundreds of ms late and flow control refused sends (docs/benchmarks.md, "Event loops").
+YIELD_AFTER_BYTES = 65536
+
 
 class Joined(NamedTuple):
     """A handler's answer that defers its work: requests that one read of the connection brought
@@ -130,7 +136,8 @@ class ServerConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] | None = None
         self._later: list[bytes] = []
-        self._paused = False
+        self._paused = False  # by pause_writing: the client reads slower than we answer
+        self._yielding = False  # reading paused until the loop's next turn (YIELD_AFTER_BYTES)
         self._greeted = False
         self.client_id = ""
         self.remote = ""
@@ -213,7 +220,20 @@ class ServerConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         """The client caught up: read its requests again."""
         self._paused = False
-        if self._transport is not None and not self.closed:
+        if self._transport is not None and not self.closed and not self._yielding:
+            self._transport.resume_reading()
+
+    def _yield_turn(self) -> None:
+        """Stop reading until the loop's next turn (see YIELD_AFTER_BYTES)."""
+        if self._transport is None or self._yielding:
+            return
+        self._yielding = True
+        self._transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._end_yield)
+
+    def _end_yield(self) -> None:
+        self._yielding = False
+        if self._transport is not None and not self.closed and not self._paused:
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -221,6 +241,7 @@ class ServerConnection(asyncio.Protocol):
         (request id 0) and closes only this connection."""
         self.last_seen = self._clock()
         decoder = self._decoder
+        size = len(data)
         self._out = []
         try:
             while True:
@@ -250,6 +271,8 @@ class ServerConnection(asyncio.Protocol):
                 self._transport.write(b"".join(out))
             if self._close_after_reply:
                 self.close()
+        if size >= YIELD_AFTER_BYTES and not self.closed:
+            self._yield_turn()
 
     def _account_buffer(self) -> None:
         """Count the partly received frame against the server's budget; over it, refuse that

@@ -1,0 +1,130 @@
+"""Compiles pocketmq's measured hot paths with mypyc at install (docs/design.md, "Compiled hot
+paths"); a hatchling build hook, also runnable alone (``python hatch_build.py``: build in place).
+
+Each module of :data:`MODULES` is copied to ``<name>_c.py`` with the SHA-256 of its source
+appended, compiled with mypyc, and shipped beside the pure module, which stays importable
+(:mod:`pocketmq.compiled` picks one at run time). An editable install (``make install``) builds
+in place, into ``src/``. Nothing here may fail an install: with ``POCKETMQ_NO_EXTENSIONS=1``,
+without a C compiler, or when mypyc fails, the build says why and the wheel is pure Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: The modules compiled, chosen from profiles (docs/benchmarks.md, "Where the time goes").
+MODULES = ["pocketmq/protocol/_framecodec.py"]
+
+_MYPYC = """
+import sys
+from mypyc.build import mypycify
+from setuptools import Distribution
+from setuptools.command.build_ext import build_ext
+
+modules, out = sys.argv[1:-1], sys.argv[-1]
+# the rest of the package is read for types only: its own third-party imports need not be here
+options = ["--follow-imports=silent", "--ignore-missing-imports"]
+extensions = mypycify(options + modules, opt_level="3", debug_level="0", target_dir="build")
+command = build_ext(Distribution({"ext_modules": extensions, "script_name": "hatch_build"}))
+command.build_lib, command.build_temp = out, "build/temp"
+command.ensure_finalized()
+command.run()
+"""
+
+
+def _enabled() -> bool:
+    return os.environ.get("POCKETMQ_NO_EXTENSIONS", "") in ("", "0")
+
+
+def build(root: Path, out: Path) -> list[str]:
+    """Compile :data:`MODULES` of the project at ``root``; returns the built files' paths
+    relative to ``out`` (package paths). Raises when any step fails."""
+    src = root / "src"
+    with tempfile.TemporaryDirectory(prefix="pocketmq-mypyc-") as scratch:
+        tree = Path(scratch) / "src"
+        # the whole package, so mypy resolves what the compiled modules import
+        shutil.copytree(src / "pocketmq", tree / "pocketmq", ignore=shutil.ignore_patterns("*.so"))
+        names = []
+        for module in MODULES:
+            source = (src / module).read_bytes()
+            twin = tree / module.replace(".py", "_c.py")
+            digest = hashlib.sha256(source).hexdigest()
+            twin.write_bytes(source + f'\nSOURCE_DIGEST = "{digest}"\n'.encode())
+            names.append(str(twin.relative_to(tree)))
+        subprocess.run(
+            [sys.executable, "-c", _MYPYC, *names, str(out)],
+            cwd=tree,
+            check=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*.so"))
+
+
+def _say(message: str) -> None:
+    print(f"pocketmq build: {message}", file=sys.stderr, flush=True)
+
+
+try:
+    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+except ImportError:  # run alone, outside a build
+    BuildHookInterface = object  # type: ignore[assignment,misc]
+
+
+def compile_for(root: Path, version: str, build_data: dict[str, Any], out: Path) -> bool:
+    """Compile into ``out`` for a wheel (``version`` "standard": the files go into it) or an
+    editable install ("editable": copied into ``src/``); True when compiled. Never raises: a
+    failure is said and the build goes on in pure Python."""
+    if not _enabled():
+        _say("POCKETMQ_NO_EXTENSIONS is set: pure Python")
+        return False
+    started = time.monotonic()
+    try:
+        built = build(root, out)
+    except Exception as exc:  # no compile failure may fail an install
+        detail = exc.output.decode(errors="replace")[-2000:] if hasattr(exc, "output") else ""
+        _say(f"WARNING: compiling the hot paths failed, installing pure Python: {exc}\n{detail}")
+        return False
+    _say(f"compiled {', '.join(MODULES)} in {time.monotonic() - started:.0f} s")
+    for relative in built:
+        if version == "editable":
+            shutil.copy2(out / relative, root / "src" / relative)
+        else:
+            build_data["force_include"][str(out / relative)] = relative
+    build_data["pure_python"] = False
+    build_data["infer_tag"] = True
+    return True
+
+
+class CompiledHotPaths(BuildHookInterface):  # type: ignore[misc,valid-type]
+    """hatchling's ``custom`` build hook for the wheel target (pyproject.toml)."""
+
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        """Compile, and ship the result (in place for an editable install); never raise."""
+        self._out = Path(tempfile.mkdtemp(prefix="pocketmq-ext-"))
+        compile_for(Path(self.root), version, build_data, self._out)
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact: str) -> None:
+        """The wheel is written: drop the compiled files' scratch directory."""
+        shutil.rmtree(self._out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if not _enabled():
+        _say("POCKETMQ_NO_EXTENSIONS is set: nothing to build")
+        sys.exit(0)
+    here = Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory(prefix="pocketmq-ext-") as directory:
+        for relative in build(here, Path(directory)):
+            shutil.copy2(Path(directory) / relative, here / "src" / relative)
+            _say(f"built src/{relative}")
