@@ -20,15 +20,22 @@ ROOT = Path(__file__).resolve().parents[1]
 def checkout(tmp_path: Path) -> Path:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", "hatch_build.py", *COMPILED_SOURCES):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     return tmp_path
 
 
+COMPILED_SOURCES = ("src/pocketmq/protocol/_framecodec.py",)  # the Makefile's COMPILED_SOURCES
+
+
 def _would_run(checkout: Path, target: str) -> str:
+    # run as a user would: not as a sub-make of `make test` (no "Entering directory" lines)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
     done = subprocess.run(
-        ["make", "-n", target], cwd=checkout, capture_output=True, text=True, check=True
-    )
+        ["make", "--no-print-directory", "-n", target],
+        cwd=checkout, capture_output=True, text=True, check=True, env=environment,
+    )  # fmt: skip
     return done.stdout
 
 
@@ -37,6 +44,7 @@ def test_make_run_installs_the_runtime_only(checkout: Path) -> None:
     assert "pip install --quiet -e .\n" in commands
     assert "[test]" not in commands
     assert commands.rstrip().endswith(".venv/bin/pocketmq serve")
+    assert "hatch_build.py" in commands  # the hot paths are compiled for `make run` too
 
 
 def test_make_test_installs_the_runtime_then_the_test_extra(checkout: Path) -> None:
@@ -48,10 +56,13 @@ def test_make_test_installs_the_runtime_then_the_test_extra(checkout: Path) -> N
 def test_after_make_run_make_test_adds_only_the_test_extra(checkout: Path) -> None:
     digest = hashlib.sha1((checkout / "pyproject.toml").read_bytes()).hexdigest()[:12]
     (checkout / ".venv").mkdir()
-    stamp = checkout / ".venv" / f".installed-run-{digest}"
-    stamp.touch()
+    source = b"".join((checkout / name).read_bytes() for name in COMPILED_SOURCES)
+    compiled = hashlib.sha1(source).hexdigest()[:12]
     later = time.time() + 5
-    os.utime(stamp, (later, later))  # newer than pyproject.toml, as after an install
+    for name in (f".installed-run-{digest}", f".compiled-{compiled}"):
+        stamp = checkout / ".venv" / name
+        stamp.touch()
+        os.utime(stamp, (later, later))  # newer than their sources, as after an install
     assert _would_run(checkout, "run").strip() == ".venv/bin/pocketmq serve"
     commands = _would_run(checkout, "test")
     assert "pip install --quiet -e '.[test]'" in commands
