@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     report = _report(args, meta, conf, spark, duck, same, load_before)
     args.dir.mkdir(parents=True, exist_ok=True)
     (args.dir / "reconcile.json").write_text(json.dumps(report, indent=2) + "\n")
-    _print_report(args, meta, report, spark, duck, same)
+    _print_report(report)
     return 0 if same in (None, True) else 1
 
 
@@ -283,32 +283,28 @@ def _report(
     return report
 
 
-def _print_report(
-    args: argparse.Namespace,
-    meta: dict[str, Any],
-    report: dict[str, Any],
-    spark: SparkResult,
-    duck: DuckDBResult | None,
-    same: bool | None,
-) -> None:
-    n_rows = int(meta["stubs"]) + int(meta["log"])
-    print(f"reconcile benchmark: {meta['stubs']:,} stubs + {meta['log']:,} log rows (Parquet)")
+def _print_report(report: dict[str, Any]) -> None:
+    """The figures of ``reconcile.json`` as a few lines for the terminal."""
+    rows, spark, duck = report["rows"], report["spark"], report["duckdb"]
+    n_rows = int(rows["stubs"]) + int(rows["log"])
+    print(f"reconcile benchmark: {rows['stubs']:,} stubs + {rows['log']:,} log rows (Parquet)")
     print(
-        f"  spark {args.master}: session start {spark.session_start_s:.1f} s, "
-        f"first run {spark.first_run_s:.1f} s, warm median {_median(spark.warm_runs_s):.2f} s "
-        f"({n_rows / _median(spark.warm_runs_s):,.0f} rows/s)"
+        f"  spark {spark['master']}: session start {spark['session_start_s']:.1f} s, "
+        f"first run {spark['first_run_s']:.1f} s, warm median {spark['warm_median_s']:.2f} s "
+        f"({n_rows / spark['warm_median_s']:,.0f} rows/s)"
     )
     if duck is not None:
         print(
-            f"  duckdb {args.threads} threads: first run {duck.first_run_s:.2f} s, warm median "
-            f"{_median(duck.warm_runs_s):.2f} s ({n_rows / _median(duck.warm_runs_s):,.0f} rows/s)"
+            f"  duckdb {duck['threads']} threads: first run {duck['first_run_s']:.2f} s, warm "
+            f"median {duck['warm_median_s']:.2f} s ({n_rows / duck['warm_median_s']:,.0f} rows/s)"
         )
         print(
             f"  ratio spark/duckdb (warm medians): {report['ratio_warm']:.2f}x; end to end "
             f"(session start + first run vs first run): {report['ratio_end_to_end']:.2f}x"
         )
         print(
-            f"  same resend/manual lists: {same} (resend {spark.resend:,}, manual {spark.manual:,})"
+            f"  same resend/manual lists: {report['same_results']} "
+            f"(resend {spark['resend']:,}, manual {spark['manual']:,})"
         )
     print(f"  load average (1 min) before/after: {report['load_average_1m_before_after']}")
 
