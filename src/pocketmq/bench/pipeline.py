@@ -39,13 +39,15 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pocketmq.pipeline.demo import DEMO_NOW, generate_demo_data
 
 __all__ = ["DuckDBResult", "SparkResult", "duckdb_reconcile", "main"]
 
 _RESEND_STATUSES = "('UNCONFIRMED', 'UNKNOWN')"
+#: The send limit both engines reconcile with (the demo data's default).
+_MAX_SENDS: Final = 5
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,6 +131,27 @@ def _ids(path: Path) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; exit status 1 when the two engines' lists differ."""
+    args = _parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    data_dir = args.dir / f"reconcile-data-{args.stubs}-{args.log_ratio}-{args.seed}"
+    meta = _cached_demo_data(data_dir, args)
+    conf = dict(item.split("=", 1) for item in args.conf)
+    load_before, spark, duck = _run_alternating(args, data_dir, conf)
+    same = None
+    if duck is not None:
+        same = all(
+            _ids(args.dir / "out-spark" / name) == _ids(args.dir / "out-duckdb" / name)
+            for name in ("resend", "manual")
+        )
+    report = _report(args, meta, conf, spark, duck, same, load_before)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    (args.dir / "reconcile.json").write_text(json.dumps(report, indent=2) + "\n")
+    _print_report(report)
+    return 0 if same in (None, True) else 1
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="pocketmq bench reconcile", description=__doc__.split("\n\n")[0]
     )
@@ -144,11 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", type=Path, default=Path("bench-results"))
     parser.add_argument("--skip-duckdb", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    data_dir = args.dir / f"reconcile-data-{args.stubs}-{args.log_ratio}-{args.seed}"
+
+def _cached_demo_data(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The demo data's manifest, generating the data first unless an earlier run left it."""
     marker = data_dir / "demo.json"
     if not marker.exists():
         print(f"generating {args.stubs:,} stubs into {data_dir} ...", file=sys.stderr)
@@ -157,21 +180,23 @@ def main(argv: list[str] | None = None) -> int:
             data_dir, stubs=args.stubs, log_ratio=args.log_ratio, seed=args.seed, exports=False
         )
         print(f"  generated in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-    meta = json.loads(marker.read_text())
-    stubs, log = data_dir / "stubs", data_dir / "log"
-    n_rows = int(meta["stubs"]) + int(meta["log"])
-    now = DEMO_NOW
-    max_sends = 5
-    conf = dict(item.split("=", 1) for item in args.conf)
+    meta: dict[str, Any] = json.loads(marker.read_text())
+    return meta
 
+
+def _run_alternating(
+    args: argparse.Namespace, data_dir: Path, conf: dict[str, str]
+) -> tuple[tuple[float, float, float], SparkResult, DuckDBResult | None]:
+    """Spark session start, then the runs interleaved (DuckDB, Spark, DuckDB, Spark, ...) so
+    both engines see the same background load on a shared machine. Returns the load average
+    before the session started and both engines' figures."""
     from pyspark.sql import SparkSession
 
     from pocketmq.pipeline.reconcile import run_reconcile
     from pocketmq.pipeline.session import spark_session
 
+    stubs, log = data_dir / "stubs", data_dir / "log"
     load_before = os.getloadavg()
-    # Spark session start, then the runs interleaved (DuckDB, Spark, DuckDB, Spark, ...) so both
-    # engines see the same background load on a shared machine.
     started = time.perf_counter()
     borrowed = SparkSession.getActiveSession() is not None  # a notebook's: not ours to stop
     session = spark_session(
@@ -186,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.runs):
             if not args.skip_duckdb:
                 secs, r, m = duckdb_reconcile(
-                    stubs, log, args.dir / "out-duckdb", now, max_sends, args.threads
+                    stubs, log, args.dir / "out-duckdb", DEMO_NOW, _MAX_SENDS, args.threads
                 )
                 d_times.append(secs)
                 d_counts = (r, m)
@@ -197,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                 stubs=str(stubs),
                 log=str(log),
                 out=str(args.dir / "out-spark"),
-                now=now,
-                max_sends=max_sends,
+                now=DEMO_NOW,
+                max_sends=_MAX_SENDS,
             )
             s_times.append(time.perf_counter() - t)
             s_counts = (summary.resend, summary.manual)
@@ -220,56 +245,68 @@ def main(argv: list[str] | None = None) -> int:
         if d_times
         else None
     )
+    return load_before, spark, duck
 
-    same = None
-    if duck is not None:
-        same = all(
-            _ids(args.dir / "out-spark" / name) == _ids(args.dir / "out-duckdb" / name)
-            for name in ("resend", "manual")
-        )
 
-    def med(xs: list[float]) -> float:
-        return statistics.median(xs) if xs else float("nan")
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
 
+
+def _report(
+    args: argparse.Namespace,
+    meta: dict[str, Any],
+    conf: dict[str, str],
+    spark: SparkResult,
+    duck: DuckDBResult | None,
+    same: bool | None,
+    load_before: tuple[float, float, float],
+) -> dict[str, Any]:
+    """The contents of ``reconcile.json``."""
     report: dict[str, Any] = {
         "date": datetime.now().strftime("%Y-%m-%d"),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}, "
         f"Python {platform.python_version()}",
         "rows": {"stubs": meta["stubs"], "log": meta["log"]},
         "spark": asdict(spark)
-        | {"warm_median_s": med(spark.warm_runs_s), "master": args.master, "conf": conf},
-        "duckdb": (asdict(duck) | {"warm_median_s": med(duck.warm_runs_s), "threads": args.threads})
+        | {"warm_median_s": _median(spark.warm_runs_s), "master": args.master, "conf": conf},
+        "duckdb": (
+            asdict(duck) | {"warm_median_s": _median(duck.warm_runs_s), "threads": args.threads}
+        )
         if duck
         else None,
         "same_results": same,
         "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
     if duck is not None:
-        report["ratio_warm"] = med(spark.warm_runs_s) / med(duck.warm_runs_s)
+        report["ratio_warm"] = _median(spark.warm_runs_s) / _median(duck.warm_runs_s)
         report["ratio_end_to_end"] = (spark.session_start_s + spark.first_run_s) / duck.first_run_s
-    args.dir.mkdir(parents=True, exist_ok=True)
-    (args.dir / "reconcile.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
-    print(f"reconcile benchmark: {meta['stubs']:,} stubs + {meta['log']:,} log rows (Parquet)")
+
+def _print_report(report: dict[str, Any]) -> None:
+    """The figures of ``reconcile.json`` as a few lines for the terminal."""
+    rows, spark, duck = report["rows"], report["spark"], report["duckdb"]
+    n_rows = int(rows["stubs"]) + int(rows["log"])
+    print(f"reconcile benchmark: {rows['stubs']:,} stubs + {rows['log']:,} log rows (Parquet)")
     print(
-        f"  spark {args.master}: session start {spark.session_start_s:.1f} s, "
-        f"first run {spark.first_run_s:.1f} s, warm median {med(spark.warm_runs_s):.2f} s "
-        f"({n_rows / med(spark.warm_runs_s):,.0f} rows/s)"
+        f"  spark {spark['master']}: session start {spark['session_start_s']:.1f} s, "
+        f"first run {spark['first_run_s']:.1f} s, warm median {spark['warm_median_s']:.2f} s "
+        f"({n_rows / spark['warm_median_s']:,.0f} rows/s)"
     )
     if duck is not None:
         print(
-            f"  duckdb {args.threads} threads: first run {duck.first_run_s:.2f} s, warm median "
-            f"{med(duck.warm_runs_s):.2f} s ({n_rows / med(duck.warm_runs_s):,.0f} rows/s)"
+            f"  duckdb {duck['threads']} threads: first run {duck['first_run_s']:.2f} s, warm "
+            f"median {duck['warm_median_s']:.2f} s ({n_rows / duck['warm_median_s']:,.0f} rows/s)"
         )
         print(
             f"  ratio spark/duckdb (warm medians): {report['ratio_warm']:.2f}x; end to end "
             f"(session start + first run vs first run): {report['ratio_end_to_end']:.2f}x"
         )
         print(
-            f"  same resend/manual lists: {same} (resend {spark.resend:,}, manual {spark.manual:,})"
+            f"  same resend/manual lists: {report['same_results']} "
+            f"(resend {spark['resend']:,}, manual {spark['manual']:,})"
         )
     print(f"  load average (1 min) before/after: {report['load_average_1m_before_after']}")
-    return 0 if same in (None, True) else 1
 
 
 if __name__ == "__main__":

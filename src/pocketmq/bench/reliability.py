@@ -22,11 +22,15 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from pocketmq.client import Message, MessageView
 from pocketmq.reliability.backends.redis import DEFAULT_REDIS_URL, RedisLeaseStore
 from pocketmq.reliability.backends.sql import SqlBackend, SqlTransaction
-from pocketmq.reliability.idempotent import IdempotentConsumer
+from pocketmq.reliability.idempotent import Handler, IdempotentConsumer
+
+if TYPE_CHECKING:
+    from sqlalchemy import MetaData, Table
 
 __all__ = ["IdempotentBenchResult", "main", "run_benchmark"]
 
@@ -57,18 +61,12 @@ async def run_benchmark(
     batch_transactions: bool = True,
 ) -> IdempotentBenchResult:
     """Consume ``messages`` once, then all of them again as duplicates; time both passes."""
-    from sqlalchemy import Column, Integer, MetaData, String, Table
+    from sqlalchemy import MetaData
 
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
     backend = SqlBackend.from_url(url, table_prefix=prefix, pool_size=max(5, concurrency + 1))
     metadata = MetaData()
-    orders = Table(
-        f"{backend.tables.stub.name}_orders",
-        metadata,
-        Column("id", Integer, primary_key=True, autoincrement=True),
-        Column("message_id", String(64), nullable=False, unique=True),
-        Column("amount", Integer, nullable=False),
-    )
+    orders = _orders_table(backend, metadata)
     leases = (
         RedisLeaseStore.from_url(redis_url, prefix=f"pocketmq:bench:{prefix}:")
         if redis_url
@@ -78,57 +76,20 @@ async def run_benchmark(
     async with backend.engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
     try:
-        ids: list[str] = []
-        for start in range(0, messages, 500):
-            async with backend.transaction() as tx:
-                for i in range(start, min(start + 500, messages)):
-                    m = tx.add_message(Message(topic="bench", body=f"order {i}".encode()))
-                    ids.append(m.message_id or "")
-        views = [
-            MessageView(
-                message_id=mid,
-                topic="bench",
-                queue_id=i % 8,
-                queue_offset=i // 8,
-                body=b"order",
-                broker_name="bench-broker",
-            )
-            for i, mid in enumerate(ids)
-        ]
-
-        async def handle(message: MessageView, tx: SqlTransaction) -> None:
-            await tx.connection.execute(
-                orders.insert().values(message_id=message.message_id, amount=1)
-            )
-
+        views = await _outbox_messages(backend, messages)
         consumer = IdempotentConsumer(
             backend,
-            handle,
+            _order_handler(orders),
             group="bench",
             leases=leases,
             batch_transactions=batch_transactions,
         )
         batches = [views[i : i + batch_size] for i in range(0, len(views), batch_size)]
-
-        async def deliver_all() -> float:
-            queue: asyncio.Queue[list[MessageView]] = asyncio.Queue()
-            for batch in batches:
-                queue.put_nowait(batch)
-
-            async def worker() -> None:
-                while not queue.empty():
-                    batch = queue.get_nowait()
-                    await consumer(batch)
-
-            started = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            return time.perf_counter() - started
-
-        first = await deliver_all()
+        first = await _deliver_all(consumer, batches, concurrency)
         stats = consumer.statistics()
         if stats.handled != messages:
             raise RuntimeError(f"benchmark handled {stats.handled} of {messages}: {stats}")
-        second = await deliver_all()
+        second = await _deliver_all(consumer, batches, concurrency)
     finally:
         async with backend.engine.begin() as conn:
             await conn.run_sync(metadata.drop_all)
@@ -148,6 +109,70 @@ async def run_benchmark(
         duplicates_per_second=round(messages / second, 1),
         batch_transactions=batch_transactions,
     )
+
+
+def _orders_table(backend: SqlBackend, metadata: MetaData) -> Table:
+    """The business table the handler inserts into, beside the benchmark's own outbox tables."""
+    from sqlalchemy import Column, Integer, String, Table
+
+    return Table(
+        f"{backend.tables.stub.name}_orders",
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("message_id", String(64), nullable=False, unique=True),
+        Column("amount", Integer, nullable=False),
+    )
+
+
+def _order_handler(orders: Table) -> Handler[SqlTransaction]:
+    """The application's work: one business row per message, in the consumer's transaction."""
+
+    async def handle(message: MessageView, tx: SqlTransaction) -> None:
+        await tx.connection.execute(orders.insert().values(message_id=message.message_id, amount=1))
+
+    return handle
+
+
+async def _outbox_messages(backend: SqlBackend, messages: int) -> list[MessageView]:
+    """Give each message an outbox stub (500 per transaction), as in production, and return
+    them as the consumer would receive them."""
+    ids: list[str] = []
+    for start in range(0, messages, 500):
+        async with backend.transaction() as tx:
+            for i in range(start, min(start + 500, messages)):
+                m = tx.add_message(Message(topic="bench", body=f"order {i}".encode()))
+                ids.append(m.message_id or "")
+    return [
+        MessageView(
+            message_id=mid,
+            topic="bench",
+            queue_id=i % 8,
+            queue_offset=i // 8,
+            body=b"order",
+            broker_name="bench-broker",
+        )
+        for i, mid in enumerate(ids)
+    ]
+
+
+async def _deliver_all(
+    consumer: IdempotentConsumer[SqlTransaction],
+    batches: list[list[MessageView]],
+    concurrency: int,
+) -> float:
+    """Deliver every batch through ``concurrency`` workers; the seconds it took."""
+    queue: asyncio.Queue[list[MessageView]] = asyncio.Queue()
+    for batch in batches:
+        queue.put_nowait(batch)
+
+    async def worker() -> None:
+        while not queue.empty():
+            batch = queue.get_nowait()
+            await consumer(batch)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> None:

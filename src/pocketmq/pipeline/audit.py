@@ -52,6 +52,20 @@ __all__ = [
 
 DEFAULT_LATE_AFTER_SECONDS: Final = 60.0
 DEFAULT_GRACE_SECONDS: Final = 300.0
+#: The columns of the lost, duplicated and late lists.
+_DETAIL_COLUMNS: Final = (
+    "topic",
+    "consumer_group",
+    "message_id",
+    "broker_name",
+    "queue_id",
+    "queue_offset",
+    "stored_at",
+    "log_status",
+    "receive_count",
+    "consumed_at",
+    "latency_s",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +105,34 @@ def delivery_audit(
     """
     from pyspark.sql import functions as F
 
+    stored = _stored_messages(export)
+    if groups is not None:
+        log = log.where(F.col("consumer_group").isin(*groups))
+    pairs = _expected_pairs(export.sparkSession, log, groups, subscriptions)
+    receipts = log.select(
+        "consumer_group",
+        "message_id",
+        F.col("status").alias("log_status"),
+        "receive_count",
+        "consumed_at",
+    )
+    expected = stored.join(F.broadcast(pairs), on="topic", how="inner")
+    joined = expected.join(receipts, on=["consumer_group", "message_id"], how="left")
+    flagged = _flag_deliveries(joined, now=now, late_after=late_after, grace=grace)
+    return DeliveryAudit(
+        summary=_hourly_summary(flagged),
+        lost=flagged.where("is_lost").select(*_DETAIL_COLUMNS),
+        duplicated=flagged.where("is_duplicated").select(*_DETAIL_COLUMNS),
+        late=flagged.where("is_late").select(*_DETAIL_COLUMNS),
+        rows=flagged,
+    )
+
+
+def _stored_messages(export: DataFrame) -> DataFrame:
+    """One row per stored message id of the export's own topics (retry and DLQ topics left
+    out): where its first copy went and how many copies the broker stored."""
+    from pyspark.sql import functions as F
+
     topic = F.col("topic")
     stored_rows = export.where(
         ~topic.startswith(RETRY_TOPIC_PREFIX) & ~topic.startswith(DLQ_TOPIC_PREFIX)
@@ -102,8 +144,7 @@ def delivery_audit(
         "queue_offset",
         F.col("store_timestamp").cast("timestamp_ntz").alias("stored_at"),
     )
-    # One row per stored message id (the first copy), counting extra copies.
-    stored = (
+    return (
         stored_rows.groupBy("topic", "message_id")
         .agg(
             F.min_by(F.struct("broker_name", "queue_id", "queue_offset"), "stored_at").alias("at"),
@@ -121,25 +162,31 @@ def delivery_audit(
         )
     )
 
-    if groups is not None:
-        log = log.where(F.col("consumer_group").isin(*groups))
-    spark = export.sparkSession
+
+def _expected_pairs(
+    spark: SparkSession,
+    log: DataFrame,
+    groups: Sequence[str] | None,
+    subscriptions: Sequence[tuple[str, str]],
+) -> DataFrame:
+    """(topic, consumer_group) pairs expected to consume: those the log mentions, plus the
+    named ``subscriptions`` of the audited groups (a group that consumed nothing cannot be
+    discovered from its own log)."""
     pairs = log.select("topic", "consumer_group").distinct()
     extra = [(t, g) for t, g in subscriptions if groups is None or g in groups]
     if extra:
         pairs = pairs.unionByName(
             spark.createDataFrame(extra, "topic STRING, consumer_group STRING")
         ).distinct()
+    return pairs
 
-    receipts = log.select(
-        "consumer_group",
-        "message_id",
-        F.col("status").alias("log_status"),
-        "receive_count",
-        "consumed_at",
-    )
-    expected = stored.join(F.broadcast(pairs), on="topic", how="inner")
-    joined = expected.join(receipts, on=["consumer_group", "message_id"], how="left")
+
+def _flag_deliveries(
+    joined: DataFrame, *, now: datetime, late_after: float, grace: float
+) -> DataFrame:
+    """Every (stored message, expected group) with is_consumed, latency_s, is_lost,
+    is_duplicated, is_late and the hour it was stored."""
+    from pyspark.sql import functions as F
 
     now_lit = timestamp_literal(now)
     consumed = F.col("log_status") == F.lit("CONSUMED")
@@ -149,7 +196,7 @@ def delivery_audit(
         - F.unix_micros(F.col("stored_at").cast("timestamp")),
     ) / F.lit(1_000_000.0)
     old_enough = F.col("stored_at") <= now_lit - F.make_dt_interval(secs=F.lit(grace))
-    flagged = joined.select(
+    return joined.select(
         "*",
         F.coalesce(consumed, F.lit(False)).alias("is_consumed"),
         latency.alias("latency_s"),
@@ -158,10 +205,15 @@ def delivery_audit(
         F.coalesce(latency > F.lit(late_after), F.lit(False)).alias("is_late"),
     ).withColumn("hour", F.date_trunc("hour", F.col("stored_at")))
 
+
+def _hourly_summary(flagged: DataFrame) -> DataFrame:
+    """The flags counted per topic, consumer group and hour of the store time."""
+    from pyspark.sql import functions as F
+
     def count_if(cond: Column) -> Column:
         return F.sum(F.when(cond, 1).otherwise(0))
 
-    summary = (
+    return (
         flagged.groupBy("topic", "consumer_group", "hour")
         .agg(
             F.count(F.lit(1)).alias("stored"),
@@ -178,26 +230,6 @@ def delivery_audit(
             F.max("latency_s").alias("max_latency_s"),
         )
         .orderBy("topic", "consumer_group", "hour")
-    )
-    detail_columns = [
-        "topic",
-        "consumer_group",
-        "message_id",
-        "broker_name",
-        "queue_id",
-        "queue_offset",
-        "stored_at",
-        "log_status",
-        "receive_count",
-        "consumed_at",
-        "latency_s",
-    ]
-    return DeliveryAudit(
-        summary=summary,
-        lost=flagged.where("is_lost").select(*detail_columns),
-        duplicated=flagged.where("is_duplicated").select(*detail_columns),
-        late=flagged.where("is_late").select(*detail_columns),
-        rows=flagged,
     )
 
 

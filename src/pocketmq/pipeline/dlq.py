@@ -126,12 +126,20 @@ def dlq_report(
     group: str | None = None,
 ) -> DlqReport:
     """Build the DLQ and retry report as of ``now``; ``group`` limits it to one consumer group."""
-    from pyspark.sql import Window
+    now_lit = timestamp_literal(now)
+    dead = _dead_letters(dlq_export, group)
+    ageing = _ageing(dead, now_lit)
+    att = _attempt_rows(attempts, group)
+    errors = _top_errors(att, top_errors)
+    stuck = _stuck_fifo_groups(att, now_lit, stuck_after)
+    summary = _summary(dead, att, stuck)
+    return DlqReport(ageing=ageing, errors=errors, stuck=stuck, summary=summary)
+
+
+def _dead_letters(dlq_export: DataFrame, group: str | None) -> DataFrame:
+    """consumer_group, original_topic, stored_at of every message in a ``%DLQ%`` topic."""
     from pyspark.sql import functions as F
 
-    now_lit = timestamp_literal(now)
-
-    # --- ageing -------------------------------------------------------------------------
     dead = dlq_export.where(F.col("topic").startswith(DLQ_TOPIC_PREFIX)).select(
         F.expr(f"substring(topic, {len(DLQ_TOPIC_PREFIX) + 1})").alias("consumer_group"),
         F.coalesce(
@@ -141,8 +149,15 @@ def dlq_report(
     )
     if group is not None:
         dead = dead.where(F.col("consumer_group") == group)
+    return dead
+
+
+def _ageing(dead: DataFrame, now_lit: Column) -> DataFrame:
+    """Dead letters per group, original topic and :data:`AGE_BUCKETS` bucket."""
+    from pyspark.sql import functions as F
+
     bucket, bucket_order = _age_bucket(_seconds_between(now_lit, F.col("stored_at")))
-    ageing = (
+    return (
         dead.withColumn("age_bucket", bucket)
         .withColumn("bucket_order", bucket_order)
         .groupBy("consumer_group", "original_topic", "age_bucket", "bucket_order")
@@ -150,7 +165,11 @@ def dlq_report(
         .orderBy("consumer_group", "original_topic", "bucket_order")
     )
 
-    # --- top errors ---------------------------------------------------------------------
+
+def _attempt_rows(attempts: DataFrame, group: str | None) -> DataFrame:
+    """The attempt history's columns the report reads, times as wall-clock UTC."""
+    from pyspark.sql import functions as F
+
     att = attempts.select(
         "message_id",
         "consumer_group",
@@ -164,6 +183,14 @@ def dlq_report(
     )
     if group is not None:
         att = att.where(F.col("consumer_group") == group)
+    return att
+
+
+def _top_errors(att: DataFrame, top_errors: int) -> DataFrame:
+    """The ``top_errors`` most frequent normalised errors of failed attempts, per group."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     failed = att.where(~F.col("outcome").isin(*_NOT_FAILED))
     by_error = failed.withColumn(
         "error_key", F.coalesce(normalise_error(F.col("error")), F.col("outcome"))
@@ -177,7 +204,7 @@ def dlq_report(
     rank_window = Window.partitionBy("consumer_group").orderBy(
         F.col("attempts").desc(), F.col("error_key")
     )
-    errors = (
+    return (
         errors_all.withColumn("rank", F.row_number().over(rank_window))
         .where(F.col("rank") <= top_errors)
         .select(
@@ -192,7 +219,12 @@ def dlq_report(
         .orderBy("consumer_group", "rank")
     )
 
-    # --- stuck FIFO groups ----------------------------------------------------------------
+
+def _stuck_fifo_groups(att: DataFrame, now_lit: Column, stuck_after: float) -> DataFrame:
+    """Message groups whose latest attempt failed and that nothing settled for more than
+    ``stuck_after`` seconds, counted from the first attempt after the last settlement."""
+    from pyspark.sql import functions as F
+
     fifo = att.where(F.col("message_group").isNotNull())
     key = ["consumer_group", "topic", "message_group"]
     settled = F.col("outcome").isin(*_SETTLING_OUTCOMES)
@@ -214,7 +246,7 @@ def dlq_report(
             F.count(F.lit(1)).alias("failed_attempts"),
         )
     )
-    stuck = (
+    return (
         per_group.join(since, on=key)
         .where(F.col("latest.outcome").isin(*FAILED_OUTCOMES))
         .withColumn("stuck_seconds", _seconds_between(now_lit, F.col("stuck_since")))
@@ -232,7 +264,12 @@ def dlq_report(
         .orderBy(F.col("stuck_seconds").desc())
     )
 
-    # --- summary per consumer group --------------------------------------------------------
+
+def _summary(dead: DataFrame, att: DataFrame, stuck: DataFrame) -> DataFrame:
+    """One row per consumer group that has dead letters, attempts or stuck groups (zeros
+    where it has none of one kind)."""
+    from pyspark.sql import functions as F
+
     dlq_counts = dead.groupBy("consumer_group").agg(
         F.count(F.lit(1)).alias("dlq_messages"), F.min("stored_at").alias("oldest_dlq_at")
     )
@@ -248,7 +285,7 @@ def dlq_report(
     stuck_counts = stuck.groupBy("consumer_group").agg(
         F.count(F.lit(1)).alias("stuck_message_groups")
     )
-    summary = (
+    return (
         dlq_counts.join(attempt_counts, on="consumer_group", how="full")
         .join(stuck_counts, on="consumer_group", how="full")
         .select(
@@ -262,7 +299,6 @@ def dlq_report(
         )
         .orderBy("consumer_group")
     )
-    return DlqReport(ageing=ageing, errors=errors, stuck=stuck, summary=summary)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

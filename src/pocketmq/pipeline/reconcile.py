@@ -40,7 +40,7 @@ from pocketmq.reliability.policy import ResendPolicy
 from pocketmq.reliability.stub import PENDING_STATUS_VALUES
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 
 __all__ = [
     "DEFAULT_MAX_SENDS",
@@ -262,23 +262,9 @@ def run_reconcile(
         F.count_if(F.col("list") == "resend").alias("resend"),
         F.count_if(F.col("list") == "manual").alias("manual"),
     )
-    writer = observed.write.mode("overwrite")
-    for column in _UNIQUE_VALUED_COLUMNS:
-        writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
-    for column in _NO_STATISTICS_COLUMNS:
-        writer = writer.option(f"parquet.column.statistics.enabled#{column}", "false")
-    # Per-page byte counts and level histograms (parquet-mr 1.15+) help no reader of these lists.
-    writer = writer.option("parquet.size.statistics.enabled", "false")
     with _adaptive_execution_off(spark):
-        writer.partitionBy("list").parquet(scratch)
-    fs = _FileSystem(spark, scratch)
-    for name, path in paths.items():
-        fs.delete(path)
-        if not fs.rename(f"{scratch}/list={name}", path):
-            # No rows in this list: write an empty file set with the right schema.
-            empty = spark.createDataFrame([], both.drop("list").schema)
-            write_parquet(empty.coalesce(1), path)
-    fs.delete(scratch)
+        _list_writer(observed).partitionBy("list").parquet(scratch)
+    _move_lists_into_place(spark, scratch, paths, both)
     counts = totals.get
     topics = _counts_by_topic(spark, paths) if by_topic else ()
     return ReconcileSummary(
@@ -292,6 +278,32 @@ def run_reconcile(
         manual_path=paths["manual"],
         seconds=time.perf_counter() - started,
     )
+
+
+def _list_writer(lists: DataFrame) -> DataFrameWriter:
+    """An overwriting Parquet writer without the dictionaries and min/max statistics that cost
+    time and help no reader of the lists (their columns of unique values)."""
+    writer = lists.write.mode("overwrite")
+    for column in _UNIQUE_VALUED_COLUMNS:
+        writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+    for column in _NO_STATISTICS_COLUMNS:
+        writer = writer.option(f"parquet.column.statistics.enabled#{column}", "false")
+    # Per-page byte counts and level histograms (parquet-mr 1.15+) help no reader of these lists.
+    return writer.option("parquet.size.statistics.enabled", "false")
+
+
+def _move_lists_into_place(
+    spark: SparkSession, scratch: str, paths: dict[str, str], lists: DataFrame
+) -> None:
+    """Rename each ``list=<name>`` partition of ``scratch`` to its path, then drop ``scratch``;
+    a list without rows gets an empty file set with the schema of ``lists`` (less ``list``)."""
+    fs = _FileSystem(spark, scratch)
+    for name, path in paths.items():
+        fs.delete(path)
+        if not fs.rename(f"{scratch}/list={name}", path):
+            empty = spark.createDataFrame([], lists.drop("list").schema)
+            write_parquet(empty.coalesce(1), path)
+    fs.delete(scratch)
 
 
 _ADAPTIVE_KEY: Final = "spark.sql.adaptive.enabled"

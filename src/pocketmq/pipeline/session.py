@@ -117,72 +117,9 @@ def spark_session(
         register_data_source(active)
         return active
 
-    settings: dict[str, str] = {
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.adaptive.enabled": "true",
-        "spark.ui.showConsoleProgress": "false",
-    }
-    java_options = ["-Duser.timezone=UTC"]
-    jni = [d for d in _JNI_DIRS if os.path.isdir(d)]
-    if jni:
-        java_options.append(f"-Djava.library.path={':'.join(jni)}")
-
-    jars = available_jdbc_jars()
-    if jars:
-        # spark.jars ships the drivers to a cluster's executors; the class path entries make the
-        # driver classes visible to java.sql.DriverManager on a local master.
-        settings["spark.jars"] = ",".join(jars)
-        settings["spark.driver.extraClassPath"] = ":".join(jars)
-        settings["spark.executor.extraClassPath"] = ":".join(jars)
-
-    # Both lists of the reconcile job are written in one pass with partitionBy: write each
-    # partition through its own writer instead of sorting the rows by partition first.
-    settings["spark.sql.maxConcurrentOutputFileWriters"] = "4"
-
-    if _is_local(master):
-        cores = _local_cores(master)
-        # One JVM does all the work: a throughput collector suits batch jobs, and the driver's
-        # memory is all the executors get. Default to a quarter of RAM, at most 8 GiB.
-        java_options.append("-XX:+UseParallelGC")
-        if not driver_memory and "SPARK_DRIVER_MEMORY" not in os.environ:
-            settings["spark.driver.memory"] = _default_local_memory()
-        settings["spark.sql.shuffle.partitions"] = str(2 * cores)
-        settings["spark.default.parallelism"] = str(cores)
-        # Split file scans into 4 x cores tasks at least: with ~2 tasks per core the last round
-        # of a scan left one core idle (5 tasks on 2 cores: 3 rounds for 2.5 rounds of work).
-        settings["spark.sql.files.minPartitionNum"] = str(4 * cores)
-        # Everything runs in this process: no need to look up (or expose) a network address.
-        settings["spark.driver.host"] = "127.0.0.1"
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
-        if "PYSPARK_PYTHON" not in os.environ:
-            settings["spark.pyspark.python"] = sys.executable
-        settings["spark.pyspark.driver.python"] = sys.executable
-    if driver_memory:
-        settings["spark.driver.memory"] = driver_memory
-
-    if quiet or for_tests:
-        java_options.append(
-            f"-Dlog4j2.configurationFile={QUIET_LOG4J2_PROPERTIES.resolve().as_uri()}"
-        )
-    if for_tests:
-        java_options = [o for o in java_options if o != "-XX:+UseParallelGC"]
-        java_options += ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
-        warehouse = tempfile.mkdtemp(prefix="pocketmq-spark-warehouse-")
-        settings.update(
-            {
-                "spark.ui.enabled": "false",
-                "spark.sql.shuffle.partitions": "2",
-                "spark.default.parallelism": "2",
-                "spark.sql.warehouse.dir": warehouse,
-                "spark.driver.memory": driver_memory or "1g",
-            }
-        )
-
-    settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
-    settings["spark.executor.extraJavaOptions"] = " ".join(java_options)
-    if conf:
-        settings.update(conf)
-
+    settings = _session_settings(
+        master, for_tests=for_tests, quiet=quiet, driver_memory=driver_memory, conf=conf
+    )
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -191,3 +128,95 @@ def spark_session(
         session.sparkContext.setLogLevel("ERROR")
     register_data_source(session)
     return session
+
+
+def _session_settings(
+    master: str,
+    *,
+    for_tests: bool,
+    quiet: bool,
+    driver_memory: str | None,
+    conf: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """Every Spark setting of a new session, in the order they are given to the builder."""
+    settings: dict[str, str] = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    settings.update(_jdbc_jar_settings())
+    # Both lists of the reconcile job are written in one pass with partitionBy: write each
+    # partition through its own writer instead of sorting the rows by partition first.
+    settings["spark.sql.maxConcurrentOutputFileWriters"] = "4"
+    if _is_local(master):
+        settings.update(_local_master_settings(master, driver_memory))
+    if driver_memory:
+        settings["spark.driver.memory"] = driver_memory
+    if for_tests:
+        settings.update(
+            {
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.default.parallelism": "2",
+                "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="pocketmq-spark-warehouse-"),
+                "spark.driver.memory": driver_memory or "1g",
+            }
+        )
+    java_options = " ".join(_java_options(master, for_tests=for_tests, quiet=quiet))
+    settings["spark.driver.extraJavaOptions"] = java_options
+    settings["spark.executor.extraJavaOptions"] = java_options
+    if conf:
+        settings.update(conf)
+    return settings
+
+
+def _jdbc_jar_settings() -> dict[str, str]:
+    """The JDBC driver jars found on this machine, for the driver and the executors."""
+    jars = available_jdbc_jars()
+    if not jars:
+        return {}
+    # spark.jars ships the drivers to a cluster's executors; the class path entries make the
+    # driver classes visible to java.sql.DriverManager on a local master.
+    return {
+        "spark.jars": ",".join(jars),
+        "spark.driver.extraClassPath": ":".join(jars),
+        "spark.executor.extraClassPath": ":".join(jars),
+    }
+
+
+def _local_master_settings(master: str, driver_memory: str | None) -> dict[str, str]:
+    """One JVM does all the work: size it and its parallelism from this machine's cores."""
+    cores = _local_cores(master)
+    settings: dict[str, str] = {}
+    # The driver's memory is all the executors get. Default to a quarter of RAM, at most 8 GiB.
+    if not driver_memory and "SPARK_DRIVER_MEMORY" not in os.environ:
+        settings["spark.driver.memory"] = _default_local_memory()
+    settings["spark.sql.shuffle.partitions"] = str(2 * cores)
+    settings["spark.default.parallelism"] = str(cores)
+    # Split file scans into 4 x cores tasks at least: with ~2 tasks per core the last round
+    # of a scan left one core idle (5 tasks on 2 cores: 3 rounds for 2.5 rounds of work).
+    settings["spark.sql.files.minPartitionNum"] = str(4 * cores)
+    # Everything runs in this process: no need to look up (or expose) a network address.
+    settings["spark.driver.host"] = "127.0.0.1"
+    settings["spark.driver.bindAddress"] = "127.0.0.1"
+    if "PYSPARK_PYTHON" not in os.environ:
+        settings["spark.pyspark.python"] = sys.executable
+    settings["spark.pyspark.driver.python"] = sys.executable
+    return settings
+
+
+def _java_options(master: str, *, for_tests: bool, quiet: bool) -> list[str]:
+    """The JVM options of the driver and the executors: UTC, the JNI directories, the collector,
+    and for tests a quiet, fast start-up (serial GC, C1 JIT only)."""
+    options = ["-Duser.timezone=UTC"]
+    jni = [d for d in _JNI_DIRS if os.path.isdir(d)]
+    if jni:
+        options.append(f"-Djava.library.path={':'.join(jni)}")
+    if _is_local(master) and not for_tests:
+        # One JVM does all the work on a local master: a throughput collector suits batch jobs.
+        options.append("-XX:+UseParallelGC")
+    if quiet or for_tests:
+        options.append(f"-Dlog4j2.configurationFile={QUIET_LOG4J2_PROPERTIES.resolve().as_uri()}")
+    if for_tests:
+        options += ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    return options
