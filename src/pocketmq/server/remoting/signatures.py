@@ -23,6 +23,7 @@ from pocketmq.protocol.auth import new_nonce
 from pocketmq.protocol.remoting.acl import ACCESS_KEY, SIGNATURE, verify_signature
 from pocketmq.protocol.remoting.command import RemotingCommand
 from pocketmq.server.auth.failures import count as count_failure
+from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.auth.throttle import FailureThrottle
 from pocketmq.server.auth.users import UserStore
 
@@ -41,6 +42,14 @@ class SignatureCheck:
     def __init__(self, users: UserStore | None, throttle: FailureThrottle | None = None) -> None:
         self.users = users
         self.throttle = throttle or FailureThrottle()
+
+    @classmethod
+    def of(cls, authenticator: Authenticator | None) -> SignatureCheck | None:
+        """The check of a port whose native side authenticates with ``authenticator``: the
+        same users, the same throttle; None for a port without authentication."""
+        if authenticator is None:
+            return None
+        return cls(authenticator.users, authenticator.throttle)
 
     def _secret(self, access_key: str) -> str | None:
         if self.users is None or not access_key:
