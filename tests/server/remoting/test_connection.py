@@ -109,6 +109,22 @@ async def test_requests_before_a_bad_frame_are_answered_then_it_closes(
         assert (await other.answer(3)).body == b"unharmed"
 
 
+async def test_a_lenient_header_that_turns_malformed_closes_only_its_connection(
+    start_dual: StartDual, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A JSON header with a number where a string goes, then broken JSON (found by fuzzing):
+    refused like any bad frame, not a crash of the connection's read loop."""
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    async with start_dual() as dual:
+        client = await dual.remoting()
+        header = b'{"code":105,"language":7,"opaque":}'
+        bad = struct.pack(">II", 4 + len(header), len(header)) + header
+        await client.send(request(ROUTE, 1, {"topic": "a"}) + bad)
+        received = await client.until_closed()
+        assert [c.opaque for c in received] == [1]
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+
+
 async def test_a_frame_over_16_mib_closes_the_connection_at_its_length(
     start_dual: StartDual,
 ) -> None:
