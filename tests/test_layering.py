@@ -124,3 +124,34 @@ def test_the_two_wire_codecs_do_not_import_each_other(path: Path) -> None:
 def test_every_package_has_a_rule() -> None:
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages <= set(ALLOWED), sorted(packages - set(ALLOWED))
+
+
+# The two protocol servers stay apart the same way (docs/remoting.md, "Where it listens"): the
+# native server (server/native) and the remoting one (server/remoting) never import each other,
+# with no exception. What a shared port needs from both — the contract of a connection, what a
+# port's connections share, the sniffer that picks one per connection — is in
+# server/listening.py, which imports neither; the process composing the servers (server/app.py,
+# server/namesrv/server.py) hands a remoting port to the native listener.
+SERVERS = {"native": "remoting", "remoting": "native"}
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_two_protocol_servers_do_not_import_each_other(path: Path) -> None:
+    parts = path.relative_to(SRC).parts
+    if parts[0] != "server":
+        return
+    own = parts[1] if len(parts) > 2 else None
+    for lineno, module in _imports(path):
+        target = module.split(".")
+        if target[:2] != ["pocketmq", "server"] or len(target) < 3:
+            continue
+        if own in SERVERS:
+            assert target[2] != SERVERS[own], (
+                f"{path.relative_to(SRC)}:{lineno} imports {module}; server/{own} must not "
+                f"import server/{SERVERS[own]} (they meet in server/listening.py)"
+            )
+        if path.name == "listening.py" and len(parts) == 2:
+            assert target[2] not in SERVERS, (
+                f"{path.relative_to(SRC)}:{lineno} imports {module}; server/listening.py "
+                "is shared by both protocol servers and imports neither"
+            )

@@ -1,6 +1,7 @@
 """Request generators for the protocol fuzz test: seeded, so a failure can be replayed.
 
-Three kinds of input, for both ports:
+Three kinds of input, for every port (native, gRPC, and RocketMQ's remoting protocol, sniffed on
+the native and name-server ports):
 
 - **typed**: a request structure of the right shape whose values are chosen to hurt (integer
   extremes, nan and infinities, empty and huge strings, odd Unicode, names of system topics), so
@@ -18,9 +19,11 @@ from typing import Any
 import msgspec
 from google.protobuf.descriptor import FieldDescriptor
 
+from pocketmq.protocol.remoting import RemotingCommand, encode_command
+from pocketmq.protocol.remoting.acl import ACCESS_KEY, SIGNATURE
 from pocketmq.protocol.structs import REQUESTS
 
-__all__ = ["FuzzNames", "mutate", "native_body", "protobuf_request"]
+__all__ = ["FuzzNames", "mutate", "native_body", "protobuf_request", "remoting_request"]
 
 _INTS = [0, 1, -1, 2, 7, 255, 256, 65535, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53,
          2**63 - 1, -(2**31), -(2**63), 2**64 - 1, 1_000_000_000_000]  # fmt: skip
@@ -170,3 +173,66 @@ def protobuf_request(request_class: Any, rng: random.Random, names: FuzzNames) -
     if hasattr(request, "long_polling_timeout"):
         request.long_polling_timeout.seconds = rng.choice([0, 1])  # no 20 s waits
     return bytes(request.SerializeToString())
+
+
+# the name server's and the broker's remoting codes, neighbours, and the 5.x pop codes
+_REMOTING_CODES = [10, 11, 12, 14, 15, 17, 21, 28, 29, 30, 31, 33, 34, 35, 36, 37, 38, 39, 40,
+                   41, 42, 101, 103, 104, 105, 106, 200, 206, 208, 215, 222, 307, 310, 320,
+                   200050, 200051, 200053]  # fmt: skip
+_REMOTING_FIELDS = ["topic", "consumerGroup", "producerGroup", "queueId", "queueOffset",
+                    "maxMsgNums", "sysFlag", "properties", "acceptStandardJsonOnly", "namespace",
+                    "key", "brokerName", "brokerAddr", "a", "b", "e", "i", "m"]  # fmt: skip
+
+
+def _remoting_fields(rng: random.Random, names: FuzzNames) -> dict[str, str]:
+    fields = {
+        name: (_text(rng, names, name) if rng.random() < 0.6 else str(_int(rng)))
+        for name in rng.sample(_REMOTING_FIELDS, rng.randint(0, 6))
+    }
+    if rng.random() < 0.2:  # a signature of no one (or of someone, badly)
+        fields[ACCESS_KEY] = rng.choice(["", "alice", "cluster/inner", _text(rng, names)])
+        fields[SIGNATURE] = rng.choice(["", "AAAA", "x" * 28, _text(rng, names)])
+    if rng.random() < 0.1:
+        fields["acceptStandardJsonOnly"] = rng.choice(["true", "false", "1"])
+    return fields
+
+
+def remoting_request(
+    rng: random.Random, names: FuzzNames, opaque: int, odd_headers: float = 0.15
+) -> bytes:
+    """A remoting frame: a request (sometimes one-way, or flagged as a response) with hostile
+    ext fields, either header serialization, or (with probability ``odd_headers``) a JSON header
+    whose fields have the wrong types (numbers, booleans, nulls, nesting: what a lenient JSON
+    client might send; most close the connection)."""
+    code = rng.choice(_REMOTING_CODES) if rng.random() < 0.85 else _int(rng) % 2**31
+    flag = rng.choice([0, 0, 0, 2, 1, 3, _int(rng) % 2**31])
+    if rng.random() < odd_headers:
+        raw = rng.choice(
+            [
+                b'{"code":%d,"opaque":%d,"extFields":{"topic":%s}}'
+                % (code, opaque, rng.choice([b"1", b"true", b"null", b"[1]", b"{}", b"1e999"])),
+                b'{"code":"105","opaque":%d}' % opaque,
+                b'{"code":%d,"opaque":%d,"language":%d,"version":-1}' % (code, opaque, _int(rng)),
+                b"{" * rng.randint(1, 200),
+            ]
+        )
+        body = rng.randbytes(rng.randint(0, 64))
+        return (
+            (4 + len(raw) + len(body)).to_bytes(4, "big") + len(raw).to_bytes(4, "big") + raw + body
+        )
+    command = RemotingCommand(
+        code,
+        opaque,
+        flag,
+        _remoting_fields(rng, names),
+        rng.choice([None, "", "x" * 300]),
+        rng.choice(["JAVA", "GO", "NODE_JS", "OTHER"]),
+        rng.choice([0, 121, 399, 401, 32767]),
+        rng.choice([b"", rng.randbytes(rng.randint(1, 3000)), b'{"clientID":"x"}']),
+        rng.choice([0, 1]),
+    )
+    try:
+        return encode_command(command)
+    except Exception:  # a binary header cannot hold that code: JSON can
+        command.serialize_type = 0
+        return encode_command(command)

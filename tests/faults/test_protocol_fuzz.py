@@ -1,12 +1,15 @@
-"""Issue 14: a protocol fuzz test of both ports of a real broker, in the normal test run.
+"""Issue 14: a protocol fuzz test of every port of a real broker, in the normal test run.
 
 Seeded (``POCKETMQ_FUZZ_SEED`` replays or varies a run) and bounded in time: about 15 s of
 hostile traffic — typed requests with extreme values, mutated requests, noise — on the native
-port (after a HELLO, and before one) and on the gRPC port, while a well-behaved client keeps
-sending and receiving. Asserted throughout: the well-behaved client is served within a few
-seconds, no request is answered with an internal error (``SYSTEM_ERROR``; gRPC ``UNKNOWN`` or
-``INTERNAL``; v2 ``INTERNAL_ERROR``/``INTERNAL_SERVER_ERROR``), the broker's RSS stays bounded,
-and its log holds no traceback.
+port (after a HELLO, and before one), on the gRPC port, and, mixed into the native phase, RocketMQ
+remoting frames on the ports that sniff them (the broker's and its embedded name server's,
+issue 31) and first bytes that are neither protocol, while a well-behaved client keeps sending
+and receiving and a well-behaved remoting client keeps fetching a route. Asserted throughout:
+the well-behaved clients are served within a few seconds, no request is answered with an
+internal error (``SYSTEM_ERROR``; remoting ``SYSTEM_ERROR`` with "internal error"; gRPC
+``UNKNOWN`` or ``INTERNAL``; v2 ``INTERNAL_ERROR``/``INTERNAL_SERVER_ERROR``), the broker's RSS
+stays bounded, and its log holds no traceback.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.remoting import RemotingCommand, RemotingFrameDecoder, encode_command
+from pocketmq.protocol.remoting import RequestCode as RemotingCode
+from pocketmq.protocol.remoting import ResponseCode as RemotingResponse
 from pocketmq.protocol.structs import REQUESTS
 from pocketmq.server.grpc.pb import Code as V2Code
 from pocketmq.server.grpc.pb import d
@@ -42,7 +48,7 @@ from pocketmq.server.grpc.pb import s as v2
 from pocketmq.testing import BrokerProcess
 
 from ..scratch import scratch_broker
-from .fuzz import FuzzNames, mutate, native_body, protobuf_request
+from .fuzz import FuzzNames, mutate, native_body, protobuf_request, remoting_request
 
 pytestmark = pytest.mark.integration
 
@@ -162,18 +168,102 @@ async def _native_session(
             await writer.wait_closed()
 
 
-async def _fuzz_native(address: str, seed: int, names: FuzzNames, findings: Findings) -> int:
+# -- remoting frames, sniffed on the native and name-server ports -----------------------------
+
+
+def _remoting_name(code: int) -> str:
+    try:
+        return RemotingResponse(code).name
+    except ValueError:
+        return str(code)
+
+
+def _internal(answer: RemotingCommand) -> bool:
+    remark = answer.remark or ""
+    return answer.code == RemotingResponse.SYSTEM_ERROR and remark.startswith(
+        ("internal error", "cannot encode")
+    )
+
+
+async def _exchange(address: str, stream: bytes, seconds: float) -> bytes:
+    """Write ``stream`` and read what comes back for ``seconds`` (or until closed)."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    received = bytearray()
+    try:
+        writer.write(stream)
+        await writer.drain()
+        deadline = asyncio.get_running_loop().time() + seconds
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            try:
+                data = await asyncio.wait_for(reader.read(1 << 20), left)
+            except (TimeoutError, ConnectionError):
+                break
+            if not data:
+                break
+            received += data
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+    return bytes(received)
+
+
+async def _remoting_session(
+    address: str, rng: random.Random, names: FuzzNames, findings: Findings
+) -> None:
+    sent: dict[int, bytes] = {}
+    stream = bytearray()
+    hostile = rng.random() < 0.3  # else well-formed frames only, to reach the handlers
+    for opaque in range(1, 1 + rng.randint(1, 40)):
+        frame = remoting_request(rng, names, opaque, 0.15 if hostile else 0.0)
+        if hostile and rng.random() < 0.15:
+            frame = mutate(frame, rng)
+        sent[opaque] = frame
+        stream += frame
+    if rng.random() < 0.05:  # a frame announced large that never comes
+        stream += struct.pack(">II", rng.randint(100, 16 << 20), 30) + b'{"code":105,'
+    decoder = RemotingFrameDecoder()
+    received = await _exchange(address, bytes(stream), 0.3)
+    with contextlib.suppress(Exception):  # what we read may end mid-frame
+        for answer in decoder.feed(received):
+            findings.saw(f"remoting:{_remoting_name(answer.code)}")
+            if _internal(answer):
+                findings.internal_error(
+                    "remoting", f"{answer.code} {answer.remark}", sent.get(answer.opaque, b"")
+                )
+
+
+async def _sniffer_session(address: str, rng: random.Random, findings: Findings) -> None:
+    """First bytes that are neither protocol, or stop before telling (a few, then silence)."""
+    overlap = b"\x00\x01\x00\x00\x00\x00\x01\x00" + rng.randbytes(5)  # native HELLO and JSON
+    first = rng.choice([rng.randbytes(rng.randint(1, 12)), rng.randbytes(64), overlap])
+    await _exchange(address, first, 0.05)
+    findings.saw("sniffer")
+
+
+async def _fuzz_native(
+    addresses: tuple[str, str], seed: int, names: FuzzNames, findings: Findings
+) -> int:
+    """Sessions on the broker's port (native and remoting) and on its name server's (remoting),
+    eight at a time."""
+    broker, namesrv = addresses
     rng = random.Random(seed)
     sessions = 0
     end = time.monotonic() + PORT_SECONDS
     while time.monotonic() < end:
-        await asyncio.gather(
-            *(
-                _native_session(address, random.Random(rng.random()), names, findings)
-                for _ in range(8)
-            )
-        )
-        sessions += 8
+        batch = [
+            _native_session(broker, random.Random(rng.random()), names, findings) for _ in range(4)
+        ]
+        batch += [
+            _remoting_session(address, random.Random(rng.random()), names, findings)
+            for address in (broker, namesrv, namesrv)
+        ]
+        batch.append(_sniffer_session(rng.choice(addresses), random.Random(rng.random()), findings))
+        await asyncio.gather(*batch)
+        sessions += len(batch)
     return sessions
 
 
@@ -251,7 +341,38 @@ async def _probe(address: str, topic: str, group: str, stop: asyncio.Event) -> l
     return rounds
 
 
-async def test_both_ports_survive_hostile_input(broker: BrokerProcess) -> None:
+async def _ask(address: str, request: RemotingCommand) -> RemotingCommand:
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(encode_command(request))
+        decoder = RemotingFrameDecoder()
+        while True:
+            data = await reader.read(1 << 20)
+            assert data, "the name server closed the probe's connection"
+            for answer in decoder.feed(data):
+                return answer
+    finally:
+        writer.close()
+
+
+async def _route_probe(namesrv: str, topic: str, stop: asyncio.Event) -> list[float]:
+    """Fetch ``topic``'s route over remoting from the name server, again and again."""
+    rounds: list[float] = []
+    opaque = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        opaque += 1
+        request = RemotingCommand(RemotingCode.GET_ROUTEINFO_BY_TOPIC, opaque, 0, {"topic": topic})
+        answer = await asyncio.wait_for(_ask(namesrv, request), PROBE_LATENCY)
+        assert answer.opaque == opaque
+        assert answer.code == RemotingResponse.SUCCESS, answer.remark
+        rounds.append(time.monotonic() - started)
+        await asyncio.sleep(0.2)
+    return rounds
+
+
+async def test_every_port_survives_hostile_input(broker: BrokerProcess) -> None:
     probe_topic, probe_group = "probe-topic", "probe-group"
     names = FuzzNames("fuzz-topic", "fuzz-group")
     async with Admin(servers=broker.address) as admin:
@@ -267,19 +388,25 @@ async def test_both_ports_survive_hostile_input(broker: BrokerProcess) -> None:
     findings = Findings()
     stop = asyncio.Event()
     probe = asyncio.create_task(_probe(broker.address, probe_topic, probe_group, stop))
+    route_probe = asyncio.create_task(_route_probe(broker.namesrv, probe_topic, stop))
     try:
-        sessions = await _fuzz_native(broker.address, SEED, names, findings)
+        addresses = (broker.address, broker.namesrv)
+        sessions = await _fuzz_native(addresses, SEED, names, findings)
         calls = await asyncio.to_thread(_fuzz_grpc, broker.grpc, SEED + 1, names, findings)
     finally:
         stop.set()
         rounds = await probe
+        route_rounds = await route_probe
     rss_grown = _rss_mib(broker) - rss_before
     written = broker.log()[log_before:]
-    summary = f"seed {SEED}: {sessions} native sessions, {calls} gRPC calls, {findings.answers}"
+    summary = f"seed {SEED}: {sessions} sessions, {calls} gRPC calls, {findings.answers}"
     print(summary)
     assert not findings.internal, "internal errors:\n" + "\n".join(findings.internal)
     assert rounds, "the well-behaved client completed no round"
     assert max(rounds) < PROBE_LATENCY, summary
+    assert route_rounds, "the well-behaved remoting client completed no round"
+    assert max(route_rounds) < PROBE_LATENCY, summary
+    assert findings.answers.get("remoting:SUCCESS"), summary  # the fuzz reached the handlers
     assert rss_grown < RSS_BOUND_MIB, f"RSS grew by {rss_grown} MiB"
     assert "Traceback" not in written, written[written.index("Traceback") - 500 :][:4000]
     assert broker.running

@@ -36,14 +36,16 @@ from pocketmq.server.ha.members import GroupMembers
 from pocketmq.server.ha.roles import GroupRole
 from pocketmq.server.namesrv.link import NameServerLink
 from pocketmq.server.namesrv.server import NameServer
-from pocketmq.server.native.connection import ServerConnection
+from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.gateway import gateway_handlers
 from pocketmq.server.native.gateway_state import count_relayed
 from pocketmq.server.native.handlers import broker_handlers
+from pocketmq.server.native.limits import ConnectionLimits
 from pocketmq.server.native.overview import overview_handlers
 from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.registration import Registrar
+from pocketmq.server.remoting import RemotingPort, SignatureCheck
 from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class BrokerApp:
         self.broker: Broker | None = None
         self.namesrv: NameServer | None = None
         self._native: FrameServer | None = None
+        self.remoting: RemotingPort | None = None  # remoting clients on the native port
         self._grpc: GrpcServer | None = None
         self.grpc_workers: ProxyWorkers | None = None
         # what this broker's proxy workers authenticate with (docs/proxy.md); new at each start
@@ -153,12 +156,7 @@ class BrokerApp:
             handlers |= overview_handlers(self.overview)
             if self._authorizer is not None:
                 handlers = authorized(handlers, self._authorizer)
-            self._native = FrameServer(
-                handlers, on_close=self._connection_closed, limits=limits, tls=tls
-            )
-            await self._native.start(config.host, config.port)
-            if self._authenticator is not None:
-                self._authenticator.reachable.add(self._advertised(self._native.port))
+            await self._start_native(handlers, limits, tls)
             if config.grpc_port is not None and config.grpc_workers > 0:
                 await self._start_grpc_workers(config.grpc_port)
             elif config.grpc_port is not None:
@@ -188,6 +186,25 @@ class BrokerApp:
         except BaseException:
             await self.close()
             raise
+
+    async def _start_native(
+        self, handlers: HandlerTable, limits: ConnectionLimits, tls: ssl.SSLContext | None
+    ) -> None:
+        """The client port: pocketmq's native protocol, and RocketMQ's remoting clients told
+        apart by their first bytes (docs/remoting.md, "Where it listens"). No broker request is
+        served over remoting yet: each is REQUEST_CODE_NOT_SUPPORTED until the broker's
+        remoting handlers join ``self.remoting`` (docs/remoting.md, "What the handlers need")."""
+        self.remoting = RemotingPort({}, signatures=SignatureCheck.of(self._authenticator))
+        self._native = FrameServer(
+            handlers,
+            on_close=self._connection_closed,
+            limits=limits,
+            tls=tls,
+            remoting=self.remoting,
+        )
+        await self._native.start(self.config.host, self.config.port)
+        if self._authenticator is not None:
+            self._authenticator.reachable.add(self._advertised(self._native.port))
 
     async def _start_replication(
         self, endpoints: list[tuple[str, int]] | None, timings: ControllerTimings

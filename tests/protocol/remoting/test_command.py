@@ -123,6 +123,12 @@ def test_a_language_given_by_number_is_named() -> None:
         b'{"code":1,"extFields":{"a":[1]}}',
         b'{"code":1,"remark":5}',
         b'\xff{"code":1}',
+        # a field of the lenient kind (a number for the language) and then malformed JSON: the
+        # strict decoder stops at the number, the lenient one must still refuse the rest
+        b'{"code":105,"language":7,"opaque":}',
+        b'{"code":105,"extFields":{"e":1},"flag":',
+        b'{"code":105,"extFields":{"e":true}}}',
+        b'{"language":0,"code":1\xff}',
     ],
 )
 def test_a_json_header_that_does_not_decode_is_a_protocol_error(header: bytes) -> None:

@@ -121,6 +121,32 @@ def test_an_abandoned_frame_is_answered_by_its_opaque_and_skipped() -> None:
     assert [(c.opaque, c.body) for c in commands] == [(8, b"ok")]
 
 
+def test_a_partial_frame_s_header_is_read_without_dropping_the_frame() -> None:
+    decoder = RemotingFrameDecoder()
+    frame = _frame(5, b"p" * 300)
+    assert decoder.feed(frame[:40]) == []
+    assert decoder.partial_header() is None  # the header is not complete yet
+    assert decoder.feed(frame[40:200]) == []
+    partial = decoder.partial_header()
+    assert partial is not None
+    assert (partial.command.opaque, partial.body_size) == (5, 300)
+    assert decoder.buffered == 200  # nothing dropped: the frame goes on
+    [command] = decoder.feed(frame[200:])
+    assert (command.opaque, command.body) == (5, b"p" * 300)
+    assert decoder.partial_header() is None
+
+
+def test_a_partial_header_that_does_not_decode_fails_the_stream() -> None:
+    decoder = RemotingFrameDecoder()
+    header = b"{not json" + b" " * 7
+    frame = struct.pack(">II", 4 + len(header) + 50, len(header)) + header
+    assert decoder.feed(frame) == []
+    with pytest.raises(ProtocolError, match="JSON"):
+        decoder.partial_header()
+    with pytest.raises(ProtocolError, match="JSON"):
+        decoder.feed(b"x" * 50)
+
+
 def test_nothing_to_abandon_before_the_header_is_complete() -> None:
     decoder = RemotingFrameDecoder()
     frame = _frame(1, b"x" * 100)

@@ -25,6 +25,8 @@ from pocketmq.errors import ProtocolError
 from pocketmq.protocol.remoting import RemotingCommand, RemotingFrameDecoder, encode_command
 from pocketmq.protocol.remoting.batch import BatchMessage, decode_batch, encode_batch
 from pocketmq.protocol.remoting.bodies import HeartbeatData, LockBatchRequest, decode_json_body
+from pocketmq.protocol.remoting.codes import SerializeType
+from pocketmq.protocol.remoting.command import decode_header
 from pocketmq.protocol.remoting.msgid import decode_offset_msg_id
 from pocketmq.protocol.remoting.sniff import sniff_protocol
 from pocketmq.protocol.remoting.stored import StoredMessage, decode_stored, encode_stored
@@ -145,6 +147,21 @@ def _msg_id(rng: random.Random) -> bytes:
     return mutate(b"645100FA00002A9F000000489A3AA09E", rng)
 
 
+_JSON_FIELDS = [b'"code":105', b'"code":"105"', b'"opaque":7', b'"flag":2', b'"version":401',
+                b'"language":"JAVA"', b'"language":13', b'"remark":null', b'"remark":5',
+                b'"extFields":{"topic":"t","e":1,"k":false,"n":null,"f":1.5}',
+                b'"extFields":{"a":[1]}', b'"serializeTypeCurrentRPC":"JSON"']  # fmt: skip
+
+
+def _json_header(rng: random.Random) -> bytes:
+    """A JSON header as a lenient client might write it — numbers, booleans and nulls where
+    strings go — then often damaged: whichever field the strict decoder stops at, the rest of
+    the text must still be checked."""
+    fields = rng.sample(_JSON_FIELDS, rng.randint(1, len(_JSON_FIELDS)))
+    header = b"{" + b",".join(fields) + b"}"
+    return mutate(header, rng) if rng.random() < 0.7 else header
+
+
 def _feed_stream(data: bytes, rng: random.Random) -> None:
     decoder = RemotingFrameDecoder(max_frame=MAX_FRAME)
     position = 0
@@ -160,6 +177,7 @@ def _feed_stream(data: bytes, rng: random.Random) -> None:
 Target = tuple[Callable[[random.Random], bytes], Callable[[bytes, random.Random], object]]
 TARGETS: dict[str, Target] = {
     "frames": (_stream, _feed_stream),
+    "json-header": (_json_header, lambda data, _: decode_header(SerializeType.JSON, data)),
     "stored": (_records, lambda data, _: decode_stored(data, max_body=1 << 20)),
     "batch": (_batch, lambda data, _: decode_batch(data)),
     "heartbeat": (_json_body, lambda data, _: decode_json_body(data, HeartbeatData)),

@@ -182,10 +182,14 @@ def _decode_json(header: bytes | memoryview) -> RemotingCommand:
 
 
 def _decode_lenient_json(header: bytes | memoryview) -> RemotingCommand:
+    # the strict decoder stops at the first field of the wrong type, so the text after it has
+    # not been parsed yet: it may still be malformed
     try:
         raw = _lenient_json.decode(header)
     except msgspec.ValidationError as exc:
         raise ProtocolError(f"invalid JSON remoting header: {exc}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"malformed JSON remoting header: {exc}") from None
     fields = {
         key: _java_text(value) for key, value in (raw.ext_fields or {}).items() if value is not None
     }

@@ -125,11 +125,12 @@ class RemotingFrameDecoder:
             del buffer[:position]
         return commands
 
-    def abandon_partial(self) -> AbandonedFrame | None:
-        """Drop the frame being received when its header is complete and its body is not: free
-        what is buffered and skip the rest as it arrives. Returns the frame's header and body
-        size, or None when no such frame is buffered. Call it only after :meth:`feed` returned
-        every complete frame (the buffer then holds at most one partial frame)."""
+    def partial_header(self) -> AbandonedFrame | None:
+        """The header and body size of the frame being received, once its header is complete
+        and its body is not; None otherwise. Nothing is dropped: a server may decide from the
+        header whether to read the rest (a signed request) or not (:meth:`abandon_partial`).
+        Call it only after :meth:`feed` returned every complete frame. A header that does not
+        decode raises :class:`ProtocolError` (the stream is unusable from then on)."""
         buffer = self._buffer
         if len(buffer) < 8:
             return None
@@ -137,7 +138,22 @@ class RemotingFrameDecoder:
         serialize_type, header_size = self._check(total, word)
         if len(buffer) < 8 + header_size or 4 + total <= len(buffer):
             return None  # header incomplete, or the frame is complete (feed() not called)
-        command = decode_header(serialize_type, bytes(buffer[8 : 8 + header_size]))
-        self._skip = 4 + total - len(buffer)
-        self._buffer = bytearray()
+        try:
+            command = decode_header(serialize_type, bytes(buffer[8 : 8 + header_size]))
+        except ProtocolError as error:
+            self._error = error
+            self._buffer = bytearray()
+            raise
         return AbandonedFrame(command, total - 4 - header_size)
+
+    def abandon_partial(self) -> AbandonedFrame | None:
+        """Drop the frame being received when its header is complete and its body is not: free
+        what is buffered and skip the rest as it arrives. Returns the frame's header and body
+        size, or None when no such frame is buffered. Call it only after :meth:`feed` returned
+        every complete frame (the buffer then holds at most one partial frame)."""
+        partial = self.partial_header()
+        if partial is not None:
+            (total,) = _U32.unpack_from(self._buffer, 0)
+            self._skip = 4 + total - len(self._buffer)
+            self._buffer = bytearray()
+        return partial

@@ -226,6 +226,11 @@ class RouteTable:
             f"`pocketmq topic create {topic}`"
         )
 
+    def topics(self) -> list[str]:
+        """Every topic a live broker holds, sorted."""
+        self.expire()
+        return sorted({topic for r in self._brokers.values() for topic in r.topics})
+
     def brokers(self) -> list[w.BrokerAddress]:
         """Every live broker of every group, sorted by group and id."""
         self.expire()

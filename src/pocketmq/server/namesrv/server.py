@@ -9,6 +9,11 @@ registration round.
 With authentication (docs/security.md, "Trust inside the cluster") every connection completes the
 native handshake first; only members of the cluster (the cluster key) may register a broker, users
 and members may read routes and the broker list.
+
+The same port answers RocketMQ's remoting clients (docs/remoting.md, "Name server"): each
+connection is served by the protocol its first bytes name, the remoting requests by
+``server/namesrv/remoting.py`` from the same table. With authentication every remoting request
+must carry a user's 4.x ACL signature; no broker registers over remoting.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import ssl
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.auth.handshake import Authenticator
+from pocketmq.server.namesrv.remoting import namesrv_remoting_handlers
 from pocketmq.server.namesrv.routes import BROKER_EXPIRY, MAX_REGISTERED_BROKERS, RouteTable
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.handshake import authenticate_handler, greet, namesrv_permissions
 from pocketmq.server.native.limits import ConnectionLimits
 from pocketmq.server.native.tcp import FrameServer
+from pocketmq.server.remoting import RemotingPort, SignatureCheck
 from pocketmq.version import VERSION
 
 __all__ = ["BROKER_EXPIRY", "NameServer", "RouteTable"]
@@ -35,8 +42,9 @@ log = logging.getLogger("pocketmq.namesrv")
 
 class NameServer:
     """The route registry's server (module doc): the native protocol's HELLO, AUTHENTICATE,
-    REGISTER_BROKER, GET_ROUTE and LIST_BROKERS, nothing else. ``authenticator``: every
-    connection must authenticate (module doc)."""
+    REGISTER_BROKER, GET_ROUTE and LIST_BROKERS, and the remoting protocol's route, cluster and
+    topic-list reads, nothing else. ``authenticator``: every connection must authenticate, every
+    remoting request be signed by one of its users (module doc)."""
 
     def __init__(
         self,
@@ -49,7 +57,12 @@ class NameServer:
     ) -> None:
         self.routes = RouteTable(expiry, max_brokers=max_brokers)
         self.authenticator = authenticator
-        self._server = FrameServer(self._handlers(), on_close=self._closed, limits=limits, tls=tls)
+        self.remoting = RemotingPort(
+            namesrv_remoting_handlers(self.routes), signatures=SignatureCheck.of(authenticator)
+        )
+        self._server = FrameServer(
+            self._handlers(), on_close=self._closed, limits=limits, tls=tls, remoting=self.remoting
+        )
         self._sweeper: asyncio.Task[None] | None = None
 
     def _handlers(self) -> HandlerTable:

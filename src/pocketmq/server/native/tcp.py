@@ -1,6 +1,9 @@
 """A TCP listener that hands each connection a :class:`ServerConnection` with a handler table.
 
 Shared by the broker's native server and the name server: they differ only in their handlers.
+Given a second protocol (``remoting=``: RocketMQ's remoting protocol, docs/remoting.md), each new
+connection is first held by a :class:`~pocketmq.server.listening.ProtocolSniffer` and served by
+the protocol its first bytes name; without one, connections are native from their first byte.
 
 It accepts connections itself rather than through ``loop.create_server`` so that a client it
 cannot serve gets an answer instead of a timeout (docs/protocol.md "Limits"):
@@ -27,11 +30,13 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from pocketmq.errors import Code, TooManyRequestsError
 from pocketmq.protocol import FrameKind, encode_body, encode_frame
+from pocketmq.protocol.remoting.sniff import WireProtocol
 from pocketmq.protocol.structs import ErrorBody
+from pocketmq.server.listening import PortShare, ProtocolSniffer, SecondProtocol, Served
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
 from pocketmq.server.ratelog import RateLimitedLog
@@ -80,8 +85,10 @@ class FrameServer:
         limits: ConnectionLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         tls: ssl.SSLContext | None = None,
+        remoting: SecondProtocol | None = None,
     ) -> None:
         self._handlers = handlers
+        self._remoting = remoting  # sniff each connection's protocol (module doc)
         self._tls = tls  # TLS on this port (docs/security.md)
         self._on_close_hook = on_close
         self.limits = limits or ConnectionLimits()
@@ -94,15 +101,32 @@ class FrameServer:
         self._backoff = 0.0
         self._resume: asyncio.TimerHandle | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        self.connections: set[ServerConnection] = set()
+        self.connections: set[ServerConnection] = set()  # the native ones
+        # connections of the second protocol, and those whose protocol is not known yet
+        self.others: set[Served] = set()
         # connections still in their handshake, oldest first (dicts keep insertion order), with
         # the task setting each up (its TLS handshake may still be going on)
-        self.pending: dict[ServerConnection, asyncio.Task[Any] | None] = {}
+        self.pending: dict[Served, asyncio.Task[Any] | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.refused = 0  # connections answered with an error and closed at accept
         self.latency = RpcLatency()  # every connection's answers, for the metrics
         self.host = ""
         self.port = 0
+        self._share = PortShare(
+            self.limits,
+            self.budget,
+            clock,
+            self.log,
+            self.latency,
+            self._tasks,
+            self._established,
+            self._closed,
+        )
+
+    @property
+    def open_count(self) -> int:
+        """Connections held, of either protocol or not known yet."""
+        return len(self.connections) + len(self.others)
 
     async def start(self, host: str, port: int) -> None:
         """Listen on every address ``host`` resolves to (0: any free port)."""
@@ -165,19 +189,19 @@ class FrameServer:
                 continue
             self._backoff = 0.0
             self._make_room()
-            if len(self.connections) + self._accepting >= self.limits.max_connections:
+            if self.open_count + self._accepting >= self.limits.max_connections:
                 self.refused += 1
                 self.log.warning(
                     "max-connections",
                     "refused a connection: %d connections open (max_connections %d)",
-                    len(self.connections) + self._accepting,
+                    self.open_count + self._accepting,
                     self.limits.max_connections,
                 )
                 _refuse(
                     sock,
                     _refusal(
                         Code.TOO_MANY_REQUESTS,
-                        f"the broker has {len(self.connections)} connections, its limit "
+                        f"the broker has {self.open_count} connections, its limit "
                         f"(max_connections {self.limits.max_connections}); retry later",
                     ),
                 )
@@ -192,7 +216,7 @@ class FrameServer:
         every connection slot is taken while some are, close the one waiting longest."""
         limits = self.limits
         waiting = len(self.pending)
-        full = len(self.connections) + self._accepting >= limits.max_connections
+        full = self.open_count + self._accepting >= limits.max_connections
         if waiting == 0 or (waiting < limits.pending_cap and not full):
             return
         self.log.warning(
@@ -201,7 +225,7 @@ class FrameServer:
             "(max_pending_connections %d), %d connections (max_connections %d)",
             waiting,
             limits.pending_cap,
-            len(self.connections) + self._accepting,
+            self.open_count + self._accepting,
             limits.max_connections,
         )
         self.refused += 1
@@ -220,13 +244,13 @@ class FrameServer:
 
     async def _connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        made: list[ServerConnection] = []
+        made: list[Served] = []
 
-        def factory() -> ServerConnection:
+        def factory() -> asyncio.BaseProtocol:
             # called at once, before a TLS handshake: from then on the connection counts
             self._accepting -= 1
             made.append(self._new_connection(asyncio.current_task()))
-            return made[0]
+            return cast(asyncio.BaseProtocol, made[0])
 
         try:
             await loop.connect_accepted_socket(
@@ -273,7 +297,7 @@ class FrameServer:
             f"accept-{exc.errno}",
             "cannot accept connections: %s (%d open); answering with an error and retrying",
             exc,
-            len(self.connections),
+            self.open_count,
         )
         if answered and self._spare is not None:
             return  # the next wakeup answers the next waiting client the same way
@@ -292,7 +316,22 @@ class FrameServer:
         for sock in self._listeners:
             loop.add_reader(sock.fileno(), self._accept_ready, sock)
 
-    def _new_connection(self, setup: asyncio.Task[Any] | None = None) -> ServerConnection:
+    def _new_connection(self, setup: asyncio.Task[Any] | None = None) -> Served:
+        connection: Served
+        if self._remoting is None:
+            connection = self._native_connection()
+        else:
+            connection = ProtocolSniffer(
+                self._hand_over,
+                self._closed,
+                hello_timeout=self.limits.hello_timeout,
+                clock=self._clock,
+            )
+            self.others.add(connection)
+        self.pending[connection] = setup
+        return connection
+
+    def _native_connection(self) -> ServerConnection:
         connection = ServerConnection(
             self._handlers,
             self._closed,
@@ -305,26 +344,47 @@ class FrameServer:
             on_established=self._established,
         )
         self.connections.add(connection)
-        self.pending[connection] = setup
         return connection
 
-    def _established(self, connection: ServerConnection) -> None:
+    def _hand_over(self, sniffer: ProtocolSniffer, protocol: WireProtocol) -> Served:
+        """The connection a sniffed client is served by, in the sniffer's place in the books
+        (its place among those in their handshake too: the oldest stays the first closed)."""
+        self.others.discard(sniffer)
+        chosen: Served
+        if protocol is WireProtocol.REMOTING and self._remoting is not None:
+            chosen = self._remoting.connection(self._share, sniffer.opened_at)
+            self.others.add(chosen)
+        else:  # native, or neither: the native side answers what it cannot read
+            native = self._native_connection()
+            native.opened_at = sniffer.opened_at
+            chosen = native
+        if sniffer in self.pending:
+            self.pending = {
+                (chosen if held is sniffer else held): setup for held, setup in self.pending.items()
+            }
+        return chosen
+
+    def _established(self, connection: Served) -> None:
         self.pending.pop(connection, None)
 
-    def _closed(self, connection: ServerConnection) -> None:
-        if connection not in self.connections:
-            return  # already forgotten (a TLS handshake that never completed)
-        self.connections.discard(connection)
+    def _closed(self, connection: Served) -> None:
+        if isinstance(connection, ServerConnection):
+            if connection not in self.connections:
+                return  # already forgotten (a TLS handshake that never completed)
+            self.connections.discard(connection)
+            self.pending.pop(connection, None)
+            if self._on_close_hook is not None:
+                self._on_close_hook(connection)
+            return
+        self.others.discard(connection)
         self.pending.pop(connection, None)
-        if self._on_close_hook is not None:
-            self._on_close_hook(connection)
 
     # -- time limits ----------------------------------------------------------------------
 
     def sweep(self) -> None:
         """Close connections past their HELLO or idle timeout."""
         now = self._clock()
-        for connection in list(self.connections):
+        for connection in [*self.connections, *self.others]:
             connection.expire(now)
 
     async def _sweep_forever(self) -> None:
@@ -355,7 +415,7 @@ class FrameServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
-        for connection in list(self.connections):
+        for connection in [*self.connections, *self.others]:
             connection.close()
         for task in list(self._tasks):
             task.cancel()

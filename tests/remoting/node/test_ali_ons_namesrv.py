@@ -1,0 +1,152 @@
+"""Issue 31, the name-server step, with a real remoting client: ali-ons producers and consumers
+created with ``nameSrv`` pointing at a default ``pocketmq serve`` (its embedded name server, the
+port a 4.x client's ``namesrvAddr=127.0.0.1:9876`` names) fetch a topic's route over remoting and
+learn the broker address they will use — the broker's own port, which also speaks remoting.
+
+The broker's remoting handlers are the next step (docs/remoting.md, "What the handlers need"):
+today a send or a heartbeat reaches the broker's port, is read as remoting, and is answered
+``REQUEST_CODE_NOT_SUPPORTED``. ``test_ali_ons_sends_and_consumes`` states the goal and is
+expected to fail until then (strict: it fails the suite once it passes, so it is not forgotten).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from pocketmq.client import ClientConfig
+from pocketmq.client.sync import SyncAdmin
+from pocketmq.protocol.remoting import ResponseCode as R
+from pocketmq.server.remoting.signatures import UNSIGNED_REMARK
+from pocketmq.testing import BrokerProcess
+
+from ...integration.conftest import FAST_BROKER
+from ...scratch import scratch_dir
+from .conftest import OnsDriver, OnsError, require_ali_ons
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "ons-orders"
+ROOT = ("root", "root-secret-0123456789")
+ALICE = ("alice", "alice-secret-0123456789")
+
+
+@dataclass
+class Ons:
+    driver: OnsDriver
+    broker: BrokerProcess
+    keys: tuple[str, str] | None  # a user's keys when the broker has authentication
+
+    def producer(self, keys: tuple[str, str] | None = None) -> int:
+        fields = {"accessKey": keys[0], "secretKey": keys[1]} if keys else {}
+        answer = self.driver.call("producer", nameSrv=self.broker.namesrv, group="PG", **fields)
+        return int(answer["client"])
+
+    def consumer(self, group: str, keys: tuple[str, str] | None = None) -> int:
+        fields = {"accessKey": keys[0], "secretKey": keys[1]} if keys else {}
+        answer = self.driver.call(
+            "consumer", nameSrv=self.broker.namesrv, group=group, topic=TOPIC, **fields
+        )
+        return int(answer["client"])
+
+
+def _pocketmq(*args: str) -> None:
+    command = [sys.executable, "-m", "pocketmq", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module", params=["default", "authentication"])
+def ons(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ons]:
+    require_ali_ons()
+    authentication = request.param == "authentication"
+    with scratch_dir(tmp_path_factory, f"ons-{request.param}") as root:
+        extra: tuple[str, ...] = ()
+        keys = None
+        if authentication:
+            data = str(root / "broker" / "data")
+            _pocketmq("user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super",
+                      "--data-dir", data)  # fmt: skip
+            _pocketmq("user", "create", ALICE[0], "--secret", ALICE[1], "--data-dir", data)
+            extra = ("--authentication",)
+            keys = ClientConfig(access_key=ROOT[0], secret_key=ROOT[1])
+        with BrokerProcess(
+            root / "broker", config=FAST_BROKER, grpc_port=None, extra_args=extra
+        ) as broker:
+            with SyncAdmin(servers=broker.address, client=keys) as admin:
+                admin.create_topic(TOPIC, queues=3)
+            driver = OnsDriver(root)
+            try:
+                yield Ons(driver, broker, ALICE if authentication else None)
+            finally:
+                driver.close()
+
+
+def test_a_producer_fetches_the_route_and_the_broker_address(ons: Ons) -> None:
+    producer = ons.producer(ons.keys)
+    route = ons.driver.call("route", client=producer, topic=TOPIC)
+    assert route["queues"] == [{"brokerName": "broker-a", "queueId": n} for n in range(3)]
+    # the broker it will send to: the broker's own port, shared by both protocols
+    assert route["brokers"] == {"broker-a": ons.broker.address}
+    assert route["routeData"]["brokerDatas"][0]["brokerAddrs"] == {"0": ons.broker.address}
+    [queues] = route["routeData"]["queueDatas"]
+    assert (queues["perm"], queues["readQueueNums"], queues["writeQueueNums"]) == (6, 3, 3)
+    # the next step, the broker's remoting handlers: today the send is read as remoting there
+    # and refused as a request it does not serve
+    answer = ons.driver.call("send", client=producer, topic=TOPIC, body="hello", tags="TagA")
+    assert answer["failed"] == {
+        "name": "MQClientException",
+        "code": R.REQUEST_CODE_NOT_SUPPORTED,
+        "message": " request type 310 not supported",  # SEND_MESSAGE_V2
+    }
+    ons.driver.call("close", client=producer)
+
+
+def test_a_consumer_learns_its_queues_and_meets_the_broker(ons: Ons) -> None:
+    consumer = ons.consumer("CG-route", ons.keys)
+    deadline = time.monotonic() + 15
+    seen: dict[str, Any] = {}
+    errors: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        seen = ons.driver.call("subscription", client=consumer, topic=TOPIC)
+        errors += ons.driver.call("errors", client=consumer)["errors"]
+        if seen["queues"] and any(e["code"] == R.REQUEST_CODE_NOT_SUPPORTED for e in errors):
+            break
+        time.sleep(0.2)
+    assert seen["queues"] == [{"brokerName": "broker-a", "queueId": n} for n in range(3)]
+    assert seen["brokers"] == {"broker-a": {"0": ons.broker.address}}
+    # its requests to the broker (consumer list, offsets) are read as remoting and refused:
+    # the next step; nothing was refused for want of a signature
+    refused = {e["code"] for e in errors}
+    assert R.REQUEST_CODE_NOT_SUPPORTED in refused, errors
+    assert R.NO_PERMISSION not in refused, errors
+    ons.driver.call("close", client=consumer)
+
+
+def test_without_keys_or_with_a_wrong_secret_the_route_is_refused(ons: Ons) -> None:
+    if ons.keys is None:
+        pytest.skip("the default serve has no authentication: tested above without keys")
+    for keys, remark in ((None, UNSIGNED_REMARK), ((ALICE[0], "wrong"), "do not match a user")):
+        producer = ons.producer(keys)
+        with pytest.raises(OnsError) as refused:
+            ons.driver.call("route", client=producer, topic=TOPIC)
+        assert refused.value.code == R.NO_PERMISSION
+        assert remark in refused.value.message
+        ons.driver.call("close", client=producer)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="next step of issue 31: the broker's remoting handlers (SEND_MESSAGE_V2, HEART_BEAT, "
+    "PULL_MESSAGE, ...), after issue 30's broker front",
+)
+def test_ali_ons_sends_and_consumes(ons: Ons) -> None:
+    producer = ons.producer(ons.keys)
+    answer = ons.driver.call("send", client=producer, topic=TOPIC, body="stored", tags="TagA")
+    assert answer.get("sent", {}).get("sendStatus") == "SEND_OK", answer
