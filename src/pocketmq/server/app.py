@@ -46,6 +46,8 @@ from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.registration import Registrar
 from pocketmq.server.remoting import RemotingPort, SignatureCheck
+from pocketmq.server.remoting.context import BrokerSide
+from pocketmq.server.remoting.handlers import broker_remoting_handlers, connection_closed
 from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
@@ -191,10 +193,15 @@ class BrokerApp:
         self, handlers: HandlerTable, limits: ConnectionLimits, tls: ssl.SSLContext | None
     ) -> None:
         """The client port: pocketmq's native protocol, and RocketMQ's remoting clients told
-        apart by their first bytes (docs/remoting.md, "Where it listens"). No broker request is
-        served over remoting yet: each is REQUEST_CODE_NOT_SUPPORTED until the broker's
-        remoting handlers join ``self.remoting`` (docs/remoting.md, "What the handlers need")."""
-        self.remoting = RemotingPort({}, signatures=SignatureCheck.of(self._authenticator))
+        apart by their first bytes (docs/remoting.md, "Where it listens"), served by the
+        broker's remoting handlers (``server/remoting/handlers.py``)."""
+        assert self.broker is not None
+        side = BrokerSide(self.broker, self._store_host, authorizer=self._authorizer)
+        self.remoting = RemotingPort(
+            broker_remoting_handlers(side),
+            signatures=SignatureCheck.of(self._authenticator),
+            on_close=lambda conn: connection_closed(side, conn),
+        )
         self._native = FrameServer(
             handlers,
             on_close=self._connection_closed,
@@ -285,6 +292,11 @@ class BrokerApp:
         namesrv = Authenticator(self._users, self._cluster_key, throttle=throttle)
         namesrv.reachable |= reachable
         return namesrv
+
+    def _store_host(self) -> str:
+        """The client port's advertised ``ip:port``: the store host of remoting message ids."""
+        assert self._native is not None
+        return self._advertised(self._native.port)
 
     def _advertised(self, port: int) -> str:
         """``ip:port`` of the advertised host (what routes name) for the handshake's check."""

@@ -1,0 +1,48 @@
+"""The broker's remoting handler table, built from its families (docs/remoting.md, "How the
+handlers plug in").
+
+Each family is a module of ``server/remoting`` with a function taking the :class:`BrokerSide`
+and returning its part of the table: the producer side (``produce.py``: sends;
+``transactions.py``: ``END_TRANSACTION`` and the check-backs), the consumer side (heartbeats,
+pulls, offsets, locks: its own modules, joined in :data:`FAMILIES`) and administration
+(``admin.py``). With the ACL on, every handler is checked first (``permissions.py``). What a
+connection's clients registered is dropped when it closes: each family may name a close hook
+(:data:`CLOSE_HOOKS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
+from pocketmq.server.remoting.context import BrokerSide
+from pocketmq.server.remoting.produce import produce_handlers
+
+__all__ = ["CLOSE_HOOKS", "FAMILIES", "broker_remoting_handlers", "connection_closed"]
+
+Family = Callable[[BrokerSide], RemotingHandlerTable]
+CloseHook = Callable[[BrokerSide, RemotingConnection], None]
+
+FAMILIES: Final[list[Family]] = [
+    produce_handlers,
+    # the consumer side (HEART_BEAT, pulls, offsets, locks, UNREGISTER_CLIENT) joins here
+]
+"""The handler families, in order (a later one's code would replace an earlier one's)."""
+
+CLOSE_HOOKS: Final[list[CloseHook]] = []
+"""What each family drops when a connection closes (its clients' registrations)."""
+
+
+def broker_remoting_handlers(side: BrokerSide) -> RemotingHandlerTable:
+    """The broker's remoting table: every family's handlers (module doc)."""
+    table: RemotingHandlerTable = {}
+    for family in FAMILIES:
+        table |= family(side)
+    return table
+
+
+def connection_closed(side: BrokerSide, conn: RemotingConnection) -> None:
+    """A remoting connection closed: each family drops what its clients registered."""
+    for hook in CLOSE_HOOKS:
+        hook(side, conn)
