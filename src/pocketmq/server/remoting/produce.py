@@ -137,9 +137,7 @@ def _delivery_time(properties: dict[str, str], now_ms: int) -> int | None:
     return due
 
 
-def inbound_properties(
-    header: SendHeader, decoded: dict[str, str], now_ms: int
-) -> dict[str, str]:
+def inbound_properties(header: SendHeader, decoded: dict[str, str], now_ms: int) -> dict[str, str]:
     """A message's properties in the broker's terms (module doc); ``decoded`` are its own
     (the header's, or a batch message's), changed in place."""
     properties = decoded
@@ -244,4 +242,3 @@ def send_reply(outcomes: Sequence[SendOutcome], item: _Send) -> Reply:
         fields["transactionId"] = first.transaction_id
     worst = max((code_of(o.code) for o in outcomes), default=ResponseCode.SUCCESS)
     return Reply(worst, fields, remark=(first.remark or None) if worst else None)
-
