@@ -18,6 +18,7 @@ from typing import Final
 from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
 from pocketmq.server.remoting.context import BrokerSide
 from pocketmq.server.remoting.produce import produce_handlers
+from pocketmq.server.remoting.transactions import drop_producers, transaction_handlers
 
 __all__ = ["CLOSE_HOOKS", "FAMILIES", "broker_remoting_handlers", "connection_closed"]
 
@@ -26,11 +27,12 @@ CloseHook = Callable[[BrokerSide, RemotingConnection], None]
 
 FAMILIES: Final[list[Family]] = [
     produce_handlers,
+    transaction_handlers,  # its producer-only HEART_BEAT is replaced by the consumer side's
     # the consumer side (HEART_BEAT, pulls, offsets, locks, UNREGISTER_CLIENT) joins here
 ]
 """The handler families, in order (a later one's code would replace an earlier one's)."""
 
-CLOSE_HOOKS: Final[list[CloseHook]] = []
+CLOSE_HOOKS: Final[list[CloseHook]] = [drop_producers]
 """What each family drops when a connection closes (its clients' registrations)."""
 
 
