@@ -17,6 +17,7 @@ from typing import Final
 
 from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
 from pocketmq.server.remoting.context import BrokerSide
+from pocketmq.server.remoting.permissions import remoting_authorized
 from pocketmq.server.remoting.produce import produce_handlers
 from pocketmq.server.remoting.transactions import drop_producers, transaction_handlers
 
@@ -37,11 +38,12 @@ CLOSE_HOOKS: Final[list[CloseHook]] = [drop_producers]
 
 
 def broker_remoting_handlers(side: BrokerSide) -> RemotingHandlerTable:
-    """The broker's remoting table: every family's handlers (module doc)."""
+    """The broker's remoting table: every family's handlers, each checked against the ACL
+    when there is one (module doc)."""
     table: RemotingHandlerTable = {}
     for family in FAMILIES:
         table |= family(side)
-    return table
+    return remoting_authorized(table, side)
 
 
 def connection_closed(side: BrokerSide, conn: RemotingConnection) -> None:
