@@ -60,6 +60,11 @@ with nothing), an awaitable of one, or a :class:`Joined` (done with the read's o
 its kind) out; a pocketmq error it raises is answered with its code."""
 RemotingHandlerTable: TypeAlias = dict[int, RemotingHandler]
 
+#: Read no more after this many bytes in one loop turn (pause until the next): uvloop reads up to
+#: 32 × 256,000 bytes per wake-up, so a pipelining producer could hold the loop for all of them
+#: and flow control would refuse sends for the lag (as on the native port: docs/benchmarks.md,
+#: "Event loops").
+YIELD_AFTER_BYTES: Final = 65536
 _LONG_POLLS: Final = frozenset({RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE})
 _REQUEST_NAMES: Final = {code.value: code.name for code in RequestCode}
 _RESPONSE_NAMES: Final = {code.value: code.name for code in ResponseCode}
@@ -120,6 +125,8 @@ class RemotingConnection(asyncio.Protocol):
         self.opened_at = self.last_seen = share.clock() if opened_at is None else opened_at
         self.inflight = 0
         self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by opaque
+        self._paused = False  # by pause_writing: the client reads slower than we answer
+        self._yielding = False  # reading paused until the loop's next turn (YIELD_AFTER_BYTES)
         # requests of this read whose handlers asked to be done together (see Joined)
         self._joined: list[tuple[RemotingCommand, float, Any]] = []
         self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
@@ -156,12 +163,27 @@ class RemotingConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """The client reads slower than we answer: stop reading its requests meanwhile."""
+        self._paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         """The client caught up: read its requests again."""
-        if self._transport is not None and not self.closed:
+        self._paused = False
+        if self._transport is not None and not self.closed and not self._yielding:
+            self._transport.resume_reading()
+
+    def _yield_turn(self) -> None:
+        """Stop reading until the loop's next turn (see YIELD_AFTER_BYTES)."""
+        if self._transport is None or self._yielding:
+            return
+        self._yielding = True
+        self._transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._end_yield)
+
+    def _end_yield(self) -> None:
+        self._yielding = False
+        if self._transport is not None and not self.closed and not self._paused:
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -196,6 +218,8 @@ class RemotingConnection(asyncio.Protocol):
                 self._transport.write(b"".join(out))
             if self._close_after_reply:
                 self.close()
+        if len(data) >= YIELD_AFTER_BYTES and not self.closed:
+            self._yield_turn()
 
     # -- limits ---------------------------------------------------------------------------
 
