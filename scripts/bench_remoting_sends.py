@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 import struct
 import sys
-
-from pocketmq import Message
 import tempfile
 from pathlib import Path
 
+from pocketmq import Message
 from pocketmq.bench.broker import BODY, Meter, _topic, in_flight
 from pocketmq.client import Producer, ProducerConfig
 from pocketmq.protocol.remoting import RemotingCommand, RemotingFrameDecoder, encode_command
@@ -35,12 +34,17 @@ _OPAQUE_AT = 4 + 4 + 5  # length, header length, then code i16, language u8, ver
 class RemotingSender:
     """One remoting connection sending pre-encoded frames, answers matched by opaque."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, binary: bool
+    ) -> None:
         self._reader, self._writer = reader, writer
+        properties = encode_properties({"TAGS": "t"})
         fields = {"a": "bench", "b": TOPIC, "c": "TBW102", "d": "8", "e": "-1", "f": "0",
-                  "g": "1700000000000", "h": "0", "i": encode_properties({"TAGS": "t"})}  # fmt: skip
+                  "g": "1700000000000", "h": "0", "i": properties}  # fmt: skip
         command = RemotingCommand(RequestCode.SEND_MESSAGE_V2, 0, 0, fields, body=BODY, version=401)
-        command.serialize_type = 1
+        command.serialize_type = 1 if binary else 0
+        self._command = command
+        self._binary = binary
         self._frame = bytearray(encode_command(command))
         self._opaque = 0
         self._waiting: dict[int, asyncio.Future[RemotingCommand]] = {}
@@ -69,10 +73,15 @@ class RemotingSender:
 
     async def _send_once(self) -> RemotingCommand:
         self._opaque += 1
-        struct.pack_into(">i", self._frame, _OPAQUE_AT, self._opaque)
+        if self._binary:
+            struct.pack_into(">i", self._frame, _OPAQUE_AT, self._opaque)
+            frame = bytes(self._frame)
+        else:  # a JSON header (what Java and ali-ons send by default) is encoded per request
+            self._command.opaque = self._opaque
+            frame = encode_command(self._command)
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._waiting[self._opaque] = future
-        self._writer.write(bytes(self._frame))
+        self._writer.write(frame)
         return await future
 
     async def close(self) -> None:
@@ -102,25 +111,36 @@ async def _rounds(address: str, pid: int, count: int, rounds: int) -> None:
         producer = Producer(servers=address, config=ProducerConfig(batching=False))
         await producer.start()
         await producer.send(message)
-        remoting = RemotingSender(*await asyncio.open_connection(host, int(port)))
-        await remoting.send()
-        figures: dict[str, list[tuple[float, float]]] = {"native": [], "remoting": []}
+        json = RemotingSender(*await asyncio.open_connection(host, int(port)), binary=False)
+        binary = RemotingSender(*await asyncio.open_connection(host, int(port)), binary=True)
+        await json.send()
+        await binary.send()
+        cases = (
+            ("native", lambda: producer.send(message)),
+            ("remoting JSON", json.send),
+            ("remoting binary", binary.send),
+        )
+        figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in cases}
         for _ in range(rounds):
-            for name, send in (("remoting", remoting.send), ("native", lambda: producer.send(message))):
+            for name, send in cases:
                 with Meter(pid) as meter:
                     await in_flight(count, WIDTH, send)  # type: ignore[arg-type]
                 figures[name].append((count / meter.seconds, meter.broker_cpu / count * 1e6))
-                print(f"{name:8} {count / meter.seconds:9.0f} msg/s  broker {meter.broker_cpu / count * 1e6:6.1f} µs CPU/msg", flush=True)
-        await remoting.close()
+                rate, cpu = figures[name][-1]
+                print(f"{name:16} {rate:9.0f} msg/s  broker {cpu:6.1f} µs CPU/msg", flush=True)
+        await json.close()
+        await binary.close()
         await producer.aclose()
-    print(f"remoting sends retried after SYSTEM_BUSY: {remoting.busy}")
+    print(f"remoting sends retried after SYSTEM_BUSY: {json.busy + binary.busy}")
     for name, rows in figures.items():
         rates = sorted(rate for rate, _ in rows)
         cpus = sorted(cpu for _, cpu in rows)
-        print(f"{name:8} median {rates[len(rates) // 2]:9.0f} msg/s, {cpus[len(cpus) // 2]:6.1f} µs broker CPU/msg")
+        rate, cpu = rates[len(rates) // 2], cpus[len(cpus) // 2]
+        print(f"{name:16} median {rate:9.0f} msg/s, {cpu:6.1f} µs broker CPU/msg")
     native = sorted(r for r, _ in figures["native"])[rounds // 2]
-    remote = sorted(r for r, _ in figures["remoting"])[rounds // 2]
-    print(f"remoting / native throughput: {remote / native:.2f}")
+    for name in ("remoting JSON", "remoting binary"):
+        remote = sorted(r for r, _ in figures[name])[rounds // 2]
+        print(f"{name} / native throughput: {remote / native:.2f}")
 
 
 if __name__ == "__main__":
