@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from pocketmq.server.remoting.admin import admin_handlers
 from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
 from pocketmq.server.remoting.context import BrokerSide
 from pocketmq.server.remoting.permissions import remoting_authorized
@@ -30,6 +31,7 @@ FAMILIES: Final[list[Family]] = [
     produce_handlers,
     transaction_handlers,  # its producer-only HEART_BEAT is replaced by the consumer side's
     # the consumer side (HEART_BEAT, pulls, offsets, locks, UNREGISTER_CLIENT) joins here
+    admin_handlers,
 ]
 """The handler families, in order (a later one's code would replace an earlier one's)."""
 
