@@ -46,6 +46,7 @@ from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.registration import Registrar
 from pocketmq.server.remoting import RemotingPort, SignatureCheck
+from pocketmq.server.remoting.consume import consumer_closed, consumer_handlers
 from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
@@ -191,10 +192,14 @@ class BrokerApp:
         self, handlers: HandlerTable, limits: ConnectionLimits, tls: ssl.SSLContext | None
     ) -> None:
         """The client port: pocketmq's native protocol, and RocketMQ's remoting clients told
-        apart by their first bytes (docs/remoting.md, "Where it listens"). No broker request is
-        served over remoting yet: each is REQUEST_CODE_NOT_SUPPORTED until the broker's
-        remoting handlers join ``self.remoting`` (docs/remoting.md, "What the handlers need")."""
-        self.remoting = RemotingPort({}, signatures=SignatureCheck.of(self._authenticator))
+        apart by their first bytes (docs/remoting.md, "Where it listens"), served by the
+        broker's remoting handlers (docs/remoting.md, "How the handlers plug in")."""
+        assert self.broker is not None
+        self.remoting = RemotingPort(
+            consumer_handlers(self.broker, lambda: self.native_address),
+            signatures=SignatureCheck.of(self._authenticator),
+            on_close=consumer_closed(self.broker),
+        )
         self._native = FrameServer(
             handlers,
             on_close=self._connection_closed,

@@ -105,18 +105,41 @@ const ops = {
     }
   },
 
+  // a push consumer; "failTimes": its handler throws on the first n deliveries of each message
+  // (counted by body), "maxReconsumeTimes", "broadcast", "expression", "persistInterval" (ms)
   async consumer(command) {
-    const consumer = new Consumer(options(command, {
+    const extra = {
       consumerGroup: command.group,
       isBroadcast: !!command.broadcast,
-    }));
+      persistConsumerOffsetInterval: command.persistInterval || 1000,
+      rebalanceInterval: command.rebalanceInterval || 10000,
+    };
+    if (command.maxReconsumeTimes !== undefined) extra.maxReconsumeTimes = command.maxReconsumeTimes;
+    const consumer = new Consumer(options(command, extra));
     const id = track(consumer);
     const entry = clients.get(id);
+    const failures = new Map();
     await consumer.ready();
     consumer.subscribe(command.topic, command.expression || '*', async message => {
-      entry.received.push({ msgId: message.msgId, tags: message.tags, body: message.body.toString() });
+      const body = message.body.toString();
+      entry.received.push({
+        msgId: message.msgId, topic: message.topic, tags: message.tags || null,
+        keys: message.keys || null, body, reconsumeTimes: message.reconsumeTimes,
+        queueId: message.queueId, uniqKey: message.properties.UNIQ_KEY || null,
+      });
+      const failed = failures.get(body) || 0;
+      if (failed < (command.failTimes || 0)) {
+        failures.set(body, failed + 1);
+        throw new Error(`failing ${body} on purpose (${failed + 1})`);
+      }
     });
     return { client: id };
+  },
+
+  // what a consumer received since the last call
+  async received(command) {
+    const entry = entryOf(command);
+    return { messages: entry.received.splice(0) };
   },
 
   // the queues a consumer knows for a topic (from the name server's route) and the broker

@@ -1,0 +1,189 @@
+"""The remoting clients' registrations (docs/remoting.md, "Clients and groups"): ``HEART_BEAT``,
+``UNREGISTER_CLIENT``, ``GET_CONSUMER_LIST_BY_GROUP``, the broker's ``NOTIFY_CONSUMER_IDS_CHANGED``
+and the orderly consumers' ``LOCK_BATCH_MQ``/``UNLOCK_BATCH_MQ``.
+
+A heartbeat (``HeartbeatData``, apache/rocketmq ``remoting/.../heartbeat/HeartbeatData.java``;
+processed by ``ClientManageProcessor.heartBeat``) registers its client id in each consumer group
+it runs — the model, clustering or broadcasting, and the subscriptions by topic — and names its
+producer groups. What it registered is kept on the connection (``conn.state``, keys below), so
+the connection's close drops exactly that, as RocketMQ's ``ClientHousekeepingService`` does when
+a channel goes. Whenever a group's membership changes the broker tells the group's other
+members with a one-way ``NOTIFY_CONSUMER_IDS_CHANGED`` on their own connections, and they
+rebalance at once (``ClientRemotingProcessor.notifyConsumerIdsChanged``).
+
+``conn.state`` keys (shared with the producer side's handlers):
+
+- ``"client_id"``: the client id of the connection's latest heartbeat;
+- ``"consumer_groups"``: ``{group: {topic: expression}}`` as heartbeated;
+- ``"producer_groups"``: ``set`` of the producer groups heartbeated — where a transaction's
+  check-back for such a group can go (the producer side registers its check channel through
+  the ``on_producers`` hook).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Final
+
+from pocketmq.broker import Broker, ClientInfo
+from pocketmq.errors import BrokerConnectionError, NoPermissionError, PocketMQError
+from pocketmq.protocol.remoting.bodies import (
+    ConsumerData,
+    ConsumerListBody,
+    HeartbeatData,
+    LockBatchRequest,
+    LockBatchResponse,
+    MessageQueue,
+    UnlockBatchRequest,
+    decode_json_body,
+    encode_json_body,
+)
+from pocketmq.protocol.remoting.codes import RequestCode
+from pocketmq.protocol.remoting.command import RemotingCommand
+from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
+from pocketmq.server.remoting.fields import text
+from pocketmq.server.remoting.outcomes import Reply
+
+__all__ = [
+    "CLIENT_ID",
+    "CONSUMER_GROUPS",
+    "PRODUCER_GROUPS",
+    "ProducerHook",
+    "client_handlers",
+    "drop_registrations",
+]
+
+CLIENT_ID: Final = "client_id"
+CONSUMER_GROUPS: Final = "consumer_groups"
+PRODUCER_GROUPS: Final = "producer_groups"
+
+ProducerHook = Callable[[RemotingConnection, str, list[str]], None]
+"""Told of each heartbeat's producer groups (connection, client id, groups): the producer side
+registers the check-back channel of transactional producers there."""
+
+_MODELS: Final = {"BROADCASTING": "broadcasting", "CLUSTERING": "clustering"}
+
+
+def _subscriptions(consumer: ConsumerData) -> dict[str, str]:
+    """Topic → tag expression; RocketMQ's ``subString`` is ``*`` for everything."""
+    return {s.topic: s.sub_string or "*" for s in consumer.subscription_data_set}
+
+
+def _notifier(conn: RemotingConnection) -> Callable[[str], None]:
+    def notify(group: str) -> None:
+        with contextlib.suppress(BrokerConnectionError):  # gone: its close unregisters it
+            conn.push(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+    return notify
+
+
+def drop_registrations(broker: Broker, conn: RemotingConnection) -> None:
+    """The connection closed: its clients leave the groups they heartbeated on it (their queue
+    locks released), so the others rebalance at once, and their producer registrations go."""
+    client_id: str = conn.state.get(CLIENT_ID, "")
+    if not client_id:
+        return
+    groups: dict[str, dict[str, str]] = conn.state.get(CONSUMER_GROUPS, {})
+    if groups:
+        broker.unregister(client_id, sorted(groups))
+    producers: set[str] = conn.state.get(PRODUCER_GROUPS, set())
+    if producers:
+        broker.unregister_producer(client_id, sorted(producers), owner=conn)
+
+
+def client_handlers(
+    broker: Broker, on_producers: ProducerHook | None = None
+) -> RemotingHandlerTable:
+    """The registration handlers (module doc) for ``broker``."""
+
+    def heartbeat(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        data = decode_json_body(request.body, HeartbeatData)
+        client_id = data.client_id
+        previous = conn.state.get(CLIENT_ID)
+        if previous and previous != client_id:
+            drop_registrations(broker, conn)  # the connection now carries another client
+            conn.state.pop(CONSUMER_GROUPS, None)
+            conn.state.pop(PRODUCER_GROUPS, None)
+        conn.state[CLIENT_ID] = client_id
+        info = ClientInfo("remoting", conn.language, str(conn.version), conn.remote)
+        registered: dict[str, dict[str, str]] = conn.state.setdefault(CONSUMER_GROUPS, {})
+        refused: PocketMQError | None = None
+        for consumer in data.consumer_data_set:
+            subscriptions = _subscriptions(consumer)
+            model = _MODELS.get(consumer.message_model, "clustering")
+            try:
+                broker.heartbeat(
+                    client_id,
+                    [(consumer.group_name, model, subscriptions)],
+                    _notifier(conn),
+                    info,
+                )
+            except PocketMQError as exc:  # the other groups still register
+                refused = refused or exc
+                continue
+            registered[consumer.group_name] = subscriptions
+        producers = [p.group_name for p in data.producer_data_set]
+        if producers:
+            conn.state.setdefault(PRODUCER_GROUPS, set()).update(producers)
+            if on_producers is not None:
+                on_producers(conn, client_id, producers)
+        if refused is not None:
+            raise refused
+        return Reply()
+
+    def unregister(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        client_id = text(request, "clientID")
+        own = conn.state.get(CLIENT_ID, "")
+        if conn.user and client_id != own:  # authentication on: a client leaves only itself
+            raise NoPermissionError(f"client {own!r} may unregister only itself, not {client_id!r}")
+        consumer_group = request.ext_fields.get("consumerGroup", "")
+        if consumer_group:
+            broker.unregister(client_id, [consumer_group])
+            if client_id == own:
+                conn.state.get(CONSUMER_GROUPS, {}).pop(consumer_group, None)
+        producer_group = request.ext_fields.get("producerGroup", "")
+        if producer_group:
+            broker.unregister_producer(client_id, [producer_group], owner=conn)
+            if client_id == own:
+                conn.state.get(PRODUCER_GROUPS, set()).discard(producer_group)
+        return Reply()
+
+    def consumer_list(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        ids = broker.consumer_ids(text(request, "consumerGroup"))
+        return Reply(body=encode_json_body(ConsumerListBody(ids)))
+
+    def lock(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        body = decode_json_body(request.body, LockBatchRequest)
+        held = broker.lock_queues(
+            body.consumer_group, body.client_id, [(q.topic, q.queue_id) for q in body.mq_set]
+        )
+        granted = set(held)
+        answer = [q for q in body.mq_set if (q.topic, q.queue_id) in granted]
+        return Reply(body=encode_json_body(LockBatchResponse(_dedupe(answer))))
+
+    def unlock(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        body = decode_json_body(request.body, UnlockBatchRequest)
+        broker.unlock_queues(
+            body.consumer_group, body.client_id, [(q.topic, q.queue_id) for q in body.mq_set]
+        )
+        return Reply()
+
+    return {
+        RequestCode.HEART_BEAT: heartbeat,
+        RequestCode.UNREGISTER_CLIENT: unregister,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
+        RequestCode.LOCK_BATCH_MQ: lock,
+        RequestCode.UNLOCK_BATCH_MQ: unlock,
+    }
+
+
+def _dedupe(queues: list[MessageQueue]) -> list[MessageQueue]:
+    seen: set[tuple[str, str, int]] = set()
+    unique = []
+    for queue in queues:
+        key = (queue.topic, queue.broker_name, queue.queue_id)
+        if key not in seen:
+            seen.add(key)
+            unique.append(queue)
+    return unique
