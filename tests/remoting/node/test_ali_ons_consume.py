@@ -54,7 +54,9 @@ class Setup:
         )
         return int(answer["client"])
 
-    def send(self, topic: str, body: str, tag: str | None = None, keys: tuple[str, ...] = ()) -> str:
+    def send(
+        self, topic: str, body: str, tag: str | None = None, keys: tuple[str, ...] = ()
+    ) -> str:
         result = self.producer.send(Message(topic=topic, body=body.encode(), tag=tag, keys=keys))
         return result.message_id
 
@@ -79,16 +81,17 @@ class Setup:
 @pytest.fixture(scope="module")
 def ons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     require_ali_ons()
-    with scratch_dir(tmp_path_factory, "ons-consume") as root:
-        with BrokerProcess(root / "broker", config=FAST_BROKER, grpc_port=None) as broker:
-            with SyncAdmin(servers=broker.address) as admin, SyncProducer(
-                servers=broker.address
-            ) as producer:
-                driver = OnsDriver(root)
-                try:
-                    yield Setup(driver, broker, admin, producer)
-                finally:
-                    driver.close()
+    with (
+        scratch_dir(tmp_path_factory, "ons-consume") as root,
+        BrokerProcess(root / "broker", config=FAST_BROKER, grpc_port=None) as broker,
+        SyncAdmin(servers=broker.address) as admin,
+        SyncProducer(servers=broker.address) as producer,
+    ):
+        driver = OnsDriver(root)
+        try:
+            yield Setup(driver, broker, admin, producer)
+        finally:
+            driver.close()
 
 
 def test_a_push_consumer_receives_everything_once(ons: Setup) -> None:
@@ -114,4 +117,116 @@ def test_a_push_consumer_receives_everything_once(ons: Setup) -> None:
         assert message["reconsumeTimes"] == 0
         assert OFFSET_MSG_ID.match(message["msgId"]), message["msgId"]
     assert ons.driver.call("errors", client=consumer)["errors"] == []
+    ons.driver.call("close", client=consumer)
+
+
+def test_a_failed_message_is_retried_then_dead_lettered(ons: Setup) -> None:
+    topic, group = ons.topic(), ons.group()
+    consumer = ons.consumer(group, topic, failTimes=100, maxReconsumeTimes=2)
+    message_id = ons.send(topic, "always-fails", "TagA", ("order-1",))
+    got = ons.collect(consumer, lambda got: len(got) >= 3)
+    # delivered, then sent back twice through %RETRY%group (delay levels 3 and 4: the test
+    # broker's levels are tenths of a second), each time as its own topic to the handler
+    assert [m["reconsumeTimes"] for m in got] == [0, 1, 2]
+    assert {(m["topic"], m["tags"], m["keys"], m["uniqKey"]) for m in got} == {
+        (topic, "TagA", "order-1", message_id)
+    }
+
+    def dead() -> list[Any]:
+        return ons.admin.run(lambda admin: admin.dead_letters(group))
+
+    deadline = time.monotonic() + 20
+    while not dead() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [letter] = dead()
+    assert letter.message.message_id == message_id
+    assert letter.origin_topic == topic
+    assert letter.message.body == b"always-fails"
+    time.sleep(1.0)  # nothing more comes: the third failure went to the DLQ
+    assert ons.driver.call("received", client=consumer)["messages"] == []
+    history = ons.admin.run(lambda admin: admin.message_history(message_id))
+    failures = [(a.attempt, a.outcome) for a in history if a.group == group]
+    assert failures[:3] == [(1, "RECONSUME_LATER"), (2, "RECONSUME_LATER"), (3, "RECONSUME_LATER")]
+    ons.driver.call("close", client=consumer)
+
+
+def test_a_message_failing_once_is_redelivered_once(ons: Setup) -> None:
+    topic, group = ons.topic(), ons.group()
+    consumer = ons.consumer(group, topic, failTimes=1)
+    ons.send(topic, "fails-once", "TagA")
+    got = ons.collect(consumer, lambda got: len(got) >= 2)
+    time.sleep(1.0)
+    got += ons.driver.call("received", client=consumer)["messages"]
+    assert [(m["body"], m["reconsumeTimes"], m["topic"]) for m in got] == [
+        ("fails-once", 0, topic),
+        ("fails-once", 1, topic),
+    ]
+    assert ons.admin.run(lambda admin: admin.dead_letters(group)) == []
+    ons.driver.call("close", client=consumer)
+
+
+def test_tag_filters(ons: Setup) -> None:
+    topic, group = ons.topic(queues=1), ons.group()
+    consumer = ons.consumer(group, topic, expression="TagA || TagB")
+    for n, tag in enumerate(["TagA", "TagC", None, "TagB", "TagC", "TagC", "TagA"]):
+        ons.send(topic, f"{n}-{tag}", tag)
+    got = ons.collect(consumer, lambda got: len(got) >= 3)
+    time.sleep(1.0)  # the filtered ones never come
+    got += ons.driver.call("received", client=consumer)["messages"]
+    assert [m["body"] for m in got] == ["0-TagA", "3-TagB", "6-TagA"]
+    ons.send(topic, "7-TagB", "TagB")  # past the filtered tail: delivered at once
+    assert [m["body"] for m in ons.collect(consumer, lambda got: len(got) >= 1)] == ["7-TagB"]
+    ons.driver.call("close", client=consumer)
+
+
+def test_two_consumers_of_a_group_share_the_queues(ons: Setup) -> None:
+    topic, group = ons.topic(queues=4), ons.group()
+    first = ons.consumer(group, topic, rebalanceInterval=500)
+    second = ons.consumer(group, topic, rebalanceInterval=500)
+    time.sleep(2.5)  # both rebalanced: two queues each
+    bodies = [f"m{n}" for n in range(40)]
+    for body in bodies:
+        ons.send(topic, body)
+    got: dict[int, list[dict[str, Any]]] = {first: [], second: []}
+    deadline = time.monotonic() + 30
+    while sum(len(m) for m in got.values()) < len(bodies) and time.monotonic() < deadline:
+        for client in got:
+            got[client] += ons.driver.call("received", client=client)["messages"]
+        time.sleep(0.1)
+    assert sorted(m["body"] for m in got[first] + got[second]) == sorted(bodies)
+    queues = {client: {m["queueId"] for m in got[client]} for client in got}
+    assert queues[first]
+    assert queues[second]
+    assert not queues[first] & queues[second]  # each queue has one owner
+    for client in got:
+        ons.driver.call("close", client=client)
+
+
+def test_broadcasting_consumers_each_receive_everything(ons: Setup) -> None:
+    topic, group = ons.topic(), ons.group(broadcast=True)
+    consumers = [ons.consumer(group, topic, broadcast=True) for _ in range(2)]
+    time.sleep(1.0)  # started at the queues' ends (CONSUME_FROM_LAST_OFFSET, local offsets)
+    bodies = sorted(f"b{n}" for n in range(6))
+    for body in bodies:
+        ons.send(topic, body)
+    for consumer in consumers:
+        got = ons.collect(consumer, lambda got: len(got) >= len(bodies))
+        assert sorted(m["body"] for m in got) == bodies
+        ons.driver.call("close", client=consumer)
+
+
+def test_a_restarted_consumer_continues_from_its_committed_offsets(ons: Setup) -> None:
+    topic, group = ons.topic(), ons.group()
+    consumer = ons.consumer(group, topic)
+    for n in range(5):
+        ons.send(topic, f"first-{n}")
+    assert len(ons.collect(consumer, lambda got: len(got) >= 5)) == 5
+    ons.driver.call("close", client=consumer)  # persists its offsets (UPDATE_CONSUMER_OFFSET)
+    for n in range(3):
+        ons.send(topic, f"second-{n}")
+    consumer = ons.consumer(group, topic)
+    got = ons.collect(consumer, lambda got: len(got) >= 3)
+    time.sleep(1.0)
+    got += ons.driver.call("received", client=consumer)["messages"]
+    assert sorted(m["body"] for m in got) == [f"second-{n}" for n in range(3)]
     ons.driver.call("close", client=consumer)
