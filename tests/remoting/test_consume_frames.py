@@ -31,7 +31,7 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER, unique
 from ..scratch import scratch_dir
-from .raw import Session
+from .raw import Session, ask
 
 pytestmark = pytest.mark.integration
 
@@ -285,3 +285,25 @@ def test_send_back_with_a_negative_delay_level_dead_letters(env: Env) -> None:
     nowhere = session.call(Q.CONSUMER_SEND_MSG_BACK, back | {"offset": "999999999"})
     assert nowhere.code != R.SUCCESS
     session.close()
+
+
+def test_a_heartbeat_creating_its_group_registers_the_retry_topic(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    config = {**FAST_BROKER, "broker": {**FAST_BROKER["broker"], "auto_create_groups": True}}
+    with (
+        scratch_dir(tmp_path_factory, "remoting-auto-groups") as root,
+        BrokerProcess(root / "broker", config=config, grpc_port=None) as broker,
+        SyncAdmin(servers=broker.address) as admin,
+    ):
+        admin.create_topic("auto-topic", queues=1)
+        route = {"topic": "%RETRY%auto-group"}
+        assert ask(broker.namesrv, Q.GET_ROUTEINFO_BY_TOPIC, route).code == R.TOPIC_NOT_EXIST
+        session = Session(broker.address)
+        answer = session.call(Q.HEART_BEAT, body=heartbeat("c1", "auto-group", "auto-topic"))
+        assert answer.code == R.SUCCESS
+        # registered before the heartbeat was answered: the consumer's next route query finds it
+        found = ask(broker.namesrv, Q.GET_ROUTEINFO_BY_TOPIC, route)
+        assert found.code == R.SUCCESS
+        assert json.loads(found.body.replace(b"{0:", b'{"0":'))["queueDatas"][0]["perm"] == 6
+        session.close()

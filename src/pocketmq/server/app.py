@@ -196,7 +196,9 @@ class BrokerApp:
         broker's remoting handlers (docs/remoting.md, "How the handlers plug in")."""
         assert self.broker is not None
         self.remoting = RemotingPort(
-            consumer_handlers(self.broker, lambda: self.native_address),
+            consumer_handlers(
+                self.broker, lambda: self.native_address, topics_changed=self._topics_changed
+            ),
             signatures=SignatureCheck.of(self._authenticator),
             on_close=consumer_closed(self.broker),
         )

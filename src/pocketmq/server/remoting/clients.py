@@ -23,11 +23,16 @@ rebalance at once (``ClientRemotingProcessor.notifyConsumerIdsChanged``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
-from pocketmq.broker import Broker, ClientInfo
-from pocketmq.errors import BrokerConnectionError, NoPermissionError, PocketMQError
+from pocketmq.broker import Broker, ClientInfo, retry_topic
+from pocketmq.errors import (
+    BrokerConnectionError,
+    NoPermissionError,
+    PocketMQError,
+    TopicNotFoundError,
+)
 from pocketmq.protocol.remoting.bodies import (
     ConsumerData,
     ConsumerListBody,
@@ -50,6 +55,7 @@ __all__ = [
     "CONSUMER_GROUPS",
     "PRODUCER_GROUPS",
     "ProducerHook",
+    "TopicsChanged",
     "client_handlers",
     "drop_registrations",
 ]
@@ -57,6 +63,10 @@ __all__ = [
 CLIENT_ID: Final = "client_id"
 CONSUMER_GROUPS: Final = "consumer_groups"
 PRODUCER_GROUPS: Final = "producer_groups"
+
+TopicsChanged = Callable[[], Awaitable[None]]
+"""Registers the broker's topics with its name server now (a heartbeat created a group, and
+with it the group's retry topic, which its consumers ask the name server's route of)."""
 
 ProducerHook = Callable[[RemotingConnection, str, list[str]], None]
 """Told of each heartbeat's producer groups (connection, client id, groups): the producer side
@@ -92,12 +102,25 @@ def drop_registrations(broker: Broker, conn: RemotingConnection) -> None:
         broker.unregister_producer(client_id, sorted(producers), owner=conn)
 
 
-def client_handlers(
-    broker: Broker, on_producers: ProducerHook | None = None
-) -> RemotingHandlerTable:
-    """The registration handlers (module doc) for ``broker``."""
+def _routed(broker: Broker, topic: str) -> bool:
+    try:
+        broker.queue_status(topic)
+    except TopicNotFoundError:
+        return False
+    return True
 
-    def heartbeat(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+
+def client_handlers(
+    broker: Broker,
+    on_producers: ProducerHook | None = None,
+    topics_changed: TopicsChanged | None = None,
+) -> RemotingHandlerTable:
+    """The registration handlers (module doc) for ``broker``. With ``auto_create_groups`` a
+    heartbeat may create its groups, and with them their retry topics: ``topics_changed`` then
+    registers them with the name server before the heartbeat is answered, so the consumer finds
+    ``%RETRY%<group>``'s route (as RocketMQ's broker creates it on a consumer's heartbeat)."""
+
+    def heartbeat(conn: RemotingConnection, request: RemotingCommand) -> Reply | Awaitable[Reply]:
         data = decode_json_body(request.body, HeartbeatData)
         client_id = data.client_id
         previous = conn.state.get(CLIENT_ID)
@@ -109,9 +132,12 @@ def client_handlers(
         info = ClientInfo("remoting", conn.language, str(conn.version), conn.remote)
         registered: dict[str, dict[str, str]] = conn.state.setdefault(CONSUMER_GROUPS, {})
         refused: PocketMQError | None = None
+        created = False
         for consumer in data.consumer_data_set:
             subscriptions = _subscriptions(consumer)
             model = _MODELS.get(consumer.message_model, "clustering")
+            retry = retry_topic(consumer.group_name)
+            new = broker.config.auto_create_groups and not _routed(broker, retry)
             try:
                 broker.heartbeat(
                     client_id,
@@ -123,6 +149,7 @@ def client_handlers(
                 refused = refused or exc
                 continue
             registered[consumer.group_name] = subscriptions
+            created = created or (new and _routed(broker, retry))
         producers = [p.group_name for p in data.producer_data_set]
         if producers:
             conn.state.setdefault(PRODUCER_GROUPS, set()).update(producers)
@@ -130,6 +157,8 @@ def client_handlers(
                 on_producers(conn, client_id, producers)
         if refused is not None:
             raise refused
+        if created and topics_changed is not None:
+            return _registered(topics_changed)
         return Reply()
 
     def unregister(conn: RemotingConnection, request: RemotingCommand) -> Reply:
@@ -176,6 +205,11 @@ def client_handlers(
         RequestCode.LOCK_BATCH_MQ: lock,
         RequestCode.UNLOCK_BATCH_MQ: unlock,
     }
+
+
+async def _registered(topics_changed: TopicsChanged) -> Reply:
+    await topics_changed()
+    return Reply()
 
 
 def _dedupe(queues: list[MessageQueue]) -> list[MessageQueue]:

@@ -24,6 +24,7 @@ from pocketmq.protocol.remoting.command import RemotingCommand
 from pocketmq.server.remoting.clients import (
     CLIENT_ID,
     ProducerHook,
+    TopicsChanged,
     client_handlers,
     drop_registrations,
 )
@@ -37,11 +38,16 @@ __all__ = ["consumer_closed", "consumer_handlers"]
 
 
 def consumer_handlers(
-    broker: Broker, store_host: Callable[[], str], on_producers: ProducerHook | None = None
+    broker: Broker,
+    store_host: Callable[[], str],
+    *,
+    on_producers: ProducerHook | None = None,
+    topics_changed: TopicsChanged | None = None,
 ) -> RemotingHandlerTable:
     """Every consumer-side handler for ``broker`` (module doc): register them in the broker's
     table with ``handlers |= consumer_handlers(...)``. ``store_host`` is the broker's advertised
-    address; ``on_producers`` hears of each heartbeat's producer groups (clients.py)."""
+    address; ``on_producers`` hears of each heartbeat's producer groups, ``topics_changed``
+    registers a retry topic a heartbeat created (clients.py)."""
 
     def send_back(conn: RemotingConnection, request: RemotingCommand) -> Awaitable[Reply]:
         physical_offset = number(request, "offset")
@@ -53,7 +59,7 @@ def consumer_handlers(
             broker, group, physical_offset, delay_level, max_reconsume_times, consumer
         )
 
-    table = client_handlers(broker, on_producers)
+    table = client_handlers(broker, on_producers, topics_changed)
     table |= offset_handlers(broker)
     table[RequestCode.PULL_MESSAGE] = pull_handler(broker, store_host)
     table[RequestCode.CONSUMER_SEND_MSG_BACK] = send_back
