@@ -51,8 +51,11 @@ class Session:
     own opaque), responses matched by opaque in any order, and the server's own requests on it
     (``NOTIFY_CONSUMER_IDS_CHANGED``) kept in :attr:`pushed`."""
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, address: str, timeout: float = 10.0, keys: tuple[str, str] | None = None
+    ) -> None:
         host, port = address.rsplit(":", 1)
+        self.keys = keys  # every request signed with them
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self._decoder = RemotingFrameDecoder()
         self._next = 1
@@ -69,7 +72,8 @@ class Session:
     ) -> int:
         """Send a request; returns its opaque."""
         opaque, self._next = self._next, self._next + 1
-        command = RemotingCommand(code, opaque, 2 if oneway else 0, dict(fields or {}), body=body)
+        fields = signed(fields or {}, self.keys, body)
+        command = RemotingCommand(code, opaque, 2 if oneway else 0, fields, body=body)
         self.sock.sendall(encode_command(command))
         return opaque
 

@@ -47,6 +47,7 @@ from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.registration import Registrar
 from pocketmq.server.remoting import RemotingPort, SignatureCheck
 from pocketmq.server.remoting.consume import consumer_closed, consumer_handlers
+from pocketmq.server.remoting.consumer_rights import authorized_consumers
 from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
@@ -195,10 +196,13 @@ class BrokerApp:
         apart by their first bytes (docs/remoting.md, "Where it listens"), served by the
         broker's remoting handlers (docs/remoting.md, "How the handlers plug in")."""
         assert self.broker is not None
+        remoting = consumer_handlers(
+            self.broker, lambda: self.native_address, topics_changed=self._topics_changed
+        )
+        if self._authorizer is not None:
+            remoting = authorized_consumers(remoting, self._authorizer)
         self.remoting = RemotingPort(
-            consumer_handlers(
-                self.broker, lambda: self.native_address, topics_changed=self._topics_changed
-            ),
+            remoting,
             signatures=SignatureCheck.of(self._authenticator),
             on_close=consumer_closed(self.broker),
         )
