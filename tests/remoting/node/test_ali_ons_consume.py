@@ -5,12 +5,15 @@ broadcasting and tag filters (docs/remoting.md, "Broker, consumer side").
 
 The messages are sent with pocketmq's own SDK over the native protocol: a message is the same
 whichever protocol stores it or reads it (docs/semantics.md), so this is also the cross-protocol
-test (native in, remoting out).
+test (native in, remoting out). Each runs against a default serve and one with
+``--authentication``, where ali-ons signs every request (heartbeat bodies included).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pocketmq.client import Message
+from pocketmq.client import ClientConfig, Message
 from pocketmq.client.sync import SyncAdmin, SyncProducer
 from pocketmq.testing import BrokerProcess
 
@@ -29,6 +32,8 @@ from .conftest import OnsDriver, require_ali_ons
 pytestmark = pytest.mark.integration
 
 OFFSET_MSG_ID = re.compile(r"^[0-9A-F]{32}$")
+ROOT = ("root", "root-secret-0123456789")
+ALICE = ("alice", "alice-secret-0123456789")
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Setup:
     broker: BrokerProcess
     admin: SyncAdmin
     producer: SyncProducer
+    keys: tuple[str, str] | None  # what the ali-ons clients sign with (authentication on)
 
     def topic(self, queues: int = 3) -> str:
         name = unique("ons-topic")
@@ -49,6 +55,8 @@ class Setup:
         return name
 
     def consumer(self, group: str, topic: str, **options: Any) -> int:
+        if self.keys is not None:
+            options |= {"accessKey": self.keys[0], "secretKey": self.keys[1]}
         answer = self.driver.call(
             "consumer", nameSrv=self.broker.namesrv, group=group, topic=topic, **options
         )
@@ -78,20 +86,42 @@ class Setup:
         return got
 
 
-@pytest.fixture(scope="module")
-def ons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+def _pocketmq(*args: str) -> None:
+    command = [sys.executable, "-m", "pocketmq", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module", params=["default", "authentication"])
+def ons(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
+    """A default ``pocketmq serve``, and one with ``--authentication`` whose ali-ons clients
+    sign every request as alice (4.x ACL signature, heartbeat bodies included)."""
     require_ali_ons()
-    with (
-        scratch_dir(tmp_path_factory, "ons-consume") as root,
-        BrokerProcess(root / "broker", config=FAST_BROKER, grpc_port=None) as broker,
-        SyncAdmin(servers=broker.address) as admin,
-        SyncProducer(servers=broker.address) as producer,
-    ):
-        driver = OnsDriver(root)
-        try:
-            yield Setup(driver, broker, admin, producer)
-        finally:
-            driver.close()
+    authentication = request.param == "authentication"
+    with scratch_dir(tmp_path_factory, f"ons-consume-{request.param}") as root:
+        extra: tuple[str, ...] = ()
+        keys = sdk = None
+        if authentication:
+            data = str(root / "broker" / "data")
+            _pocketmq("user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super",
+                      "--data-dir", data)  # fmt: skip
+            _pocketmq("user", "create", ALICE[0], "--secret", ALICE[1], "--data-dir", data)
+            extra, keys = ("--authentication",), ALICE
+            sdk = ClientConfig(access_key=ROOT[0], secret_key=ROOT[1])
+        with (
+            BrokerProcess(
+                root / "broker", config=FAST_BROKER, grpc_port=None, extra_args=extra
+            ) as broker,
+            SyncAdmin(servers=broker.address, client=sdk) as admin,
+            SyncProducer(servers=broker.address, client=sdk) as producer,
+        ):
+            driver = OnsDriver(root)
+            try:
+                yield Setup(driver, broker, admin, producer, keys)
+            finally:
+                driver.close()
 
 
 def test_a_push_consumer_receives_everything_once(ons: Setup) -> None:
