@@ -106,7 +106,8 @@ const ops = {
   },
 
   // a push consumer; "failTimes": its handler throws on the first n deliveries of each message
-  // (counted by body), "maxReconsumeTimes", "broadcast", "expression", "persistInterval" (ms)
+  // (counted by body), "maxReconsumeTimes", "broadcast", "expression", "persistInterval" (ms),
+  // "parallel" (parallelConsumeLimit), "countOnly" (keep nothing but the count: measuring)
   async consumer(command) {
     const extra = {
       consumerGroup: command.group,
@@ -115,12 +116,16 @@ const ops = {
       rebalanceInterval: command.rebalanceInterval || 10000,
     };
     if (command.maxReconsumeTimes !== undefined) extra.maxReconsumeTimes = command.maxReconsumeTimes;
+    if (command.parallel) extra.parallelConsumeLimit = command.parallel;
     const consumer = new Consumer(options(command, extra));
     const id = track(consumer);
     const entry = clients.get(id);
     const failures = new Map();
     await consumer.ready();
+    entry.count = 0;
     consumer.subscribe(command.topic, command.expression || '*', async message => {
+      entry.count += 1;
+      if (command.countOnly) return;  // measuring: nothing kept
       const body = message.body.toString();
       entry.received.push({
         msgId: message.msgId, topic: message.topic, tags: message.tags || null,
@@ -134,6 +139,11 @@ const ops = {
       }
     });
     return { client: id };
+  },
+
+  // how many messages a consumer's handler was called with so far
+  async count(command) {
+    return { count: entryOf(command).count };
   },
 
   // what a consumer received since the last call
