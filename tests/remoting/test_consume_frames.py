@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -307,3 +308,22 @@ def test_a_heartbeat_creating_its_group_registers_the_retry_topic(
         assert found.code == R.SUCCESS
         assert json.loads(found.body.replace(b"{0:", b'{"0":'))["queueDatas"][0]["perm"] == 6
         session.close()
+
+
+def test_remoting_consumers_are_counted_with_their_language(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with (
+        scratch_dir(tmp_path_factory, "remoting-metrics") as root,
+        BrokerProcess(root / "broker", config=FAST_BROKER, grpc_port=None, http_port=0) as broker,
+        SyncAdmin(servers=broker.address) as admin,
+    ):
+        admin.create_topic("counted", queues=1)
+        admin.create_group("counted-group")
+        session = Session(broker.address)
+        body = heartbeat("c1", "counted-group", "counted")
+        assert session.call(Q.HEART_BEAT, body=body).code == R.SUCCESS
+        with urllib.request.urlopen(f"http://{broker.http}/metrics", timeout=10) as page:
+            text = page.read().decode()
+        session.close()
+    assert 'rocketmq_consumer_connections{language="java",protocol="remoting"} 1.0' in text

@@ -476,6 +476,13 @@ class BrokerApp:
                     producers[key] = producers.get(key, 0) + 1
                 if connection.state.get("groups"):
                     consumers[key] = consumers.get(key, 0) + 1
+        if self.remoting is not None:  # what each client heartbeated (server/remoting/clients.py)
+            for remote in self.remoting.connections:
+                key = ("remoting", remote.language.lower())
+                if remote.state.get("producer_groups"):
+                    producers[key] = producers.get(key, 0) + 1
+                if remote.state.get("consumer_groups"):
+                    consumers[key] = consumers.get(key, 0) + 1
         if self._grpc is not None:
             grpc_producers, grpc_consumers = self._grpc.service.sessions.kinds()
             producers |= {("grpc", language): n for language, n in grpc_producers.items()}
