@@ -327,3 +327,34 @@ def test_remoting_consumers_are_counted_with_their_language(
             text = page.read().decode()
         session.close()
     assert 'rocketmq_consumer_connections{language="java",protocol="remoting"} 1.0' in text
+
+
+def test_a_pulling_consumer_stays_a_member_between_its_heartbeats(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """RocketMQ's clients heartbeat every 30 s, the broker's ``consumer_expiry`` is 30 s: a
+    consumer that keeps pulling stays registered; one that goes silent is dropped."""
+    config = {**FAST_BROKER, "broker": {**FAST_BROKER["broker"], "consumer_expiry": 1.5}}
+    with (
+        scratch_dir(tmp_path_factory, "remoting-expiry") as root,
+        BrokerProcess(root / "broker", config=config, grpc_port=None) as broker,
+        SyncAdmin(servers=broker.address) as admin,
+    ):
+        admin.create_topic("kept", queues=1)
+        admin.create_group("kept-group")
+        session = Session(broker.address)
+        assert session.call(Q.HEART_BEAT, body=heartbeat("c1", "kept-group", "kept")).code == 0
+        members = {"consumerGroup": "kept-group"}
+        deadline = time.monotonic() + 4.0  # well past the expiry, no heartbeat
+        while time.monotonic() < deadline:
+            pulled = session.call(
+                Q.PULL_MESSAGE, pull_fields("kept-group", "kept", 0, 0, sysFlag=4)
+            )
+            assert pulled.code == R.PULL_NOT_FOUND
+            listing = session.call(Q.GET_CONSUMER_LIST_BY_GROUP, members)
+            assert json.loads(listing.body)["consumerIdList"] == ["c1"]
+            time.sleep(0.2)
+        time.sleep(2.5)  # silent: forgotten
+        listing = session.call(Q.GET_CONSUMER_LIST_BY_GROUP, members)
+        assert json.loads(listing.body)["consumerIdList"] == []
+        session.close()

@@ -23,6 +23,7 @@ rebalance at once (``ClientRemotingProcessor.notifyConsumerIdsChanged``).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -58,11 +59,17 @@ __all__ = [
     "TopicsChanged",
     "client_handlers",
     "drop_registrations",
+    "keep_registered",
 ]
 
 CLIENT_ID: Final = "client_id"
 CONSUMER_GROUPS: Final = "consumer_groups"
 PRODUCER_GROUPS: Final = "producer_groups"
+_REFRESHED: Final = "consumers_refreshed"  # monotonic time of the last registration
+_MODEL: Final = "consumer_models"  # {group: "clustering" | "broadcasting"}
+
+#: How often a connected consumer's requests renew its registration, at most (seconds).
+REFRESH_INTERVAL: Final = 5.0
 
 TopicsChanged = Callable[[], Awaitable[None]]
 """Registers the broker's topics with its name server now (a heartbeat created a group, and
@@ -110,6 +117,34 @@ def _routed(broker: Broker, topic: str) -> bool:
     return True
 
 
+def keep_registered(broker: Broker, conn: RemotingConnection) -> None:
+    """Renew the registrations of the connection's consumer (at most every
+    :data:`REFRESH_INTERVAL`, or a third of ``consumer_expiry``): RocketMQ's clients heartbeat
+    every 30 s and the broker forgets a consumer silent for ``consumer_expiry`` (30 s), so a
+    consumer that is connected and pulling stays a member between its heartbeats, as
+    RocketMQ's broker keeps a live channel's (its expiry is 120 s). Pulls call it; the
+    connection's close still drops them at once."""
+    refreshed = conn.state.get(_REFRESHED)
+    if refreshed is None:
+        return
+    now = time.monotonic()
+    if now - refreshed < min(REFRESH_INTERVAL, broker.config.consumer_expiry / 3):
+        return
+    conn.state[_REFRESHED] = now
+    client_id: str = conn.state.get(CLIENT_ID, "")
+    groups: dict[str, dict[str, str]] = conn.state.get(CONSUMER_GROUPS, {})
+    model: dict[str, str] = conn.state.get(_MODEL, {})
+    info = ClientInfo("remoting", conn.language, str(conn.version), conn.remote)
+    for group, subscriptions in groups.items():
+        with contextlib.suppress(PocketMQError):  # a group deleted since: the next heartbeat
+            broker.heartbeat(
+                client_id,
+                [(group, model.get(group, "clustering"), subscriptions)],
+                _notifier(conn),
+                info,
+            )
+
+
 def client_handlers(
     broker: Broker,
     on_producers: ProducerHook | None = None,
@@ -149,6 +184,8 @@ def client_handlers(
                 refused = refused or exc
                 continue
             registered[consumer.group_name] = subscriptions
+            conn.state.setdefault(_MODEL, {})[consumer.group_name] = model
+            conn.state[_REFRESHED] = time.monotonic()
             created = created or (new and _routed(broker, retry))
         producers = [p.group_name for p in data.producer_data_set]
         if producers:

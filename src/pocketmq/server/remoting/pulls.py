@@ -28,7 +28,7 @@ from pocketmq.broker import Broker, PullOutcome, PullStatus
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.protocol.remoting.codes import ResponseCode
 from pocketmq.protocol.remoting.command import RemotingCommand
-from pocketmq.server.remoting.clients import CONSUMER_GROUPS
+from pocketmq.server.remoting.clients import CONSUMER_GROUPS, keep_registered
 from pocketmq.server.remoting.connection import RemotingConnection
 from pocketmq.server.remoting.fields import number, optional_number, text
 from pocketmq.server.remoting.outcomes import Reply
@@ -94,6 +94,7 @@ def pull_handler(broker: Broker, store_host: Callable[[], str]) -> PullHandler:
         max_count = number(request, "maxMsgNums")
         sys_flag = number(request, "sysFlag")
         expression = _expression(conn, request, group, topic)
+        keep_registered(broker, conn)
         commit = optional_number(request, "commitOffset", -1)
         if sys_flag & COMMIT_OFFSET and commit >= 0:
             broker.commit_offsets(group, [(topic, queue_id, commit)])
