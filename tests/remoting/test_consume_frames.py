@@ -358,3 +358,17 @@ def test_a_pulling_consumer_stays_a_member_between_its_heartbeats(
         listing = session.call(Q.GET_CONSUMER_LIST_BY_GROUP, members)
         assert json.loads(listing.body)["consumerIdList"] == []
         session.close()
+
+
+def test_a_pull_without_its_subscription_filters_by_the_heartbeated_one(env: Env) -> None:
+    topic, group = env.topic_and_group(queues=1)
+    for tag in ("TagA", "TagB", "TagA"):
+        env.send(topic, tag, tag)
+    session = env.session()
+    body = heartbeat("c1", group, topic).replace(b'"subString": "*"', b'"subString": "TagB"')
+    assert session.call(Q.HEART_BEAT, body=body).code == R.SUCCESS
+    fields = pull_fields(group, topic, 0, 0, sysFlag=0)  # PullSysFlag: no subscription given
+    del fields["subscription"]
+    answer = session.call(Q.PULL_MESSAGE, fields)
+    assert [r.body for r in decode_stored(answer.body)] == [b"TagB"]
+    session.close()
