@@ -146,6 +146,16 @@ const ops = {
     return { count: entryOf(command).count };
   },
 
+  // the queues of a topic a consumer holds now (its share after the latest rebalance)
+  async assigned(command) {
+    const consumer = entryOf(command).client;
+    const queues = [];
+    for (const { messageQueue } of consumer.processQueueTable.values()) {
+      if (messageQueue.topic === command.topic) queues.push(messageQueue.queueId);
+    }
+    return { queues: queues.sort() };
+  },
+
   // what a consumer received since the last call
   async received(command) {
     const entry = entryOf(command);

@@ -213,7 +213,15 @@ def test_two_consumers_of_a_group_share_the_queues(ons: Setup) -> None:
     topic, group = ons.topic(queues=4), ons.group()
     first = ons.consumer(group, topic, rebalanceInterval=500)
     second = ons.consumer(group, topic, rebalanceInterval=500)
-    time.sleep(2.5)  # both rebalanced: two queues each
+    deadline = time.monotonic() + 20
+    while True:  # both rebalanced: two queues each
+        shares = [
+            ons.driver.call("assigned", client=c, topic=topic)["queues"] for c in (first, second)
+        ]
+        if sorted(shares[0] + shares[1]) == [0, 1, 2, 3] and len(shares[0]) == 2:
+            break
+        assert time.monotonic() < deadline, shares
+        time.sleep(0.1)
     bodies = [f"m{n}" for n in range(40)]
     for body in bodies:
         ons.send(topic, body)
