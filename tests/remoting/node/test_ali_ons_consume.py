@@ -243,7 +243,11 @@ def test_two_consumers_of_a_group_share_the_queues(ons: Setup) -> None:
 def test_broadcasting_consumers_each_receive_everything(ons: Setup) -> None:
     topic, group = ons.topic(), ons.group(broadcast=True)
     consumers = [ons.consumer(group, topic, broadcast=True) for _ in range(2)]
-    time.sleep(1.0)  # started at the queues' ends (CONSUME_FROM_LAST_OFFSET, local offsets)
+    deadline = time.monotonic() + 20
+    for consumer in consumers:  # each holds every queue, from its end (CONSUME_FROM_LAST_OFFSET)
+        while ons.driver.call("assigned", client=consumer, topic=topic)["queues"] != [0, 1, 2]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
     bodies = sorted(f"b{n}" for n in range(6))
     for body in bodies:
         ons.send(topic, body)
