@@ -46,68 +46,97 @@ def ask(
                 return answer
 
 
-class RemotingClient:
-    """A raw remoting connection for several requests: pipelined calls correlated by opaque,
-    one-way requests, and the server's own requests (pushes) kept in ``pushed``."""
+class Session:
+    """One long-lived remoting connection, as a client keeps it: requests pipelined (each its
+    own opaque), responses matched by opaque in any order, and the server's own requests on it
+    (``NOTIFY_CONSUMER_IDS_CHANGED``) kept in :attr:`pushed`."""
 
-    def __init__(self, address: str, *, keys: tuple[str, str] | None = None,
-                 timeout: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self, address: str, timeout: float = 10.0, keys: tuple[str, str] | None = None
+    ) -> None:
         host, port = address.rsplit(":", 1)
-        self._sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.keys = keys  # every request signed with them
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self._decoder = RemotingFrameDecoder()
-        self._keys = keys
-        self._opaque = 0
-        self._answers: dict[int, RemotingCommand] = {}
+        self._next = 1
+        self.answers: dict[int, RemotingCommand] = {}
         self.pushed: list[RemotingCommand] = []
 
-    def close(self) -> None:
-        self._sock.close()
+    def send(
+        self,
+        code: int,
+        fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        oneway: bool = False,
+        binary: bool = False,
+    ) -> int:
+        """Send a request (its header JSON, or binary: ``ROCKETMQ`` serialization); returns its
+        opaque."""
+        [opaque] = self.send_many([(code, fields, body)], oneway=oneway, binary=binary)
+        return opaque
 
-    def __enter__(self) -> RemotingClient:
+    def send_many(
+        self,
+        requests: list[tuple[int, dict[str, str] | None, bytes]],
+        *,
+        oneway: bool = False,
+        binary: bool = False,
+    ) -> list[int]:
+        """Send requests pipelined in one write (as one read of the server may get them);
+        returns their opaques."""
+        opaques: list[int] = []
+        frames: list[bytes] = []
+        for code, fields, body in requests:
+            opaque, self._next = self._next, self._next + 1
+            fields = signed(fields or {}, self.keys, body)
+            command = RemotingCommand(code, opaque, 2 if oneway else 0, fields, body=body)
+            command.serialize_type = 1 if binary else 0
+            frames.append(encode_command(command))
+            opaques.append(opaque)
+        self.sock.sendall(b"".join(frames))
+        return opaques
+
+    def answer(self, opaque: int) -> RemotingCommand:
+        """The response to request ``opaque`` (waiting for it up to the socket's timeout)."""
+        while opaque not in self.answers:
+            self._read()
+        return self.answers.pop(opaque)
+
+    def call(
+        self,
+        code: int,
+        fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        binary: bool = False,
+    ) -> RemotingCommand:
+        """Send a request and wait for its response."""
+        return self.answer(self.send(code, fields, body, binary=binary))
+
+    def wait_push(self, code: int) -> RemotingCommand:
+        """The next request of ``code`` the server sent on this connection."""
+        while True:
+            for index, command in enumerate(self.pushed):
+                if command.code == code:
+                    return self.pushed.pop(index)
+            self._read()
+
+    def _read(self) -> None:
+        data = self.sock.recv(1 << 20)
+        assert data, "the server closed the connection"
+        for command in self._decoder.feed(data):
+            if command.is_response:
+                self.answers[command.opaque] = command
+            else:
+                self.pushed.append(command)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.sock.close()
+
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def frame(self, code: int, fields: dict[str, str] | None = None, body: bytes = b"", *,
-              oneway: bool = False, binary: bool = False) -> tuple[int, bytes]:  # fmt: skip
-        """A request's opaque and encoded frame (signed when the client has keys)."""
-        self._opaque += 1
-        command = RemotingCommand(
-            code, self._opaque, 2 if oneway else 0, signed(fields or {}, self._keys, body),
-            body=body, version=401,
-        )  # fmt: skip
-        command.serialize_type = 1 if binary else 0
-        return self._opaque, encode_command(command)
-
-    def send(self, frames: list[bytes]) -> None:
-        self._sock.sendall(b"".join(frames))
-
-    def answer(self, opaque: int) -> RemotingCommand:
-        """The response to request ``opaque`` (reading until it arrives)."""
-        while opaque not in self._answers:
-            self._read()
-        return self._answers.pop(opaque)
-
-    def call(self, code: int, fields: dict[str, str] | None = None, body: bytes = b"", *,
-             binary: bool = False) -> RemotingCommand:  # fmt: skip
-        opaque, frame = self.frame(code, fields, body, binary=binary)
-        self.send([frame])
-        return self.answer(opaque)
-
-    def wait_push(self, code: int) -> RemotingCommand:
-        """The next request the server sends with ``code``."""
-        while True:
-            for number, command in enumerate(self.pushed):
-                if command.code == code:
-                    return self.pushed.pop(number)
-            self._read()
-
-    def _read(self) -> None:
-        data = self._sock.recv(1 << 20)
-        assert data, "the server closed the connection"
-        for command in self._decoder.feed(data):
-            if command.is_response:
-                self._answers[command.opaque] = command
-            else:
-                self.pushed.append(command)

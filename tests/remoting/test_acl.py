@@ -28,7 +28,7 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER
 from ..scratch import scratch_broker
-from .raw import RemotingClient
+from .raw import Session
 
 ROOT = ("root", "root-secret-0123456789")
 ALICE = ("alice", "alice-secret-0123456789")
@@ -58,7 +58,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield process
 
 
-def _send(client: RemotingClient, topic: str) -> int:
+def _send(client: Session, topic: str) -> int:
     fields = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
               "g": "1700000000000", "h": "0", "i": encode_properties({"TAGS": "t"})}  # fmt: skip
     return client.call(RC.SEND_MESSAGE_V2, fields, b"x").code
@@ -66,15 +66,15 @@ def _send(client: RemotingClient, topic: str) -> int:
 
 @pytest.mark.integration
 def test_a_user_without_pub_is_refused_and_one_with_it_is_served(broker: BrokerProcess) -> None:
-    with RemotingClient(broker.address, keys=ALICE) as alice:
+    with Session(broker.address, keys=ALICE) as alice:
         assert _send(alice, "orders-1") == R.SUCCESS
         assert _send(alice, "payroll") == R.NO_PERMISSION  # no rule gives her payroll
         assert _send(alice, "orders-1") == R.SUCCESS  # the connection stays
         refused = alice.call(RC.GET_BROKER_RUNTIME_INFO)  # not hers: administration
         assert refused.code in (R.NO_PERMISSION, R.REQUEST_CODE_NOT_SUPPORTED)
-    with RemotingClient(broker.address, keys=BOB) as bob:
+    with Session(broker.address, keys=BOB) as bob:
         assert _send(bob, "payroll") == R.NO_PERMISSION
-    with RemotingClient(broker.address, keys=ROOT) as root:
+    with Session(broker.address, keys=ROOT) as root:
         assert _send(root, "payroll") == R.SUCCESS
 
 

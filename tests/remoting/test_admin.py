@@ -26,7 +26,7 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER, unique
 from ..scratch import scratch_broker
-from .raw import RemotingClient
+from .raw import Session
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def _fastjson(body: bytes) -> object:
 
 def test_topics_groups_queries_stats_and_resets(broker: BrokerProcess) -> None:
     topic, group = unique("adm-topic"), unique("adm-group")
-    with RemotingClient(broker.address) as client:
+    with Session(broker.address) as client:
         header = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "2",
                   "writeQueueNums": "2", "perm": "6", "topicFilterType": "SINGLE_TAG",
                   "topicSysFlag": "0", "order": "false"}  # fmt: skip

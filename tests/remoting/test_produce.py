@@ -30,7 +30,7 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER, unique
 from ..scratch import scratch_broker
-from .raw import RemotingClient
+from .raw import Session
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +75,7 @@ def test_send_v2_is_stored_and_read_back_by_the_sdk(broker: BrokerProcess) -> No
     topic, group = _topic(broker)
     properties = {"UNIQ_KEY": "7F0000010001B4AAC2E1438E6F5A0000", "TAGS": "TagA",
                   "KEYS": "order-1 order-2", "WAIT": "true", "color": "blue"}  # fmt: skip
-    with RemotingClient(broker.address) as client:
+    with Session(broker.address) as client:
         answer = client.call(RC.SEND_MESSAGE_V2, _v2(topic, properties, queue=1), b"hello")
     assert answer.code == R.SUCCESS, answer.remark
     fields = answer.ext_fields
@@ -107,7 +107,7 @@ def test_send_message_with_long_names_in_a_binary_header_and_a_compressed_body(
               "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": str(1 | 3 << 8),
               "bornTimestamp": "1700000000000", "flag": "0",
               "properties": encode_properties({"TAGS": "big"})}  # fmt: skip
-    with RemotingClient(broker.address) as client:
+    with Session(broker.address) as client:
         answer = client.call(RC.SEND_MESSAGE, fields, zlib.compress(body, 5), binary=True)
         assert answer.serialize_type == 1
         assert answer.code == R.SUCCESS, answer.remark
@@ -124,7 +124,7 @@ def test_a_batch_is_stored_as_its_messages(broker: BrokerProcess) -> None:
     topic, group = _topic(broker)
     batch = [BatchMessage(f"m{n}".encode(), {"UNIQ_KEY": f"ID{n:030d}", "TAGS": f"t{n}",
                                              "KEYS": f"k{n}"}) for n in range(3)]  # fmt: skip
-    with RemotingClient(broker.address) as client:
+    with Session(broker.address) as client:
         answer = client.call(RC.SEND_BATCH_MESSAGE, {**_v2(topic, {}), "m": "true"},
                              encode_batch(batch))  # fmt: skip
         assert answer.code == R.SUCCESS, answer.remark
@@ -147,22 +147,22 @@ def test_pipelined_sends_are_answered_each_in_order_of_the_queue(broker: BrokerP
     """Sends one read brings are stored in one append (as native sends are): each answered by
     its opaque, their queue offsets in arrival order."""
     topic, _ = _topic(broker, queues=1)
-    with RemotingClient(broker.address) as client:
-        sent = [client.frame(RC.SEND_MESSAGE_V2, _v2(topic, {"TAGS": "p"}), b"x%d" % n)
-                for n in range(50)]  # fmt: skip
-        client.send([frame for _, frame in sent])
-        offsets = [int(client.answer(opaque).ext_fields["queueOffset"]) for opaque, _ in sent]
+    with Session(broker.address) as client:
+        sent = client.send_many(
+            [(RC.SEND_MESSAGE_V2, _v2(topic, {"TAGS": "p"}), b"x%d" % n) for n in range(50)]
+        )
+        offsets = [int(client.answer(opaque).ext_fields["queueOffset"]) for opaque in sent]
     assert offsets == list(range(50))
 
 
 def test_refusals_carry_rocketmq_s_codes(broker: BrokerProcess) -> None:
     topic, _ = _topic(broker)
-    with RemotingClient(broker.address) as client:
+    with Session(broker.address) as client:
         missing = client.call(RC.SEND_MESSAGE_V2, _v2(unique("nowhere"), {}), b"x")
         assert missing.code == R.TOPIC_NOT_EXIST
         no_topic = client.call(RC.SEND_MESSAGE_V2, {"a": "PG"}, b"x")
         assert no_topic.code == R.SYSTEM_ERROR
-        assert "'topic'" in (no_topic.remark or "")
+        assert "'b'" in (no_topic.remark or "")  # SEND_MESSAGE_V2's name for the topic
         bad_queue = client.call(RC.SEND_MESSAGE_V2, _v2(topic, {}, queue=9), b"x")
         assert bad_queue.code == R.MESSAGE_ILLEGAL
         lz4 = client.call(RC.SEND_MESSAGE_V2, _v2(topic, {}, sys_flag=1 | 1 << 8), b"x")

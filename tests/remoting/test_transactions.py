@@ -29,7 +29,7 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER, unique
 from ..scratch import scratch_broker
-from .raw import RemotingClient
+from .raw import Session
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield process
 
 
-def _half(client: RemotingClient, topic: str, group: str, uniq: str, body: bytes) -> Any:
+def _half(client: Session, topic: str, group: str, uniq: str, body: bytes) -> Any:
     properties = {"UNIQ_KEY": uniq, "TRAN_MSG": "true", "PGROUP": group, "TAGS": "tx"}
     fields = {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "4",
               "g": "1700000000000", "h": "0", "i": encode_properties(properties)}  # fmt: skip
@@ -60,13 +60,12 @@ def _half(client: RemotingClient, topic: str, group: str, uniq: str, body: bytes
     return answer
 
 
-def _end(client: RemotingClient, group: str, uniq: str, transaction_id: str, kind: int,
+def _end(client: Session, group: str, uniq: str, transaction_id: str, kind: int,
          from_check: bool = False) -> None:  # fmt: skip
     fields = {"producerGroup": group, "tranStateTableOffset": "0", "commitLogOffset": "0",
               "commitOrRollback": str(kind), "fromTransactionCheck": str(from_check).lower(),
               "msgId": uniq, "transactionId": transaction_id}  # fmt: skip
-    _, frame = client.frame(RC.END_TRANSACTION, fields, oneway=True)
-    client.send([frame])
+    client.send(RC.END_TRANSACTION, fields, oneway=True)
 
 
 def test_commit_rollback_and_check_back(broker: BrokerProcess) -> None:
@@ -74,7 +73,7 @@ def test_commit_rollback_and_check_back(broker: BrokerProcess) -> None:
     with SyncAdmin(servers=broker.address) as admin:
         admin.create_topic(topic, queues=1, topic_type="transaction")
         admin.create_group(consumers)
-    with RemotingClient(broker.address) as client:
+    with Session(broker.address) as client:
         heartbeat = {"clientID": "127.0.0.1@tx", "producerDataSet": [{"groupName": group}],
                      "consumerDataSet": []}  # fmt: skip
         assert client.call(RC.HEART_BEAT, body=json.dumps(heartbeat).encode()).code == R.SUCCESS

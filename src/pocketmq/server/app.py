@@ -196,7 +196,12 @@ class BrokerApp:
         apart by their first bytes (docs/remoting.md, "Where it listens"), served by the
         broker's remoting handlers (``server/remoting/handlers.py``)."""
         assert self.broker is not None
-        side = BrokerSide(self.broker, self._store_host, authorizer=self._authorizer)
+        side = BrokerSide(
+            self.broker,
+            self._store_host,
+            authorizer=self._authorizer,
+            topics_changed=self._topics_changed,
+        )
         self.remoting = RemotingPort(
             broker_remoting_handlers(side),
             signatures=SignatureCheck.of(self._authenticator),
@@ -476,6 +481,13 @@ class BrokerApp:
                 if connection.producing or connection.state.get("producer_groups"):
                     producers[key] = producers.get(key, 0) + 1
                 if connection.state.get("groups"):
+                    consumers[key] = consumers.get(key, 0) + 1
+        if self.remoting is not None:  # what each client heartbeated (server/remoting/clients.py)
+            for remote in self.remoting.connections:
+                key = ("remoting", remote.language.lower())
+                if remote.state.get("producer_groups"):
+                    producers[key] = producers.get(key, 0) + 1
+                if remote.state.get("consumer_groups"):
                     consumers[key] = consumers.get(key, 0) + 1
         if self._grpc is not None:
             grpc_producers, grpc_consumers = self._grpc.service.sessions.kinds()

@@ -74,18 +74,20 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
     name = broker.name
 
     def create_topic(conn: RemotingConnection, request: RemotingCommand) -> None:
-        fields = request.ext_fields
-        topic = f.text(fields, "topic")
-        queues = max(f.integer(fields, "writeQueueNums", 0), f.integer(fields, "readQueueNums", 0))
-        perm = f.integer(fields, "perm", _RW) & _RW
+        topic = f.text(request, "topic")
+        queues = max(
+            f.optional_number(request, "writeQueueNums", 0),
+            f.optional_number(request, "readQueueNums", 0),
+        )
+        perm = f.optional_number(request, "perm", _RW) & _RW
         if broker.topics.get(topic) is not None:
             broker.update_topic(topic, queues=queues, perm=perm)
         else:
-            kind = "fifo" if f.boolean(fields, "order") else "normal"
+            kind = "fifo" if f.flag(request, "order") else "normal"
             broker.create_topic(topic, queues=queues or None, topic_type=kind, perm=perm)
 
     def delete_topic(conn: RemotingConnection, request: RemotingCommand) -> None:
-        broker.delete_topic(f.text(request.ext_fields, "topic"))
+        broker.delete_topic(f.text(request, "topic"))
 
     def all_topics(conn: RemotingConnection, request: RemotingCommand) -> Reply:
         table = {
@@ -123,11 +125,13 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
         return encode_stored(stored_record(message, store_host) for message in messages)
 
     def query(conn: RemotingConnection, request: RemotingCommand) -> Reply:
-        fields = request.ext_fields
-        topic, key = f.text(fields, "topic"), f.text(fields, "key")
-        limit = max(1, min(f.integer(fields, "maxNum", 32), 1024))
-        begin, end = f.integer(fields, "beginTimestamp", 0), f.integer(fields, "endTimestamp", 0)
-        if f.boolean(fields, _UNIQUE_KEY_QUERY):
+        topic, key = f.text(request, "topic"), f.text(request, "key")
+        limit = max(1, min(f.optional_number(request, "maxNum", 32), 1024))
+        begin, end = (
+            f.optional_number(request, "beginTimestamp", 0),
+            f.optional_number(request, "endTimestamp", 0),
+        )
+        if f.flag(request, _UNIQUE_KEY_QUERY):
             found = broker.query_messages(message_id=key, max_count=limit)
             found = [m for m in found if m.topic == topic]
         else:
@@ -146,7 +150,7 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
         return Reply(ext_fields=fields_out, body=records(found, conn))
 
     def view(conn: RemotingConnection, request: RemotingCommand) -> Reply:
-        offset = f.integer(request.ext_fields, "offset")
+        offset = f.number(request, "offset")
         record = broker.store.read_message(offset)
         if record is not None and record.message_id:
             for message in broker.query_messages(message_id=record.message_id, max_count=64):
@@ -156,7 +160,7 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
 
     def consume_stats(conn: RemotingConnection, request: RemotingCommand) -> Reply:
         fields = request.ext_fields
-        group = f.text(fields, "consumerGroup")
+        group = f.text(request, "consumerGroup")
         broker.require_group(group)
         wanted = fields.get("topic", "")
         topics = [wanted] if wanted else [t.name for t in broker.topics.all() if not t.system]
@@ -186,9 +190,8 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
         return Reply(body=json.dumps({"table": table}).encode())
 
     def reset(conn: RemotingConnection, request: RemotingCommand) -> Reply:
-        fields = request.ext_fields
-        topic, group = f.text(fields, "topic"), f.text(fields, "group")
-        timestamp = f.integer(fields, "timestamp")
+        topic, group = f.text(request, "topic"), f.text(request, "group")
+        timestamp = f.number(request, "timestamp")
         # a time; 0, before every message, is the oldest kept; a negative one past the newest
         if timestamp > 0:
             target = ResetTarget.TIME

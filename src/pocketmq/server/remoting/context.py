@@ -8,7 +8,7 @@ Each family of handlers (producer side, consumer side, admin) is built from one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,11 +25,14 @@ __all__ = ["BrokerSide"]
 class BrokerSide:
     """The broker a remoting port serves. ``advertised`` gives the broker's ``ip:port`` as
     routes name it: the store host of every ``offsetMsgId`` (docs/remoting.md, "Message ids");
-    ``authorizer`` is the ACL (authentication and authorization on) or None."""
+    ``authorizer`` is the ACL (authentication and authorization on) or None;
+    ``topics_changed`` registers the broker's topics with its name server now (a heartbeat
+    created a group's retry topic: ``clients.py``)."""
 
     broker: Broker
     advertised: Callable[[], str]
     authorizer: Authorizer | None = None
+    topics_changed: Callable[[], Awaitable[None]] | None = None
     _store_host: str = field(default="", init=False)
 
     def store_host(self, fallback: str = "127.0.0.1:0") -> str:

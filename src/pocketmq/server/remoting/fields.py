@@ -1,47 +1,53 @@
-"""Reading a request's ext fields (RocketMQ's ``CommandCustomHeader``): text by name, numbers
-as Java parses them (docs/remoting.md, "Request codes").
+"""A request's named arguments, read from its ext fields (docs/remoting.md, "Request codes").
 
-A missing required field or a number that does not parse is answered ``SYSTEM_ERROR`` naming
-the field, as RocketMQ's ``decodeCommandCustomHeader`` failure is.
+RocketMQ decodes a request's ``CommandCustomHeader`` from the ext fields and refuses a missing
+required field, or a number that does not parse, before the processor runs
+(``RemotingCommand.decodeCommandCustomHeader``): the client gets ``SYSTEM_ERROR`` naming the
+field. These readers raise the same, as a :class:`HeaderFieldError` the connection answers with
+that code. JSON clients' numbers and booleans arrive already as Java's text (``"1"``,
+``"true"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from pocketmq.errors import BrokerError
+from pocketmq.protocol.remoting.command import RemotingCommand
 
-__all__ = ["boolean", "integer", "optional_integer", "text"]
+__all__ = ["HeaderFieldError", "flag", "number", "optional_number", "text"]
 
 
-def text(fields: Mapping[str, str], name: str, default: str | None = None) -> str:
-    """The field ``name``; absent, ``default`` (None: the field is required)."""
-    value = fields.get(name)
+class HeaderFieldError(BrokerError):
+    """A required header field is missing or does not parse (answered ``SYSTEM_ERROR``)."""
+
+
+def text(request: RemotingCommand, name: str) -> str:
+    """The required field ``name``."""
+    value = request.ext_fields.get(name)
     if value is None:
-        if default is None:
-            raise BrokerError(f"the request header lacks the field {name!r}")
-        return default
+        raise HeaderFieldError(f"the request header has no field {name!r}")
     return value
 
 
-def integer(fields: Mapping[str, str], name: str, default: int | None = None) -> int:
-    """The field ``name`` as a Java ``int``/``long``; absent, ``default`` (None: required)."""
-    value = fields.get(name)
-    if value is None or value == "":
-        if default is None:
-            raise BrokerError(f"the request header lacks the field {name!r}")
-        return default
+def number(request: RemotingCommand, name: str) -> int:
+    """The required integer field ``name``."""
+    return _parse(name, text(request, name))
+
+
+def optional_number(request: RemotingCommand, name: str, default: int) -> int:
+    """The integer field ``name``, or ``default`` when it is absent or empty."""
+    value = request.ext_fields.get(name)
+    return default if value is None or value == "" else _parse(name, value)
+
+
+def flag(request: RemotingCommand, name: str) -> bool:
+    """The boolean field ``name`` (Java's ``Boolean.parseBoolean``: only "true" is true)."""
+    return request.ext_fields.get(name, "").lower() == "true"
+
+
+def _parse(name: str, value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise BrokerError(f"the request header field {name!r} is not a number: {value!r}") from None
-
-
-def optional_integer(fields: Mapping[str, str], name: str) -> int | None:
-    """The field ``name`` as a number, or None when absent."""
-    return None if fields.get(name) in (None, "") else integer(fields, name)
-
-
-def boolean(fields: Mapping[str, str], name: str) -> bool:
-    """The field ``name`` as Java's ``Boolean.parseBoolean`` reads it (absent: false)."""
-    return fields.get(name, "").lower() == "true"
+        raise HeaderFieldError(
+            f"the header field {name!r} is not a number: {value[:40]!r}"
+        ) from None

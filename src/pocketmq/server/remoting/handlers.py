@@ -4,7 +4,8 @@ handlers plug in").
 Each family is a module of ``server/remoting`` with a function taking the :class:`BrokerSide`
 and returning its part of the table: the producer side (``produce.py``: sends;
 ``transactions.py``: ``END_TRANSACTION`` and the check-backs), the consumer side (heartbeats,
-pulls, offsets, locks: its own modules, joined in :data:`FAMILIES`) and administration
+pulls, offsets, send-backs, locks: ``consume.py``, ``clients.py``, ``pulls.py``,
+``offsets.py``) and administration
 (``admin.py``). With the ACL on, every handler is checked first (``permissions.py``). What a
 connection's clients registered is dropped when it closes: each family may name a close hook
 (:data:`CLOSE_HOOKS`).
@@ -16,26 +17,40 @@ from collections.abc import Callable
 from typing import Final
 
 from pocketmq.server.remoting.admin import admin_handlers
+from pocketmq.server.remoting.clients import drop_registrations
 from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
+from pocketmq.server.remoting.consume import consumer_handlers
 from pocketmq.server.remoting.context import BrokerSide
 from pocketmq.server.remoting.permissions import remoting_authorized
 from pocketmq.server.remoting.produce import produce_handlers
-from pocketmq.server.remoting.transactions import drop_producers, transaction_handlers
+from pocketmq.server.remoting.transactions import producer_hook, transaction_handlers
 
 __all__ = ["CLOSE_HOOKS", "FAMILIES", "broker_remoting_handlers", "connection_closed"]
 
 Family = Callable[[BrokerSide], RemotingHandlerTable]
 CloseHook = Callable[[BrokerSide, RemotingConnection], None]
 
+
+def _consumer_side(side: BrokerSide) -> RemotingHandlerTable:
+    """Heartbeats (with their producer groups: :func:`producer_hook`), pulls, offsets,
+    send-backs, locks (``consume.py``)."""
+    return consumer_handlers(
+        side.broker,
+        side.store_host,
+        on_producers=producer_hook(side),
+        topics_changed=side.topics_changed,
+    )
+
+
 FAMILIES: Final[list[Family]] = [
     produce_handlers,
-    transaction_handlers,  # its producer-only HEART_BEAT is replaced by the consumer side's
-    # the consumer side (HEART_BEAT, pulls, offsets, locks, UNREGISTER_CLIENT) joins here
+    transaction_handlers,
+    _consumer_side,
     admin_handlers,
 ]
 """The handler families, in order (a later one's code would replace an earlier one's)."""
 
-CLOSE_HOOKS: Final[list[CloseHook]] = [drop_producers]
+CLOSE_HOOKS: Final[list[CloseHook]] = [lambda side, conn: drop_registrations(side.broker, conn)]
 """What each family drops when a connection closes (its clients' registrations)."""
 
 

@@ -11,7 +11,7 @@ topics it may publish to while the rules and users stay as they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -27,6 +27,7 @@ from pocketmq.server.remoting.connection import (
     RemotingHandler,
     RemotingHandlerTable,
 )
+from pocketmq.server.remoting.consumer_rights import CONSUMER_CODES, consumer_needs
 from pocketmq.server.remoting.context import BrokerSide
 from pocketmq.server.remoting.produce import send_header
 from pocketmq.server.remoting.transactions import transaction_topic
@@ -50,47 +51,21 @@ def _field(request: RemotingCommand, name: str) -> str:
     return request.ext_fields.get(name, "")
 
 
-def _consume(group_field: str = "consumerGroup") -> Needs:
-    def needs(side: BrokerSide, request: RemotingCommand) -> list[Need]:
-        found = [_group(_field(request, group_field))]
-        topic = _field(request, "topic")
-        return [*found, topic_need(topic, _A.SUB)] if topic else found
-
-    return needs
-
-
 def _topic(action: Action, name: str = "topic") -> Needs:
     return lambda side, request: [topic_need(_field(request, name), action)]
 
 
-def _body(request: RemotingCommand) -> Mapping[str, Any]:
-    """A JSON body the needs depend on (an unreadable one needs nothing here: its handler
-    refuses it)."""
-    try:
-        decoded = msgspec.json.decode(request.body)
-    except msgspec.DecodeError:
-        return {}
-    return decoded if isinstance(decoded, dict) else {}
-
-
-def _heartbeat(side: BrokerSide, request: RemotingCommand) -> list[Need]:
-    out: list[Need] = []
-    for consumer in _body(request).get("consumerDataSet") or []:
-        out.append(_group(str(consumer.get("groupName", ""))))
-        for subscription in consumer.get("subscriptionDataSet") or []:
-            out.append(topic_need(str(subscription.get("topic", "")), _A.SUB))
-    return out
-
-
-def _locks(side: BrokerSide, request: RemotingCommand) -> list[Need]:
-    body = _body(request)
-    topics = {str(queue.get("topic", "")) for queue in body.get("mqSet") or []}
-    group = str(body.get("consumerGroup", ""))
-    return [_group(group), *(topic_need(topic, _A.SUB) for topic in sorted(topics))]
+def _consumer_side(side: BrokerSide, request: RemotingCommand) -> list[Need]:
+    return consumer_needs(request)
 
 
 def _subscription_group(side: BrokerSide, request: RemotingCommand) -> list[Need]:
-    return [_group(str(_body(request).get("groupName", "")), _A.CREATE)]
+    try:  # an unreadable body needs nothing here: its handler refuses it
+        body = msgspec.json.decode(request.body)
+    except msgspec.DecodeError:
+        body = {}
+    name = body.get("groupName", "") if isinstance(body, dict) else ""
+    return [_group(str(name), _A.CREATE)]
 
 
 def _stats(side: BrokerSide, request: RemotingCommand) -> list[Need]:
@@ -101,25 +76,7 @@ def _stats(side: BrokerSide, request: RemotingCommand) -> list[Need]:
 
 NEEDS: Final[dict[int, Needs]] = {
     _RC.SEND_MESSAGE: lambda side, request: [topic_need(send_header(request).topic, _A.PUB)],
-    _RC.END_TRANSACTION: lambda side, r: [
-        topic_need(transaction_topic(side, r.ext_fields), _A.PUB)
-    ],
-    _RC.HEART_BEAT: _heartbeat,
-    _RC.UNREGISTER_CLIENT: lambda side, request: [],  # drops only what the connection registered
-    _RC.PULL_MESSAGE: _consume(),
-    _RC.POP_MESSAGE: _consume(),
-    _RC.ACK_MESSAGE: _consume(),
-    _RC.CHANGE_MESSAGE_INVISIBLETIME: _consume(),
-    _RC.QUERY_CONSUMER_OFFSET: _consume(),
-    _RC.UPDATE_CONSUMER_OFFSET: _consume(),
-    _RC.GET_CONSUMER_LIST_BY_GROUP: _consume(),
-    _RC.CONSUMER_SEND_MSG_BACK: _consume("group"),
-    _RC.GET_MAX_OFFSET: _topic(_A.SUB),
-    _RC.GET_MIN_OFFSET: _topic(_A.SUB),
-    _RC.SEARCH_OFFSET_BY_TIMESTAMP: _topic(_A.SUB),
-    _RC.GET_EARLIEST_MSG_STORETIME: _topic(_A.SUB),
-    _RC.LOCK_BATCH_MQ: _locks,
-    _RC.UNLOCK_BATCH_MQ: _locks,
+    _RC.END_TRANSACTION: lambda side, r: [topic_need(transaction_topic(side, r), _A.PUB)],
     _RC.UPDATE_AND_CREATE_TOPIC: _topic(_A.CREATE),
     _RC.DELETE_TOPIC_IN_BROKER: _topic(_A.DELETE),
     _RC.GET_ALL_TOPIC_CONFIG: _cluster(_A.LIST),
@@ -135,6 +92,8 @@ NEEDS: Final[dict[int, Needs]] = {
 }
 """Each served code's needs; every code of the broker's table has a row (a test holds it)."""
 NEEDS[_RC.SEND_MESSAGE_V2] = NEEDS[_RC.SEND_BATCH_MESSAGE] = NEEDS[_RC.SEND_MESSAGE]
+for _code in CONSUMER_CODES:  # the consumer side's rows (consumer_rights.py)
+    NEEDS[_code] = _consumer_side
 
 
 def remoting_needs(side: BrokerSide, request: RemotingCommand) -> list[Need]:

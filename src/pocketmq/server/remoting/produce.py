@@ -25,7 +25,7 @@ from typing import Final, NamedTuple
 from pocketmq import properties as props
 from pocketmq.broker.model import InboundMessage, SendBatch, SendOutcome
 from pocketmq.broker.topics import RETRY_PREFIX
-from pocketmq.errors import BrokerError, MessageIllegalError, PocketMQError
+from pocketmq.errors import MessageIllegalError, PocketMQError
 from pocketmq.protocol.remoting.batch import decode_batch
 from pocketmq.protocol.remoting.codes import RequestCode, ResponseCode
 from pocketmq.protocol.remoting.command import RemotingCommand
@@ -115,7 +115,8 @@ def send_header(request: RemotingCommand) -> SendHeader:
     names = _LONG_NAMES if request.code == RequestCode.SEND_MESSAGE else _V2_NAMES
     topic = fields.get(names.topic)
     if not topic:
-        raise BrokerError("the request header lacks the field 'topic'")
+        f.text(request, names.topic)  # raises naming the field
+        raise f.HeaderFieldError(f"the request header's field {names.topic!r} is empty")
     try:  # the hot path: each field read once, numbers parsed without a helper per field
         return SendHeader(
             fields.get(names.producer_group, ""),
@@ -125,13 +126,18 @@ def send_header(request: RemotingCommand) -> SendHeader:
             int(fields.get(names.born_timestamp) or 0),
             int(fields.get(names.flag) or 0),
             fields.get(names.properties, ""),
-            f.optional_integer(fields, names.reconsume_times),
-            f.optional_integer(fields, names.max_reconsume_times),
+            _absent_or_number(request, names.reconsume_times),
+            _absent_or_number(request, names.max_reconsume_times),
         )
     except ValueError:
         for name in (names.queue_id, names.sys_flag, names.born_timestamp, names.flag):
-            f.integer(fields, name, 0)  # raises naming the field that does not parse
+            f.optional_number(request, name, 0)  # raises naming the field that does not parse
         raise
+
+
+def _absent_or_number(request: RemotingCommand, name: str) -> int | None:
+    value = request.ext_fields.get(name)
+    return None if value is None or value == "" else f.number(request, name)
 
 
 def _delivery_time(properties: dict[str, str], now_ms: int) -> int | None:

@@ -9,19 +9,17 @@ names no topic there: it is the half message's, found by its id. ``commitOrRollb
 ("unknown") changes nothing: the broker checks back later.
 
 Check-backs go to a live producer of the half message's group: a client registers its producer
-groups with its heartbeat (``HEART_BEAT``'s ``producerDataSet``; :func:`register_producers`,
-which the heartbeat handler calls; ``conn.state["producer_groups"]`` and
-``conn.state["producer_client_id"]`` record them), and they are dropped when the connection
-closes (:func:`drop_producers`). The check carries the half message as a stored record of its
+groups with its heartbeat (``HEART_BEAT``'s ``producerDataSet``, served by ``clients.py``, which
+records them in ``conn.state["producer_groups"]`` and calls :func:`producer_hook`'s function),
+and they are dropped when the connection closes (``clients.drop_registrations``). The check
+carries the half message as a stored record of its
 real topic, with ``PGROUP`` (the Java client picks the producer by it) and
 ``__transactionId__``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
-
-import msgspec
+from collections.abc import Awaitable
 
 from pocketmq import properties as props
 from pocketmq.broker.producers import CheckChannel
@@ -41,28 +39,25 @@ from pocketmq.protocol.remoting.sysflag import (
 from pocketmq.server.auth.acl import Action
 from pocketmq.server.auth.authorizer import topic_need
 from pocketmq.server.remoting import fields as f
+from pocketmq.server.remoting.clients import ProducerHook
 from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
 from pocketmq.server.remoting.context import BrokerSide
 from pocketmq.server.remoting.outcomes import Reply
 from pocketmq.server.remoting.records import stored_record
 
-__all__ = [
-    "drop_producers",
-    "register_producers",
-    "transaction_handlers",
-    "transaction_topic",
-]
+__all__ = ["producer_hook", "transaction_handlers", "transaction_topic"]
 
 
-def transaction_topic(side: BrokerSide, fields: Mapping[str, str]) -> str:
+def transaction_topic(side: BrokerSide, request: RemotingCommand) -> str:
     """The topic an ``END_TRANSACTION`` is about: its ``topic`` field (5.x), or the half
     message's topic found by its ``msgId`` (4.x clients send none)."""
-    topic = fields.get("topic", "")
+    topic = request.ext_fields.get("topic", "")
     if topic:
         return topic
-    status = side.broker.transaction_state(f.text(fields, "msgId"))
+    message_id = f.text(request, "msgId")
+    status = side.broker.transaction_state(message_id)
     if status is None:
-        raise MessageNotFoundError(f"no transaction for message {fields.get('msgId')} here")
+        raise MessageNotFoundError(f"no transaction for message {message_id} here")
     return status.topic
 
 
@@ -72,9 +67,13 @@ def _check_channel(side: BrokerSide, conn: RemotingConnection) -> CheckChannel:
             return False
         message = check.message
         store_host = side.store_host(conn.local_address or "127.0.0.1:0")
-        record = stored_record(message, store_host, TRANSACTION_PREPARED)
-        record.properties[props.PRODUCER_GROUP] = check.producer_group
-        record.properties[TRANSACTION_ID] = check.transaction_id
+        record = stored_record(message, store_host)
+        record.sys_flag = TRANSACTION_PREPARED
+        record.properties = {
+            **record.properties,
+            props.PRODUCER_GROUP: check.producer_group,
+            TRANSACTION_ID: check.transaction_id,
+        }
         fields = {
             "tranStateTableOffset": "0",
             "commitLogOffset": str(message.physical_offset),
@@ -92,71 +91,54 @@ def _check_channel(side: BrokerSide, conn: RemotingConnection) -> CheckChannel:
     return deliver
 
 
-def register_producers(
-    side: BrokerSide, conn: RemotingConnection, client_id: str, groups: Sequence[str]
-) -> None:
-    """A heartbeat's producer groups (``HEART_BEAT``'s ``producerDataSet``): the client on
-    ``conn`` is a live producer of each, and receives their check-backs (module doc). Call it
-    before the handler's first ``await`` (it reads ``conn.user``)."""
-    groups = [group for group in groups if group]
-    if not groups:
-        return
+def producer_hook(side: BrokerSide) -> ProducerHook:
+    """What the heartbeat handler (``clients.py``) tells of each heartbeat's producer groups:
+    the client on that connection becomes a live producer of each, and receives their
+    check-backs (module doc). It runs before the heartbeat's first ``await`` (it reads
+    ``conn.user``); the connection's close unregisters it (``clients.drop_registrations``)."""
     authorizer = side.authorizer
-    user = conn.user
-    may_check = None
-    if authorizer is not None and user:
 
-        def may_check(topic: str) -> bool:
-            need = [topic_need(topic, Action.PUB)]
-            return not conn.closed and authorizer.allows(user, need, conn.remote)
+    def register(conn: RemotingConnection, client_id: str, groups: list[str]) -> None:
+        groups = [group for group in groups if group]
+        if not groups:
+            return
+        user = conn.user
+        may_check = None
+        if authorizer is not None and user:
 
-    side.broker.heartbeat_producer(
-        client_id,
-        groups,
-        _check_channel(side, conn),
-        owner=conn,
-        user=user,
-        may_check=may_check,
-    )
-    conn.state["producer_client_id"] = client_id
-    conn.state.setdefault("producer_groups", set()).update(groups)
+            def may_check(topic: str) -> bool:
+                need = [topic_need(topic, Action.PUB)]
+                return not conn.closed and authorizer.allows(user, need, conn.remote)
 
+        side.broker.heartbeat_producer(
+            client_id,
+            groups,
+            _check_channel(side, conn),
+            owner=conn,
+            user=user,
+            may_check=may_check,
+        )
 
-def drop_producers(side: BrokerSide, conn: RemotingConnection) -> None:
-    """The connection closed: its producers receive no more check-backs."""
-    client_id = conn.state.get("producer_client_id")
-    if client_id:
-        side.broker.unregister_producer(client_id, owner=conn)
-
-
-class _ProducerData(msgspec.Struct):
-    groupName: str = ""
-
-
-class _Heartbeat(msgspec.Struct):
-    clientID: str = ""
-    producerDataSet: list[_ProducerData] = []
+    return register
 
 
 def transaction_handlers(side: BrokerSide) -> RemotingHandlerTable:
-    """``END_TRANSACTION``, and a ``HEART_BEAT`` that registers producers only (the consumer
-    side's heartbeat replaces it and calls :func:`register_producers` itself)."""
+    """``END_TRANSACTION`` (module doc)."""
     broker = side.broker
 
     def end(conn: RemotingConnection, request: RemotingCommand) -> Awaitable[Reply | None] | None:
-        fields = request.ext_fields
-        kind = f.integer(fields, "commitOrRollback")
+        kind = f.number(request, "commitOrRollback")
         if kind == TRANSACTION_NOT_TYPE:
             return None  # unknown yet: the broker checks back (module doc)
         if kind not in (TRANSACTION_COMMIT, TRANSACTION_ROLLBACK):
             raise MessageIllegalError(f"commitOrRollback {kind} is neither commit nor rollback")
         ending = broker.end_transaction(
-            f.text(fields, "producerGroup"),
-            f.text(fields, "msgId"),
-            f.text(fields, "transactionId"),
+            f.text(request, "producerGroup"),
+            f.text(request, "msgId"),
+            f.text(request, "transactionId"),
             commit=kind == TRANSACTION_COMMIT,
-            from_check=f.boolean(fields, "fromTransactionCheck"),
-            topic=transaction_topic(side, fields),
+            from_check=f.flag(request, "fromTransactionCheck"),
+            topic=transaction_topic(side, request),
             by=conn.user,
         )
 
@@ -165,15 +147,6 @@ def transaction_handlers(side: BrokerSide) -> RemotingHandlerTable:
 
         return ended()
 
-    def heartbeat(conn: RemotingConnection, request: RemotingCommand) -> None:
-        try:
-            data = msgspec.json.decode(request.body, type=_Heartbeat)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise MessageIllegalError(f"malformed heartbeat: {exc}") from None
-        groups = [p.groupName for p in data.producerDataSet]
-        register_producers(side, conn, data.clientID or conn.remote, groups)
-
     return {
         RequestCode.END_TRANSACTION: end,
-        RequestCode.HEART_BEAT: heartbeat,
     }
