@@ -15,6 +15,7 @@ The frames follow RocketMQ's documented formats (apache/rocketmq 5.3.3):
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Iterator
 
@@ -168,3 +169,26 @@ def test_refusals_carry_rocketmq_s_codes(broker: BrokerProcess) -> None:
         lz4 = client.call(RC.SEND_MESSAGE_V2, _v2(topic, {}, sys_flag=1 | 1 << 8), b"x")
         assert lz4.code == R.MESSAGE_ILLEGAL
         assert "LZ4" in (lz4.remark or "")
+
+
+def test_delay_level_and_ali_ons_delivery_time_hold_a_message_until_due(
+    broker: BrokerProcess,
+) -> None:
+    """``DELAY`` (a level: the suite's broker has 0.1 s steps, level 5 = 0.5 s) and ali-ons'
+    ``__STARTDELIVERTIME`` (epoch ms): answered at once with queue offset -1 (the message is
+    held), delivered when due."""
+    topic, group = _topic(broker, queues=1)
+    due = int(time.time() * 1000) + 1500
+    with Session(broker.address) as client:
+        for properties in ({"DELAY": "5", "TAGS": "level"},
+                           {"__STARTDELIVERTIME": str(due), "TAGS": "timed"}):  # fmt: skip
+            answer = client.call(RC.SEND_MESSAGE_V2, _v2(topic, properties), b"later")
+            assert answer.code == R.SUCCESS, answer.remark
+            assert answer.ext_fields["queueOffset"] == "-1"
+    sent_at = time.time()
+    got = _receive(broker, topic, group, 2)
+    assert sorted(m.tag for m in got) == ["level", "timed"]
+    timed = next(m for m in got if m.tag == "timed")
+    assert "__STARTDELIVERTIME" not in timed.properties
+    assert timed.store_timestamp >= due - 100  # stored in its queue when due, not before
+    assert time.time() - sent_at >= 0.4
