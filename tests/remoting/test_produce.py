@@ -192,3 +192,21 @@ def test_delay_level_and_ali_ons_delivery_time_hold_a_message_until_due(
     assert "__STARTDELIVERTIME" not in timed.properties
     assert timed.store_timestamp >= due - 100  # stored in its queue when due, not before
     assert time.time() - sent_at >= 0.4
+
+
+def test_flow_control_is_system_busy(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A queue past its backlog cap refuses sends as flow control (seed 004): remoting's
+    ``SYSTEM_BUSY`` (2), which RocketMQ's producers retry on another broker."""
+    config = {"broker": {**FAST_BROKER["broker"], "max_queue_backlog": 2},
+              "store": FAST_BROKER["store"]}  # fmt: skip
+    with scratch_broker(tmp_path_factory, "remoting-busy", config=config,
+                        grpc_port=None) as busy:  # fmt: skip
+        topic, group = _topic(busy, queues=1)
+        with Session(busy.address) as client:
+            committed = client.call(
+                RC.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": group, "topic": topic, "queueId": "0", "commitOffset": "0"},
+            )
+            assert committed.code == R.SUCCESS, committed.remark
+            codes = [client.call(RC.SEND_MESSAGE_V2, _v2(topic, {}), b"x").code for _ in range(3)]
+    assert codes == [R.SUCCESS, R.SUCCESS, R.SYSTEM_BUSY]
