@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -101,3 +102,45 @@ def test_ali_ons_sends_with_tags_and_keys_and_the_sdk_reads_them(deployment: Dep
     }
     assert len({m.message_id for m in got.values()}) == len(sent)  # the broker gave each an id
     assert {m.queue_id for m in got.values()} == {0, 1, 2}  # ali-ons chose the queues
+
+
+def test_what_ali_ons_sent_an_ali_ons_consumer_receives_by_tag(deployment: Deployment) -> None:
+    """Both ends remoting: the consumer's tag filter sees the producer's tags, its message id is
+    the ``offsetMsgId`` the producer was answered, and the keys travel."""
+    topic, group = "ons-both-ends", "ons-both-ends-readers"
+    with SyncAdmin(servers=deployment.broker.address, client=deployment.keys) as admin:
+        admin.create_topic(topic, queues=2)
+        admin.create_group(group)
+    keys: dict[str, Any] = {}
+    if deployment.keys is not None:
+        keys = {"accessKey": ROOT[0], "secretKey": ROOT[1]}
+    driver = deployment.driver
+    producer = int(
+        driver.call("producer", nameSrv=deployment.broker.namesrv, group="PG2", **keys)["client"]
+    )
+    ids = {}
+    for n in range(4):
+        tag = "TagX" if n % 2 == 0 else "TagY"
+        answer = driver.call(
+            "send", client=producer, topic=topic, body=f"both {n}", tags=tag, keys=[f"k{n}"]
+        )
+        ids[f"both {n}"] = answer["sent"]["msgId"]
+    driver.call("close", client=producer)
+    namesrv = deployment.broker.namesrv
+    answer = driver.call(
+        "consumer", nameSrv=namesrv, group=group, topic=topic, expression="TagX", **keys
+    )
+    consumer = int(answer["client"])
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2 and time.monotonic() < deadline:
+        got += driver.call("received", client=consumer)["messages"]
+        time.sleep(0.1)
+    time.sleep(0.5)  # a TagY message would have arrived by now
+    got += driver.call("received", client=consumer)["messages"]
+    driver.call("close", client=consumer)
+    assert sorted((m["body"], m["tags"], m["msgId"]) for m in got) == [
+        ("both 0", "TagX", ids["both 0"]),
+        ("both 2", "TagX", ids["both 2"]),
+    ]
+    assert sorted(str(m["keys"]) for m in got) == ["k0", "k2"]
