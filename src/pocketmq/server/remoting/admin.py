@@ -70,8 +70,12 @@ def _body(request: RemotingCommand, kind: type[_SubscriptionGroup]) -> _Subscrip
 
 def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
     """The administration and query requests (module doc)."""
+    return _topic_handlers(side) | _query_handlers(side) | _stats_handlers(side)
+
+
+def _topic_handlers(side: BrokerSide) -> RemotingHandlerTable:
+    """Topics and subscription groups created, listed and deleted."""
     broker = side.broker
-    name = broker.name
 
     def create_topic(conn: RemotingConnection, request: RemotingCommand) -> None:
         topic = f.text(request, "topic")
@@ -120,6 +124,18 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
             )
         )
 
+    return {
+        RequestCode.UPDATE_AND_CREATE_TOPIC: create_topic,
+        RequestCode.DELETE_TOPIC_IN_BROKER: delete_topic,
+        RequestCode.GET_ALL_TOPIC_CONFIG: all_topics,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: create_group,
+    }
+
+
+def _query_handlers(side: BrokerSide) -> RemotingHandlerTable:
+    """Messages found by key, by ``UNIQ_KEY`` and by commit-log offset."""
+    broker = side.broker
+
     def records(messages: Iterable[Delivered], conn: RemotingConnection) -> bytes:
         store_host = side.store_host(conn.local_address or "127.0.0.1:0")
         return encode_stored(stored_record(message, store_host) for message in messages)
@@ -157,6 +173,17 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
                 if message.physical_offset == offset:
                     return Reply(body=records([message], conn))
         raise MessageNotFoundError(f"no message at commit-log offset {offset}")
+
+    return {
+        RequestCode.QUERY_MESSAGE: query,
+        RequestCode.VIEW_MESSAGE_BY_ID: view,
+    }
+
+
+def _stats_handlers(side: BrokerSide) -> RemotingHandlerTable:
+    """A group's consume stats, the broker's runtime figures, offset resets."""
+    broker = side.broker
+    name = broker.name
 
     def consume_stats(conn: RemotingConnection, request: RemotingCommand) -> Reply:
         fields = request.ext_fields
@@ -202,12 +229,6 @@ def admin_handlers(side: BrokerSide) -> RemotingHandlerTable:
         return Reply(body=f'{{"offsetTable":{table}}}'.encode())
 
     return {
-        RequestCode.UPDATE_AND_CREATE_TOPIC: create_topic,
-        RequestCode.DELETE_TOPIC_IN_BROKER: delete_topic,
-        RequestCode.GET_ALL_TOPIC_CONFIG: all_topics,
-        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: create_group,
-        RequestCode.QUERY_MESSAGE: query,
-        RequestCode.VIEW_MESSAGE_BY_ID: view,
         RequestCode.GET_CONSUME_STATS: consume_stats,
         RequestCode.GET_BROKER_RUNTIME_INFO: runtime_info,
         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: reset,
