@@ -20,7 +20,9 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from pocketmq.broker import (
+from pocketmq.client.connection import ClientConnection, close_quietly, connect
+from pocketmq.errors import BrokerError, Code, error_from_code
+from pocketmq.model import (
     ClientInfo,
     Delivered,
     GroupConfig,
@@ -29,8 +31,6 @@ from pocketmq.broker import (
     SendOutcome,
     TransactionCheck,
 )
-from pocketmq.client.connection import ClientConnection, close_quietly, connect
-from pocketmq.errors import BrokerError, Code, error_from_code
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
 from pocketmq.proxy.batching import Batcher, BatchSizes

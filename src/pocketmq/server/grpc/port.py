@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pocketmq.broker import (
-    Broker,
+from pocketmq.broker import Broker
+from pocketmq.model import (
     ClientInfo,
     Delivered,
     GroupConfig,
@@ -24,7 +24,7 @@ from pocketmq.broker import (
     TransactionCheck,
 )
 from pocketmq.protocol import structs as w
-from pocketmq.server.native.paging import pop_byte_budget
+from pocketmq.protocol.paging import pop_byte_budget
 
 __all__ = ["BrokerLimits", "BrokerPort", "CheckChannel", "LocalPort", "MayCheck"]
 

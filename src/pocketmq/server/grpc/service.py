@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import grpc
 
-from pocketmq.broker import ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.errors import Code
+from pocketmq.model import ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.server.auth.acl import Action
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore

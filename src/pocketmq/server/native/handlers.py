@@ -30,6 +30,13 @@ from pocketmq.errors import (
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.paging import (
+    MAX_QUERY_RESULTS,
+    MAX_REDRIVE_OFFSETS,
+    RESPONSE_BUDGET,
+    fit,
+    pop_byte_budget,
+)
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.native.clients import client_handlers, relays
@@ -43,13 +50,6 @@ from pocketmq.server.native.convert import (
     transaction_to_wire,
 )
 from pocketmq.server.native.handshake import authenticate_handler, broker_permissions, greet
-from pocketmq.server.native.paging import (
-    MAX_QUERY_RESULTS,
-    MAX_REDRIVE_OFFSETS,
-    RESPONSE_BUDGET,
-    fit,
-    pop_byte_budget,
-)
 from pocketmq.server.native.validation import attempt_problem, timestamp_problem
 
 __all__ = ["broker_handlers"]
