@@ -32,8 +32,12 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"*"},
     "bench": {"*"},
 }
-# top-level modules every layer may use: pure values and functions, no I/O
-SHARED = {"compiled", "contract", "errors", "ids", "names", "properties", "routing", "version"}
+# top-level modules every layer may use: pure values and functions, no I/O (``batching``: the
+# one-request-in-flight merge, asyncio futures only)
+SHARED = {
+    *("batching", "compiled", "contract", "errors", "ids", "names", "properties", "routing"),
+    "version",
+}
 NETWORKING = {"socket", "ssl", "selectors", "asyncio", "http", "urllib", "grpc", "socketserver"}
 FORBIDDEN_STDLIB: dict[str, set[str]] = {
     "store": NETWORKING,

@@ -6,10 +6,11 @@ store directly. The values they trade with it live in :mod:`pocketmq.model`.
 
 from pocketmq.broker.broker import Broker
 from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
-from pocketmq.broker.history import Attempt, Outcome
+from pocketmq.broker.history import Outcome
 from pocketmq.broker.resets import QueueReset, ResetTarget
 from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
 from pocketmq.model import (  # the values it trades, re-exported for callers of this face
+    Attempt,
     ClientInfo,
     ConsumeFrom,
     Delivered,

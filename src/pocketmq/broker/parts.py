@@ -359,4 +359,5 @@ class BrokerPart:
             delivery_attempt=attempt if attempt is not None else message.reconsume_times + 1,
             receipt_handle=handle,
             born_host=message.born_host,
+            broker_name=self.config.broker_name,  # the native protocol sends it as it is
         )

@@ -3,7 +3,7 @@
 :class:`RemotePort` is the :class:`~pocketmq.server.grpc.port.BrokerPort` of a ``pocketmq
 proxy`` process: every call the adapter makes becomes one native request to the broker the proxy
 fronts, on one connection that is re-opened when it drops. Sends and acks from many official
-clients are merged (:mod:`pocketmq.proxy.batching`); transaction checks the broker pushes are
+clients are merged (:mod:`pocketmq.batching`); transaction checks the broker pushes are
 handed to the official producer the broker named.
 """
 
@@ -20,6 +20,7 @@ from typing import Final, TypeVar
 
 import msgspec
 
+from pocketmq.batching import Batcher, BatchSizes
 from pocketmq.client.connection import ClientConnection, close_quietly, connect
 from pocketmq.errors import BrokerError, Code, error_from_code
 from pocketmq.model import (
@@ -33,14 +34,9 @@ from pocketmq.model import (
 )
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
-from pocketmq.proxy.batching import Batcher, BatchSizes
+from pocketmq.protocol.convert import group_from_spec, send_result_from_wire
 from pocketmq.server.grpc.port import BrokerLimits, CheckChannel, MayCheck
 from pocketmq.server.grpc.sessions import ClientSession
-from pocketmq.server.native.convert import (
-    delivered_from_wire,
-    group_from_spec,
-    send_result_from_wire,
-)
 
 __all__ = ["RemotePort"]
 
@@ -175,9 +171,7 @@ class RemotePort:
         if code != RequestCode.CHECK_TRANSACTION:
             return  # rebalance notices: official consumers do not rebalance
         request = w.decode_body(body, w.CheckTransactionRequest)
-        check = TransactionCheck(
-            request.producer_group, request.transaction_id, 0, delivered_from_wire(request.message)
-        )
+        check = TransactionCheck(request.producer_group, request.transaction_id, 0, request.message)
         live = self._live_producers()
         candidates = [p for p in live if p.client_id == request.client_id]
         candidates += [p for p in live if request.producer_group in p.topics]
@@ -301,13 +295,9 @@ class RemotePort:
     async def _send_now(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
     ) -> list[SendOutcome]:
-        wire = [
-            w.WireMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
-            for m in messages
-        ]
         response = await self._call(
             RequestCode.SEND,
-            w.SendRequest(wire, producer_group, born_host),
+            w.SendRequest(messages, producer_group, born_host),
             w.SendResponse,
             wait=SEND_WAIT,
         )
@@ -371,7 +361,7 @@ class RemotePort:
             attempt_id,
         )
         answer = await self._call(RequestCode.POP, request, w.PopResponse, wait=max_wait)
-        return [delivered_from_wire(m) for m in answer.messages]
+        return answer.messages
 
     async def ack(self, group: str, entries: Sequence[tuple[str, str]]) -> list[Exception | None]:
         """As a native request (``BrokerPort.ack``)."""
@@ -431,7 +421,7 @@ class RemotePort:
             answer.next_offset,
             answer.min_offset,
             answer.max_offset,
-            [delivered_from_wire(m) for m in answer.messages],
+            answer.messages,
         )
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:

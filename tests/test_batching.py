@@ -1,4 +1,4 @@
-"""The proxy's request merging (pocketmq/proxy/batching.py): one request in flight, the rest
+"""The proxy's request merging (pocketmq/batching.py): one request in flight, the rest
 ride in the next one, each caller gets exactly its own results."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from pocketmq.proxy.batching import Batcher, BatchSizes
+from pocketmq.batching import Batcher, BatchSizes
 
 
 async def _turns() -> None:
