@@ -1,10 +1,11 @@
-"""Merging many clients' requests into one native request (docs/proxy.md, "Batching").
+"""Merging many callers' requests into one (docs/proxy.md, "Batching"; docs/design.md, "Sending").
 
-A proxy serves many official clients, each sending one message (or acking a few) per RPC. The
-broker's cost is mostly per request, not per message, so the proxy keeps at most one request of
-each kind in flight to the broker and lets everything that arrives meanwhile ride in the next
-one, like a disk's group commit: an idle proxy adds no delay, a busy one sends fewer, larger
-requests. Each caller gets back exactly the results of its own items, in order.
+A gRPC adapter serves many official clients, each sending one message (or acking a few) per RPC.
+The broker's cost is mostly per request, not per message, so at most one request of each kind is
+in flight and everything that arrives meanwhile rides in the next one, like a disk's group
+commit: an idle adapter adds no delay (but one event-loop turn), a busy one sends fewer, larger
+requests. Each caller gets back exactly the results of its own items, in order. The gRPC
+adapter's sends (server/grpc/merging.py) and the proxy's acks use it.
 """
 
 from __future__ import annotations
