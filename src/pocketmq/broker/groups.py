@@ -1,9 +1,7 @@
-"""Consumer groups and their retry policy, persisted in ``config/groups.json``.
+"""The broker's consumer groups, persisted in ``config/groups.json``.
 
-A group's policy decides how often a failing message is retried and how long to wait in between
-(16 retries on the delay levels from level 3; FIFO groups retry 17 times with 1s 5s 10s 30s 1m
-... 2h: docs/semantics.md, "Consumer retry, delays and dead letters" and "Ordered messages"),
-and whether it consumes in order.
+What a group is — its consumption mode, retry policy and start position — is a value of
+:mod:`pocketmq.model.groups`, which every protocol adapter hands over; this module keeps them.
 """
 
 from __future__ import annotations
