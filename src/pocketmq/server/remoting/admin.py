@@ -18,11 +18,10 @@ from typing import Any, Final
 
 import msgspec
 
-from pocketmq.broker.groups import GroupConfig, RetryPolicy
-from pocketmq.broker.model import Delivered
 from pocketmq.broker.resets import ResetTarget
 from pocketmq.broker.topics import PERM_READ, PERM_WRITE
 from pocketmq.errors import InvalidArgumentError, MessageNotFoundError
+from pocketmq.model import Delivered, GroupConfig, RetryPolicy
 from pocketmq.protocol.remoting.codes import RequestCode, ResponseCode
 from pocketmq.protocol.remoting.command import RemotingCommand
 from pocketmq.protocol.remoting.stored import encode_stored

@@ -4,7 +4,7 @@
 A send's header names the topic, the queue the client chose, ``sysFlag`` (compressed body,
 transaction type), the producer's ``flag`` and the properties string; the body is the message
 (or, for a batch, RocketMQ's batch encoding). They become the broker's wire-neutral
-:class:`~pocketmq.broker.model.InboundMessage`: compressed bodies are inflated (bounded by the
+:class:`~pocketmq.model.InboundMessage`: compressed bodies are inflated (bounded by the
 broker's ``max_message_size``), a half message is marked ``TRAN_MSG``, the delivery times of
 ali-ons and RocketMQ 5 (``__STARTDELIVERTIME``, ``TIMER_*``) become ``DELIVER_TIME_MS`` and the
 producer's transaction id is dropped (the broker assigns its own). The sends one read of a
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from pocketmq import properties as props
-from pocketmq.broker.model import InboundMessage, SendBatch, SendOutcome
 from pocketmq.broker.topics import RETRY_PREFIX
 from pocketmq.errors import MessageIllegalError, PocketMQError
+from pocketmq.model import InboundMessage, SendBatch, SendOutcome
 from pocketmq.protocol.remoting.batch import decode_batch
 from pocketmq.protocol.remoting.codes import RequestCode, ResponseCode
 from pocketmq.protocol.remoting.command import RemotingCommand

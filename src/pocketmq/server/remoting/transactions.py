@@ -23,8 +23,8 @@ from collections.abc import Awaitable
 
 from pocketmq import properties as props
 from pocketmq.broker.producers import CheckChannel
-from pocketmq.broker.transactions.model import TransactionCheck
 from pocketmq.errors import BrokerError, MessageIllegalError, MessageNotFoundError
+from pocketmq.model import TransactionCheck
 from pocketmq.protocol.remoting.codes import RequestCode
 from pocketmq.protocol.remoting.command import RemotingCommand
 from pocketmq.protocol.remoting.msgid import encode_offset_msg_id
