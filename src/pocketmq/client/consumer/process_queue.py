@@ -1,106 +1,20 @@
 """A process queue: what a push consumer holds of one broker queue it owns.
 
-Pulled messages wait here until they are finished: consumed, handed back to the broker for a
-retry, or dropped (broadcasting). The committed offset is always the smallest offset still here,
-so a message that is not finished is never skipped, however the others are ordered — the rule
-that makes a crash re-deliver rather than lose (docs/semantics.md, "Delivery guarantees").
+The code is in :mod:`pocketmq.client.consumer._process_queue`; this module exports
+its compiled twin when the build made one from the same sources and ``POCKETMQ_NO_EXTENSIONS``
+is not set, else the pure module (docs/design.md "Compiled hot paths").
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import msgspec
-
-from pocketmq.client.consumer.config import QueueKey
-from pocketmq.client.convert import to_view
-from pocketmq.client.message import MessageView
-from pocketmq.protocol import structs as w
+from pocketmq.compiled import load
 
 __all__ = ["ProcessQueue"]
 
-
-@dataclass(slots=True)
-class ProcessQueue:
-    """One owned queue: its messages in hand, its pull position and its orderly lanes.
-
-    ``local_attempts`` counts re-consumes done here (a message that could not be handed back,
-    an orderly retry), which the broker's delivery attempt does not include.
-    """
-
-    key: QueueKey
-    address: str
-    expression: str
-    next_offset: int = -1
-    messages: dict[int, w.DeliveredMessage] = field(default_factory=dict)
-    dropped: bool = False
-    pull_task: asyncio.Task[None] | None = None
-    space: asyncio.Event = field(default_factory=asyncio.Event)
-    local_attempts: dict[int, int] = field(default_factory=dict)
-    lanes: dict[str, collections.deque[w.DeliveredMessage]] = field(default_factory=dict)
-    lane_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    # The offsets held, in the rising order they were pulled, finished ones dropped from the
-    # front lazily: the commit offset is then found without scanning what is held (up to
-    # ``max_cached_per_queue`` messages, after every finished message). None while the queue
-    # holds offsets out of order (an operator moved it back): then they are scanned.
-    _order: collections.deque[int] | None = field(
-        default_factory=collections.deque, init=False, repr=False
-    )
-
-    def add(self, messages: Sequence[w.DeliveredMessage]) -> list[w.DeliveredMessage]:
-        """Hold the pulled ``messages`` not held already; returns those (in pull order)."""
-        held = self.messages
-        fresh = [m for m in messages if m.queue_offset not in held]
-        order = self._order
-        for message in fresh:
-            offset = message.queue_offset
-            if order is not None:
-                if order and offset < order[-1]:
-                    self._order = order = None
-                else:
-                    order.append(offset)
-            held[offset] = message
-        if order is not None and len(order) > 2 * len(held) + 64:
-            # finished offsets behind an unfinished first one: keep only what is held
-            self._order = collections.deque(held)
-        return fresh
-
-    def commit_offset(self) -> int:
-        """The offset that may be committed: the first unfinished message, else the next one
-        to pull (-1 before the first pull)."""
-        held = self.messages
-        if not held:
-            self._order = collections.deque()
-            return self.next_offset
-        order = self._order
-        if order is None:
-            return min(held)
-        while order[0] not in held:
-            order.popleft()
-        return order[0]
-
-    def span(self) -> int:
-        """How many offsets separate the first unfinished message from the next one to pull
-        (0 when nothing is held): what a restart would consume again at most."""
-        if not self.messages:
-            return 0
-        return max(0, self.next_offset - self.commit_offset())
-
-    def remove(self, offsets: Sequence[int]) -> None:
-        """Forget finished messages, waking a pull loop that waits for room."""
-        for offset in offsets:
-            self.messages.pop(offset, None)
-            self.local_attempts.pop(offset, None)
-        self.space.set()
-
-    def view(self, message: w.DeliveredMessage) -> MessageView:
-        """``message`` as the listener sees it, its delivery attempt counting local retries."""
-        view = to_view(message)
-        extra = self.local_attempts.get(message.queue_offset, 0)
-        if extra:
-            view = msgspec.structs.replace(view, delivery_attempt=view.delivery_attempt + extra)
-        return view
+if TYPE_CHECKING:
+    from pocketmq.client.consumer._process_queue import ProcessQueue
+else:
+    _implementation = load("pocketmq.client.consumer._process_queue")
+    ProcessQueue = _implementation.ProcessQueue
