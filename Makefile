@@ -26,7 +26,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 
 # rebuilt when a compiled module's source changes (a stale build is never used: pure instead)
 # (hatch_build.py's GROUPS, in order)
-COMPILED_SOURCES := src/pocketmq/protocol/_framecodec.py \
+COMPILED_SOURCES := src/pocketmq/protocol/_framecodec.py src/pocketmq/client/_views.py \
 	src/pocketmq/client/consumer/_work.py src/pocketmq/client/consumer/_process_queue.py \
 	src/pocketmq/client/consumer/_listener.py src/pocketmq/client/consumer/_reports.py \
 	src/pocketmq/client/consumer/_concurrent.py

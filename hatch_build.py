@@ -28,6 +28,7 @@ from typing import Any
 GROUPS = [
     ["pocketmq/protocol/_framecodec.py"],
     [  # a push consumer's receive -> listener -> commit path
+        "pocketmq/client/_views.py",
         "pocketmq/client/consumer/_work.py",
         "pocketmq/client/consumer/_process_queue.py",
         "pocketmq/client/consumer/_listener.py",

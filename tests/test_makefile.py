@@ -29,6 +29,7 @@ def checkout(tmp_path: Path) -> Path:
 _CONSUMER = ("work", "process_queue", "listener", "reports", "concurrent")
 COMPILED_SOURCES = (  # the Makefile's COMPILED_SOURCES, in order
     "src/pocketmq/protocol/_framecodec.py",
+    "src/pocketmq/client/_views.py",
     *(f"src/pocketmq/client/consumer/_{name}.py" for name in _CONSUMER),
 )
 

@@ -1,8 +1,9 @@
 """The compiled consumer path against its pure-Python source (docs/design.md, "Compiled hot
 paths"): the same random batches, listeners and broker answers given to the pure modules
-(``client/consumer/_work.py``, ``_process_queue.py``, ``_listener.py``, ``_reports.py``,
-``_concurrent.py``) and to their compiled twins give the same views to the listener, the same
-verdicts, counters, hand-backs, retries, commit offsets and reported attempts."""
+(``client/_views.py``, ``client/consumer/_work.py``, ``_process_queue.py``, ``_listener.py``,
+``_reports.py``, ``_concurrent.py``) and to their compiled twins give the same views to the
+listener, the same verdicts, counters, hand-backs, retries, commit offsets and reported
+attempts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 
 from pocketmq import properties as props
@@ -28,9 +30,11 @@ MODULES = ("_work", "_process_queue", "_listener", "_reports", "_concurrent")
 
 
 def _both() -> list[dict[str, ModuleType]]:
-    """The pure modules and their twins, by short name."""
+    """The pure modules and their twins, by short name (and ``_views``)."""
     pure = {name: importlib.import_module(PACKAGE + name) for name in MODULES}
     fast = {name: compiled_twin(PACKAGE + name) for name in MODULES}
+    pure["_views"] = importlib.import_module("pocketmq.client._views")
+    fast["_views"] = compiled_twin("pocketmq.client._views")
     return [pure, fast]
 
 
@@ -51,8 +55,7 @@ def _message(rng: random.Random, offset: int) -> w.DeliveredMessage:
 
 
 def _seen(view: MessageView) -> tuple[Any, ...]:
-    return (view.message_id, view.topic, view.queue_offset, view.tag, view.keys)
-    # (and the rest: the view is a msgspec Struct made by the pure convert module in both)
+    return msgspec.structs.astuple(view)
 
 
 @dataclass
