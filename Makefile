@@ -35,6 +35,8 @@ $(COMPILED_STAMP): $(RUN_STAMP) $(COMPILED_SOURCES)
 	$(PY) hatch_build.py --if-stale || echo "WARNING: the hot paths did not compile: pure Python"
 	rm -f $(VENV)/.compiled-*
 	touch $(COMPILED_STAMP)
+	@$(PY) -c 'import pocketmq.protocol.frames, pocketmq.client.consumer.push as _; \
+		from pocketmq.compiled import COMPILED; print("compiled:", ", ".join(COMPILED) or "none")'
 
 install: $(COMPILED_STAMP)
 
