@@ -8,8 +8,7 @@ from typing import Any
 
 import msgspec
 
-from pocketmq.client.consumer.process_queue import ProcessQueue
-from pocketmq.client.consumer.reports import REPORT_AT, OutcomeReports
+from pocketmq.client.consumer.hotpath import REPORT_AT, OutcomeReports, ProcessQueue
 from pocketmq.client.message import MessageView
 from pocketmq.protocol import RequestCode
 

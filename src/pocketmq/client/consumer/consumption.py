@@ -4,11 +4,14 @@ queue's new commit offset given to the offset store."""
 
 from __future__ import annotations
 
-from pocketmq.client.consumer.listener import ListenerCall
+from typing import TYPE_CHECKING
+
 from pocketmq.client.consumer.offsets import OffsetStore
-from pocketmq.client.consumer.reports import OutcomeReports
 from pocketmq.client.consumer.retry import RetryHandBack
 from pocketmq.client.consumer.state import ConsumerState
+
+if TYPE_CHECKING:  # the per-message path imports this module: no import cycle at run time
+    from pocketmq.client.consumer.hotpath import ListenerCall, OutcomeReports
 
 __all__ = ["Consumption"]
 
