@@ -33,6 +33,7 @@ GROUPS = [
         "pocketmq/client/consumer/_process_queue.py",
         "pocketmq/client/consumer/_listener.py",
         "pocketmq/client/consumer/_reports.py",
+        "pocketmq/client/consumer/_consumption.py",
         "pocketmq/client/consumer/_concurrent.py",
     ],
 ]

@@ -26,7 +26,7 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-_CONSUMER = ("work", "process_queue", "listener", "reports", "concurrent")
+_CONSUMER = ("work", "process_queue", "listener", "reports", "consumption", "concurrent")
 COMPILED_SOURCES = (  # the Makefile's COMPILED_SOURCES, in order
     "src/pocketmq/protocol/_framecodec.py",
     "src/pocketmq/client/_views.py",

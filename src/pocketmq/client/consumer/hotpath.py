@@ -18,6 +18,7 @@ from pocketmq.compiled import load
 __all__ = [
     "REPORT_AT",
     "ConcurrentConsumer",
+    "Consumption",
     "ListenerCall",
     "OutcomeReports",
     "ProcessQueue",
@@ -27,6 +28,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from pocketmq.client.consumer._concurrent import ConcurrentConsumer
+    from pocketmq.client.consumer._consumption import Consumption
     from pocketmq.client.consumer._listener import ListenerCall, Verdict
     from pocketmq.client.consumer._process_queue import ProcessQueue
     from pocketmq.client.consumer._reports import REPORT_AT, OutcomeReports
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 else:
     _listener = load("pocketmq.client.consumer._listener")
     _reports = load("pocketmq.client.consumer._reports")
+    Consumption = load("pocketmq.client.consumer._consumption").Consumption
     ConcurrentConsumer = load("pocketmq.client.consumer._concurrent").ConcurrentConsumer
     ListenerCall, Verdict = _listener.ListenerCall, _listener.Verdict
     ProcessQueue = load("pocketmq.client.consumer._process_queue").ProcessQueue
