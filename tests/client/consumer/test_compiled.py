@@ -1,9 +1,9 @@
 """The compiled consumer path against its pure-Python source (docs/design.md, "Compiled hot
 paths"): the same random batches, listeners and broker answers given to the pure modules
 (``client/_views.py``, ``client/consumer/_work.py``, ``_process_queue.py``, ``_listener.py``,
-``_reports.py``, ``_concurrent.py``) and to their compiled twins give the same views to the
-listener, the same verdicts, counters, hand-backs, retries, commit offsets and reported
-attempts."""
+``_reports.py``, ``_consumption.py``, ``_concurrent.py``) and to their compiled twins give the
+same views to the listener, the same verdicts, counters, hand-backs, retries, commit offsets and
+reported attempts."""
 
 from __future__ import annotations
 
