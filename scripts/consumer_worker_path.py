@@ -6,8 +6,8 @@ offset — with the broker's side faked (reports and offsets go nowhere). Run it
 with ``N`` and with 0; the difference over ``N`` is the instructions per message, a figure a
 shared machine does not disturb (docs/benchmarks.md, "Compiled consumer path"):
 
-    valgrind --tool=callgrind python scripts/consumer_worker_path.py 3000 async
-    POCKETMQ_NO_EXTENSIONS=1 valgrind --tool=callgrind \
+    PYTHONPATH=src:. valgrind --tool=callgrind python scripts/consumer_worker_path.py 3000 async
+    PYTHONPATH=src:. POCKETMQ_NO_EXTENSIONS=1 valgrind --tool=callgrind \
         python scripts/consumer_worker_path.py 0 inline
 
 ``async``: the default consumer's ``async def`` listener; ``inline``: a plain function called on
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from types import SimpleNamespace
 from typing import Any
+
+from tests.client.consumer.fakes import detached_state
 
 from pocketmq import properties as props
 from pocketmq.client.consumer.hotpath import (
@@ -30,7 +31,6 @@ from pocketmq.client.consumer.hotpath import (
     WorkQueue,
 )
 from pocketmq.client.consumer.offsets import OffsetStore
-from pocketmq.client.consumer.state import ConsumerCounters
 from pocketmq.client.message import ConsumeStatus, MessageView
 from pocketmq.protocol import structs as w
 
@@ -55,14 +55,7 @@ def _listener(inline: bool) -> Any:
 async def run(count: int, inline: bool) -> None:
     """Consume ``count`` messages pulled 32 at a time, one per listener call."""
     connection = _Connection()
-    state: Any = SimpleNamespace(
-        counters=ConsumerCounters(),
-        clustering=True,
-        config=SimpleNamespace(report_outcomes=True),
-        group="g",
-        client_id="c",
-        client=SimpleNamespace(pool=SimpleNamespace(open_connections=lambda: [connection])),
-    )
+    state = detached_state(connection)
     call = ListenerCall(_listener(inline), 30, in_thread=False)
     consumer = ConcurrentConsumer(state, call, OutcomeReports(state), None, OffsetStore(state))
     work: WorkQueue[tuple[ProcessQueue, list[w.DeliveredMessage]]] = WorkQueue(64)

@@ -20,9 +20,9 @@ import pytest
 from pocketmq import properties as props
 from pocketmq.client.consumer.config import ConsumeContext
 from pocketmq.client.consumer.retry import FailedAttempt
-from pocketmq.client.consumer.state import ConsumerCounters
 from pocketmq.client.message import ConsumeStatus, MessageView
 from pocketmq.protocol import structs as w
+from tests.client.consumer.fakes import detached_state
 from tests.twins import compiled_twin
 
 PACKAGE = "pocketmq.client.consumer."
@@ -114,14 +114,7 @@ async def _consume_run(modules: dict[str, ModuleType], seed: int) -> list[Any]:
     rng, script = random.Random(seed), random.Random(seed + 1)
     clustering, is_async = rng.random() < 0.8, rng.random() < 0.5
     connection, seen, marked = _Connection(), [], []
-    state: Any = SimpleNamespace(
-        counters=ConsumerCounters(),
-        clustering=clustering,
-        config=SimpleNamespace(report_outcomes=True),
-        group="g",
-        client_id="c",
-        client=SimpleNamespace(pool=SimpleNamespace(open_connections=lambda: [connection])),
-    )
+    state = detached_state(connection, clustering)
     call = modules["_listener"].ListenerCall(
         _listener(script, seen, is_async), consume_timeout=30, in_thread=False
     )
