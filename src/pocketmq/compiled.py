@@ -64,7 +64,12 @@ def load(name: str) -> ModuleType:
     if not NO_EXTENSIONS:
         try:
             compiled = importlib.import_module(name + "_c")
-        except ImportError:
+        except ImportError:  # not built
+            compiled = None
+        except Exception as exc:  # a build of other sources may fail as it loads: never fatal
+            log.warning(
+                "%s: the compiled module failed to load (%s); running pure Python", name, exc
+            )
             compiled = None
         if compiled is not None:
             group: tuple[str, ...] = getattr(compiled, "SOURCE_GROUP", (name,))

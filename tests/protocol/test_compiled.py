@@ -192,3 +192,19 @@ def test_a_twin_of_a_group_is_stale_when_any_source_of_its_group_changed(
     assert compiled.load("grouppkg.a").WHICH == "twin a"
     (package / "b.py").write_text('WHICH = "pure b, changed"\n')
     assert compiled.load("grouppkg.a").WHICH == "pure a"
+
+
+def test_a_twin_that_fails_as_it_loads_leaves_the_pure_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A build of older sources may raise as it loads (mypyc's "Reached allegedly unreachable
+    code!" did, once): pure Python and a warning, not a process that cannot start."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(compiled, "COMPILED", [])
+    monkeypatch.setattr(compiled, "NO_EXTENSIONS", False)
+    name = _package(tmp_path, 'WHICH = "pure"\n', digest_of='WHICH = "pure"\n')
+    twin = tmp_path / name.replace(".", "/").replace("/mod", "/mod_c.py")
+    twin.write_text('raise RuntimeError("Reached allegedly unreachable code!")\n')
+    with caplog.at_level(logging.WARNING, logger="pocketmq"):
+        assert compiled.load(name).WHICH == "pure"
+    assert "failed to load" in caplog.text
