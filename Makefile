@@ -25,14 +25,18 @@ $(TEST_STAMP): $(RUN_STAMP)
 	touch $(TEST_STAMP)
 
 # rebuilt when a compiled module's source changes (a stale build is never used: pure instead)
-COMPILED_SOURCES := src/pocketmq/protocol/_framecodec.py
+# (hatch_build.py's GROUPS, in order)
+COMPILED_SOURCES := src/pocketmq/protocol/_framecodec.py src/pocketmq/client/_views.py \
+	src/pocketmq/client/consumer/_work.py src/pocketmq/client/consumer/_process_queue.py \
+	src/pocketmq/client/consumer/_listener.py src/pocketmq/client/consumer/_reports.py \
+	src/pocketmq/client/consumer/_consumption.py src/pocketmq/client/consumer/_concurrent.py
 COMPILED_STAMP := $(VENV)/.compiled-$(shell cat $(COMPILED_SOURCES) | sha1sum | cut -c1-12)
 $(COMPILED_STAMP): $(RUN_STAMP) $(COMPILED_SOURCES)
-	$(PY) -c 'import pocketmq.protocol.frames as f, sys; sys.exit(f.IMPLEMENTATION[-2:] != "_c")' \
-		|| $(PY) hatch_build.py || echo "WARNING: the hot paths did not compile: pure Python"
+	$(PY) hatch_build.py --if-stale || echo "WARNING: the hot paths did not compile: pure Python"
 	rm -f $(VENV)/.compiled-*
 	touch $(COMPILED_STAMP)
-	@$(PY) -c 'import pocketmq.protocol.frames as f; print("frame codec:", f.IMPLEMENTATION)'
+	@$(PY) -c 'import pocketmq.protocol.frames, pocketmq.client.consumer.push as _; \
+		from pocketmq.compiled import COMPILED; print("compiled:", ", ".join(COMPILED) or "none")'
 
 install: $(COMPILED_STAMP)
 

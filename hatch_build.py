@@ -1,17 +1,20 @@
 """Compiles pocketmq's measured hot paths with mypyc at install (docs/design.md, "Compiled hot
-paths"); a hatchling build hook, also runnable alone (``python hatch_build.py``: build in place).
+paths"); a hatchling build hook, also runnable alone (``python hatch_build.py``: build in place;
+``--if-stale``: only when a module is not built from its current sources).
 
-Each module of :data:`MODULES` is copied to ``<name>_c.py`` with the SHA-256 of its source
-appended, compiled with mypyc, and shipped beside the pure module, which stays importable
-(:mod:`pocketmq.compiled` picks one at run time). An editable install (``make install``) builds
-in place, into ``src/``. Nothing here may fail an install: with ``POCKETMQ_NO_EXTENSIONS=1``,
-without a C compiler, or when mypyc fails, the build says why and the wheel is pure Python.
+Each module of :data:`GROUPS` is copied to ``<name>_c.py``, its imports of the other modules of
+its group pointed at their twins and the SHA-256 of the group's sources appended, compiled with
+mypyc, and shipped beside the pure module, which stays importable (:mod:`pocketmq.compiled`
+picks one at run time). An editable install (``make install``) builds in place, into ``src/``.
+Nothing here may fail an install: with ``POCKETMQ_NO_EXTENSIONS=1``, without a C compiler, or
+when mypyc fails, the build says why and the wheel is pure Python.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,8 +23,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: The modules compiled, chosen from profiles (docs/benchmarks.md, "Where the time goes").
-MODULES = ["pocketmq/protocol/_framecodec.py"]
+#: The modules compiled, chosen from profiles (docs/benchmarks.md, "Where the time goes"), in
+#: groups: the modules of a group call each other natively and are used or not together.
+GROUPS = [
+    ["pocketmq/protocol/_framecodec.py"],
+    [  # a push consumer's receive -> listener -> commit path
+        "pocketmq/client/_views.py",
+        "pocketmq/client/consumer/_work.py",
+        "pocketmq/client/consumer/_process_queue.py",
+        "pocketmq/client/consumer/_listener.py",
+        "pocketmq/client/consumer/_reports.py",
+        "pocketmq/client/consumer/_consumption.py",
+        "pocketmq/client/consumer/_concurrent.py",
+    ],
+]
+MODULES = [module for group in GROUPS for module in group]
 
 _MYPYC = """
 import sys
@@ -32,7 +48,16 @@ from setuptools.command.build_ext import build_ext
 modules, out = sys.argv[1:-1], sys.argv[-1]
 # the rest of the package is read for types only: its own third-party imports need not be here
 options = ["--follow-imports=silent", "--ignore-missing-imports"]
-extensions = mypycify(options + modules, opt_level="3", debug_level="0", target_dir="build")
+# the sources passed mypy --strict as they are; a twin only differs in naming its group's twins
+# where the pure modules around it name the pure classes (the same classes at run time)
+options += ["--disable-error-code=arg-type"]
+extensions = mypycify(
+    options + modules,
+    opt_level="3",
+    debug_level="0",
+    target_dir="build",
+    group_name="pocketmq._compiled",  # the shared library: pocketmq/_compiled__mypyc.*.so
+)
 command = build_ext(Distribution({"ext_modules": extensions, "script_name": "hatch_build"}))
 command.build_lib, command.build_temp = out, "build/temp"
 command.ensure_finalized()
@@ -44,6 +69,22 @@ def _enabled() -> bool:
     return os.environ.get("POCKETMQ_NO_EXTENSIONS", "") in ("", "0")
 
 
+def _dotted(module: str) -> str:
+    return module.removesuffix(".py").replace("/", ".")
+
+
+def twin_source(src: Path, group: list[str], module: str) -> str:
+    """The source compiled for ``module`` of ``group``: the module with its imports of the
+    group's modules pointed at their twins, and the group's names and digest appended (what
+    :func:`pocketmq.compiled.load` checks)."""
+    text = (src / module).read_text()
+    for other in group:
+        text = re.sub(rf"\b{re.escape(_dotted(other))}\b", _dotted(other) + "_c", text)
+    digest = hashlib.sha256(b"".join((src / other).read_bytes() for other in group))
+    names = tuple(_dotted(other) for other in group)
+    return text + f"\nSOURCE_GROUP = {names!r}\nSOURCE_DIGEST = {digest.hexdigest()!r}\n"
+
+
 def build(root: Path, out: Path) -> list[str]:
     """Compile :data:`MODULES` of the project at ``root``; returns the built files' paths
     relative to ``out`` (package paths). Raises when any step fails."""
@@ -53,12 +94,11 @@ def build(root: Path, out: Path) -> list[str]:
         # the whole package, so mypy resolves what the compiled modules import
         shutil.copytree(src / "pocketmq", tree / "pocketmq", ignore=shutil.ignore_patterns("*.so"))
         names = []
-        for module in MODULES:
-            source = (src / module).read_bytes()
-            twin = tree / module.replace(".py", "_c.py")
-            digest = hashlib.sha256(source).hexdigest()
-            twin.write_bytes(source + f'\nSOURCE_DIGEST = "{digest}"\n'.encode())
-            names.append(str(twin.relative_to(tree)))
+        for group in GROUPS:
+            for module in group:
+                twin = tree / module.replace(".py", "_c.py")
+                twin.write_text(twin_source(src, group, module))
+                names.append(str(twin.relative_to(tree)))
         subprocess.run(
             [sys.executable, "-c", _MYPYC, *names, str(out)],
             cwd=tree,
@@ -119,9 +159,22 @@ class CompiledHotPaths(BuildHookInterface):  # type: ignore[misc,valid-type]
         shutil.rmtree(self._out, ignore_errors=True)
 
 
+def stale(root: Path) -> list[str]:
+    """The modules of :data:`GROUPS` that would run pure from ``root``'s sources: not built, or
+    built from other sources (``make install`` then builds; a fresh build is left alone)."""
+    sys.path.insert(0, str(root / "src"))
+    from pocketmq import compiled
+
+    names = [_dotted(module) for module in MODULES]
+    return [name for name in names if compiled.load(name).__name__ != name + "_c"]
+
+
 if __name__ == "__main__":
     if not _enabled():
         _say("POCKETMQ_NO_EXTENSIONS is set: nothing to build")
+        sys.exit(0)
+    if sys.argv[1:] == ["--if-stale"] and not stale(Path(__file__).resolve().parent):
+        _say("the compiled hot paths are built from these sources")
         sys.exit(0)
     here = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory(prefix="pocketmq-ext-") as directory:

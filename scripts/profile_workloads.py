@@ -227,7 +227,7 @@ async def _lone_send(out: Path, rate: int, native: bool, count: int) -> None:
         frames = []
         for n in range(count):
             wire = to_wire(Message(topic="lone", body=body))
-            wire = w.WireMessage(wire.topic, wire.body, wire.properties, n % 8, 0, 0)
+            wire = w.InboundMessage(wire.topic, wire.body, wire.properties, n % 8, 0, 0)
             request = encode_body(w.SendRequest([wire]))
             frames.append(encode_frame(FrameKind.REQUEST, RequestCode.SEND, n + 2, request))
         recorder = _recorder(os.getpid(), out / "lone-send.broker.txt", rate, native)

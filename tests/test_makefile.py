@@ -26,7 +26,12 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-COMPILED_SOURCES = ("src/pocketmq/protocol/_framecodec.py",)  # the Makefile's COMPILED_SOURCES
+_CONSUMER = ("work", "process_queue", "listener", "reports", "consumption", "concurrent")
+COMPILED_SOURCES = (  # the Makefile's COMPILED_SOURCES, in order
+    "src/pocketmq/protocol/_framecodec.py",
+    "src/pocketmq/client/_views.py",
+    *(f"src/pocketmq/client/consumer/_{name}.py" for name in _CONSUMER),
+)
 
 
 def _would_run(checkout: Path, target: str) -> str:

@@ -6,7 +6,14 @@ built from. :func:`load` returns the compiled twin only when it exists, was buil
 source beside it (a stale in-place build is never run) and ``POCKETMQ_NO_EXTENSIONS`` is not set
 (``POCKETMQ_NO_EXTENSIONS=1`` runs everything in pure Python, like aiohttp's
 ``AIOHTTP_NO_EXTENSIONS``); otherwise the pure module. Correctness lives in the Python: the
-same tests run on both, and tests/protocol/test_compiled.py feeds both the same random input.
+same tests run on both, and the differential tests (tests/protocol/test_compiled.py,
+tests/client/consumer/test_compiled.py) feed both the same random input.
+
+Modules compiled together as a *group* import each other's twins directly (the build points
+their imports at the twins, so calls between them are native). Each twin of a group then
+records the digest of all the group's sources (``SOURCE_GROUP`` names them): one changed source
+makes every twin of its group stale, so a process never mixes a compiled module with the pure
+version of a module it was compiled against.
 """
 
 from __future__ import annotations
@@ -29,10 +36,26 @@ COMPILED: list[str] = []
 log = logging.getLogger("pocketmq")
 
 
-def source_digest(path: str) -> str:
-    """The SHA-256 of a source file, as the build records it in the compiled twin."""
-    with open(path, "rb") as source:
-        return hashlib.sha256(source.read()).hexdigest()
+def source_digest(*paths: str) -> str:
+    """The SHA-256 of source files read one after the other, as the build records it in a
+    compiled twin (the files of its group, in the group's order)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as source:
+            digest.update(source.read())
+    return digest.hexdigest()
+
+
+def _origins(names: tuple[str, ...]) -> list[str] | None:
+    """The source files of modules ``names``, or None when one is not a ``.py`` file."""
+    origins = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        if origin is None or not origin.endswith(".py"):
+            return None
+        origins.append(origin)
+    return origins
 
 
 def load(name: str) -> ModuleType:
@@ -41,19 +64,24 @@ def load(name: str) -> ModuleType:
     if not NO_EXTENSIONS:
         try:
             compiled = importlib.import_module(name + "_c")
-        except ImportError:
+        except ImportError:  # not built
+            compiled = None
+        except Exception as exc:  # a build of other sources may fail as it loads: never fatal
+            log.warning(
+                "%s: the compiled module failed to load (%s); running pure Python", name, exc
+            )
             compiled = None
         if compiled is not None:
-            spec = importlib.util.find_spec(name)
-            origin = spec.origin if spec is not None else None
+            group: tuple[str, ...] = getattr(compiled, "SOURCE_GROUP", (name,))
+            origins = _origins(group)
             built_from = getattr(compiled, "SOURCE_DIGEST", None)
-            if origin is None or not origin.endswith(".py") or built_from == source_digest(origin):
+            if origins is None or built_from == source_digest(*origins):
                 COMPILED.append(name)
                 return compiled
             log.warning(
                 "%s: the compiled module was built from another version of %s; running pure "
                 "Python (rebuild it: make install)",
                 name,
-                os.path.basename(origin),
+                " or ".join(os.path.basename(origin) for origin in origins),
             )
     return importlib.import_module(name)

@@ -10,7 +10,6 @@ the comparison is skipped, unless ``POCKETMQ_REQUIRE_EXTENSIONS=1`` says the bui
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 import logging
 import os
@@ -28,17 +27,13 @@ import pytest
 from pocketmq import compiled
 from pocketmq.protocol import _framecodec as pure
 from pocketmq.protocol.codes import FrameKind
+from tests.twins import compiled_twin
 
 PURE = "pocketmq.protocol._framecodec"
 
 
 def _compiled() -> ModuleType:
-    try:
-        return importlib.import_module(PURE + "_c")
-    except ImportError:
-        if os.environ.get("POCKETMQ_REQUIRE_EXTENSIONS") == "1":
-            raise
-        pytest.skip("no compiled build of the frame codec (pure-Python install)")
+    return compiled_twin(PURE)
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
@@ -174,3 +169,42 @@ def test_load_takes_a_twin_built_from_this_source_only(
     assert "built from another version of mod.py" in caplog.text
     monkeypatch.setattr(compiled, "NO_EXTENSIONS", True)
     assert compiled.load(current).WHICH == "pure"
+
+
+def test_a_twin_of_a_group_is_stale_when_any_source_of_its_group_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twins compiled together import each other: one changed source makes them all pure, so a
+    process never mixes a twin with the pure version of a module it was compiled against."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(compiled, "COMPILED", [])
+    monkeypatch.setattr(compiled, "NO_EXTENSIONS", False)
+    package = tmp_path / "grouppkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("a", "b"):
+        (package / f"{name}.py").write_text(f'WHICH = "pure {name}"\n')
+    digest = compiled.source_digest(str(package / "a.py"), str(package / "b.py"))
+    group = ("grouppkg.a", "grouppkg.b")
+    (package / "a_c.py").write_text(
+        f'WHICH = "twin a"\nSOURCE_GROUP = {group!r}\nSOURCE_DIGEST = "{digest}"\n'
+    )
+    assert compiled.load("grouppkg.a").WHICH == "twin a"
+    (package / "b.py").write_text('WHICH = "pure b, changed"\n')
+    assert compiled.load("grouppkg.a").WHICH == "pure a"
+
+
+def test_a_twin_that_fails_as_it_loads_leaves_the_pure_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A build of older sources may raise as it loads (mypyc's "Reached allegedly unreachable
+    code!" did, once): pure Python and a warning, not a process that cannot start."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(compiled, "COMPILED", [])
+    monkeypatch.setattr(compiled, "NO_EXTENSIONS", False)
+    name = _package(tmp_path, 'WHICH = "pure"\n', digest_of='WHICH = "pure"\n')
+    twin = tmp_path / name.replace(".", "/").replace("/mod", "/mod_c.py")
+    twin.write_text('raise RuntimeError("Reached allegedly unreachable code!")\n')
+    with caplog.at_level(logging.WARNING, logger="pocketmq"):
+        assert compiled.load(name).WHICH == "pure"
+    assert "failed to load" in caplog.text

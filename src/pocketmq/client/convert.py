@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pocketmq import properties as props
-from pocketmq.client.message import Message, MessageView
+from pocketmq.client.message import Message
+from pocketmq.compiled import load
 from pocketmq.contract import check_keys, check_message, check_user_properties
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.ids import new_message_id
@@ -16,6 +17,11 @@ from pocketmq.protocol import structs as w
 __all__ = ["SYSTEM_PROPERTIES", "to_view", "to_wire", "validate_message"]
 
 SYSTEM_PROPERTIES: Final = props.SYSTEM_PROPERTIES
+
+if TYPE_CHECKING:
+    from pocketmq.client._views import to_view
+else:  # compiled with the push consumer's path (docs/design.md "Compiled hot paths")
+    to_view = load("pocketmq.client._views").to_view
 
 
 # delivery times are sent as epoch milliseconds in a signed 64-bit field
@@ -111,31 +117,4 @@ def to_wire(message: Message, message_id: str | None = None) -> w.InboundMessage
         properties[props.DELIVER_TIME_MS] = str(int(message.delivery_time * 1000))
     return w.InboundMessage(
         message.topic, bytes(message.body), properties, -1, 0, int(time.time() * 1000)
-    )
-
-
-def to_view(message: w.Delivered) -> MessageView:
-    """A delivered message as applications see it: the original topic of a retry, system
-    properties hidden.
-    """
-    properties = message.properties
-    topic = message.topic
-    if topic.startswith("%RETRY%"):
-        topic = properties.get(props.RETRY_TOPIC, topic)
-    keys = properties.get(props.KEYS)
-    return MessageView(
-        message_id=properties.get(props.MESSAGE_ID, ""),
-        topic=topic,
-        queue_id=message.queue_id,
-        queue_offset=message.queue_offset,
-        body=message.body,
-        tag=properties.get(props.TAGS) or None,
-        keys=tuple(keys.split()) if keys else (),
-        properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES},
-        message_group=properties.get(props.MESSAGE_GROUP) or None,
-        delivery_attempt=message.delivery_attempt,
-        born_timestamp=message.born_timestamp,
-        store_timestamp=message.store_timestamp,
-        broker_name=message.broker_name,
-        receipt_handle=message.receipt_handle or None,
     )

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pocketmq.client.consumer.config import ConsumeContext
-from pocketmq.client.consumer.listener import ListenerCall
+from pocketmq.client.consumer.hotpath import ListenerCall
 from pocketmq.client.message import ConsumeStatus, MessageView
 
 VIEWS = [MessageView(message_id="M1", topic="t", queue_id=0, queue_offset=0, body=b"")]

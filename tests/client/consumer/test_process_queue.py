@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from pocketmq.client.consumer.process_queue import ProcessQueue
+from pocketmq.client.consumer.hotpath import ProcessQueue
 from pocketmq.protocol import structs as w
 
 

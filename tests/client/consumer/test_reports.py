@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from pocketmq.client.consumer.reports import REPORT_AT, OutcomeReports
+from pocketmq.client.consumer.hotpath import REPORT_AT, OutcomeReports, ProcessQueue
 from pocketmq.client.message import MessageView
 from pocketmq.protocol import RequestCode
 
@@ -37,6 +37,11 @@ def _reports(connection: _Connection) -> OutcomeReports:
     return OutcomeReports(state)
 
 
+def _queue(connection: _Connection) -> ProcessQueue:
+    # a real one: the compiled OutcomeReports.record checks its argument's type
+    return ProcessQueue(key=("b", "t", 0), address=connection.address, expression="*")
+
+
 def _views(first: int, count: int) -> list[MessageView]:
     return [
         MessageView(message_id=f"M{n}", topic="t", queue_id=0, queue_offset=n, body=b"")
@@ -47,7 +52,7 @@ def _views(first: int, count: int) -> list[MessageView]:
 def test_a_busy_consumer_reports_every_report_at_successes_without_waiting_for_the_timer() -> None:
     connection = _Connection()
     reports = _reports(connection)
-    queue: Any = SimpleNamespace(address=connection.address)
+    queue = _queue(connection)
     for first in range(0, 3 * REPORT_AT, 32):
         reports.record(queue, _views(first, 32), started=0.0)
     sizes = [len(body.attempts) for _, body in connection.sent]  # type: ignore[attr-defined]
@@ -58,7 +63,7 @@ def test_a_busy_consumer_reports_every_report_at_successes_without_waiting_for_t
 def test_the_timer_sends_what_is_left() -> None:
     connection = _Connection()
     reports = _reports(connection)
-    queue: Any = SimpleNamespace(address=connection.address)
+    queue = _queue(connection)
     reports.record(queue, _views(0, 10), started=0.0)
     assert connection.sent == []
     reports.flush()

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from pocketmq.client.consumer.work import WorkQueue
+from pocketmq.client.consumer.hotpath import WorkQueue
 
 
 async def _settle() -> None:

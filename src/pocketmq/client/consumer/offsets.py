@@ -14,13 +14,16 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pocketmq.client.consumer.config import QueueKey
-from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.errors import PocketMQError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
+
+if TYPE_CHECKING:  # the per-message path imports this module: no import cycle at run time
+    from pocketmq.client.consumer.hotpath import ProcessQueue
 
 __all__ = ["BrokerOffsetStore", "LocalOffsetStore", "OffsetStore", "offset_store_for"]
 

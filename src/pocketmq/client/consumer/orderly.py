@@ -23,8 +23,7 @@ import time
 
 from pocketmq import properties as props
 from pocketmq.client.consumer.config import ConsumeContext, QueueKey
-from pocketmq.client.consumer.consumption import Consumption
-from pocketmq.client.consumer.process_queue import ProcessQueue
+from pocketmq.client.consumer.hotpath import Consumption, ProcessQueue
 from pocketmq.client.consumer.retry import FailedAttempt
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.client.message import ConsumeStatus

@@ -17,8 +17,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from pocketmq.client.consumer.hotpath import ProcessQueue
 from pocketmq.client.consumer.offsets import OffsetStore
-from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.errors import BrokerConnectionError, PocketMQError
 from pocketmq.protocol import RequestCode

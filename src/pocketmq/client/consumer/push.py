@@ -37,7 +37,6 @@ from collections.abc import Mapping, Sequence
 from pocketmq.client.base import ClientBase, resolve_config
 from pocketmq.client.config import ClientConfig
 from pocketmq.client.connection import ClientConnection
-from pocketmq.client.consumer.concurrent import ConcurrentConsumer
 from pocketmq.client.consumer.config import (
     ConsumerStatistics,
     Listener,
@@ -45,16 +44,19 @@ from pocketmq.client.consumer.config import (
     QueueKey,
     normalize_subscriptions,
 )
-from pocketmq.client.consumer.listener import ListenerCall
+from pocketmq.client.consumer.hotpath import (
+    ConcurrentConsumer,
+    ListenerCall,
+    OutcomeReports,
+    WorkQueue,
+)
 from pocketmq.client.consumer.membership import Membership
 from pocketmq.client.consumer.offsets import offset_store_for
 from pocketmq.client.consumer.orderly import Lanes, QueueLocks
 from pocketmq.client.consumer.pull import Puller
 from pocketmq.client.consumer.rebalance import Rebalancer
-from pocketmq.client.consumer.reports import OutcomeReports
 from pocketmq.client.consumer.retry import RetryHandBack
 from pocketmq.client.consumer.state import ConsumerState
-from pocketmq.client.consumer.work import WorkQueue
 from pocketmq.client.producer.config import ProducerConfig
 from pocketmq.client.producer.sender import Sender
 from pocketmq.errors import InvalidArgumentError

@@ -19,10 +19,10 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from pocketmq.client.consumer.config import QueueKey
+from pocketmq.client.consumer.hotpath import ProcessQueue
 from pocketmq.client.consumer.membership import Membership
 from pocketmq.client.consumer.offsets import OffsetStore
 from pocketmq.client.consumer.orderly import Lanes, QueueLocks, Wanted
-from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.client.consumer.pull import Puller
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.client.routes import QueueRef

@@ -15,14 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pocketmq import properties as props
-from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.client.producer.handlers import SendBack
 from pocketmq.client.producer.sender import Sender
 from pocketmq.errors import ClosedError, PocketMQError
 from pocketmq.protocol import structs as w
+
+if TYPE_CHECKING:  # the per-message path imports this module: no import cycle at run time
+    from pocketmq.client.consumer.hotpath import ProcessQueue
 
 __all__ = ["FailedAttempt", "RetryHandBack"]
 

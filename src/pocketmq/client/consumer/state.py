@@ -10,22 +10,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from pocketmq.client.base import ClientBase
 from pocketmq.client.consumer.config import MessageModel, PushConsumerConfig, QueueKey
-from pocketmq.client.consumer.process_queue import ProcessQueue
-from pocketmq.client.consumer.work import WorkQueue
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
+
+if TYPE_CHECKING:  # the per-message path imports this module: no import cycle at run time
+    from pocketmq.client.consumer.hotpath import ProcessQueue, WorkQueue
 
 __all__ = ["Batch", "ConsumerCounters", "ConsumerState"]
 
 T = TypeVar("T")
 
-Batch = tuple[ProcessQueue, list[w.Delivered]]
+Batch = tuple["ProcessQueue", list[w.Delivered]]
 """Messages of one process queue for one listener call."""
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from pocketmq.client._views import to_view
 from pocketmq.client.consumer.config import QueueKey
-from pocketmq.client.convert import to_view
 from pocketmq.client.message import MessageView
 from pocketmq.protocol import structs as w
 

@@ -4,15 +4,32 @@ queue's new commit offset given to the offset store."""
 
 from __future__ import annotations
 
-from pocketmq.client.consumer.listener import ListenerCall
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
 from pocketmq.client.consumer.offsets import OffsetStore
-from pocketmq.client.consumer.reports import OutcomeReports
 from pocketmq.client.consumer.retry import RetryHandBack
 from pocketmq.client.consumer.state import ConsumerState
+
+if TYPE_CHECKING:
+    from pocketmq.client.consumer._listener import ListenerCall
+    from pocketmq.client.consumer._reports import OutcomeReports
+
+_T = TypeVar("_T")
+
+try:  # a marker for mypyc at build time (mypy_extensions is there); nothing to run without it
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - installs without mypy
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+        """Leaves the class as it is (its options concern the compiled build only)."""
+        return lambda cls: cls
+
 
 __all__ = ["Consumption"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the orderly consumer's lanes are pure Python
 class Consumption:
     """The parts a way of consuming works with (see the module docstring)."""
 

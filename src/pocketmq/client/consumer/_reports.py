@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from pocketmq.client.consumer.process_queue import ProcessQueue
+from pocketmq.client.consumer._process_queue import ProcessQueue
 from pocketmq.client.consumer.state import ConsumerState
 from pocketmq.client.message import MessageView
 from pocketmq.errors import PocketMQError

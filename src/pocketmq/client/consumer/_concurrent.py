@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from pocketmq import properties as props
+from pocketmq.client.consumer._consumption import Consumption
+from pocketmq.client.consumer._process_queue import ProcessQueue
 from pocketmq.client.consumer.config import ConsumeContext
-from pocketmq.client.consumer.consumption import Consumption
-from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.client.consumer.retry import FailedAttempt
 from pocketmq.client.message import ConsumeStatus
 from pocketmq.protocol import structs as w
