@@ -31,6 +31,7 @@ from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.pop import PopManager
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
 from pocketmq.broker.replication import Replication
+from pocketmq.broker.roles import RoleGate
 from pocketmq.broker.schedule import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -141,6 +142,7 @@ class Shared:
     schedule: ScheduleService | None = None
     transactions: TransactionService | None = None
     replication: Replication | None = None
+    roles: RoleGate | None = None
 
 
 class BrokerPart:
@@ -273,6 +275,12 @@ class BrokerPart:
         """The broker's replication state (docs/replication.md)."""
         assert self._shared.replication is not None
         return self._shared.replication
+
+    @property
+    def roles(self) -> RoleGate:
+        """The broker's role rules (broker/roles.py)."""
+        assert self._shared.roles is not None
+        return self._shared.roles
 
     async def _flushed(self, end: int) -> bool:
         """Wait for the sync flush to pass log offset ``end`` (counted for flow control, which

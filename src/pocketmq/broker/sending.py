@@ -18,7 +18,7 @@ import msgspec
 from pocketmq import properties as props
 from pocketmq.broker.model import InboundMessage, SendBatch, SendOutcome
 from pocketmq.broker.parts import HELD_TOPICS, PUT_CODES, SCHEDULE_TOPICS, BrokerPart, Shared
-from pocketmq.broker.replication import ReplicaOutcome, ReplicationMode, Role
+from pocketmq.broker.replication import ReplicaOutcome, ReplicationMode
 from pocketmq.broker.schedule import (
     make_recall_handle,
     parse_recall_handle,
@@ -166,14 +166,9 @@ class SendPath(BrokerPart):
         """Why no message may be stored now (shutting down, a slave, fenced, overloaded)."""
         if self._shared.closed:
             return ServiceUnavailableError("the broker is shutting down")
-        replication = self.replication
-        if replication.role is Role.SLAVE:
-            return ServiceUnavailableError(
-                f"broker {self.config.broker_name!r} is a slave: send to its master"
-            )
-        refusal = replication.write_refusal()
-        if refusal:
-            return ServiceUnavailableError(refusal)
+        refusal = self.roles.write_refusal("send to its master")
+        if refusal is not None:
+            return refusal
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
             self.flow.rejected += count
