@@ -12,8 +12,8 @@ import pytest
 
 from pocketmq.broker import Broker, BrokerConfig, GroupConfig, InboundMessage
 from pocketmq.broker.front import BrokerFront
+from pocketmq.broker.ha.replication import Role
 from pocketmq.broker.model import SendBatch
-from pocketmq.broker.replication import Role
 from pocketmq.errors import InvalidReceiptHandleError, ServiceUnavailableError
 
 

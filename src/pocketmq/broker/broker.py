@@ -28,6 +28,10 @@ from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.flow import FlowControl
 from pocketmq.broker.front import BrokerFront
 from pocketmq.broker.groups import GroupManager
+from pocketmq.broker.ha import HaFront
+from pocketmq.broker.ha.replica_log import ReplicaLog
+from pocketmq.broker.ha.replication import Replication, ReplicationMode, Role
+from pocketmq.broker.ha.statecopy import StateCopy
 from pocketmq.broker.history import AttemptHistory
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
@@ -35,18 +39,15 @@ from pocketmq.broker.membership import Membership
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.parts import BrokerPart, Shared
 from pocketmq.broker.persist import OffLoopWriter, private_directory
-from pocketmq.broker.pop import PopManager
+from pocketmq.broker.pop_state import PopManager
 from pocketmq.broker.popping import PopPath
 from pocketmq.broker.pulling import PullPath
 from pocketmq.broker.redrive import RedriveService
-from pocketmq.broker.replica_log import ReplicaLog
-from pocketmq.broker.replication import Replication, ReplicationMode, Role
 from pocketmq.broker.resets import OffsetResets
 from pocketmq.broker.roles import RoleGate
 from pocketmq.broker.schedule import ScheduleService
 from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
-from pocketmq.broker.statecopy import StateCopy
 from pocketmq.broker.topics import TopicManager
 from pocketmq.broker.traffic import Traffic
 from pocketmq.broker.transactions import TransactionService
@@ -149,6 +150,7 @@ class Broker(BrokerFront):
             pop_state=self.pop_state,
             is_slave=lambda: self.role is Role.SLAVE,
         )
+        self.ha = HaFront(self.replication, self.replica_log, self.state_copy)
         self._tasks: list[asyncio.Task[None]] = []
         self._state_writer = OffLoopWriter()
         if role is Role.MASTER:

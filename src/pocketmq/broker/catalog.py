@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pocketmq.broker.groups import GroupConfig
+from pocketmq.broker.ha.replica_log import ReplicaLog
+from pocketmq.broker.ha.replication import Role
 from pocketmq.broker.history import HISTORY_TOPIC, Attempt
 from pocketmq.broker.model import Delivered
 from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
-from pocketmq.broker.replica_log import ReplicaLog
-from pocketmq.broker.replication import Role
 from pocketmq.broker.topics import TopicConfig, TopicType, describe, differences
 from pocketmq.errors import (
     InvalidArgumentError,

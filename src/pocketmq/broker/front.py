@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pocketmq.broker.catalog import Catalog, TopicChange
 from pocketmq.broker.consumers import ClientInfo, Notify
 from pocketmq.broker.deadletters import DeadLetters
-from pocketmq.broker.groups import GroupConfig
+from pocketmq.broker.groups import GroupConfig, GroupManager
 from pocketmq.broker.history import Attempt, Outcome
 from pocketmq.broker.membership import Membership
 from pocketmq.broker.model import Delivered, InboundMessage, PullOutcome, SendBatch, SendOutcome
@@ -26,10 +26,10 @@ from pocketmq.broker.resets import OffsetResets, QueueReset, ResetTarget
 from pocketmq.broker.roles import RoleGate, master_only, pops_while_master_away
 from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
-from pocketmq.broker.topics import TopicConfig
+from pocketmq.broker.topics import TopicConfig, TopicManager
 from pocketmq.broker.transactions import EndOutcome, TransactionService, TransactionStatus
 from pocketmq.errors import PocketMQError, ServiceUnavailableError
-from pocketmq.store import PutResult, StoredMessage, StoreMessage
+from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage, StoreStatistics
 
 __all__ = ["BrokerFront"]
 
@@ -47,6 +47,9 @@ class BrokerFront:
     membership: Membership
     resets: OffsetResets
     transactions: TransactionService
+    store: MessageStore
+    topics: TopicManager
+    groups: GroupManager
     _shared: Shared
 
     # -- sending (sending.py, SendPath) --
@@ -466,3 +469,36 @@ class BrokerFront:
     def transaction_state(self, message_id: str) -> TransactionStatus | None:
         """The broker's record of a message's transaction, or None (``QUERY_TRANSACTION``)."""
         return self.transactions.state(message_id)
+
+    # -- what the servers read (no adapter reaches into the parts: tests/test_layering.py) --
+
+    def list_topics(self) -> list[TopicConfig]:
+        """Every topic, sorted by name (listings, registration with the name server)."""
+        return self.topics.all()
+
+    def topic(self, name: str) -> TopicConfig | None:
+        """The topic called ``name``, or None."""
+        return self.topics.get(name)
+
+    def require_topic(self, name: str) -> TopicConfig:
+        """The topic called ``name``; TopicNotFoundError when there is none."""
+        return self.topics.require(name)
+
+    def list_groups(self) -> list[GroupConfig]:
+        """Every consumer group, sorted by name (listings)."""
+        return self.groups.all()
+
+    @property
+    def write_position(self) -> int:
+        """The end of the commit log: where the next record goes (a promotion's answer)."""
+        return self.store.write_position
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """``(min offset, max offset)`` of one queue: what retention kept and where the next
+        message goes."""
+        store = self.store
+        return store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+
+    def store_statistics(self) -> StoreStatistics:
+        """The store's figures and health (failure, refusing writes, positions, disk)."""
+        return self.store.statistics()

@@ -17,7 +17,7 @@ from pocketmq.broker.consumers import Registration
 from pocketmq.broker.groups import GroupConfig
 from pocketmq.broker.history import Attempt
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
-from pocketmq.store import GetStatus, MessageStore
+from pocketmq.store import GetStatus
 
 if TYPE_CHECKING:
     from pocketmq.broker.broker import Broker
@@ -32,6 +32,7 @@ __all__ = [
     "TrafficTotals",
     "committed_positions",
     "dead_letters",
+    "depth",
     "disk_usage",
     "group_overview",
     "group_totals",
@@ -208,7 +209,7 @@ def _overview(
         )
         rows.append(row)
         if row.lag:
-            stored = stored_at(store, topic, queue_id, max(row.committed, row.min_offset))
+            stored = stored_at(broker, topic, queue_id, max(row.committed, row.min_offset))
             if stored:
                 oldest = max(oldest, now_ms - stored)
     dlq = dlq_topic(config.name)
@@ -217,7 +218,7 @@ def _overview(
     if dlq_config is not None:
         for queue_id in range(dlq_config.queues):
             depth += store.max_offset(dlq, queue_id) - store.min_offset(dlq, queue_id)
-            last_hour += messages_since(store, dlq, queue_id, now_ms - HOUR_MS)
+            last_hour += messages_since(broker, dlq, queue_id, now_ms - HOUR_MS)
     failed = sum(
         count
         for (outcome, group), count in broker.history.outcomes.items()
@@ -228,22 +229,22 @@ def _overview(
     )
 
 
-def stored_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
+def stored_at(broker: Broker, topic: str, queue_id: int, offset: int) -> int:
     """The store time (ms) of the message at ``offset``, or 0 when it cannot be read."""
-    got = store.get_messages(topic, queue_id, offset, max_count=1)
+    got = broker.store.get_messages(topic, queue_id, offset, max_count=1)
     if got.status is not GetStatus.FOUND or not got.messages:
         return 0
     return got.messages[0].store_timestamp
 
 
-def messages_since(store: MessageStore, topic: str, queue_id: int, since_ms: int) -> int:
+def messages_since(broker: Broker, topic: str, queue_id: int, since_ms: int) -> int:
     """How many messages of a queue were stored at or after ``since_ms`` (store times only grow
     along a queue: a binary search)."""
-    low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+    low, high = broker.queue_range(topic, queue_id)
     end = high
     while low < high:
         middle = (low + high) // 2
-        stored = stored_at(store, topic, queue_id, middle)
+        stored = stored_at(broker, topic, queue_id, middle)
         if stored == 0 or stored >= since_ms:
             high = middle
         else:
@@ -339,7 +340,6 @@ class TrafficTotals:
 
 def group_totals(broker: Broker) -> list[GroupTotals]:
     """Every group with its lag, dead letters, retry backlog and in-flight count, by name."""
-    store = broker.store
     committed, pops = committed_positions(broker)
     sums: dict[str, list[int]] = {}  # group -> [lag, retry backlog, inflight]
     topics: dict[str, set[str]] = {}
@@ -347,7 +347,7 @@ def group_totals(broker: Broker) -> list[GroupTotals]:
         group, topic, queue_id = key
         if topic.startswith(DLQ_PREFIX) or broker.topics.get(topic) is None:
             continue
-        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        low, high = broker.queue_range(topic, queue_id)
         lag = max(0, high - max(committed.get(key, -1), low))
         progress = pops.get(key)
         inflight = progress.inflight if progress is not None else 0
@@ -365,7 +365,7 @@ def group_totals(broker: Broker) -> list[GroupTotals]:
             GroupTotals(
                 config.name,
                 lag,
-                _depth(broker, dlq_topic(config.name)),
+                depth(broker, dlq_topic(config.name)),
                 backlog,
                 inflight,
                 len(broker.consumers.members(config.name)),
@@ -375,7 +375,9 @@ def group_totals(broker: Broker) -> list[GroupTotals]:
     return out
 
 
-def _depth(broker: Broker, topic: str) -> int:
+def depth(broker: Broker, topic: str) -> int:
+    """The messages the store holds in ``topic``'s queues now (retention removed the rest); 0
+    for an unknown topic."""
     config = broker.topics.get(topic)
     if config is None:
         return 0
@@ -397,7 +399,7 @@ def topic_totals(broker: Broker) -> list[TopicTotals]:
                 config.name,
                 config.topic_type.value,
                 config.queues,
-                _depth(broker, config.name),
+                depth(broker, config.name),
                 counts.get(config.name, 0),
             )
         )

@@ -23,14 +23,14 @@ from pocketmq.broker.consumers import ConsumerRegistry
 from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.flow import FlowControl
 from pocketmq.broker.groups import ConsumeFrom, GroupConfig, GroupManager
+from pocketmq.broker.ha.replication import Replication
 from pocketmq.broker.history import HISTORY_TOPIC, AttemptHistory
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.model import Delivered
 from pocketmq.broker.offsets import OffsetManager
-from pocketmq.broker.pop import PopManager
+from pocketmq.broker.pop_state import PopManager
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
-from pocketmq.broker.replication import Replication
 from pocketmq.broker.roles import RoleGate
 from pocketmq.broker.schedule import (
     SCHEDULE_TOPIC,

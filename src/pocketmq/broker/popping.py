@@ -20,7 +20,7 @@ from pocketmq.broker.groups import GroupConfig
 from pocketmq.broker.history import Outcome
 from pocketmq.broker.model import Delivered
 from pocketmq.broker.parts import BrokerPart, Shared
-from pocketmq.broker.pop import Handle, InFlight, PopBatch, PopQueue
+from pocketmq.broker.pop_state import Handle, InFlight, PopBatch, PopQueue
 from pocketmq.broker.topics import (
     TopicConfig,
 )

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from pocketmq.broker.pop import PopManager
-from pocketmq.broker.replication import Replication, Role
+from pocketmq.broker.ha.replication import Replication, Role
+from pocketmq.broker.pop_state import PopManager
 from pocketmq.errors import ServiceUnavailableError
 
 __all__ = ["Guarded", "RoleGate", "master_only", "pops_while_master_away"]

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import msgspec
 
 from pocketmq import properties as props
+from pocketmq.broker.ha.replication import ReplicaOutcome, ReplicationMode
 from pocketmq.broker.model import InboundMessage, SendBatch, SendOutcome
 from pocketmq.broker.parts import HELD_TOPICS, PUT_CODES, SCHEDULE_TOPICS, BrokerPart, Shared
-from pocketmq.broker.replication import ReplicaOutcome, ReplicationMode
 from pocketmq.broker.schedule import (
     make_recall_handle,
     parse_recall_handle,

@@ -81,7 +81,7 @@ def broker_handlers(
         if promote is None:
             raise UnsupportedError("this broker cannot be promoted (no replication)")
         epoch = await promote(req.force)
-        return w.PromoteResponse(epoch, broker.store.write_position)
+        return w.PromoteResponse(epoch, broker.write_position)
 
     def hello(conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
         if req.protocol_version != PROTOCOL_VERSION:
@@ -289,7 +289,7 @@ def broker_handlers(
         return w.QueryMessageResponse(fitted, len(fitted) < len(page))
 
     async def create_topic(conn: ServerConnection, req: w.TopicSpec) -> w.CreateTopicResponse:
-        existed = broker.topics.get(req.name) is not None
+        existed = broker.topic(req.name) is not None
         broker.create_topic(req.name, queues=req.queues, topic_type=req.topic_type, perm=req.perm)
         if existed:  # the same settings: nothing changed (others are refused)
             return w.CreateTopicResponse(created=False)
@@ -326,7 +326,7 @@ def broker_handlers(
         return w.Empty()
 
     def list_topics(conn: ServerConnection, req: w.Empty) -> w.ListTopicsResponse:
-        return w.ListTopicsResponse([topic_spec(t) for t in broker.topics.all()])
+        return w.ListTopicsResponse([topic_spec(t) for t in broker.list_topics()])
 
     async def create_group(conn: ServerConnection, req: w.GroupSpec) -> w.Empty:
         broker.create_group(group_from_spec(req, broker.config.max_delay))
@@ -339,7 +339,7 @@ def broker_handlers(
         return w.Empty()
 
     def list_groups(conn: ServerConnection, req: w.Empty) -> w.ListGroupsResponse:
-        return w.ListGroupsResponse([group_to_spec(g) for g in broker.groups.all()])
+        return w.ListGroupsResponse([group_to_spec(g) for g in broker.list_groups()])
 
     def broker_status(conn: ServerConnection, req: w.Empty) -> w.BrokerStatusResponse:
         status: dict[str, Any] = broker.status()

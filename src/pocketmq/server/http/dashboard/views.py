@@ -25,6 +25,7 @@ from pocketmq.broker.overview import (
     DeadLetterRow,
     committed_positions,
     dead_letters,
+    depth,
     group_overview,
     group_overviews,
     last_error,
@@ -397,7 +398,7 @@ class Dashboard:
         committed, _ = committed_positions(broker)
         lag: dict[str, dict[str, int]] = {}
         for (group, topic, queue_id), offset in committed.items():
-            behind = max(0, broker.store.max_offset(topic, queue_id) - offset)
+            behind = max(0, broker.queue_range(topic, queue_id)[1] - offset)
             lag.setdefault(topic, {}).setdefault(group, 0)
             lag[topic][group] += behind
         rows = []
@@ -421,18 +422,14 @@ class Dashboard:
         """The topics users send to, by name: no retry, dead-letter or system topic."""
         return [
             config
-            for config in sorted(self._broker.topics.all(), key=lambda t: t.name)
+            for config in self._broker.list_topics()
             if not (config.name.startswith((DLQ_PREFIX, RETRY_PREFIX)) or config.system)
         ]
 
     def _held(self, config: TopicConfig) -> int:
         """The messages the store holds in ``config``'s queues now (retention removed the
         rest); a total over the store's life, unlike the since-start counters."""
-        store = self._broker.store
-        return sum(
-            store.max_offset(config.name, q) - store.min_offset(config.name, q)
-            for q in range(config.queues)
-        )
+        return depth(self._broker, config.name)
 
     # -- actions ----------------------------------------------------------------------------
 
