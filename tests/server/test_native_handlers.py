@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -63,6 +64,16 @@ async def test_the_produce_family_stores_a_read_s_sends_alone(broker: Broker) ->
     assert isinstance(answer, w.SendResponse)
     assert [r.queue_offset for r in answer.results] == [0, 1]
     assert answer.broker_name == "b1"
+
+
+async def test_sends_of_one_read_are_joined_into_one_append(broker: Broker) -> None:
+    """The connection joins requests whose runner is the same object (connection.py)."""
+    produce = ProduceHandlers(broker, lambda conn: False)
+    conn: Any = SimpleNamespace(producing=False, remote="10.0.0.1:5000")
+    first = produce.send(conn, w.SendRequest([w.WireMessage("orders", b"x")], "p"))
+    second = produce.send(conn, w.SendRequest([w.WireMessage("orders", b"y")], "p"))
+    assert first.run is second.run
+    assert first.item.born_host == "10.0.0.1:5000"
 
 
 async def test_the_admin_and_consume_families_answer_alone(broker: Broker) -> None:

@@ -28,6 +28,9 @@ class ProduceHandlers:
         self._broker = broker
         self._name = broker.name
         self._may_relay = may_relay
+        # one object for every send: the connection joins requests whose runner *is* the same
+        # (a fresh bound method per request would never be joined)
+        self._join_sends = self.send_joined
 
     def send(self, conn: ServerConnection, req: w.SendRequest) -> Joined:
         """One sender's batch, joined with the other sends of the same read."""
@@ -37,7 +40,7 @@ class ProduceHandlers:
         ]
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         born_host = req.born_host if req.born_host and self._may_relay(conn) else conn.remote
-        return Joined(self.send_joined, SendBatch(inbound, req.producer_group, born_host))
+        return Joined(self._join_sends, SendBatch(inbound, req.producer_group, born_host))
 
     def send_joined(self, batches: list[SendBatch]) -> list[object]:
         """The answers to the sends one read brought, stored in one append; each message is
