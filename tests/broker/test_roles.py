@@ -98,11 +98,15 @@ async def test_a_slave_pops_only_while_its_master_is_away(broker: Broker, name: 
     assert broker.replication.acting, "the slave acts for its absent master"
 
 
-def test_every_guarded_operation_is_a_method_of_the_front() -> None:
-    for name in (*MASTER_ONLY, *POPS):
+def test_every_guarded_operation_is_a_method_of_the_front_with_its_rule() -> None:
+    rules = {name: "master only" for name in MASTER_ONLY} | {
+        name: "pops while the master is away" for name in POPS
+    }
+    for name, rule in rules.items():
         method = getattr(BrokerFront, name)
         assert inspect.isfunction(method), name
-        assert hasattr(method, "__wrapped__"), f"{name} is not guarded by broker/roles.py"
+        assert getattr(method, "role_rule", None) == rule, name
+    assert getattr(BrokerFront.send_now_many, "role_rule", None) is None  # its rule: SendPath
 
 
 def test_the_front_has_no_operation_bound_at_runtime(tmp_path: Path) -> None:

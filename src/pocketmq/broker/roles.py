@@ -88,9 +88,10 @@ S = TypeVar("S", bound=Guarded)
 
 
 def _guard(
-    function: Callable[Concatenate[S, P], R], admit: Callable[[RoleGate], None]
+    function: Callable[Concatenate[S, P], R], admit: Callable[[RoleGate], None], rule: str
 ) -> Callable[Concatenate[S, P], R]:
-    """``function`` run only after ``admit`` passed (sync or async alike)."""
+    """``function`` run only after ``admit`` passed (sync or async alike); ``role_rule`` on the
+    result names the rule, for readers and tests."""
     if inspect.iscoroutinefunction(function):
 
         @functools.wraps(function)
@@ -98,6 +99,7 @@ def _guard(
             admit(owner.roles)
             return await function(owner, *args, **kwargs)
 
+        guarded_async.role_rule = rule  # type: ignore[attr-defined]
         return cast("Callable[Concatenate[S, P], R]", guarded_async)
 
     @functools.wraps(function)
@@ -105,6 +107,7 @@ def _guard(
         admit(owner.roles)
         return function(owner, *args, **kwargs)
 
+    guarded.role_rule = rule  # type: ignore[attr-defined]
     return guarded
 
 
@@ -115,7 +118,7 @@ def master_only(
     with ``action`` (e.g. "send back goes to its master"), a fenced master refuses it too."""
 
     def decorate(function: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
-        return _guard(function, lambda gate: gate.admit_write(action))
+        return _guard(function, lambda gate: gate.admit_write(action), "master only")
 
     return decorate
 
@@ -124,4 +127,4 @@ def pops_while_master_away(
     function: Callable[Concatenate[S, P], R],
 ) -> Callable[Concatenate[S, P], R]:
     """Decorate a pop operation: a master serves it; a slave only while its master is away."""
-    return _guard(function, RoleGate.admit_pop)
+    return _guard(function, RoleGate.admit_pop, "pops while the master is away")
