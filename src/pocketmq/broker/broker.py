@@ -37,7 +37,7 @@ from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.membership import Membership
 from pocketmq.broker.offsets import OffsetManager
-from pocketmq.broker.parts import BrokerPart, Shared
+from pocketmq.broker.parts import Appender, Shared
 from pocketmq.broker.persist import OffLoopWriter, private_directory
 from pocketmq.broker.pop_state import PopManager
 from pocketmq.broker.popping import PopPath
@@ -119,21 +119,20 @@ class Broker(BrokerFront):
         self.arrivals = shared.arrivals
         self.flow = shared.flow
         self.locks = shared.locks
-        steps = BrokerPart(shared)
+        appender = self.appender = Appender(shared)
         self.replication = shared.replication = Replication(
             self.store,
             role=role,
             mode=ReplicationMode(config.replication),
             max_gap=config.ha_max_gap_bytes,
             sync_timeout=config.ha_sync_timeout,
-            wake=steps.wake_readers,
+            wake=appender.wake_readers,
             max_lag_time=config.ha_max_lag_time,
         )
         self.replica_log = ReplicaLog(self.store, self.name)
         self.roles = shared.roles = RoleGate(self.name, self.replication, self.pop_state)
         self.sending = SendPath(shared)
         self._config_dir = config_dir
-        self._steps = steps
         self.dead_letters = DeadLetters(shared)
         self._build_master_services()
         self.send_backs = SendBack(shared, self.dead_letters)
@@ -163,12 +162,12 @@ class Broker(BrokerFront):
         """The services that write on their own: the schedule, the transaction checker, DLQ
         redrives. Built from the state files, at start and again at a promotion (a slave's
         files are its master's latest)."""
-        shared, steps, config, clock = self._shared, self._steps, self.config, self._clock
+        shared, appender, config, clock = self._shared, self.appender, self.config, self._clock
         self.redrives = RedriveService(
             self.store,
             self._config_dir,
             send_now=self.sending.send_now,
-            append_now=steps._append_now,
+            append_now=appender.append_now,
             settle=self.sending.settle,
             history=self.history,
             clock=clock,
@@ -178,7 +177,7 @@ class Broker(BrokerFront):
             self.store,
             self._config_dir,
             config.delay_levels,
-            steps.append_internal,
+            appender.append_internal,
             clock,
             counters=self.counters,
             dead_letter=lambda group, message, reason: (
@@ -192,8 +191,8 @@ class Broker(BrokerFront):
             check_interval=config.transaction_check_interval,
             check_max=config.transaction_check_max,
             producer_expiry=config.consumer_expiry,
-            append=steps._append_now,
-            durable=steps._await_durable,
+            append=appender.append_now,
+            durable=appender.await_durable,
             history=self.history,
             counters=self.counters,
             clock=clock,

@@ -19,7 +19,7 @@ from pocketmq.broker.catalog import Catalog
 from pocketmq.broker.deadletters import DeadLetters
 from pocketmq.broker.groups import GroupConfig, GroupManager
 from pocketmq.broker.membership import Membership
-from pocketmq.broker.parts import Shared
+from pocketmq.broker.parts import Appender, Shared
 from pocketmq.broker.popping import PopPath
 from pocketmq.broker.pulling import PullPath
 from pocketmq.broker.resets import OffsetResets
@@ -74,6 +74,7 @@ class BrokerFront:
     """The operations of one broker, each handed to its concept under its role rule."""
 
     roles: RoleGate
+    appender: Appender
     sending: SendPath
     send_backs: SendBack
     pulls: PullPath
@@ -95,7 +96,7 @@ class BrokerFront:
     send_now_many = delegate("sending", SendPath.send_now_many)
     settle = delegate("sending", SendPath.settle)
     recall = delegate("sending", SendPath.recall)
-    append_internal = delegate("sending", SendPath.append_internal)
+    append_internal = delegate("appender", Appender.append_internal)
 
     # -- send_backs (sendback.py, SendBack) --
 

@@ -190,7 +190,7 @@ class SendPath(BrokerPart):
                 touched.add((stored.topic, stored.queue_id))
                 end = max(end, result.physical_offset + result.size)
                 traffic.stored(stored.topic, len(stored.body))
-        self._wake(touched, end)
+        self._appender.wake(touched, end)
         self.counters["messages_in"] += stored_count
         return results
 
@@ -200,7 +200,7 @@ class SendPath(BrokerPart):
         the weaker outcome: FLUSH_DISK_TIMEOUT (stored, not yet known durable), STORAGE_FAILED
         (the fsync failed), SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT (on the master only)."""
         weaker: tuple[Code, str] | None = None
-        if self._sync_flush and not await self._flushed(end):
+        if self._sync_flush and not await self._appender.flushed(end):
             weaker = (Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed")
             if self.store.failure:  # fsync failed: maybe not stored (docs/storage-format.md §5)
                 weaker = (Code.STORAGE_FAILED, self.store.failure)
