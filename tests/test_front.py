@@ -38,6 +38,13 @@ PARTS = (
     "membership",
     "resets",
     "roles",
+    "appender",
+    "traffic",
+    "counters",
+    "flow",
+    "history",
+    "schedule",
+    "transactions",
 )
 REACH = re.compile(r"\b_?broker\.(" + "|".join(PARTS) + r"|_\w+)\b")
 # files where ``broker`` names something else than a Broker

@@ -233,6 +233,12 @@ class Broker(BrokerFront):
             asyncio.create_task(self.history.drain_forever(), name="broker-history-intake")
         )
 
+    async def serving(self) -> None:
+        """The servers are up: lift the "starting" refusal of writes, and restart flow control's
+        measures, since the stalls of starting are not overload (FlowControl.restart)."""
+        await self.flow.restart()
+        self.replication.starting = ""
+
     async def _start_master_services(self) -> None:
         await self.schedule.start()
         await self.transactions.start()

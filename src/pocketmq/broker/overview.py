@@ -8,6 +8,7 @@ queue plus a binary search per dead-letter queue.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -17,6 +18,7 @@ from pocketmq.broker.consumers import Registration
 from pocketmq.broker.groups import GroupConfig
 from pocketmq.broker.history import Attempt
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
+from pocketmq.broker.traffic import Traffic
 from pocketmq.store import GetStatus
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ __all__ = [
     "GroupTotals",
     "PopProgress",
     "QueueProgress",
+    "ReliabilityFigures",
     "TopicTotals",
     "TrafficTotals",
     "committed_positions",
@@ -37,9 +40,12 @@ __all__ = [
     "group_overview",
     "group_totals",
     "messages_since",
+    "reliability_figures",
+    "scheduled",
     "status",
     "stored_at",
     "topic_totals",
+    "traffic",
     "traffic_totals",
 ]
 
@@ -433,3 +439,40 @@ def status(broker: Broker) -> dict[str, object]:
     """``BROKER_STATUS``'s figures (counters, store and disk, replication, uptime): the one read
     the HTTP side and the native port share, so their answers never disagree."""
     return broker.status()
+
+
+@dataclass(frozen=True, slots=True)
+class ReliabilityFigures:
+    """What the metrics endpoint reports of retries, transactions, attempts and flow control,
+    read in one place so the servers never reach into the services that keep them."""
+
+    half_messages: int  # transactions awaiting commit or rollback
+    counters: Counter[str]  # the broker's event counters (acks, sends back, transactions)
+    scheduled: dict[str, int]  # delayed and retry messages waiting, by delay level
+    outcomes: dict[tuple[str, str], int]  # (outcome, group) -> delivery attempts
+    history_dropped: int  # attempts counted but not stored (the history's intake was full)
+    flow_rejected: int  # sends refused by flow control
+    loop_lag: float  # how late the event loop ran a timer (seconds)
+
+
+def reliability_figures(broker: Broker) -> ReliabilityFigures:
+    """The figures of :class:`ReliabilityFigures`, now."""
+    return ReliabilityFigures(
+        broker.transactions.pending_count,
+        Counter(broker.counters),
+        broker.schedule.pending(),
+        dict(broker.history.outcomes),
+        broker.history.dropped,
+        broker.flow.rejected,
+        broker.flow.lag,
+    )
+
+
+def scheduled(broker: Broker) -> dict[str, int]:
+    """Delayed and retry messages waiting, by delay level (timer: exact times)."""
+    return broker.schedule.pending()
+
+
+def traffic(broker: Broker) -> Traffic:
+    """The per-topic and per-group counters of what came in and went out (read only)."""
+    return broker.traffic

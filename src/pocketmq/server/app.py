@@ -164,8 +164,7 @@ class BrokerApp:
             if config.http_port is not None:
                 await self._start_http(config.http_port, tls)
             await self._start_replication(endpoints, timings)
-            await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
-            self.broker.ha.replication.starting = ""
+            await self.broker.serving()
             if self.namesrv_address:
                 self._link = NameServerLink(
                     self.namesrv_address,

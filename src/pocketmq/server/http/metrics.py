@@ -23,7 +23,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
-from pocketmq.broker.overview import committed_positions, depth, disk_usage, stored_at
+from pocketmq.broker.overview import (
+    committed_positions,
+    depth,
+    disk_usage,
+    reliability_figures,
+    stored_at,
+)
+from pocketmq.broker.overview import traffic as overview_traffic
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from pocketmq.broker.traffic import SIZE_BUCKETS
 from pocketmq.server.auth.failures import FAILURES
@@ -102,7 +109,7 @@ class BrokerCollector(Collector):
         lag = GaugeMetricFamily(
             "pocketmq_event_loop_lag_seconds", "How late the broker's event loop ran a timer"
         )
-        lag.add_metric([], broker.flow.lag)
+        lag.add_metric([], reliability_figures(broker).loop_lag)
         yield lag
         scrape = GaugeMetricFamily(
             "pocketmq_scrape_seconds", "How long the previous scrape held the event loop"
@@ -128,7 +135,7 @@ class BrokerCollector(Collector):
         yield info
 
     def _traffic(self) -> Iterator[Metric]:
-        traffic = self._broker.traffic
+        traffic = overview_traffic(self._broker)
         labels_in = ["topic", "message_type", "is_retry"]
         messages_in = CounterMetricFamily(
             "rocketmq_messages_in", "Messages stored", labels=labels_in
@@ -326,12 +333,12 @@ class BrokerCollector(Collector):
         yield free
 
     def _reliability(self) -> Iterator[Metric]:
-        broker = self._broker
-        counters = broker.counters
+        figures = reliability_figures(self._broker)
+        counters = figures.counters
         half = GaugeMetricFamily(
             "rocketmq_half_messages", "Transactions awaiting commit or rollback"
         )
-        half.add_metric([], broker.transactions.pending_count)
+        half.add_metric([], figures.half_messages)
         yield half
         for name, key, text in (
             ("pocketmq_transactions_committed", "transactions_committed", "Transactions committed"),
@@ -351,7 +358,7 @@ class BrokerCollector(Collector):
             "Delayed and retry messages waiting, by delay level (timer: exact times)",
             labels=["delay_level"],
         )
-        for level, count in sorted(broker.schedule.pending().items()):
+        for level, count in sorted(figures.scheduled.items()):
             scheduled.add_metric([level.removeprefix("level_")], count)
         yield scheduled
         outcomes = CounterMetricFamily(
@@ -369,7 +376,7 @@ class BrokerCollector(Collector):
             "Dead letters sent back for delivery",
             labels=["consumer_group"],
         )
-        for (outcome, group), count in sorted(broker.history.outcomes.items()):
+        for (outcome, group), count in sorted(figures.outcomes.items()):
             outcomes.add_metric([group, outcome.lower()], count)
             if outcome in _REDELIVERED:
                 redeliveries.add_metric([group, outcome.lower()], count)
@@ -382,12 +389,12 @@ class BrokerCollector(Collector):
             "pocketmq_history_dropped",
             "Reported attempts counted but not stored: the history's intake was full",
         )
-        dropped.add_metric([], broker.history.dropped)
+        dropped.add_metric([], figures.history_dropped)
         yield dropped
         rejected = CounterMetricFamily(
             "pocketmq_flow_control_rejections", "Sends refused by flow control"
         )
-        rejected.add_metric([], broker.flow.rejected)
+        rejected.add_metric([], figures.flow_rejected)
         yield rejected
         refused = CounterMetricFamily(
             "pocketmq_auth_failures",

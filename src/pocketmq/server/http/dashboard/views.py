@@ -29,6 +29,8 @@ from pocketmq.broker.overview import (
     group_overview,
     group_overviews,
     last_error,
+    scheduled,
+    traffic,
 )
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveRecord
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, TopicConfig
@@ -214,7 +216,7 @@ class Dashboard:
             groups=shown,
             page=page,
             more=len(overviews) > (page + 1) * PAGE,
-            scheduled=self._broker.schedule.pending(),
+            scheduled=scheduled(self._broker),
             status=self._broker.status(),
             held=sum(self._held(config) for config in self._user_topics()),
             role=self._broker.role.value,
@@ -388,7 +390,7 @@ class Dashboard:
     def _topic_rows(self) -> list[dict[str, Any]]:
         broker = self._broker
         now = time.monotonic()
-        counts = dict(broker.traffic.messages_in)
+        counts = dict(traffic(broker).messages_in)
         if not self._rates or now - self._rates[-1][0] >= 5:
             self._rates.append((now, counts))
         while len(self._rates) > 2 and now - self._rates[1][0] >= 60:
