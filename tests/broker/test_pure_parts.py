@@ -7,7 +7,7 @@ import pytest
 
 from pocketmq.broker import DEFAULT_DELAY_LEVELS, RetryPolicy
 from pocketmq.broker.filtering import parse_tag_expression
-from pocketmq.broker.pop import Handle, PopQueue
+from pocketmq.broker.pop_state import Handle, PopQueue
 from pocketmq.errors import InvalidArgumentError, InvalidReceiptHandleError
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pocketmq.broker.replica_log import FollowPlan, ReplicaLog, ReplicaRefused
+from pocketmq.broker.ha.replica_log import FollowPlan, ReplicaLog, ReplicaRefused
 from pocketmq.store import MessageStore, RecoveryMode
 
 from ..store.conftest import SMALL, message

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pocketmq.broker.replication import ReplicaOutcome, Replication, ReplicationMode, Role
+from pocketmq.broker.ha.replication import ReplicaOutcome, Replication, ReplicationMode, Role
 
 
 class FakeLog:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from pocketmq.broker.replica_log import ReplicaRefused
+from pocketmq.broker.ha.replica_log import ReplicaRefused
 from pocketmq.errors import Code
 from pocketmq.protocol import FrameKind, RequestCode
 from pocketmq.protocol import replication as ha

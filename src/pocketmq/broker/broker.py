@@ -15,12 +15,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import inspect
 import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 from pocketmq.broker.catalog import Catalog
 from pocketmq.broker.config import BrokerConfig
@@ -28,30 +26,31 @@ from pocketmq.broker.consumers import ConsumerRegistry
 from pocketmq.broker.deadletters import DeadLetters
 from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.flow import FlowControl
+from pocketmq.broker.front import BrokerFront
 from pocketmq.broker.groups import GroupManager
+from pocketmq.broker.ha import HaFront
+from pocketmq.broker.ha.replica_log import ReplicaLog
+from pocketmq.broker.ha.replication import Replication, ReplicationMode, Role
+from pocketmq.broker.ha.statecopy import StateCopy
 from pocketmq.broker.history import AttemptHistory
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.membership import Membership
 from pocketmq.broker.offsets import OffsetManager
-from pocketmq.broker.parts import BrokerPart, Shared
+from pocketmq.broker.parts import Appender, Shared
 from pocketmq.broker.persist import OffLoopWriter, private_directory
-from pocketmq.broker.pop import PopManager
+from pocketmq.broker.pop_state import PopManager
 from pocketmq.broker.popping import PopPath
 from pocketmq.broker.pulling import PullPath
 from pocketmq.broker.redrive import RedriveService
-from pocketmq.broker.replica_log import ReplicaLog
-from pocketmq.broker.replication import Replication, ReplicationMode, Role
 from pocketmq.broker.resets import OffsetResets
+from pocketmq.broker.roles import RoleGate
 from pocketmq.broker.schedule import ScheduleService
 from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
-from pocketmq.broker.statecopy import StateCopy
 from pocketmq.broker.topics import TopicManager
 from pocketmq.broker.traffic import Traffic
 from pocketmq.broker.transactions import TransactionService
-from pocketmq.errors import ServiceUnavailableError
-from pocketmq.model.transactions import EndOutcome, TransactionStatus
 from pocketmq.store import MessageStore
 
 __all__ = ["Broker"]
@@ -59,7 +58,7 @@ __all__ = ["Broker"]
 log = logging.getLogger("pocketmq.broker")
 
 
-class Broker:
+class Broker(BrokerFront):
     """One broker: a store plus topics, groups, offsets and consumption state."""
 
     def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time) -> None:
@@ -120,20 +119,20 @@ class Broker:
         self.arrivals = shared.arrivals
         self.flow = shared.flow
         self.locks = shared.locks
-        steps = BrokerPart(shared)
+        appender = self.appender = Appender(shared)
         self.replication = shared.replication = Replication(
             self.store,
             role=role,
             mode=ReplicationMode(config.replication),
             max_gap=config.ha_max_gap_bytes,
             sync_timeout=config.ha_sync_timeout,
-            wake=steps.wake_readers,
+            wake=appender.wake_readers,
             max_lag_time=config.ha_max_lag_time,
         )
         self.replica_log = ReplicaLog(self.store, self.name)
+        self.roles = shared.roles = RoleGate(self.name, self.replication, self.pop_state)
         self.sending = SendPath(shared)
         self._config_dir = config_dir
-        self._steps = steps
         self.dead_letters = DeadLetters(shared)
         self._build_master_services()
         self.send_backs = SendBack(shared, self.dead_letters)
@@ -150,6 +149,7 @@ class Broker:
             pop_state=self.pop_state,
             is_slave=lambda: self.role is Role.SLAVE,
         )
+        self.ha = HaFront(self.replication, self.replica_log, self.state_copy)
         self._tasks: list[asyncio.Task[None]] = []
         self._state_writer = OffLoopWriter()
         if role is Role.MASTER:
@@ -157,18 +157,17 @@ class Broker:
             self._protect_consumed_positions()
             if self.store.epochs.current is None:
                 self.store.epochs.begin(1, self.store.write_position)
-        self._bind()
 
     def _build_master_services(self) -> None:
         """The services that write on their own: the schedule, the transaction checker, DLQ
         redrives. Built from the state files, at start and again at a promotion (a slave's
         files are its master's latest)."""
-        shared, steps, config, clock = self._shared, self._steps, self.config, self._clock
+        shared, appender, config, clock = self._shared, self.appender, self.config, self._clock
         self.redrives = RedriveService(
             self.store,
             self._config_dir,
             send_now=self.sending.send_now,
-            append_now=steps._append_now,
+            append_now=appender.append_now,
             settle=self.sending.settle,
             history=self.history,
             clock=clock,
@@ -178,7 +177,7 @@ class Broker:
             self.store,
             self._config_dir,
             config.delay_levels,
-            steps.append_internal,
+            appender.append_internal,
             clock,
             counters=self.counters,
             dead_letter=lambda group, message, reason: (
@@ -192,138 +191,12 @@ class Broker:
             check_interval=config.transaction_check_interval,
             check_max=config.transaction_check_max,
             producer_expiry=config.consumer_expiry,
-            append=steps._append_now,
-            durable=steps._await_durable,
+            append=appender.append_now,
+            durable=appender.await_durable,
             history=self.history,
             counters=self.counters,
             clock=clock,
         )
-
-    def _bind(self) -> None:
-        """The operations adapters call, taken from the concept that implements each."""
-        sending, pops, catalog, membership = self.sending, self.pops, self.catalog, self.membership
-        self.send = sending.send
-        self.send_now = sending.send_now
-        self.send_now_many = sending.send_now_many
-        self.settle = sending.settle
-        self.recall = sending.recall
-        self.append_internal = sending.append_internal
-        self.send_back = self.send_backs.send_back
-        self.pull = self.pulls.pull
-        self.pull_now = self.pulls.pull_now
-        self.commit_offsets = self.pulls.commit_offsets
-        self.query_offset = self.pulls.query_offset
-        self.pop = pops.pop
-        self.pop_now = pops.pop_now
-        self.ack = pops.ack
-        self.change_invisible = pops.change_invisible
-        self.dead_letter = self.dead_letters.dead_letter
-        self.forward_to_dead_letter = self.dead_letters.forward_to_dead_letter
-        self.redrive = self.dead_letters.redrive
-        self.redriven = self.dead_letters.redriven
-        self.create_topic = catalog.create_topic
-        self.update_topic = catalog.update_topic
-        self.delete_topic = catalog.delete_topic
-        self.create_group = catalog.create_group
-        self.delete_group = catalog.delete_group
-        self.require_group = catalog.require_group
-        self.report_outcomes = catalog.report_outcomes
-        self.message_history = catalog.message_history
-        self.browse = catalog.browse
-        self.query_messages = catalog.query_messages
-        self.queue_status = catalog.queue_status
-        self.status = catalog.status
-        self.heartbeat = membership.heartbeat
-        self.unregister = membership.unregister
-        self.lock_queues = membership.lock_queues
-        self.unlock_queues = membership.unlock_queues
-        self.consumer_ids = membership.consumer_ids
-        self.heartbeat_producer = membership.heartbeat_producer
-        self.unregister_producer = membership.unregister_producer
-        self.reset_offsets = self.resets.reset
-        for name in self.MASTER_ONLY:
-            setattr(self, name, self._master_only(name, getattr(self, name)))
-        for name in self.POPS:
-            setattr(self, name, self._pop_guard(getattr(self, name)))
-
-    MASTER_ONLY = (
-        "send_back",
-        "dead_letter",
-        "forward_to_dead_letter",
-        "redrive",
-        "create_topic",
-        "update_topic",
-        "delete_topic",
-        "create_group",
-        "delete_group",
-        "reset_offsets",
-    )
-    """Operations that write the log or the state a master owns (docs/replication.md §5): a
-    slave refuses them, like sends, and the client goes to a master."""
-
-    POPS = ("pop", "pop_now", "ack", "change_invisible")
-    """Pop operations: a master serves them; a slave only while its master is away (it
-    acts for it, docs/replication.md §5), from the master's last pop state."""
-
-    def _pop_guard(self, operation: Callable[..., Any]) -> Callable[..., Any]:
-        replication = self.replication
-
-        def admit() -> None:
-            refusal = replication.write_refusal()
-            if refusal:
-                raise ServiceUnavailableError(refusal)
-            if replication.role is Role.MASTER:
-                return
-            if replication.master_address:
-                raise ServiceUnavailableError(
-                    f"broker {self.name!r} is a slave and its master is up: pop from the master"
-                )
-            if not replication.acting:
-                self.pop_state.reload()  # the master's last copy
-                replication.acting = True
-                log.warning("serving pops for the absent master of group %r", self.name)
-
-        if inspect.iscoroutinefunction(operation):
-
-            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-                admit()
-                return await operation(*args, **kwargs)
-
-            return guarded_async
-
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            admit()
-            return operation(*args, **kwargs)
-
-        return guarded
-
-    def _master_only(self, name: str, operation: Callable[..., Any]) -> Callable[..., Any]:
-        def refuse() -> ServiceUnavailableError:
-            return ServiceUnavailableError(
-                f"broker {self.name!r} is a slave: {name.replace('_', ' ')} goes to its master"
-            )
-
-        if inspect.iscoroutinefunction(operation):
-
-            async def checked_async(*args: Any, **kwargs: Any) -> Any:
-                if self.replication.role is Role.SLAVE:
-                    raise refuse()
-                refusal = self.replication.write_refusal()
-                if refusal:
-                    raise ServiceUnavailableError(refusal)
-                return await operation(*args, **kwargs)
-
-            return checked_async
-
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            if self.replication.role is Role.SLAVE:
-                raise refuse()
-            refusal = self.replication.write_refusal()
-            if refusal:
-                raise ServiceUnavailableError(refusal)
-            return operation(*args, **kwargs)
-
-        return checked
 
     def _protect_consumed_positions(self) -> None:
         """After a crash that lost the tail of a queue, the queue must not hand out again the
@@ -359,6 +232,12 @@ class Broker:
         self._tasks.append(
             asyncio.create_task(self.history.drain_forever(), name="broker-history-intake")
         )
+
+    async def serving(self) -> None:
+        """The servers are up: lift the "starting" refusal of writes, and restart flow control's
+        measures, since the stalls of starting are not overload (FlowControl.restart)."""
+        await self.flow.restart()
+        self.replication.starting = ""
 
     async def _start_master_services(self) -> None:
         await self.schedule.start()
@@ -449,40 +328,3 @@ class Broker:
         await self.schedule.close()
         await self.transactions.close()
         log.warning("demoted to slave of group %r", self.name)
-
-    # -- transactions (broker/transactions.py) --------------------------------------------
-
-    async def end_transaction(
-        self,
-        producer_group: str,
-        message_id: str,
-        transaction_id: str,
-        *,
-        commit: bool,
-        from_check: bool = False,
-        topic: str = "",
-        by: str = "",
-    ) -> EndOutcome:
-        """Commit or roll back a half message named by its producer group, topic, message id and
-        transaction id (all must match: TransactionStateError otherwise). The first outcome is
-        final: the same outcome again is answered as a duplicate, a different one raises
-        TransactionStateError. ``by``: the authenticated user, recorded with the outcome."""
-        if self._shared.closed:
-            raise ServiceUnavailableError("the broker is shutting down")
-        if self.role is Role.SLAVE:
-            raise ServiceUnavailableError(
-                f"broker {self.name!r} is a slave: end transactions on its master"
-            )
-        return await self.transactions.end(
-            producer_group,
-            message_id,
-            transaction_id,
-            commit=commit,
-            from_check=from_check,
-            topic=topic,
-            by=by,
-        )
-
-    def transaction_state(self, message_id: str) -> TransactionStatus | None:
-        """The broker's record of a message's transaction, or None (``QUERY_TRANSACTION``)."""
-        return self.transactions.state(message_id)

@@ -11,10 +11,10 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from pocketmq.broker.ha.replica_log import ReplicaLog
+from pocketmq.broker.ha.replication import Role
 from pocketmq.broker.history import HISTORY_TOPIC
 from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
-from pocketmq.broker.replica_log import ReplicaLog
-from pocketmq.broker.replication import Role
 from pocketmq.broker.topics import TopicConfig, TopicType, describe, differences
 from pocketmq.errors import (
     InvalidArgumentError,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pocketmq import properties as props
 from pocketmq.broker.history import Outcome
 from pocketmq.broker.parts import BrokerPart, require_dead_letter_stored
-from pocketmq.broker.pop import Handle, InFlight, PopQueue
+from pocketmq.broker.pop_state import Handle, InFlight, PopQueue
 from pocketmq.broker.redrive import RedriveService
 from pocketmq.broker.topics import (
     PERM_WRITE,

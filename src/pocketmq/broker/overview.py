@@ -8,6 +8,7 @@ queue plus a binary search per dead-letter queue.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -15,9 +16,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from pocketmq import properties as props
 from pocketmq.broker.consumers import Registration
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
+from pocketmq.broker.traffic import Traffic
 from pocketmq.model.attempts import Attempt
 from pocketmq.model.groups import GroupConfig
-from pocketmq.store import GetStatus, MessageStore
+from pocketmq.store import GetStatus
 
 if TYPE_CHECKING:
     from pocketmq.broker.broker import Broker
@@ -28,17 +30,22 @@ __all__ = [
     "GroupTotals",
     "PopProgress",
     "QueueProgress",
+    "ReliabilityFigures",
     "TopicTotals",
     "TrafficTotals",
     "committed_positions",
     "dead_letters",
+    "depth",
     "disk_usage",
     "group_overview",
     "group_totals",
     "messages_since",
+    "reliability_figures",
+    "scheduled",
     "status",
     "stored_at",
     "topic_totals",
+    "traffic",
     "traffic_totals",
 ]
 
@@ -208,7 +215,7 @@ def _overview(
         )
         rows.append(row)
         if row.lag:
-            stored = stored_at(store, topic, queue_id, max(row.committed, row.min_offset))
+            stored = stored_at(broker, topic, queue_id, max(row.committed, row.min_offset))
             if stored:
                 oldest = max(oldest, now_ms - stored)
     dlq = dlq_topic(config.name)
@@ -217,7 +224,7 @@ def _overview(
     if dlq_config is not None:
         for queue_id in range(dlq_config.queues):
             depth += store.max_offset(dlq, queue_id) - store.min_offset(dlq, queue_id)
-            last_hour += messages_since(store, dlq, queue_id, now_ms - HOUR_MS)
+            last_hour += messages_since(broker, dlq, queue_id, now_ms - HOUR_MS)
     failed = sum(
         count
         for (outcome, group), count in broker.history.outcomes.items()
@@ -228,22 +235,22 @@ def _overview(
     )
 
 
-def stored_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
+def stored_at(broker: Broker, topic: str, queue_id: int, offset: int) -> int:
     """The store time (ms) of the message at ``offset``, or 0 when it cannot be read."""
-    got = store.get_messages(topic, queue_id, offset, max_count=1)
+    got = broker.store.get_messages(topic, queue_id, offset, max_count=1)
     if got.status is not GetStatus.FOUND or not got.messages:
         return 0
     return got.messages[0].store_timestamp
 
 
-def messages_since(store: MessageStore, topic: str, queue_id: int, since_ms: int) -> int:
+def messages_since(broker: Broker, topic: str, queue_id: int, since_ms: int) -> int:
     """How many messages of a queue were stored at or after ``since_ms`` (store times only grow
     along a queue: a binary search)."""
-    low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+    low, high = broker.queue_range(topic, queue_id)
     end = high
     while low < high:
         middle = (low + high) // 2
-        stored = stored_at(store, topic, queue_id, middle)
+        stored = stored_at(broker, topic, queue_id, middle)
         if stored == 0 or stored >= since_ms:
             high = middle
         else:
@@ -339,7 +346,6 @@ class TrafficTotals:
 
 def group_totals(broker: Broker) -> list[GroupTotals]:
     """Every group with its lag, dead letters, retry backlog and in-flight count, by name."""
-    store = broker.store
     committed, pops = committed_positions(broker)
     sums: dict[str, list[int]] = {}  # group -> [lag, retry backlog, inflight]
     topics: dict[str, set[str]] = {}
@@ -347,7 +353,7 @@ def group_totals(broker: Broker) -> list[GroupTotals]:
         group, topic, queue_id = key
         if topic.startswith(DLQ_PREFIX) or broker.topics.get(topic) is None:
             continue
-        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        low, high = broker.queue_range(topic, queue_id)
         lag = max(0, high - max(committed.get(key, -1), low))
         progress = pops.get(key)
         inflight = progress.inflight if progress is not None else 0
@@ -365,7 +371,7 @@ def group_totals(broker: Broker) -> list[GroupTotals]:
             GroupTotals(
                 config.name,
                 lag,
-                _depth(broker, dlq_topic(config.name)),
+                depth(broker, dlq_topic(config.name)),
                 backlog,
                 inflight,
                 len(broker.consumers.members(config.name)),
@@ -375,7 +381,9 @@ def group_totals(broker: Broker) -> list[GroupTotals]:
     return out
 
 
-def _depth(broker: Broker, topic: str) -> int:
+def depth(broker: Broker, topic: str) -> int:
+    """The messages the store holds in ``topic``'s queues now (retention removed the rest); 0
+    for an unknown topic."""
     config = broker.topics.get(topic)
     if config is None:
         return 0
@@ -397,7 +405,7 @@ def topic_totals(broker: Broker) -> list[TopicTotals]:
                 config.name,
                 config.topic_type.value,
                 config.queues,
-                _depth(broker, config.name),
+                depth(broker, config.name),
                 counts.get(config.name, 0),
             )
         )
@@ -431,3 +439,40 @@ def status(broker: Broker) -> dict[str, object]:
     """``BROKER_STATUS``'s figures (counters, store and disk, replication, uptime): the one read
     the HTTP side and the native port share, so their answers never disagree."""
     return broker.status()
+
+
+@dataclass(frozen=True, slots=True)
+class ReliabilityFigures:
+    """What the metrics endpoint reports of retries, transactions, attempts and flow control,
+    read in one place so the servers never reach into the services that keep them."""
+
+    half_messages: int  # transactions awaiting commit or rollback
+    counters: Counter[str]  # the broker's event counters (acks, sends back, transactions)
+    scheduled: dict[str, int]  # delayed and retry messages waiting, by delay level
+    outcomes: dict[tuple[str, str], int]  # (outcome, group) -> delivery attempts
+    history_dropped: int  # attempts counted but not stored (the history's intake was full)
+    flow_rejected: int  # sends refused by flow control
+    loop_lag: float  # how late the event loop ran a timer (seconds)
+
+
+def reliability_figures(broker: Broker) -> ReliabilityFigures:
+    """The figures of :class:`ReliabilityFigures`, now."""
+    return ReliabilityFigures(
+        broker.transactions.pending_count,
+        Counter(broker.counters),
+        broker.schedule.pending(),
+        dict(broker.history.outcomes),
+        broker.history.dropped,
+        broker.flow.rejected,
+        broker.flow.lag,
+    )
+
+
+def scheduled(broker: Broker) -> dict[str, int]:
+    """Delayed and retry messages waiting, by delay level (timer: exact times)."""
+    return broker.schedule.pending()
+
+
+def traffic(broker: Broker) -> Traffic:
+    """The per-topic and per-group counters of what came in and went out (read only)."""
+    return broker.traffic

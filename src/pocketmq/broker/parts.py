@@ -23,13 +23,14 @@ from pocketmq.broker.consumers import ConsumerRegistry
 from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.flow import FlowControl
 from pocketmq.broker.groups import GroupManager
+from pocketmq.broker.ha.replication import Replication
 from pocketmq.broker.history import HISTORY_TOPIC, AttemptHistory
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
 from pocketmq.broker.offsets import OffsetManager
-from pocketmq.broker.pop import PopManager
+from pocketmq.broker.pop_state import PopManager
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
-from pocketmq.broker.replication import Replication
+from pocketmq.broker.roles import RoleGate
 from pocketmq.broker.schedule import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -74,6 +75,7 @@ __all__ = [
     "HELD_TOPICS",
     "PUT_CODES",
     "SCHEDULE_TOPICS",
+    "Appender",
     "BrokerPart",
     "Shared",
     "require_dead_letter_stored",
@@ -142,6 +144,83 @@ class Shared:
     schedule: ScheduleService | None = None
     transactions: TransactionService | None = None
     replication: Replication | None = None
+    roles: RoleGate | None = None
+
+
+class Appender:
+    """How the broker stores what it writes itself (retries, dead letters, timers, transaction
+    ops, redrive audits) and who learns of an append: the sync flush it waits for, the scheduler,
+    replication, and the pulls and pops waiting on the queues. Handed to the services that
+    append (schedule, transactions, redrives, replication) instead of a part's private steps."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+        self.store = shared.store
+        self.flow = shared.flow
+        self.traffic = shared.traffic
+        self.arrivals = shared.arrivals
+        self._durability = shared.durability
+        self._sync_flush = shared.config.store.flush_mode is FlushMode.SYNC
+
+    async def flushed(self, end: int) -> bool:
+        """Wait for the sync flush to pass log offset ``end`` (counted for flow control, which
+        refuses sends while too many wait); False when it did not in time or failed."""
+        self.flow.pending_flushes += 1
+        try:
+            return await self._durability.wait(end)
+        finally:
+            self.flow.pending_flushes -= 1
+
+    async def await_durable(self, results: list[PutResult]) -> None:
+        """Internal appends wait for a sync flush (not for a slave: docs/replication.md §3)."""
+        if not self._sync_flush:
+            return
+        end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
+        if end and not await self.flushed(end):
+            results[:] = self.store.not_durable(results)
+
+    async def append_internal(self, messages: list[StoreMessage]) -> list[PutResult]:
+        """Store messages the broker itself produces (retries, dead letters, timers)."""
+        results = self.append_now(messages)
+        await self.await_durable(results)
+        return results
+
+    def append_now(self, messages: list[StoreMessage]) -> list[PutResult]:
+        """Append without waiting for a sync flush, and wake readers of the touched topics."""
+        results = self.store.append(messages)
+        end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
+        touched: set[tuple[str, int]] = set()
+        for message, result in zip(messages, results, strict=True):
+            if result.status.stored:
+                touched.add((message.topic, message.queue_id))
+                if message.topic.startswith(RETRY_PREFIX):  # a retry coming back: "in" again
+                    self.traffic.stored(message.topic, len(message.body))
+        self.wake(touched, end)
+        return results
+
+    def wake(self, touched: set[tuple[str, int]], end: int = 0) -> None:
+        """New messages up to log offset ``end`` on these queues: wake the scheduler when
+        something was scheduled, and the pulls and pops waiting on them — once readers may read
+        them (a replicated master's confirmed offset, docs/replication.md §3)."""
+        if any(key[0] in SCHEDULE_TOPICS for key in touched):
+            schedule = self._shared.schedule
+            if schedule is not None:
+                schedule.notify()
+        replication = self._shared.replication
+        if replication is not None and end:
+            replication.grew(end)
+            if replication.defer(end, touched):
+                return
+        self.wake_readers(touched)
+
+    def wake_readers(self, touched: set[tuple[str, int]]) -> None:
+        """Wake the pulls waiting on each queue and the pops waiting on each topic."""
+        topics = set()
+        for key in touched:
+            self.arrivals.notify(key)
+            topics.add(key[0])
+        for topic in topics:
+            self.arrivals.notify(topic)
 
 
 class BrokerPart:
@@ -164,8 +243,8 @@ class BrokerPart:
         self.history = shared.history
         self.flow = shared.flow
         self.locks = shared.locks
-        self._durability = shared.durability
         self._sync_flush = shared.config.store.flush_mode is FlushMode.SYNC
+        self._appender = Appender(shared)
         self._round_robin = shared.round_robin
         self._faults = shared.faults
         self._offsets_lost = shared.offsets_lost
@@ -275,63 +354,11 @@ class BrokerPart:
         assert self._shared.replication is not None
         return self._shared.replication
 
-    async def _flushed(self, end: int) -> bool:
-        """Wait for the sync flush to pass log offset ``end`` (counted for flow control, which
-        refuses sends while too many wait); False when it did not in time or failed."""
-        self.flow.pending_flushes += 1
-        try:
-            return await self._durability.wait(end)
-        finally:
-            self.flow.pending_flushes -= 1
-
-    async def _await_durable(self, results: list[PutResult]) -> None:
-        """Internal appends wait for a sync flush (not for a slave: docs/replication.md §3)."""
-        if not self._sync_flush:
-            return
-        end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
-        if end and not await self._flushed(end):
-            results[:] = self.store.not_durable(results)
-
-    async def append_internal(self, messages: list[StoreMessage]) -> list[PutResult]:
-        """Store messages the broker itself produces (retries, dead letters, timers)."""
-        results = self._append_now(messages)
-        await self._await_durable(results)
-        return results
-
-    def _append_now(self, messages: list[StoreMessage]) -> list[PutResult]:
-        """Append without waiting for a sync flush, and wake readers of the touched topics."""
-        results = self.store.append(messages)
-        end = max((r.physical_offset + r.size for r in results if r.status.stored), default=0)
-        touched: set[tuple[str, int]] = set()
-        for message, result in zip(messages, results, strict=True):
-            if result.status.stored:
-                touched.add((message.topic, message.queue_id))
-                if message.topic.startswith(RETRY_PREFIX):  # a retry coming back: "in" again
-                    self.traffic.stored(message.topic, len(message.body))
-        self._wake(touched, end)
-        return results
-
-    def _wake(self, touched: set[tuple[str, int]], end: int = 0) -> None:
-        """New messages up to log offset ``end`` on these queues: wake the scheduler when
-        something was scheduled, and the pulls and pops waiting on them — once readers may read
-        them (a replicated master's confirmed offset, docs/replication.md §3)."""
-        if any(key[0] in SCHEDULE_TOPICS for key in touched):
-            self.schedule.notify()
-        replication = self._shared.replication
-        if replication is not None and end:
-            replication.grew(end)
-            if replication.defer(end, touched):
-                return
-        self.wake_readers(touched)
-
-    def wake_readers(self, touched: set[tuple[str, int]]) -> None:
-        """Wake the pulls waiting on each queue and the pops waiting on each topic."""
-        topics = set()
-        for key in touched:
-            self.arrivals.notify(key)
-            topics.add(key[0])
-        for topic in topics:
-            self.arrivals.notify(topic)
+    @property
+    def roles(self) -> RoleGate:
+        """The broker's role rules (broker/roles.py)."""
+        assert self._shared.roles is not None
+        return self._shared.roles
 
     def _round_robin_next(self, key: str) -> int:
         turn = self._round_robin.get(key, 0)

@@ -18,7 +18,7 @@ from pocketmq.broker.deadletters import DeadLetters
 from pocketmq.broker.filtering import parse_tag_expression
 from pocketmq.broker.history import Outcome
 from pocketmq.broker.parts import BrokerPart, Shared
-from pocketmq.broker.pop import Handle, InFlight, PopBatch, PopQueue
+from pocketmq.broker.pop_state import Handle, InFlight, PopBatch, PopQueue
 from pocketmq.broker.topics import (
     TopicConfig,
 )

@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass
 
 from pocketmq.broker.parts import BrokerPart
-from pocketmq.broker.pop import PopQueue
+from pocketmq.broker.pop_state import PopQueue
 from pocketmq.broker.topics import DLQ_PREFIX
 from pocketmq.errors import InvalidArgumentError, NoPermissionError, TopicNotFoundError
 from pocketmq.store import GetStatus

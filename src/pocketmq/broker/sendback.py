@@ -118,7 +118,7 @@ class SendBack(BrokerPart):
                 held = self.schedule.schedule_level(message, level, now_ms)
             else:
                 held = self.schedule.schedule_at(message, now_ms + int(seconds * 1000))
-        [result] = await self.append_internal([held])
+        [result] = await self._appender.append_internal([held])
         if not result.status.stored:
             raise BrokerError(f"storing the retry failed: {result.reason or result.status.value}")
         self.counters["sent_back"] += 1

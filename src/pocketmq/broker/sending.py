@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import msgspec
 
 from pocketmq import properties as props
+from pocketmq.broker.ha.replication import ReplicaOutcome, ReplicationMode
 from pocketmq.broker.parts import HELD_TOPICS, PUT_CODES, SCHEDULE_TOPICS, BrokerPart, Shared
-from pocketmq.broker.replication import ReplicaOutcome, ReplicationMode, Role
 from pocketmq.broker.schedule import (
     make_recall_handle,
     parse_recall_handle,
@@ -166,14 +166,9 @@ class SendPath(BrokerPart):
         """Why no message may be stored now (shutting down, a slave, fenced, overloaded)."""
         if self._shared.closed:
             return ServiceUnavailableError("the broker is shutting down")
-        replication = self.replication
-        if replication.role is Role.SLAVE:
-            return ServiceUnavailableError(
-                f"broker {self.config.broker_name!r} is a slave: send to its master"
-            )
-        refusal = replication.write_refusal()
-        if refusal:
-            return ServiceUnavailableError(refusal)
+        refusal = self.roles.write_refusal("send to its master")
+        if refusal is not None:
+            return refusal
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
             self.flow.rejected += count
@@ -195,7 +190,7 @@ class SendPath(BrokerPart):
                 touched.add((stored.topic, stored.queue_id))
                 end = max(end, result.physical_offset + result.size)
                 traffic.stored(stored.topic, len(stored.body))
-        self._wake(touched, end)
+        self._appender.wake(touched, end)
         self.counters["messages_in"] += stored_count
         return results
 
@@ -205,7 +200,7 @@ class SendPath(BrokerPart):
         the weaker outcome: FLUSH_DISK_TIMEOUT (stored, not yet known durable), STORAGE_FAILED
         (the fsync failed), SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT (on the master only)."""
         weaker: tuple[Code, str] | None = None
-        if self._sync_flush and not await self._flushed(end):
+        if self._sync_flush and not await self._appender.flushed(end):
             weaker = (Code.FLUSH_DISK_TIMEOUT, "stored, not yet flushed")
             if self.store.failure:  # fsync failed: maybe not stored (docs/storage-format.md §5)
                 weaker = (Code.STORAGE_FAILED, self.store.failure)

@@ -17,7 +17,7 @@ import ssl
 from typing import TYPE_CHECKING
 
 from pocketmq.broker import Broker
-from pocketmq.broker.replication import Role
+from pocketmq.broker.ha.replication import Role
 from pocketmq.errors import (
     BrokerConnectionError,
     InvalidArgumentError,
@@ -166,8 +166,7 @@ class BrokerApp:
             if config.http_port is not None:
                 await self._start_http(config.http_port, tls)
             await self._start_replication(endpoints, timings)
-            await self.broker.flow.restart()  # starting is not overload (FlowControl.restart)
-            self.broker.replication.starting = ""
+            await self.broker.serving()
             if self.namesrv_address:
                 self._link = NameServerLink(
                     self.namesrv_address,
@@ -264,11 +263,11 @@ class BrokerApp:
         newer master: this one was failed over while it was down)."""
         broker = self.broker
         assert broker is not None
-        broker.replication.starting = f"broker {broker.name!r} is starting: retry in a moment"
+        broker.ha.replication.starting = f"broker {broker.name!r} is starting: retry in a moment"
         if controlled:
             Failover.hold_writes(broker)
         elif broker.role is Role.MASTER and self.config.namesrv:
-            broker.replication.fence = (
+            broker.ha.replication.fence = (
                 f"broker {broker.name!r} is waiting for its name server to confirm it is its "
                 "group's master"
             )
@@ -534,7 +533,7 @@ class BrokerApp:
         """The line scripts wait for (docs/cli.md, "Running")."""
         grpc = self.grpc_address or "disabled"
         ha = self.group.ha_address if self.group is not None else ""
-        role = self.broker.replication.acting_role() if self.broker is not None else "master"
+        role = self.broker.ha.replication.acting_role() if self.broker is not None else "master"
         return (
             f"pocketmq ready native={self.native_address} grpc={grpc} "
             f"namesrv={self.namesrv_address or 'none'} ha={ha or 'none'} role={role} "
@@ -561,8 +560,8 @@ class BrokerApp:
             self.native_address,
             self.grpc_address,
             broker.config.broker_id,
-            broker.replication.acting_role(),
-            broker.replica_log.current_epoch(),
+            broker.ha.replication.acting_role(),
+            broker.ha.replica_log.current_epoch(),
             self.group.ha_address if self.group is not None else "",
             self.http_address,
         )
@@ -581,7 +580,7 @@ class BrokerApp:
         """The route of a topic as this broker alone serves it: the answer when no name server knows
         the topic yet."""
         assert self.broker is not None
-        config = self.broker.topics.require(topic)
+        config = self.broker.require_topic(topic)
         return w.RouteResponse(
             topic,
             config.topic_type.value,

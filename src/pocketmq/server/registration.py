@@ -77,10 +77,10 @@ class Registrar:
         """What the broker registers now."""
         broker = self._broker
         topics = [
-            w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm) for t in broker.topics.all()
+            w.TopicSpec(t.name, t.queues, t.topic_type.value, t.perm) for t in broker.list_topics()
         ]
         address = self._address()
-        lease = broker.replication.lease_remaining() if address.role == "master" else None
+        lease = broker.ha.replication.lease_remaining() if address.role == "master" else None
         # a master on a controller lease is one only until it ends: the name server is told
         # how long, so it never lists a frozen master past its lease (docs/replication.md §9)
         lease_ms = 0 if lease is None else max(1, int(lease * 1000))
@@ -104,7 +104,7 @@ class Registrar:
             verdict = await group.learned(
                 reply.master_address, reply.master_ha_address, reply.master_epoch
             )
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         if not replication.fence or verdict is Claim.UNVERIFIED:
             return False
         log.info("the name server answered: broker %s may take writes", self._broker.name)
@@ -114,7 +114,7 @@ class Registrar:
     def _due(self) -> bool:
         """Whether to register now: the role others see changed, a master's lease needs
         renewing at the name server, or the regular interval passed."""
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         role, at = self._registered
         acting = replication.acting_role()
         if acting != role:

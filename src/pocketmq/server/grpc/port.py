@@ -226,7 +226,7 @@ class LocalPort:
 
     async def topic_perm(self, topic: str) -> int | None:
         """The broker's own :meth:`BrokerPort.topic_perm`."""
-        config = self._broker.topics.get(topic)
+        config = self._broker.topic(topic)
         return config.perm if config is not None else None
 
     async def group(self, name: str) -> GroupConfig:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pocketmq.broker import Broker
-from pocketmq.broker.replication import Role
+from pocketmq.broker.ha.replication import Role
 from pocketmq.errors import PreconditionFailedError
 from pocketmq.server.ha.etcd import ControllerUnavailable, Etcd, Lease
 from pocketmq.server.ha.roles import GroupRole
@@ -83,7 +83,7 @@ class Failover:
         self.last_failover_at = 0.0  # time.time() when this broker last became master by it
         self._state = "starting"
         group.controlled = True  # the name server's word on roles no longer counts
-        broker.replication.controller = self.status
+        broker.ha.replication.controller = self.status
 
     @property
     def me(self) -> int:
@@ -94,7 +94,7 @@ class Failover:
     def hold_writes(broker: Broker) -> None:
         """Before the broker's ports open: a master takes no write, and says it is no master,
         until etcd has confirmed its lease at the current epoch (§9)."""
-        replication = broker.replication
+        replication = broker.ha.replication
         if broker.role is Role.MASTER:
             replication.lease_lost = (
                 f"broker {broker.name!r} is waiting for its controller (etcd) to confirm it is "
@@ -119,7 +119,7 @@ class Failover:
                 await asyncio.wait([task], timeout=0.1)
         self._task = self._watcher = None
         if hand_over and self._leader_value is not None and self._lease is not None:
-            self._broker.replication.lease_until = time.monotonic()
+            self._broker.ha.replication.lease_until = time.monotonic()
             with contextlib.suppress(ControllerUnavailable):
                 await self._etcd.revoke(self._lease)
         await self._etcd.close()
@@ -127,7 +127,7 @@ class Failover:
     # -- the loop -------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         while True:
             try:
                 if self._broker.role is Role.MASTER:
@@ -151,7 +151,7 @@ class Failover:
         now = time.monotonic()
         if self._broker.role is Role.MASTER:
             interval = self.timings.renew if not self._serving_without else 0.2
-            deadline = self._broker.replication.next_lag_deadline()
+            deadline = self._broker.ha.replication.next_lag_deadline()
             if deadline is not None and self._leader_value is not None:
                 interval = min(interval, max(0.05, deadline - now + 0.02))
             await asyncio.sleep(interval)
@@ -169,7 +169,7 @@ class Failover:
     def status(self) -> dict[str, object]:
         """The controller's view for ``broker status`` — as of now: a master whose lease ran out
         since the last round is ``fenced``, not ``master`` (§9)."""
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         until = replication.lease_until
         state = self._state
         if state == "master" and replication.write_refusal():
@@ -189,7 +189,7 @@ class Failover:
     # -- master ---------------------------------------------------------------------------
 
     async def _master_round(self) -> None:
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         if self._leader_value is not None and self._lease is not None:
             sent = time.monotonic()
             if await self._etcd.refresh(self._lease):
@@ -211,7 +211,7 @@ class Failover:
         etcd = self._etcd
         epoch_value, epoch_rev = await etcd.get(self._epoch_key)
         leader, _ = await etcd.get(self._leader_key)
-        own_epoch = self._broker.replica_log.current_epoch()
+        own_epoch = self._broker.ha.replica_log.current_epoch()
         if leader is not None and leader.get("broker_id") != self.me:
             await self._step_down(leader, "another broker holds the group's lease")
             return
@@ -259,7 +259,7 @@ class Failover:
 
     def _holding(self, sent: float) -> None:
         """A renewal sent at ``sent`` succeeded: writes are safe until lease − margin later."""
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         replication.lease_until = sent + self.timings.lease - self.timings.margin
         if self._serving_without:
             log.warning("etcd reachable again: group %r is back to normal", self._broker.name)
@@ -269,7 +269,7 @@ class Failover:
 
     async def _write_isr(self) -> None:
         """Record the master and its in-sync slaves, while the lease is ours."""
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         members = sorted({self.me, *(s.broker_id for s in replication.in_sync())})
         if members == self._isr or self._leader_value is None:
             return
@@ -281,7 +281,7 @@ class Failover:
             self._isr = members
 
     async def _fence(self, why: str) -> None:
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         replication.without_controller = False
         replication.lease_lost = (
             f"broker {self._broker.name!r} {why}: another broker may be master now; retry"
@@ -295,7 +295,7 @@ class Failover:
     async def _step_down(self, leader: dict[str, Any] | None, why: str) -> None:
         log.warning("broker %r steps down: %s", self._broker.name, why)
         self._leader_value = None
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         replication.lease_until = time.monotonic()
         if leader is not None:
             self._group.follow(leader.get("ha_address", ""))
@@ -306,7 +306,7 @@ class Failover:
     async def _unreachable(self, exc: ControllerUnavailable) -> None:
         """etcd did not answer: a master keeps writing only while its lease provably lives, or
         while every in-sync slave is connected and cannot reach etcd either (§9)."""
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         if self._broker.role is not Role.MASTER:
             self._state = "slave (etcd unreachable)"
             return
@@ -354,7 +354,7 @@ class Failover:
         now = time.monotonic()
         if self._absent_since is None:
             self._absent_since = now
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         if (
             replication.master_address
             and time.time() - replication.contact_at < self.timings.claim_delay
@@ -362,11 +362,11 @@ class Failover:
             return  # the master still streams to us: it fences itself before it drops us
         epoch_value, _ = await self._etcd.get(self._epoch_key)
         isr = await self._isr_of(epoch_value)
-        if self.me not in isr or self._broker.replica_log.missing() is not None:
+        if self.me not in isr or self._broker.ha.replica_log.missing() is not None:
             return  # not electable (a slave lacking records it once held: §4)
         assert epoch_value is not None
         lease = await self._grant()
-        candidacy = {"log_end": self._broker.replica_log.end, "epoch": epoch_value["epoch"]}
+        candidacy = {"log_end": self._broker.ha.replica_log.end, "epoch": epoch_value["epoch"]}
         if (candidacy, lease) != self._candidacy:  # a write wakes every watcher: only changes
             await self._etcd.put(self._candidates + str(self.me), candidacy, lease)
             self._candidacy = (candidacy, lease)
@@ -409,9 +409,9 @@ class Failover:
         under a controller); returns the epoch. PreconditionFailedError when not allowed."""
         async with self._claiming:
             if self._broker.role is Role.MASTER:
-                return self._broker.replica_log.current_epoch()
+                return self._broker.ha.replica_log.current_epoch()
             # the failover's length: from the last word of the old master to this promotion
-            contact = self._broker.replication.contact_at
+            contact = self._broker.ha.replication.contact_at
             started = contact or time.time()
             etcd = self._etcd
             leader, _ = await etcd.get(self._leader_key)
@@ -427,7 +427,7 @@ class Failover:
                 )
             current = epoch_value["epoch"] if epoch_value else 0
             if not force:
-                missing = self._broker.replica_log.missing()
+                missing = self._broker.ha.replica_log.missing()
                 if missing is not None:
                     raise PreconditionFailedError(
                         f"broker {self.me} lacks records it once held: {missing.describe()}; "
@@ -437,12 +437,12 @@ class Failover:
                     raise PreconditionFailedError(
                         f"broker {self.me} is not in the in-sync set of epoch {current}"
                     )
-                mine = self._broker.replica_log.end
+                mine = self._broker.ha.replica_log.end
                 for other, log_end in (await self._candidacies(current)).items():
                     if other != self.me and (log_end, -other) > (mine, -self.me):
                         raise PreconditionFailedError(f"broker {other} holds a longer log")
             lease = await self._grant()
-            epoch = max(current, self._broker.replica_log.current_epoch()) + 1
+            epoch = max(current, self._broker.ha.replica_log.current_epoch()) + 1
             value = self._leader(epoch, lease)
             sent = time.monotonic()
             writes = {

@@ -37,7 +37,7 @@ from typing import NoReturn
 
 import msgspec
 
-from pocketmq.broker.replica_log import ReplicaRefused
+from pocketmq.broker.ha.replica_log import ReplicaRefused
 from pocketmq.errors import Code
 from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
 from pocketmq.protocol import replication as ha

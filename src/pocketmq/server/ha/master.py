@@ -31,8 +31,8 @@ from typing import Any
 import msgspec
 
 from pocketmq.broker import Broker
-from pocketmq.broker.replica_log import ReplicaRefused
-from pocketmq.broker.replication import Role
+from pocketmq.broker.ha.replica_log import ReplicaRefused
+from pocketmq.broker.ha.replication import Role
 from pocketmq.errors import Code, ProtocolError
 from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
 from pocketmq.protocol import replication as ha
@@ -134,12 +134,15 @@ class HaServer:
         self._pending.pop(task, None)
 
     def _refused(self, peer: str, reason: str) -> None:
-        self._broker.replication.links_refused += 1
+        self._broker.ha.replication.links_refused += 1
         self._refusals.note(peer, reason)
 
     def _standing(self) -> tuple[str, int]:
         # the role others see: a master that may not write now is "fenced" (§6, §9)
-        return self._broker.replication.acting_role(), self._broker.replica_log.current_epoch()
+        return (
+            self._broker.ha.replication.acting_role(),
+            self._broker.ha.replica_log.current_epoch(),
+        )
 
     async def _link(self, stream: FrameStream) -> None:
         broker = self._broker
@@ -164,7 +167,7 @@ class HaServer:
             stream.trust()
             self._pending.pop(task, None)
             self._replace(hello.broker_id, task, stream.peer)
-            broker.replication.slave_connected(
+            broker.ha.replication.slave_connected(
                 key, hello.broker_id, hello.address, link.sent, hello.missing_until
             )
             self._streams[key] = stream
@@ -185,7 +188,7 @@ class HaServer:
                 sender.cancel()
                 with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
                     await sender
-            broker.replication.slave_gone(key)
+            broker.ha.replication.slave_gone(key)
             self._streams.pop(key, None)
             for broker_id, holder in list(self._by_id.items()):
                 if holder is task:
@@ -245,14 +248,14 @@ class HaServer:
         broker = self._broker
         if broker.role is not Role.MASTER:
             raise ReplicaRefused(f"broker {broker.name!r} is not a master")
-        if hello.group != broker.replica_log.group:
+        if hello.group != broker.ha.replica_log.group:
             raise ReplicaRefused(
-                f"this master is of group {broker.replica_log.group!r}, not {hello.group!r}"
+                f"this master is of group {broker.ha.replica_log.group!r}, not {hello.group!r}"
             )
-        refusal = broker.replication.write_refusal()
+        refusal = broker.ha.replication.write_refusal()
         if refusal:  # its slaves must be free to elect a new master (docs/replication.md §9)
             raise ReplicaRefused(f"broker {broker.name!r} takes no writes now: {refusal}")
-        replica_log = broker.replica_log
+        replica_log = broker.ha.replica_log
         if hello.probe:
             epochs_now = [ha.HaEpoch(number, start) for number, start in replica_log.epochs()]
             return ha.HaHelloReply(replica_log.cluster_id(), epochs_now, -1, replica_log.end), 0
@@ -271,7 +274,7 @@ class HaServer:
         before the slave's next copy must not lose them."""
         if not self._streams:
             return
-        body = ha.HaMetadata(self._broker.state_copy.files())
+        body = ha.HaMetadata(self._broker.ha.state_copy.files())
         for stream in list(self._streams.values()):
             with contextlib.suppress(ConnectionError, OSError):
                 stream.send(FrameKind.ONEWAY, RequestCode.HA_METADATA, body)
@@ -282,9 +285,9 @@ class HaServer:
             ack = decode_body(frame.body, ha.HaAck)
             reaches = None if not ack.controller else ack.controller == 1
             written = min(ack.written, link.sent)  # never more than it was sent
-            broker.replication.acked(key, written, min(ack.flushed, written), reaches)
+            broker.ha.replication.acked(key, written, min(ack.flushed, written), reaches)
         elif frame.code == RequestCode.HA_METADATA:
-            reply = ha.HaMetadata(broker.state_copy.files())
+            reply = ha.HaMetadata(broker.ha.state_copy.files())
             stream.send(FrameKind.RESPONSE, Code.SUCCESS, reply, frame.request_id)
         elif frame.code == RequestCode.HA_OFFSETS:
             refusal = self._offsets_refusal(link)
@@ -295,8 +298,10 @@ class HaServer:
                 )
                 return
             handed = decode_body(frame.body, ha.HaOffsets)
-            refused = broker.state_copy.take_back(
-                handed.offsets, handed.pop_state, broker.store.max_offset
+            refused = broker.ha.state_copy.take_back(
+                handed.offsets,
+                handed.pop_state,
+                lambda topic, queue: broker.queue_range(topic, queue)[1],
             )
             if refused:
                 log.warning(
@@ -312,13 +317,13 @@ class HaServer:
         name = self._broker.name
         if not link.held_a_copy:
             return "its store was never a copy of this master's: it has no offsets to hand back"
-        if not self._broker.replication.is_member(link.broker_id):
+        if not self._broker.ha.replication.is_member(link.broker_id):
             return f"broker {link.broker_id} is not (yet) a member of group {name!r} in etcd"
         return ""
 
     async def _stream_log(self, stream: FrameStream, link: _Link) -> None:
-        replica_log = self._broker.replica_log
-        replication = self._broker.replication
+        replica_log = self._broker.ha.replica_log
+        replication = self._broker.ha.replication
         position = link.sent
         while True:
             data = replica_log.read(position, self._chunk)

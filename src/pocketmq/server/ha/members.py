@@ -53,7 +53,7 @@ class GroupMembers:
 
     def start(self) -> None:
         """Count nobody until etcd has answered, then keep the list current."""
-        self._broker.replication.set_members(frozenset())
+        self._broker.ha.replication.set_members(frozenset())
         self._task = asyncio.create_task(self._run(), name="group-members")
 
     async def close(self) -> None:
@@ -92,5 +92,5 @@ class GroupMembers:
         members = frozenset(
             int(name) for name in (k.rsplit("/", 1)[1] for k in found) if name.isdigit()
         ) | {self._broker.config.broker_id}
-        self._broker.replication.set_members(members)
+        self._broker.ha.replication.set_members(members)
         return members

@@ -17,8 +17,8 @@ import ssl
 from collections.abc import Awaitable, Callable
 
 from pocketmq.broker import Broker
-from pocketmq.broker.replica_log import ReplicaRefused
-from pocketmq.broker.replication import Role
+from pocketmq.broker.ha.replica_log import ReplicaRefused
+from pocketmq.broker.ha.replication import Role
 from pocketmq.errors import PreconditionFailedError, ProtocolError
 from pocketmq.protocol import replication as ha
 from pocketmq.server.ha.handshake import LinkPolicy, open_link
@@ -86,7 +86,7 @@ class GroupRole:
     async def start(self) -> None:
         """Serve slaves (a master) or start following the master (a slave)."""
         if self._broker.role is Role.MASTER:
-            self._broker.replica_log.ensure_identity()
+            self._broker.ha.replica_log.ensure_identity()
             await self._serve()
         else:
             self._follow()
@@ -141,7 +141,7 @@ class GroupRole:
         if self.controlled or not master_ha or master_address == self._own_address():
             return Claim.NONE
         self._discovered_master = master_ha
-        own_epoch = broker.replica_log.current_epoch()
+        own_epoch = broker.ha.replica_log.current_epoch()
         if broker.role is not Role.MASTER or master_epoch <= own_epoch:
             return Claim.NONE
         verdict = await self.verify_master(master_ha, own_epoch)
@@ -204,13 +204,13 @@ class GroupRole:
         finally:
             await link.close()
         newest = max((e.number for e in reply.epochs), default=0)
-        if reply.cluster_id != broker.replica_log.cluster_id() or newest <= own_epoch:
+        if reply.cluster_id != broker.ha.replica_log.cluster_id() or newest <= own_epoch:
             return Claim.DISPROVED
         return Claim.CONFIRMED
 
     def _probe(self) -> ha.HaHello:
         """The HA_HELLO of a probe: this broker, asking who the master is (§6)."""
-        replica_log = self._broker.replica_log
+        replica_log = self._broker.ha.replica_log
         return ha.HaHello(
             self._broker.name,
             replica_log.cluster_id(),
@@ -239,10 +239,10 @@ class GroupRole:
         ``force``) at ``epoch`` when the controller granted one; returns the new epoch."""
         broker = self._broker
         if broker.role is Role.MASTER:
-            return broker.replica_log.current_epoch()
+            return broker.ha.replica_log.current_epoch()
         client = self.client
-        progress = broker.replication
-        missing = broker.replica_log.missing()
+        progress = broker.ha.replication
+        missing = broker.ha.replica_log.missing()
         if not force and missing is not None:
             raise PreconditionFailedError(
                 f"this slave lacks records it once held: {missing.describe()}; it copies them "
@@ -261,9 +261,9 @@ class GroupRole:
             self.client = None
         if missing is not None:
             log.error("promoted although it lacks %s: those records are lost", missing.describe())
-            broker.replica_log.give_up_missing()
+            broker.ha.replica_log.give_up_missing()
         epoch = await broker.promote(epoch)
-        broker.replica_log.ensure_identity()
+        broker.ha.replica_log.ensure_identity()
         await self._serve()
         await self._on_change()
         return epoch

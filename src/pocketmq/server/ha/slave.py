@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from pocketmq.broker import Broker
-from pocketmq.broker.replica_log import FollowPlan, Missing, ReplicaRefused
-from pocketmq.broker.replication import Role
+from pocketmq.broker.ha.replica_log import FollowPlan, Missing, ReplicaRefused
+from pocketmq.broker.ha.replication import Role
 from pocketmq.errors import Code, ProtocolError, StoreError
 from pocketmq.protocol import Frame, FrameKind, RequestCode, decode_body
 from pocketmq.protocol import replication as ha
@@ -69,7 +69,7 @@ class HaClient:
         self._metadata_interval = metadata_interval
         self._task: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Frame]] = {}
-        self._progress = broker.replication
+        self._progress = broker.ha.replication
         self._stopping = False
         self._stream: FrameStream | None = None  # the current link or attempt
         self._linking_to = ""  # its address
@@ -140,7 +140,7 @@ class HaClient:
 
     async def _follow(self, address: str) -> None:
         self._linking_to = address
-        replica_log = self._broker.replica_log
+        replica_log = self._broker.ha.replica_log
         link = await open_link(
             address,
             group=self._broker.name,
@@ -198,7 +198,7 @@ class HaClient:
     def _hello(self, missing: Missing | None) -> ha.HaHello:
         """Who this slave is and what it holds: its log up to the first record it lacks (a
         replica never has holes: what a repair set aside is copied again, §4)."""
-        replica_log = self._broker.replica_log
+        replica_log = self._broker.ha.replica_log
         whole = replica_log.end
         end = whole if missing is None else min(whole, missing.start)
         epochs = [ha.HaEpoch(n, begin) for n, begin in replica_log.epochs() if begin < end]
@@ -215,7 +215,7 @@ class HaClient:
         )
 
     def _ack(self, stream: FrameStream) -> None:
-        replica_log = self._broker.replica_log
+        replica_log = self._broker.ha.replica_log
         flag = {None: 0, True: 1, False: 2}[self._progress.reaches_controller]
         ack = ha.HaAck(replica_log.end, replica_log.flushed, flag)
         stream.send(FrameKind.ONEWAY, RequestCode.HA_ACK, ack)
@@ -229,7 +229,7 @@ class HaClient:
             return await waiter
 
     async def _apply(self, files: dict[str, bytes]) -> None:
-        if self._broker.state_copy.apply(files) and self._topics_changed is not None:
+        if self._broker.ha.state_copy.apply(files) and self._topics_changed is not None:
             await self._topics_changed()  # the name server learns this slave's topics
 
     async def _sync_metadata(self, stream: FrameStream, had_copy: bool) -> None:
@@ -237,7 +237,7 @@ class HaClient:
         each round until the master takes them — under a controller, once etcd lists this
         broker as a member), and copy the master's state files regularly."""
         progress = self._progress
-        offsets, pop_state = self._broker.state_copy.handed_back(acted=progress.acting)
+        offsets, pop_state = self._broker.ha.state_copy.handed_back(acted=progress.acting)
         handed = ha.HaOffsets(offsets, pop_state) if had_copy else None
         told = False
         while True:

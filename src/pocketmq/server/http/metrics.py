@@ -23,7 +23,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
-from pocketmq.broker.overview import committed_positions, disk_usage, stored_at
+from pocketmq.broker.overview import (
+    committed_positions,
+    depth,
+    disk_usage,
+    reliability_figures,
+    stored_at,
+)
+from pocketmq.broker.overview import traffic as overview_traffic
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from pocketmq.broker.traffic import SIZE_BUCKETS
 from pocketmq.server.auth.failures import FAILURES
@@ -102,7 +109,7 @@ class BrokerCollector(Collector):
         lag = GaugeMetricFamily(
             "pocketmq_event_loop_lag_seconds", "How late the broker's event loop ran a timer"
         )
-        lag.add_metric([], broker.flow.lag)
+        lag.add_metric([], reliability_figures(broker).loop_lag)
         yield lag
         scrape = GaugeMetricFamily(
             "pocketmq_scrape_seconds", "How long the previous scrape held the event loop"
@@ -122,13 +129,13 @@ class BrokerCollector(Collector):
                 "version": VERSION,
                 "broker_name": broker.name,
                 "broker_id": str(broker.config.broker_id),
-                "role": broker.replication.acting_role(),
+                "role": broker.ha.replication.acting_role(),
             },
         )
         yield info
 
     def _traffic(self) -> Iterator[Metric]:
-        traffic = self._broker.traffic
+        traffic = overview_traffic(self._broker)
         labels_in = ["topic", "message_type", "is_retry"]
         messages_in = CounterMetricFamily(
             "rocketmq_messages_in", "Messages stored", labels=labels_in
@@ -136,11 +143,11 @@ class BrokerCollector(Collector):
         bytes_in = CounterMetricFamily(
             "rocketmq_throughput_in", "Message body bytes stored", labels=labels_in
         )
-        topics = self._broker.topics
+        topic_of = self._broker.topic
         stored_bytes = traffic.bytes_in  # a fresh dict per read: take it once per scrape
         for topic, count in sorted(traffic.messages_in.items()):
             retry = str(topic.startswith(RETRY_PREFIX)).lower()
-            config = topics.get(topic)
+            config = topic_of(topic)
             kind = config.topic_type.value if config is not None else "normal"
             messages_in.add_metric([topic, kind, retry], count)
             bytes_in.add_metric([topic, kind, retry], stored_bytes[topic])
@@ -163,7 +170,7 @@ class BrokerCollector(Collector):
             "rocketmq_message_size", "Message body sizes (bytes)", labels=["topic", "message_type"]
         )
         for topic, counts in sorted(traffic.sizes.items()):
-            config = topics.get(topic)
+            config = topic_of(topic)
             kind = config.topic_type.value if config is not None else "normal"
             cumulative, buckets = 0, []
             for bound, count in zip((*SIZE_BUCKETS, float("inf")), counts, strict=True):
@@ -184,7 +191,6 @@ class BrokerCollector(Collector):
         """Lag per (topic, group) from committed offsets and pop progress, in-flight pops, and
         each dead-letter queue's depth."""
         broker = self._broker
-        store = broker.store
         committed, pops = committed_positions(broker)
         inflight: dict[tuple[str, str], int] = {}
         blocked: dict[tuple[str, str], int] = {}
@@ -201,17 +207,17 @@ class BrokerCollector(Collector):
         ages: dict[tuple[str, int, int], int] = {}  # lag and queueing often ask the same
 
         def age_at(topic: str, queue_id: int, offset: int) -> int:
-            position = (topic, queue_id, max(offset, store.min_offset(topic, queue_id)))
+            position = (topic, queue_id, max(offset, broker.queue_range(topic, queue_id)[0]))
             age = ages.get(position)
             if age is None:
-                stored = stored_at(store, *position)
+                stored = stored_at(broker, *position)
                 age = ages[position] = max(0, now_ms - stored) if stored else 0
             return age
 
         for (group, topic, queue_id), offset in committed.items():
             if topic.startswith((DLQ_PREFIX,)):
                 continue
-            key, end = (topic, group), store.max_offset(topic, queue_id)
+            key, end = (topic, group), broker.queue_range(topic, queue_id)[1]
             behind = max(0, end - offset)
             lag[key] = lag.get(key, 0) + behind
             # one read per lagging queue: its oldest message's store time
@@ -278,17 +284,13 @@ class BrokerCollector(Collector):
             "Messages in the group's dead-letter queue",
             labels=["consumer_group"],
         )
-        for config in broker.topics.all():
+        for config in broker.list_topics():
             if config.name.startswith(DLQ_PREFIX):
-                depth = sum(
-                    store.max_offset(config.name, q) - store.min_offset(config.name, q)
-                    for q in range(config.queues)
-                )
-                family.add_metric([config.name[len(DLQ_PREFIX) :]], depth)
+                family.add_metric([config.name[len(DLQ_PREFIX) :]], depth(broker, config.name))
         yield family
 
     def _storage(self) -> Iterator[Metric]:
-        stats = self._broker.store.statistics()
+        stats = self._broker.store_statistics()
         for name, value, text in (
             ("pocketmq_store_written_bytes", stats.write_position, "End of the commit log"),
             ("pocketmq_store_flushed_bytes", stats.flushed_position, "Flushed to disk up to"),
@@ -331,12 +333,12 @@ class BrokerCollector(Collector):
         yield free
 
     def _reliability(self) -> Iterator[Metric]:
-        broker = self._broker
-        counters = broker.counters
+        figures = reliability_figures(self._broker)
+        counters = figures.counters
         half = GaugeMetricFamily(
             "rocketmq_half_messages", "Transactions awaiting commit or rollback"
         )
-        half.add_metric([], broker.transactions.pending_count)
+        half.add_metric([], figures.half_messages)
         yield half
         for name, key, text in (
             ("pocketmq_transactions_committed", "transactions_committed", "Transactions committed"),
@@ -356,7 +358,7 @@ class BrokerCollector(Collector):
             "Delayed and retry messages waiting, by delay level (timer: exact times)",
             labels=["delay_level"],
         )
-        for level, count in sorted(broker.schedule.pending().items()):
+        for level, count in sorted(figures.scheduled.items()):
             scheduled.add_metric([level.removeprefix("level_")], count)
         yield scheduled
         outcomes = CounterMetricFamily(
@@ -374,7 +376,7 @@ class BrokerCollector(Collector):
             "Dead letters sent back for delivery",
             labels=["consumer_group"],
         )
-        for (outcome, group), count in sorted(broker.history.outcomes.items()):
+        for (outcome, group), count in sorted(figures.outcomes.items()):
             outcomes.add_metric([group, outcome.lower()], count)
             if outcome in _REDELIVERED:
                 redeliveries.add_metric([group, outcome.lower()], count)
@@ -387,12 +389,12 @@ class BrokerCollector(Collector):
             "pocketmq_history_dropped",
             "Reported attempts counted but not stored: the history's intake was full",
         )
-        dropped.add_metric([], broker.history.dropped)
+        dropped.add_metric([], figures.history_dropped)
         yield dropped
         rejected = CounterMetricFamily(
             "pocketmq_flow_control_rejections", "Sends refused by flow control"
         )
-        rejected.add_metric([], broker.flow.rejected)
+        rejected.add_metric([], figures.flow_rejected)
         yield rejected
         refused = CounterMetricFamily(
             "pocketmq_auth_failures",
@@ -404,7 +406,7 @@ class BrokerCollector(Collector):
         yield refused
 
     def _replication(self) -> Iterator[Metric]:
-        replication = self._broker.replication
+        replication = self._broker.ha.replication
         for name, value, text in (
             ("pocketmq_replication_lag_bytes", replication.lag_bytes(), "Slowest slave's distance"),
             ("pocketmq_replication_in_sync_slaves", len(replication.in_sync()), "Slaves in sync"),

@@ -19,7 +19,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from pocketmq.broker import Broker
-from pocketmq.broker.replication import Role
+from pocketmq.broker.ha.replication import Role
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore
 from pocketmq.server.http.cluster import ClusterView
@@ -132,8 +132,8 @@ class HttpServer:
         it is linked to its master. 503 with the reason otherwise (a failed store, a full disk:
         docs/operations.md, "A full disk")."""
         broker = self._broker
-        replication = broker.replication
-        stats = broker.store.statistics()
+        replication = broker.ha.replication
+        stats = broker.store_statistics()
         if stats.failure:
             return web.Response(status=503, text=f"store failed: {stats.failure}\n")
         if stats.refusing_writes:

@@ -83,7 +83,7 @@ def _topic_handlers(side: BrokerSide) -> RemotingHandlerTable:
             f.optional_number(request, "readQueueNums", 0),
         )
         perm = f.optional_number(request, "perm", _RW) & _RW
-        if broker.topics.get(topic) is not None:
+        if broker.topic(topic) is not None:
             broker.update_topic(topic, queues=queues, perm=perm)
         else:
             kind = "fifo" if f.flag(request, "order") else "normal"
@@ -104,7 +104,7 @@ def _topic_handlers(side: BrokerSide) -> RemotingHandlerTable:
                 "order": topic.topic_type.value == "fifo",
                 "attributes": {},
             }
-            for topic in broker.topics.all()
+            for topic in broker.list_topics()
         }
         wrapper = {"topicConfigTable": table, "dataVersion": {"timestamp": 0, "counter": 0}}
         return Reply(body=json.dumps(wrapper).encode())
@@ -166,9 +166,9 @@ def _query_handlers(side: BrokerSide) -> RemotingHandlerTable:
 
     def view(conn: RemotingConnection, request: RemotingCommand) -> Reply:
         offset = f.number(request, "offset")
-        record = broker.store.read_message(offset)
-        if record is not None and record.message_id:
-            for message in broker.query_messages(message_id=record.message_id, max_count=64):
+        message_id = broker.message_id_at(offset)
+        if message_id is not None:
+            for message in broker.query_messages(message_id=message_id, max_count=64):
                 if message.physical_offset == offset:
                     return Reply(body=records([message], conn))
         raise MessageNotFoundError(f"no message at commit-log offset {offset}")
@@ -189,7 +189,7 @@ def _stats_handlers(side: BrokerSide) -> RemotingHandlerTable:
         group = f.text(request, "consumerGroup")
         broker.require_group(group)
         wanted = fields.get("topic", "")
-        topics = [wanted] if wanted else [t.name for t in broker.topics.all() if not t.system]
+        topics = [wanted] if wanted else [t.name for t in broker.list_topics() if not t.system]
         entries: list[tuple[str, Any]] = []
         for topic in topics:
             rows = broker.queue_status(topic, group)

@@ -76,15 +76,15 @@ async def _send_back(
 ) -> Reply:
     # the client names the message by its offset; its id is the stored one (ali-ons sends the
     # offsetMsgId as originMsgId, Java the UNIQ_KEY)
-    record = broker.store.read_message(physical_offset)
-    if record is None:
+    message_id = broker.message_id_at(physical_offset)
+    if message_id is None:
         raise MessageNotFoundError(
             f"no message at commit-log offset {physical_offset} (removed by retention?)"
         )
     await broker.send_back(
         group,
         physical_offset,
-        record.message_id,
+        message_id,
         delay_level=delay_level,
         max_reconsume_times=max_reconsume_times,
         consumer=consumer,

@@ -25,9 +25,12 @@ from pocketmq.broker.overview import (
     DeadLetterRow,
     committed_positions,
     dead_letters,
+    depth,
     group_overview,
     group_overviews,
     last_error,
+    scheduled,
+    traffic,
 )
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC, RedriveRecord
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, TopicConfig
@@ -213,7 +216,7 @@ class Dashboard:
             groups=shown,
             page=page,
             more=len(overviews) > (page + 1) * PAGE,
-            scheduled=self._broker.schedule.pending(),
+            scheduled=scheduled(self._broker),
             status=self._broker.status(),
             held=sum(self._held(config) for config in self._user_topics()),
             role=self._broker.role.value,
@@ -387,7 +390,7 @@ class Dashboard:
     def _topic_rows(self) -> list[dict[str, Any]]:
         broker = self._broker
         now = time.monotonic()
-        counts = dict(broker.traffic.messages_in)
+        counts = dict(traffic(broker).messages_in)
         if not self._rates or now - self._rates[-1][0] >= 5:
             self._rates.append((now, counts))
         while len(self._rates) > 2 and now - self._rates[1][0] >= 60:
@@ -397,7 +400,7 @@ class Dashboard:
         committed, _ = committed_positions(broker)
         lag: dict[str, dict[str, int]] = {}
         for (group, topic, queue_id), offset in committed.items():
-            behind = max(0, broker.store.max_offset(topic, queue_id) - offset)
+            behind = max(0, broker.queue_range(topic, queue_id)[1] - offset)
             lag.setdefault(topic, {}).setdefault(group, 0)
             lag[topic][group] += behind
         rows = []
@@ -421,18 +424,14 @@ class Dashboard:
         """The topics users send to, by name: no retry, dead-letter or system topic."""
         return [
             config
-            for config in sorted(self._broker.topics.all(), key=lambda t: t.name)
+            for config in self._broker.list_topics()
             if not (config.name.startswith((DLQ_PREFIX, RETRY_PREFIX)) or config.system)
         ]
 
     def _held(self, config: TopicConfig) -> int:
         """The messages the store holds in ``config``'s queues now (retention removed the
         rest); a total over the store's life, unlike the since-start counters."""
-        store = self._broker.store
-        return sum(
-            store.max_offset(config.name, q) - store.min_offset(config.name, q)
-            for q in range(config.queues)
-        )
+        return depth(self._broker, config.name)
 
     # -- actions ----------------------------------------------------------------------------
 

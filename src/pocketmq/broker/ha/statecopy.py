@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from pocketmq.broker.groups import GroupManager
 from pocketmq.broker.offsets import OffsetManager, parse_queue_key
-from pocketmq.broker.pop import PopManager
+from pocketmq.broker.pop_state import PopManager
 from pocketmq.broker.topics import TopicManager
 from pocketmq.store.files import atomic_write
 

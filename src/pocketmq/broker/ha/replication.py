@@ -5,7 +5,7 @@ decides with it (docs/replication.md):
 
 - which slaves are **in sync**: connected, members of the group (etcd's member list under a
   controller), within ``ha_max_gap_bytes`` of the master's end, caught up with it within the
-  last ``ha_max_lag_time`` (broker/catchup.py: a slave that stops acknowledging, or lags in time,
+  last ``ha_max_lag_time`` (broker/ha/catchup.py: a slave that stops acknowledging, or lags in time,
   drops out by that bound and holds no send or reader longer), and holding again whatever a
   repair made them copy anew. The same set is what a SYNC send counts and, under a controller,
   what the master writes as etcd's ``isr`` (docs/replication.md §3, §9);
@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pocketmq.broker.catchup import CatchUpClock
+from pocketmq.broker.ha.catchup import CatchUpClock
 from pocketmq.store import MessageStore
 
 __all__ = ["ReplicaOutcome", "Replication", "ReplicationMode", "Role", "SlaveProgress"]
@@ -76,7 +76,7 @@ class SlaveProgress:
     # again, docs/replication.md §4): not in sync before it acknowledged this far
     missing_until: int = 0
     # the in-sync time rule: the last time (monotonic) the master's end was at most what this
-    # slave acknowledged (broker/catchup.py)
+    # slave acknowledged (broker/ha/catchup.py)
     caught_up_at: float = float("-inf")
 
 

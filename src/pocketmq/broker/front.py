@@ -1,0 +1,224 @@
+"""The broker's front: every operation a protocol adapter asks for, as a method.
+
+Each method is declared here in one line that names the concept method doing the work
+(:func:`delegate`: its signature, types and docstring are the concept's) and the role rule
+that applies (broker/roles.py), so "go to definition" from an adapter lands on both
+(docs/design.md, "The broker's front"). :class:`pocketmq.broker.Broker` builds the
+concepts and inherits these methods; what the servers read besides (topics, groups, the store's
+figures) is in the query section at the end, so no adapter reaches into the broker's parts.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+
+from pocketmq.broker.catalog import Catalog
+from pocketmq.broker.deadletters import DeadLetters
+from pocketmq.broker.groups import GroupManager
+from pocketmq.broker.membership import Membership
+from pocketmq.broker.parts import Appender, Shared
+from pocketmq.broker.popping import PopPath
+from pocketmq.broker.pulling import PullPath
+from pocketmq.broker.resets import OffsetResets
+from pocketmq.broker.roles import RoleGate, master_only, pops_while_master_away
+from pocketmq.broker.sendback import SendBack
+from pocketmq.broker.sending import SendPath
+from pocketmq.broker.topics import TopicConfig, TopicManager
+from pocketmq.broker.transactions import TransactionService
+from pocketmq.errors import ServiceUnavailableError
+from pocketmq.model.groups import GroupConfig
+from pocketmq.store import MessageStore, StoreStatistics
+
+__all__ = ["BrokerFront", "delegate"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Method = Callable[Concatenate[Any, P], R]
+
+
+def delegate(part: str, function: Method[P, R]) -> Method[P, R]:
+    """A method of the front that hands its call to ``function`` of the concept held in the
+    front's attribute ``part``: the concept's signature, types and docstring, written once
+    where the work is done (looked up per call, so a concept rebuilt at a promotion is used)."""
+    name = function.__name__
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def forward_async(front: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(getattr(front, part), name)(*args, **kwargs)
+
+        return cast("Method[P, R]", forward_async)
+
+    @functools.wraps(function)
+    def forward(front: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast("R", getattr(getattr(front, part), name)(*args, **kwargs))
+
+    return forward
+
+
+def _while_open(function: Method[P, R]) -> Method[P, R]:
+    """An async operation refused once the broker is shutting down."""
+
+    @functools.wraps(function)
+    async def checked(front: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if front._shared.closed:
+            raise ServiceUnavailableError("the broker is shutting down")
+        return await cast("Callable[..., Any]", function)(front, *args, **kwargs)
+
+    return cast("Method[P, R]", checked)
+
+
+class BrokerFront:
+    """The operations of one broker, each handed to its concept under its role rule."""
+
+    roles: RoleGate
+    appender: Appender
+    sending: SendPath
+    send_backs: SendBack
+    pulls: PullPath
+    pops: PopPath
+    dead_letters: DeadLetters
+    catalog: Catalog
+    membership: Membership
+    resets: OffsetResets
+    transactions: TransactionService
+    store: MessageStore
+    topics: TopicManager
+    groups: GroupManager
+    _shared: Shared
+
+    # -- sending (sending.py, SendPath) --
+
+    send = delegate("sending", SendPath.send)
+    send_now = delegate("sending", SendPath.send_now)
+    send_now_many = delegate("sending", SendPath.send_now_many)
+    settle = delegate("sending", SendPath.settle)
+    recall = delegate("sending", SendPath.recall)
+    append_internal = delegate("appender", Appender.append_internal)
+
+    # -- send_backs (sendback.py, SendBack) --
+
+    send_back = master_only("send back goes to its master")(
+        delegate("send_backs", SendBack.send_back)
+    )
+
+    # -- pulls (pulling.py, PullPath) --
+
+    pull = delegate("pulls", PullPath.pull)
+    pull_now = delegate("pulls", PullPath.pull_now)
+    commit_offsets = delegate("pulls", PullPath.commit_offsets)
+    query_offset = delegate("pulls", PullPath.query_offset)
+
+    # -- pops (popping.py, PopPath) --
+
+    pop = pops_while_master_away(delegate("pops", PopPath.pop))
+    pop_now = pops_while_master_away(delegate("pops", PopPath.pop_now))
+    ack = pops_while_master_away(delegate("pops", PopPath.ack))
+    change_invisible = pops_while_master_away(delegate("pops", PopPath.change_invisible))
+
+    # -- dead_letters (deadletters.py, DeadLetters) --
+
+    dead_letter = master_only("dead letter goes to its master")(
+        delegate("dead_letters", DeadLetters.dead_letter)
+    )
+    forward_to_dead_letter = master_only("forward to dead letter goes to its master")(
+        delegate("dead_letters", DeadLetters.forward_to_dead_letter)
+    )
+    redrive = master_only("redrive goes to its master")(
+        delegate("dead_letters", DeadLetters.redrive)
+    )
+    redriven = delegate("dead_letters", DeadLetters.redriven)
+
+    # -- catalog (catalog.py, Catalog) --
+
+    create_topic = master_only("create topic goes to its master")(
+        delegate("catalog", Catalog.create_topic)
+    )
+    update_topic = master_only("update topic goes to its master")(
+        delegate("catalog", Catalog.update_topic)
+    )
+    delete_topic = master_only("delete topic goes to its master")(
+        delegate("catalog", Catalog.delete_topic)
+    )
+    create_group = master_only("create group goes to its master")(
+        delegate("catalog", Catalog.create_group)
+    )
+    delete_group = master_only("delete group goes to its master")(
+        delegate("catalog", Catalog.delete_group)
+    )
+    require_group = delegate("catalog", Catalog.require_group)
+    report_outcomes = delegate("catalog", Catalog.report_outcomes)
+    message_history = delegate("catalog", Catalog.message_history)
+    browse = delegate("catalog", Catalog.browse)
+    query_messages = delegate("catalog", Catalog.query_messages)
+    queue_status = delegate("catalog", Catalog.queue_status)
+    status = delegate("catalog", Catalog.status)
+
+    # -- membership (membership.py, Membership) --
+
+    heartbeat = delegate("membership", Membership.heartbeat)
+    unregister = delegate("membership", Membership.unregister)
+    lock_queues = delegate("membership", Membership.lock_queues)
+    unlock_queues = delegate("membership", Membership.unlock_queues)
+    consumer_ids = delegate("membership", Membership.consumer_ids)
+    heartbeat_producer = delegate("membership", Membership.heartbeat_producer)
+    unregister_producer = delegate("membership", Membership.unregister_producer)
+
+    # -- resets (resets.py, OffsetResets) --
+
+    reset_offsets = master_only("reset offsets goes to its master")(
+        delegate("resets", OffsetResets.reset)
+    )
+
+    # -- transactions (transactions/service.py, TransactionService) --
+
+    end_transaction = _while_open(
+        master_only("end transactions on its master")(
+            delegate("transactions", TransactionService.end)
+        )
+    )
+    transaction_state = delegate("transactions", TransactionService.state)
+
+    # -- what the servers read (no adapter reaches into the parts: tests/test_front.py) --
+
+    def list_topics(self) -> list[TopicConfig]:
+        """Every topic, sorted by name (listings, registration with the name server)."""
+        return self.topics.all()
+
+    def topic(self, name: str) -> TopicConfig | None:
+        """The topic called ``name``, or None."""
+        return self.topics.get(name)
+
+    def require_topic(self, name: str) -> TopicConfig:
+        """The topic called ``name``; TopicNotFoundError when there is none."""
+        return self.topics.require(name)
+
+    def list_groups(self) -> list[GroupConfig]:
+        """Every consumer group, sorted by name (listings)."""
+        return self.groups.all()
+
+    @property
+    def write_position(self) -> int:
+        """The end of the commit log: where the next record goes (a promotion's answer)."""
+        return self.store.write_position
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """``(min offset, max offset)`` of one queue: what retention kept and where the next
+        message goes."""
+        store = self.store
+        return store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+
+    def message_id_at(self, physical_offset: int) -> str | None:
+        """The id of the message stored at ``physical_offset`` in the commit log, or None
+        when nothing readable is there (removed by retention, or not a record's start): how
+        RocketMQ's remoting clients name a message (its offsetMsgId) for send-back and
+        ``VIEW_MESSAGE_BY_ID`` (docs/remoting.md)."""
+        record = self.store.read_message(physical_offset)
+        return record.message_id if record is not None and record.message_id else None
+
+    def store_statistics(self) -> StoreStatistics:
+        """The store's figures and health (failure, refusing writes, positions, disk)."""
+        return self.store.statistics()
