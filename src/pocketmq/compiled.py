@@ -46,15 +46,23 @@ def source_digest(*paths: str) -> str:
     return digest.hexdigest()
 
 
-def _origins(names: tuple[str, ...]) -> list[str] | None:
-    """The source files of modules ``names``, or None when one is not a ``.py`` file."""
+def _origins(twin: ModuleType, names: tuple[str, ...]) -> list[str] | None:
+    """The source files of modules ``names``, or None when one is not a ``.py`` file. Found
+    beside the twin by path, not with ``find_spec``, which would import each module's parent
+    packages: a producer loading a compiled group shared with the consumer must not import
+    the consumer package (tests/cli/test_startup.py)."""
+    twin_file = getattr(twin, "__file__", None)
+    if not twin_file:
+        return None
+    root = os.path.dirname(os.path.abspath(twin_file))
+    for _ in range(twin.__name__.count(".")):
+        root = os.path.dirname(root)  # the directory holding the twin's top package
     origins = []
     for name in names:
-        spec = importlib.util.find_spec(name)
-        origin = spec.origin if spec is not None else None
-        if origin is None or not origin.endswith(".py"):
+        path = os.path.join(root, *name.split(".")) + ".py"
+        if not os.path.isfile(path):
             return None
-        origins.append(origin)
+        origins.append(path)
     return origins
 
 
@@ -73,7 +81,7 @@ def load(name: str) -> ModuleType:
             compiled = None
         if compiled is not None:
             group: tuple[str, ...] = getattr(compiled, "SOURCE_GROUP", (name,))
-            origins = _origins(group)
+            origins = _origins(compiled, group)
             built_from = getattr(compiled, "SOURCE_DIGEST", None)
             if origins is None or built_from == source_digest(*origins):
                 COMPILED.append(name)
