@@ -20,10 +20,18 @@ from pocketmq.errors import InvalidArgumentError
 
 __all__ = [
     "DLQ_PREFIX",
+    "HALF_TOPIC",
+    "HISTORY_TOPIC",
     "MAX_GROUP_LENGTH",
     "MAX_NAME_LENGTH",
+    "OP_TOPIC",
+    "REDRIVE_AUDIT_TOPIC",
     "RETRY_PREFIX",
+    "SCHEDULE_TOPIC",
+    "SYSTEM_PREFIX",
     "SYSTEM_PREFIXES",
+    "TIMER_TOPIC",
+    "TOMBSTONE_TOPIC",
     "is_storable_topic",
     "validate_group_name",
     "validate_stored_topic",
@@ -34,7 +42,26 @@ __all__ = [
 MAX_NAME_LENGTH: Final = 127
 RETRY_PREFIX: Final = "%RETRY%"
 DLQ_PREFIX: Final = "%DLQ%"
-SYSTEM_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, "%SYS%")
+#: The prefix of the broker's own topics, below (no user may create or send to one).
+SYSTEM_PREFIX: Final = "%SYS%"
+SYSTEM_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX)
+
+# The reserved topics, each written in this one place (the store, the broker's services and
+# the pipeline's schemas all name them; docs/storage-format.md §1, docs/semantics.md).
+#: A topic's end: a record whose body is the deleted topic's name (the store's tombstone).
+TOMBSTONE_TOPIC: Final = SYSTEM_PREFIX + "TOMBSTONE"
+#: The broker's attempt ledger: one queue per broker, one record per batch of attempts.
+HISTORY_TOPIC: Final = SYSTEM_PREFIX + "HISTORY"
+#: Delayed messages by delay level (one queue per level).
+SCHEDULE_TOPIC: Final = SYSTEM_PREFIX + "SCHEDULE"
+#: Messages due at an arbitrary time (the timer wheel's log).
+TIMER_TOPIC: Final = SYSTEM_PREFIX + "TIMER"
+#: Prepared (half) transactional messages, waiting for a commit or a rollback.
+HALF_TOPIC: Final = SYSTEM_PREFIX + "TRANS_HALF"
+#: The transactions' operation log: which half messages are decided.
+OP_TOPIC: Final = SYSTEM_PREFIX + "TRANS_OP"
+#: The audit trail of dead letters an operator re-sent.
+REDRIVE_AUDIT_TOPIC: Final = SYSTEM_PREFIX + "REDRIVE"
 #: The longest group name whose ``%RETRY%`` and ``%DLQ%`` topics still fit the store.
 MAX_GROUP_LENGTH: Final = MAX_NAME_LENGTH - max(len(RETRY_PREFIX), len(DLQ_PREFIX))
 

@@ -24,7 +24,6 @@ __all__ = [
     "PROP_KEYS",
     "PROP_TAGS",
     "PROP_UNIQ_KEY",
-    "TOMBSTONE_TOPIC",
     "RecordError",
     "RecordSkim",
     "compute_tag_code",
@@ -46,7 +45,6 @@ MAX_TOPIC_LENGTH: Final = 127
 PROP_UNIQ_KEY: Final = "UNIQ_KEY"
 PROP_KEYS: Final = "KEYS"
 PROP_TAGS: Final = "TAGS"
-TOMBSTONE_TOPIC: Final = "%SYS%TOMBSTONE"
 """A record in this topic (body: a topic name, UTF-8) ends that topic: replaying the log forgets
 the topic's earlier records (docs/storage-format.md §1)."""
 

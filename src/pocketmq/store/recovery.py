@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pocketmq.errors import StoreCorruptedError
+from pocketmq.names import TOMBSTONE_TOPIC
 from pocketmq.store.checkpoint import Checkpoint
 from pocketmq.store.commitlog import CommitLog, Damage
 from pocketmq.store.config import RecoveryMode
 from pocketmq.store.consumequeue import ConsumeQueue
 from pocketmq.store.index import IndexService, id_key, topic_key
 from pocketmq.store.quarantine import LostEntry, Quarantine, QuarantinedRange
-from pocketmq.store.record import PROP_KEYS, PROP_UNIQ_KEY, TOMBSTONE_TOPIC
+from pocketmq.store.record import PROP_KEYS, PROP_UNIQ_KEY
 
 __all__ = ["Recovery", "RecoveryReport", "set_aside"]
 
