@@ -23,9 +23,9 @@ from pocketmq.errors import (
     BrokerError,
     Code,
     InvalidArgumentError,
+    LocalProtocolError,
     MessageNotFoundError,
     PocketMQError,
-    ProtocolError,
     UnsupportedError,
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
@@ -85,7 +85,7 @@ def broker_handlers(
 
     def hello(conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
         if req.protocol_version != PROTOCOL_VERSION:
-            raise ProtocolError(
+            raise LocalProtocolError(
                 f"protocol version {req.protocol_version} is not supported (this broker speaks "
                 f"{PROTOCOL_VERSION})"
             )
