@@ -29,7 +29,17 @@ ALLOWED: dict[str, set[str]] = {
     "bench": {"*"},
 }
 # top-level modules every layer may use: pure values and functions, no I/O
-SHARED = {"compiled", "contract", "errors", "ids", "names", "properties", "routing", "version"}
+SHARED = {
+    "compiled",
+    "contract",
+    "errors",
+    "ids",
+    "lazy",
+    "names",
+    "properties",
+    "routing",
+    "version",
+}
 NETWORKING = {"socket", "ssl", "selectors", "asyncio", "http", "urllib", "grpc", "socketserver"}
 FORBIDDEN_STDLIB: dict[str, set[str]] = {
     "store": NETWORKING,
