@@ -38,6 +38,7 @@ SHARED = {
     "names",
     "properties",
     "routing",
+    "settings",
     "version",
 }
 NETWORKING = {"socket", "ssl", "selectors", "asyncio", "http", "urllib", "grpc", "socketserver"}
