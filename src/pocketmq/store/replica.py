@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Final
 
 from pocketmq.errors import StoreError
 from pocketmq.names import TOMBSTONE_TOPIC
+from pocketmq.properties import KEYS, MESSAGE_ID
 from pocketmq.store.consumequeue import ENTRY
 from pocketmq.store.files import atomic_write, fsync_directory
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.quarantine import QuarantinedRange
 from pocketmq.store.record import (
     BLANK_MAGIC,
-    PROP_KEYS,
-    PROP_UNIQ_KEY,
     RecordError,
     RecordSkim,
     skim_record,
@@ -125,10 +124,10 @@ class ReplicaWriter:
                 if run is not None:
                     store.queue(*key).put(run[0], b"".join(run[1]))
                 runs[key] = (record.queue_offset, [entry])
-            message_id = record.properties.get(PROP_UNIQ_KEY, "")
+            message_id = record.properties.get(MESSAGE_ID, "")
             if message_id:
                 index_entries.append((id_key(message_id), record.physical_offset))
-            keys = record.properties.get(PROP_KEYS, "")
+            keys = record.properties.get(KEYS, "")
             if keys:
                 index_entries.extend(
                     (topic_key(record.topic, k), record.physical_offset) for k in keys.split()

@@ -392,10 +392,6 @@ class MessageStore:
         queue = self._queues.get((topic, queue_id))
         return queue.min_offset if queue else 0
 
-    def queue_ids(self, topic: str) -> list[int]:
-        """The queue ids the store holds data for in ``topic``."""
-        return sorted(q for (t, q) in self._queues if t == topic)
-
     # -- replication (docs/replication.md) -------------------------------------------------
 
     def append_replica(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from pocketmq.names import is_storable_topic
+from pocketmq.properties import KEYS, MESSAGE_ID, TAGS
 from pocketmq.store.commitlog import Segment
 from pocketmq.store.consumequeue import ENTRY, GROW_MAX, ConsumeQueue
 from pocketmq.store.files import SyncError
@@ -29,9 +30,6 @@ from pocketmq.store.message import (
 from pocketmq.store.openfiles import QueueFile
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
     compute_tag_code,
     encode_properties,
     encode_record_fast,
@@ -272,7 +270,7 @@ class Writer:
         props = message.properties
         code = message.tag_code
         if code is None:
-            code = compute_tag_code(props.get(PROP_TAGS))
+            code = compute_tag_code(props.get(TAGS))
         store_host = self._store_host
         prefix, meta = encode_record_fast(
             topic_block(message.topic),
@@ -302,8 +300,8 @@ class Writer:
                 batch.position,
                 size,
                 code,
-                props.get(PROP_UNIQ_KEY, ""),
-                props.get(PROP_KEYS, ""),
+                props.get(MESSAGE_ID, ""),
+                props.get(KEYS, ""),
             )
         )
         batch.position += size
