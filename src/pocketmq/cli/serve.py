@@ -142,7 +142,8 @@ def build_config(
         overrides["tls_key"] = tls_key
     # the file's [server] settings and the options are checked together, once (AppConfig's
     # __post_init__): a TLS key on the command line completes a certificate in the file
-    config = _apply(AppConfig(broker=broker), {**app_values, **overrides}, "server")
+    together = {**app_values, **overrides, "broker": msgspec.to_builtins(broker)}
+    config = _apply(AppConfig(), together, "server")
     try:
         config.tls_context()
         if config.controller:
