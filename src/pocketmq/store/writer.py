@@ -226,19 +226,12 @@ class Writer:
         if batch.position + size <= batch.segment_end:
             return True
         commitlog = self._commitlog
-        try:
-            self._write_pieces(batch.segment, batch.chunk_start, batch.pieces)
-            batch.written.extend(batch.pending)
-        except OSError as exc:
-            self._fail_pending(batch.pending, batch.results, exc)
-            batch.position = batch.chunk_start
+        lost = self._write_chunk(batch)
+        if lost is not None:
             batch.segment = None
-            batch.failure = (self._status_for(exc), str(exc))
+            batch.failure = (self._status_for(lost), str(lost))
             batch.refuse(number, *batch.failure)
             return False
-        finally:
-            batch.pieces.clear()
-            batch.pending.clear()
         commitlog.write_position = batch.position
         try:
             commitlog.seal(batch.segment)
@@ -306,16 +299,28 @@ class Writer:
         )
         batch.position += size
 
+    def _write_chunk(self, batch: _Batch) -> OSError | None:
+        """Write what is encoded since the chunk began (one ``pwrite``): its messages become
+        written, or are answered with the error, which is returned (the log's end stays at
+        the chunk's start)."""
+        assert batch.segment is not None
+        try:
+            self._write_pieces(batch.segment, batch.chunk_start, batch.pieces)
+            batch.written.extend(batch.pending)
+        except OSError as exc:
+            self._fail_pending(batch.pending, batch.results, exc)
+            batch.position = batch.chunk_start
+            return exc
+        finally:
+            batch.pieces.clear()
+            batch.pending.clear()
+        return None
+
     def _finish(self, batch: _Batch, now_ms: int) -> None:
         """Write the last chunk, move the log's end, dispatch what is written, wake the
         flusher when enough is dirty."""
-        if batch.segment is not None and batch.pending:
-            try:
-                self._write_pieces(batch.segment, batch.chunk_start, batch.pieces)
-                batch.written.extend(batch.pending)
-            except OSError as exc:
-                self._fail_pending(batch.pending, batch.results, exc)
-                batch.position = batch.chunk_start
+        if batch.pending:
+            self._write_chunk(batch)
         self._commitlog.write_position = batch.position
         if batch.written:
             try:
