@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Final
+from typing import Final, TypeGuard
 
 from pocketmq.errors import InvalidArgumentError
 
@@ -69,8 +69,9 @@ _STORED: Final = re.compile(rf"[A-Za-z0-9_%|\-]{{1,{MAX_NAME_LENGTH}}}")
 _ALPHABET: Final = "letters, digits, '_', '-', '|' or '%'"
 
 
-def is_storable_topic(name: object) -> bool:
-    """Whether the store can keep records under ``name`` (system topics included)."""
+def is_storable_topic(name: object) -> TypeGuard[str]:
+    """Whether the store can keep records under ``name`` (system topics included); a true
+    answer also tells a type checker that ``name`` is a string."""
     return isinstance(name, str) and _storable(name)
 
 
@@ -84,15 +85,19 @@ def validate_stored_topic(name: object) -> None:
     """A topic a client may *name* (subscribe, commit an offset, peek): user topics and the
     broker's derived ones (``%RETRY%<group>``); whether it may be read is the broker's call."""
     if not is_storable_topic(name):
-        raise InvalidArgumentError(
-            f"topic name {name!r} must be 1-{MAX_NAME_LENGTH} characters of {_ALPHABET}"
-        )
+        raise _not_storable(name)
+
+
+def _not_storable(name: object) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"topic name {name!r} must be 1-{MAX_NAME_LENGTH} characters of {_ALPHABET}"
+    )
 
 
 def validate_topic_name(name: object) -> None:
     """A topic a user may create: storable, and not one of the broker's reserved prefixes."""
-    validate_stored_topic(name)
-    assert isinstance(name, str)
+    if not is_storable_topic(name):
+        raise _not_storable(name)
     if name.startswith(SYSTEM_PREFIXES):
         raise InvalidArgumentError(f"topic name {name!r} uses a reserved prefix")
 
@@ -104,7 +109,6 @@ def validate_group_name(name: object) -> None:
         raise InvalidArgumentError(
             f"group name {name!r} must be 1-{MAX_GROUP_LENGTH} characters of {_ALPHABET}"
         )
-    assert isinstance(name, str)
     if name.startswith(SYSTEM_PREFIXES):
         raise InvalidArgumentError(f"group name {name!r} uses a reserved prefix")
     if len(name) > MAX_GROUP_LENGTH:
