@@ -15,30 +15,28 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "pocketmq"
 
 # package -> pocketmq packages it may import (itself and ``errors`` always allowed)
 ALLOWED: dict[str, set[str]] = {
+    # the values every layer trades (messages, outcomes, groups, clients, transactions): pure,
+    # they import nothing of pocketmq but ``errors`` (docs/design.md, "Layers")
+    "model": set(),
     "store": set(),
-    "protocol": set(),
-    "broker": {"store"},
-    "server": {"broker", "protocol"},
-    "client": {"protocol"},
+    "protocol": {"model"},  # the native protocol carries the message values as they are
+    "broker": {"store", "model"},
+    "server": {"broker", "protocol", "model"},
+    "client": {"protocol", "model"},
     "reliability": {"client"},  # never the wire protocol: it works through the SDK
     "pipeline": {"client", "reliability"},  # through the SDK and the toolkit only
-    # a gRPC gateway: the server's gRPC adapter over the SDK's native connection (docs/proxy.md)
-    "proxy": {"server", "broker", "client", "protocol"},
-    "testing": {"server", "broker", "store", "client", "protocol"},
+    # a gRPC gateway: the server's gRPC adapter over the SDK's native connection (docs/proxy.md);
+    # never the broker core (nor, through it, the store): the port speaks pocketmq.model
+    "proxy": {"server", "client", "protocol", "model"},
+    "testing": {"server", "broker", "store", "client", "protocol", "model"},
     "cli": {"*"},
     "bench": {"*"},
 }
-# top-level modules every layer may use: pure values and functions, no I/O
+# top-level modules every layer may use: pure values and functions, no I/O (``batching``: the
+# one-request-in-flight merge, asyncio futures only)
 SHARED = {
-    "compiled",
-    "contract",
-    "errors",
-    "ids",
-    "lazy",
-    "names",
-    "properties",
-    "routing",
-    "settings",
+    *("batching", "compiled", "contract", "errors", "ids", "names", "properties", "routing"),
+    *("lazy", "settings"),
     "version",
 }
 NETWORKING = {"socket", "ssl", "selectors", "asyncio", "http", "urllib", "grpc", "socketserver"}
@@ -46,6 +44,7 @@ FORBIDDEN_STDLIB: dict[str, set[str]] = {
     "store": NETWORKING,
     "protocol": NETWORKING | {"threading", "os"},
     "broker": NETWORKING - {"asyncio"},
+    "model": NETWORKING | {"threading", "os"},
 }
 
 
@@ -166,3 +165,21 @@ def test_the_two_protocol_servers_do_not_import_each_other(path: Path) -> None:
                 f"{path.relative_to(SRC)}:{lineno} imports {module}; server/listening.py "
                 "is shared by both protocol servers and imports neither"
             )
+
+
+# The gRPC adapter speaks to a broker only through its port (server/grpc/port.py), so it runs the
+# same over the broker in process and over the proxy's native connection: it never imports the
+# native server, whose handlers, conversions and connections are that other adapter's
+# (docs/design.md, "Layers").
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_grpc_adapter_does_not_import_the_native_server(path: Path) -> None:
+    parts = path.relative_to(SRC).parts
+    if parts[:2] != ("server", "grpc"):
+        return
+    for lineno, module in _imports(path):
+        assert not module.startswith("pocketmq.server.native"), (
+            f"{path.relative_to(SRC)}:{lineno} imports {module}; server/grpc must not import "
+            "server/native (the two adapters meet at the broker's port)"
+        )

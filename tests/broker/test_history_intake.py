@@ -9,7 +9,7 @@ import pytest
 
 from pocketmq.broker import Broker, BrokerConfig
 from pocketmq.broker import history as history_module
-from pocketmq.broker.history import Attempt
+from pocketmq.model import Attempt
 
 
 def _successes(count: int) -> list[Attempt]:

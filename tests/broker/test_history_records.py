@@ -9,8 +9,9 @@ import msgspec
 
 from pocketmq import properties as props
 from pocketmq.broker import Broker, BrokerConfig
-from pocketmq.broker.history import HISTORY_TOPIC, Attempt, decode_attempts
+from pocketmq.broker.history import HISTORY_TOPIC, decode_attempts
 from pocketmq.client.admin_types import DeliveryAttempt, StoredMessage
+from pocketmq.model import Attempt
 from pocketmq.store import StoreMessage
 
 

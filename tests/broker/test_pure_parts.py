@@ -85,15 +85,14 @@ def test_receipt_handles_round_trip_and_reject_garbage() -> None:
 def test_attempt_records_written_before_message_group_still_decode() -> None:
     import msgspec
 
-    from pocketmq.broker.history import Attempt
+    from pocketmq.model import Attempt
     from pocketmq.protocol import decode_body
-    from pocketmq.protocol.structs import AttemptRecord
 
     old = msgspec.msgpack.encode(["id", "g", "t", 1, "c", "SUCCESS", "", 10, 20])
     assert msgspec.msgpack.decode(old, type=Attempt).message_group == ""
-    assert decode_body(old, AttemptRecord).message_group == ""
+    assert decode_body(old, Attempt).message_group == ""
     new = msgspec.msgpack.encode(Attempt("id", "g", "t", 1, "c", "DLQ", "e", 10, 20, "acct-1"))
-    assert decode_body(new, AttemptRecord).message_group == "acct-1"  # same field order
+    assert decode_body(new, Attempt).message_group == "acct-1"  # same field order
 
 
 def test_an_exponential_retry_that_never_gives_up_does_not_overflow() -> None:

@@ -20,7 +20,7 @@ class FakeBroker:
         self.requests: list[list[bytes]] = []
         self.gates: list[asyncio.Event] = []
 
-    async def send_batch(self, topic: str, wires: list[w.WireMessage]) -> list[SendResult]:
+    async def send_batch(self, topic: str, wires: list[w.InboundMessage]) -> list[SendResult]:
         self.requests.append([wire.body for wire in wires])
         gate = asyncio.Event()
         self.gates.append(gate)
@@ -37,8 +37,8 @@ class FakeBroker:
         ]
 
 
-def _wire(body: str) -> w.WireMessage:
-    return w.WireMessage("orders", body.encode())
+def _wire(body: str) -> w.InboundMessage:
+    return w.InboundMessage("orders", body.encode())
 
 
 async def _settle() -> None:
@@ -92,7 +92,7 @@ async def test_a_failed_batch_fails_each_of_its_sends_and_the_next_still_leaves(
     calls: list[list[bytes]] = []
     release = asyncio.Event()
 
-    async def failing(topic: str, wires: list[w.WireMessage]) -> list[SendResult]:
+    async def failing(topic: str, wires: list[w.InboundMessage]) -> list[SendResult]:
         calls.append([wire.body for wire in wires])
         await release.wait()
         raise ConnectionError("broker gone")
@@ -113,7 +113,7 @@ async def test_a_lone_send_is_made_by_its_callers_own_task_and_a_flush_waits_for
     senders: list[asyncio.Task[object] | None] = []
     send_batch = broker.send_batch
 
-    async def recording(topic: str, wires: list[w.WireMessage]) -> list[SendResult]:
+    async def recording(topic: str, wires: list[w.InboundMessage]) -> list[SendResult]:
         senders.append(asyncio.current_task())
         return await send_batch(topic, wires)
 

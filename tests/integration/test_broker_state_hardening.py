@@ -122,7 +122,7 @@ async def _receive_delayed(broker: BrokerProcess, level_2: bool = True) -> list[
             )
     if level_2:
         async with Admin(servers=broker.address) as admin:
-            wire = w.WireMessage("later", b"level-2", {props.DELAY_LEVEL: "2"})
+            wire = w.InboundMessage("later", b"level-2", {props.DELAY_LEVEL: "2"})
             reply = await admin._call(
                 broker.address, RequestCode.SEND, w.SendRequest([wire]), w.SendResponse
             )
@@ -166,7 +166,7 @@ async def _dead_letters(broker: BrokerProcess, count: int) -> list[int]:
     async with Admin(servers=broker.address) as admin:
         for start in range(0, count, 256):
             wires = [
-                w.WireMessage(
+                w.InboundMessage(
                     "%RETRY%g",
                     b"dead %d" % n,
                     {

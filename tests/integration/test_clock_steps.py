@@ -84,7 +84,7 @@ async def test_a_step_back_of_the_wall_clock_does_not_hold_a_delayed_message(
     async with Admin(servers=broker.address) as admin:
         await admin.create_topic("steps", queues=1)
         # a raw frame: the SDK has no delay levels (the 4.x clients send them like this)
-        wire = w.WireMessage("steps", b"x", {props.DELAY_LEVEL: "2"})
+        wire = w.InboundMessage("steps", b"x", {props.DELAY_LEVEL: "2"})
         reply = await admin._call(
             broker.address, RequestCode.SEND, w.SendRequest([wire]), w.SendResponse
         )

@@ -102,12 +102,12 @@ async def test_out_of_range_fields_fail_alone_in_a_batch(
     connection = await _connection(broker)
     try:
         messages = [
-            w.WireMessage(topic, b"good", {"UNIQ_KEY": "edge-good-" + topic}),
-            w.WireMessage(topic, b"flags", flags=2**40),
-            w.WireMessage(topic, b"born", born_timestamp=-1),
-            w.WireMessage(topic, b"born", born_timestamp=2**64 - 1),
-            w.WireMessage(topic, b"prop", {"": "empty name"}),
-            w.WireMessage(topic, b"good too"),
+            w.InboundMessage(topic, b"good", {"UNIQ_KEY": "edge-good-" + topic}),
+            w.InboundMessage(topic, b"flags", flags=2**40),
+            w.InboundMessage(topic, b"born", born_timestamp=-1),
+            w.InboundMessage(topic, b"born", born_timestamp=2**64 - 1),
+            w.InboundMessage(topic, b"prop", {"": "empty name"}),
+            w.InboundMessage(topic, b"good too"),
         ]
         reply = await connection.request(
             RequestCode.SEND, w.SendRequest(messages), w.SendResponse, 5

@@ -18,11 +18,11 @@ from pocketmq.protocol import (
     encode_body,
     encode_frame,
 )
-from pocketmq.protocol.structs import SendRequest, WireMessage
+from pocketmq.protocol.structs import InboundMessage, SendRequest
 
 
 def test_a_frame_round_trips() -> None:
-    body = encode_body(SendRequest(messages=[WireMessage(topic="t", body=b"x")]))
+    body = encode_body(SendRequest(messages=[InboundMessage(topic="t", body=b"x")]))
     raw = encode_frame(FrameKind.REQUEST, RequestCode.SEND, 7, body)
     [frame] = FrameDecoder().feed(raw)
     assert (frame.kind, frame.code, frame.request_id) == (0, RequestCode.SEND, 7)

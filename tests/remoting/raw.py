@@ -44,3 +44,68 @@ def ask(
                 assert answer.is_response
                 assert answer.opaque == 4242
                 return answer
+
+
+class Session:
+    """One long-lived remoting connection, as a client keeps it: requests pipelined (each its
+    own opaque), responses matched by opaque in any order, and the server's own requests on it
+    (``NOTIFY_CONSUMER_IDS_CHANGED``) kept in :attr:`pushed`."""
+
+    def __init__(
+        self, address: str, timeout: float = 10.0, keys: tuple[str, str] | None = None
+    ) -> None:
+        host, port = address.rsplit(":", 1)
+        self.keys = keys  # every request signed with them
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._decoder = RemotingFrameDecoder()
+        self._next = 1
+        self.answers: dict[int, RemotingCommand] = {}
+        self.pushed: list[RemotingCommand] = []
+
+    def send(
+        self,
+        code: int,
+        fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        oneway: bool = False,
+    ) -> int:
+        """Send a request; returns its opaque."""
+        opaque, self._next = self._next, self._next + 1
+        fields = signed(fields or {}, self.keys, body)
+        command = RemotingCommand(code, opaque, 2 if oneway else 0, fields, body=body)
+        self.sock.sendall(encode_command(command))
+        return opaque
+
+    def answer(self, opaque: int) -> RemotingCommand:
+        """The response to request ``opaque`` (waiting for it up to the socket's timeout)."""
+        while opaque not in self.answers:
+            self._read()
+        return self.answers.pop(opaque)
+
+    def call(
+        self, code: int, fields: dict[str, str] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        """Send a request and wait for its response."""
+        return self.answer(self.send(code, fields, body))
+
+    def wait_push(self, code: int) -> RemotingCommand:
+        """The next request of ``code`` the server sent on this connection."""
+        while True:
+            for index, command in enumerate(self.pushed):
+                if command.code == code:
+                    return self.pushed.pop(index)
+            self._read()
+
+    def _read(self) -> None:
+        data = self.sock.recv(1 << 20)
+        assert data, "the server closed the connection"
+        for command in self._decoder.feed(data):
+            if command.is_response:
+                self.answers[command.opaque] = command
+            else:
+                self.pushed.append(command)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.sock.close()

@@ -185,12 +185,16 @@ def test_no_broker_registers_over_remoting(deployment: Deployment) -> None:
     assert [b["brokerName"] for b in brokers] == ["broker-a"]
 
 
-def test_the_broker_s_port_sniffs_remoting_and_serves_no_request_yet(
-    deployment: Deployment,
-) -> None:
-    answer = ask(deployment.broker.address, RC.HEART_BEAT, keys=ALICE)
+def test_the_broker_s_port_sniffs_remoting_and_serves_it(deployment: Deployment) -> None:
+    # a consumer's request is served (docs/remoting.md, "Broker, consumer side")
+    answer = ask(
+        deployment.broker.address, RC.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"}, keys=ALICE
+    )
+    assert (answer.code, answer.ext_fields.get("offset")) == (R.SUCCESS, "0")
+    # a request no broker serves is refused as RocketMQ refuses it
+    answer = ask(deployment.broker.address, RC.REGISTER_BROKER, keys=ALICE)
     assert answer.code == R.REQUEST_CODE_NOT_SUPPORTED
-    assert answer.remark == " request type 34 not supported"
+    assert answer.remark == " request type 103 not supported"
     # and the native SDK keeps working on both ports
     keys = (
         ClientConfig(access_key=ROOT[0], secret_key=ROOT[1]) if deployment.authentication else None

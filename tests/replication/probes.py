@@ -62,7 +62,7 @@ class Prober:
             RequestCode.BROKER_STATUS, w.Empty(), w.BrokerStatusResponse, 2.0
         )
         self.roles.append(str(status.replication.get("role")))
-        request = w.SendRequest([w.WireMessage(self.topic, body)])
+        request = w.SendRequest([w.InboundMessage(self.topic, body)])
         try:
             reply = await connection.request(RequestCode.SEND, request, w.SendResponse, 2.0)
         except PocketMQError as exc:

@@ -173,7 +173,7 @@ class DirectWriter:
             while not self._stop.is_set():
                 body = f"{self.tag}{number}".encode()
                 number += 1
-                request = w.SendRequest([w.WireMessage("T", body)])
+                request = w.SendRequest([w.InboundMessage("T", body)])
                 try:
                     reply = await admin._call(
                         self.address, RequestCode.SEND, request, w.SendResponse

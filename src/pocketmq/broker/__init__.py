@@ -1,26 +1,27 @@
 """The protocol-agnostic broker core: topics, groups, send, pull, pop/ack, offsets, membership.
 
 Both the native TCP server and the gRPC adapter drive a :class:`Broker`; neither reaches into the
-store directly.
+store directly. The values they trade with it live in :mod:`pocketmq.model`.
 """
 
 from pocketmq.broker.broker import Broker
 from pocketmq.broker.config import DEFAULT_DELAY_LEVELS, BrokerConfig
-from pocketmq.broker.consumers import ClientInfo
-from pocketmq.broker.groups import ConsumeFrom, GroupConfig, RetryPolicy
-from pocketmq.broker.history import Attempt, Outcome
-from pocketmq.broker.model import (
+from pocketmq.broker.history import Outcome
+from pocketmq.broker.resets import QueueReset, ResetTarget
+from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
+from pocketmq.model import (  # the values it trades, re-exported for callers of this face
+    Attempt,
+    ClientInfo,
+    ConsumeFrom,
     Delivered,
+    EndOutcome,
+    GroupConfig,
     InboundMessage,
     PullOutcome,
     PullStatus,
+    RetryPolicy,
     SendBatch,
     SendOutcome,
-)
-from pocketmq.broker.resets import QueueReset, ResetTarget
-from pocketmq.broker.topics import TopicConfig, TopicType, dlq_topic, retry_topic
-from pocketmq.broker.transactions import (
-    EndOutcome,
     TransactionCheck,
     TransactionState,
     TransactionStatus,

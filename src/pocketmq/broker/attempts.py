@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pocketmq.broker.model import Delivered
+from pocketmq.model.messages import Delivered
 
 __all__ = ["ReceiveAttempts"]
 

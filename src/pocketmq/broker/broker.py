@@ -49,8 +49,9 @@ from pocketmq.broker.sending import SendPath
 from pocketmq.broker.statecopy import StateCopy
 from pocketmq.broker.topics import TopicManager
 from pocketmq.broker.traffic import Traffic
-from pocketmq.broker.transactions import EndOutcome, TransactionService, TransactionStatus
+from pocketmq.broker.transactions import TransactionService
 from pocketmq.errors import ServiceUnavailableError
+from pocketmq.model.transactions import EndOutcome, TransactionStatus
 from pocketmq.store import MessageStore
 
 __all__ = ["Broker"]

@@ -11,9 +11,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from pocketmq.broker.groups import GroupConfig
-from pocketmq.broker.history import HISTORY_TOPIC, Attempt
-from pocketmq.broker.model import Delivered
+from pocketmq.broker.history import HISTORY_TOPIC
 from pocketmq.broker.parts import BROWSABLE_INTERNAL, PUT_CODES, BrokerPart
 from pocketmq.broker.replica_log import ReplicaLog
 from pocketmq.broker.replication import Role
@@ -23,6 +21,9 @@ from pocketmq.errors import (
     PreconditionFailedError,
     error_from_code,
 )
+from pocketmq.model.attempts import Attempt
+from pocketmq.model.groups import GroupConfig
+from pocketmq.model.messages import Delivered
 from pocketmq.store import PutResult
 
 __all__ = ["Catalog", "TopicChange"]

@@ -11,20 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ClientInfo", "ConsumerRegistry", "Registration"]
+from pocketmq.model.clients import ClientInfo
+
+__all__ = ["ConsumerRegistry", "Registration"]
 
 Notify = Callable[[str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class ClientInfo:
-    """Who a consumer is, for operators (the dashboard's group page, ``group status``): the
-    protocol it speaks, its language and client version, and where it connects from."""
-
-    protocol: str = "native"
-    language: str = ""
-    version: str = ""
-    address: str = ""
 
 
 @dataclass(slots=True)

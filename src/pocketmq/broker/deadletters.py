@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from pocketmq import properties as props
 from pocketmq.broker.history import Outcome
-from pocketmq.broker.model import SendOutcome
 from pocketmq.broker.parts import BrokerPart, require_dead_letter_stored
 from pocketmq.broker.pop import Handle, InFlight, PopQueue
 from pocketmq.broker.redrive import RedriveService
@@ -25,6 +24,7 @@ from pocketmq.broker.topics import (
 from pocketmq.errors import (
     InvalidArgumentError,
 )
+from pocketmq.model.messages import SendOutcome
 from pocketmq.store import (
     PutResult,
     StoredMessage,

@@ -30,10 +30,11 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from pocketmq import properties as props
+from pocketmq.model.attempts import Attempt
 from pocketmq.names import HISTORY_TOPIC
 from pocketmq.store import MessageStore, StoreMessage
 
-__all__ = ["HISTORY_TOPIC", "Attempt", "AttemptHistory", "Outcome", "decode_attempts"]
+__all__ = ["HISTORY_TOPIC", "AttemptHistory", "Outcome", "decode_attempts"]
 
 _FLUSH_AT = 256
 _SLICE = 32  # reported entries recorded and written per event-loop turn (about 0.5 ms)
@@ -52,22 +53,6 @@ class Outcome(enum.Enum):
     INVISIBLE_EXPIRED = "INVISIBLE_EXPIRED"
     DLQ = "DLQ"
     REDRIVEN = "REDRIVEN"
-
-
-class Attempt(msgspec.Struct, frozen=True, array_like=True):
-    """One history entry (module doc), encoded as an array; new fields go last with a default so
-    records written before them still decode."""
-
-    message_id: str
-    group: str
-    topic: str
-    attempt: int
-    consumer: str
-    outcome: str
-    error: str
-    delivered_at: int  # epoch ms
-    finished_at: int  # epoch ms
-    message_group: str = ""  # FIFO group ("" for normal messages); last, so old records decode
 
 
 _encode = msgspec.msgpack.Encoder().encode

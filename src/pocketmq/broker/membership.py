@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from pocketmq.broker.consumers import ClientInfo, Notify
+from pocketmq.broker.consumers import Notify
 from pocketmq.broker.parts import BrokerPart
 from pocketmq.broker.producers import CheckChannel, MayCheck
+from pocketmq.model.clients import ClientInfo
 
 __all__ = ["Membership"]
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pocketmq import properties as props
 from pocketmq.broker.consumers import Registration
-from pocketmq.broker.groups import GroupConfig
-from pocketmq.broker.history import Attempt
 from pocketmq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
+from pocketmq.model.attempts import Attempt
+from pocketmq.model.groups import GroupConfig
 from pocketmq.store import GetStatus, MessageStore
 
 if TYPE_CHECKING:

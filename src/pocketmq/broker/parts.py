@@ -22,11 +22,10 @@ from pocketmq.broker.config import BrokerConfig
 from pocketmq.broker.consumers import ConsumerRegistry
 from pocketmq.broker.durability import DurabilityWaiter
 from pocketmq.broker.flow import FlowControl
-from pocketmq.broker.groups import ConsumeFrom, GroupConfig, GroupManager
+from pocketmq.broker.groups import GroupManager
 from pocketmq.broker.history import HISTORY_TOPIC, AttemptHistory
 from pocketmq.broker.locks import QueueLocks
 from pocketmq.broker.longpoll import ArrivalNotifier
-from pocketmq.broker.model import Delivered
 from pocketmq.broker.offsets import OffsetManager
 from pocketmq.broker.pop import PopManager
 from pocketmq.broker.redrive import REDRIVE_AUDIT_TOPIC
@@ -59,6 +58,8 @@ from pocketmq.errors import (
     TopicNotFoundError,
     error_from_code,
 )
+from pocketmq.model.groups import ConsumeFrom, GroupConfig
+from pocketmq.model.messages import Delivered
 from pocketmq.store import (
     FlushMode,
     MessageStore,
@@ -361,4 +362,5 @@ class BrokerPart:
             delivery_attempt=attempt if attempt is not None else message.reconsume_times + 1,
             receipt_handle=handle,
             born_host=message.born_host,
+            broker_name=self.config.broker_name,  # the native protocol sends it as it is
         )

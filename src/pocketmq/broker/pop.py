@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from pocketmq.broker.model import Delivered
 from pocketmq.broker.offsets import parse_queue_key
 from pocketmq.broker.persist import Sink, save_json
 from pocketmq.broker.statefile import StateFile
 from pocketmq.errors import InvalidReceiptHandleError
+from pocketmq.model.messages import Delivered
 
 __all__ = ["Handle", "InFlight", "PopBatch", "PopManager", "PopQueue"]
 

@@ -16,9 +16,7 @@ from pocketmq import properties as props
 from pocketmq.broker.attempts import ReceiveAttempts
 from pocketmq.broker.deadletters import DeadLetters
 from pocketmq.broker.filtering import parse_tag_expression
-from pocketmq.broker.groups import GroupConfig
 from pocketmq.broker.history import Outcome
-from pocketmq.broker.model import Delivered
 from pocketmq.broker.parts import BrokerPart, Shared
 from pocketmq.broker.pop import Handle, InFlight, PopBatch, PopQueue
 from pocketmq.broker.topics import (
@@ -27,6 +25,8 @@ from pocketmq.broker.topics import (
 from pocketmq.errors import (
     InvalidArgumentError,
 )
+from pocketmq.model.groups import GroupConfig
+from pocketmq.model.messages import Delivered
 from pocketmq.store import (
     GetStatus,
     StoredMessage,

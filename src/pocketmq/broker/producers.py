@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pocketmq.broker.transactions import TransactionCheck
+    from pocketmq.model.transactions import TransactionCheck
 
 __all__ = ["CheckChannel", "MayCheck", "ProducerRegistry"]
 

@@ -10,11 +10,11 @@ import logging
 from collections.abc import Sequence
 
 from pocketmq.broker.filtering import parse_tag_expression
-from pocketmq.broker.model import PullOutcome, PullStatus
 from pocketmq.broker.parts import BrokerPart
 from pocketmq.errors import (
     InvalidArgumentError,
 )
+from pocketmq.model.messages import PullOutcome, PullStatus
 from pocketmq.store import (
     GetResult,
     GetStatus,

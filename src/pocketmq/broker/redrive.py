@@ -38,11 +38,11 @@ import msgspec
 
 from pocketmq import properties as props
 from pocketmq.broker.history import AttemptHistory, Outcome
-from pocketmq.broker.model import InboundMessage, SendOutcome
 from pocketmq.broker.persist import save_json
 from pocketmq.broker.statefile import StateFile
 from pocketmq.broker.topics import dlq_topic, retry_topic
 from pocketmq.errors import STORED_CODES, BrokerError
+from pocketmq.model.messages import InboundMessage, SendOutcome
 from pocketmq.names import REDRIVE_AUDIT_TOPIC
 from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import msgspec
 
 from pocketmq import properties as props
-from pocketmq.broker.model import InboundMessage, SendBatch, SendOutcome
 from pocketmq.broker.parts import HELD_TOPICS, PUT_CODES, SCHEDULE_TOPICS, BrokerPart, Shared
 from pocketmq.broker.replication import ReplicaOutcome, ReplicationMode, Role
 from pocketmq.broker.schedule import (
@@ -42,6 +41,7 @@ from pocketmq.errors import (
     TooManyRequestsError,
 )
 from pocketmq.ids import new_message_id
+from pocketmq.model.messages import InboundMessage, SendBatch, SendOutcome
 from pocketmq.routing import queue_for_group
 from pocketmq.store import (
     PutResult,

@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 
-from pocketmq.broker.model import Delivered
+from pocketmq.model.messages import Delivered
 
 __all__ = ["SIZE_BUCKETS", "Traffic"]
 

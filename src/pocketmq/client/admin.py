@@ -416,7 +416,7 @@ class Admin(ClientBase):
 
     async def _browse(
         self, address: str, topic: str, queue_id: int, offset: int, max_count: int
-    ) -> list[w.DeliveredMessage]:
+    ) -> list[w.Delivered]:
         reply = await self._call(
             address,
             RequestCode.BROWSE,

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-_decode_packed = msgspec.msgpack.Decoder(list[w.AttemptRecord]).decode
+_decode_packed = msgspec.msgpack.Decoder(list[w.Attempt]).decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,11 +230,11 @@ class DeliveryAttempt:
         try:
             records = _decode_packed(message.body)
         except msgspec.ValidationError:  # one attempt: a record written before packing
-            records = [decode_body(message.body, w.AttemptRecord)]
+            records = [decode_body(message.body, w.Attempt)]
         return [attempt_from_wire(record) for record in records]
 
 
-def attempt_from_wire(record: w.AttemptRecord) -> DeliveryAttempt:
+def attempt_from_wire(record: w.Attempt) -> DeliveryAttempt:
     """The typed value of a wire attempt record (the admin client's conversion)."""
     return DeliveryAttempt(
         record.message_id,
@@ -298,7 +298,7 @@ class StoredMessage:
         return self.properties.get(props.MESSAGE_ID, "")
 
 
-def stored_from_wire(message: w.DeliveredMessage) -> StoredMessage:
+def stored_from_wire(message: w.Delivered) -> StoredMessage:
     """The typed value of a wire message read with BROWSE (the admin client's conversion)."""
     return StoredMessage(
         message.topic,

@@ -95,7 +95,7 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
         raise InvalidArgumentError(violation.text)
 
 
-def to_wire(message: Message, message_id: str | None = None) -> w.WireMessage:
+def to_wire(message: Message, message_id: str | None = None) -> w.InboundMessage:
     """``message`` as the wire carries it: id, tag, keys, group and delivery time become
     properties; the id is assigned here once, so retries keep it.
     """
@@ -109,12 +109,12 @@ def to_wire(message: Message, message_id: str | None = None) -> w.WireMessage:
         properties[props.MESSAGE_GROUP] = message.message_group
     if message.delivery_time is not None:
         properties[props.DELIVER_TIME_MS] = str(int(message.delivery_time * 1000))
-    return w.WireMessage(
+    return w.InboundMessage(
         message.topic, bytes(message.body), properties, -1, 0, int(time.time() * 1000)
     )
 
 
-def to_view(message: w.DeliveredMessage) -> MessageView:
+def to_view(message: w.Delivered) -> MessageView:
     """A delivered message as applications see it: the original topic of a retry, system
     properties hidden.
     """

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pocketmq.model.attempts import Attempt
 from pocketmq.protocol.body import Body
-from pocketmq.protocol.messages import DeliveredMessage
+from pocketmq.protocol.messages import Delivered
 
 __all__ = [
-    "AttemptRecord",
+    "Attempt",
     "BrokerStatusResponse",
     "BrowseRequest",
     "CreateTopicResponse",
@@ -52,7 +53,7 @@ class QueryMessageRequest(Body, frozen=True):
 class QueryMessageResponse(Body, frozen=True):
     """One page of matches (also BROWSE's answer); ``more`` says the page was cut to fit a frame."""
 
-    messages: list[DeliveredMessage]
+    messages: list[Delivered]
     more: bool = False  # cut to fit a frame: ask again with skip += len(messages)
 
 
@@ -62,26 +63,10 @@ class MessageHistoryRequest(Body, frozen=True):
     message_id: str
 
 
-class AttemptRecord(Body, frozen=True):
-    """One delivery attempt as the attempt history keeps it: who got the message, when, and how it
-    ended, so an operator can see why a message was retried or dead-lettered."""
-
-    message_id: str
-    group: str
-    topic: str
-    attempt: int
-    consumer: str
-    outcome: str
-    error: str
-    delivered_at: int
-    finished_at: int
-    message_group: str = ""
-
-
 class MessageHistoryResponse(Body, frozen=True):
     """The attempts recorded for a message, oldest first."""
 
-    attempts: list[AttemptRecord]
+    attempts: list[Attempt]
 
 
 class ReportOutcomesRequest(Body, frozen=True):
@@ -90,7 +75,7 @@ class ReportOutcomesRequest(Body, frozen=True):
 
     group: str
     consumer: str
-    attempts: list[AttemptRecord]
+    attempts: list[Attempt]
 
 
 class BrowseRequest(Body, frozen=True):

@@ -5,7 +5,7 @@ the queue locks of orderly consumers.
 from __future__ import annotations
 
 from pocketmq.protocol.body import Body
-from pocketmq.protocol.messages import DeliveredMessage
+from pocketmq.protocol.messages import Delivered
 
 __all__ = [
     "AckEntry",
@@ -49,7 +49,7 @@ class PullResponse(Body, frozen=True):
     next_offset: int
     min_offset: int
     max_offset: int
-    messages: list[DeliveredMessage] = []
+    messages: list[Delivered] = []
 
 
 class PopRequest(Body, frozen=True):
@@ -70,7 +70,7 @@ class PopRequest(Body, frozen=True):
 class PopResponse(Body, frozen=True):
     """The messages taken, each with the receipt handle that acknowledges or re-hides it."""
 
-    messages: list[DeliveredMessage]
+    messages: list[Delivered]
 
 
 class AckEntry(Body, frozen=True):

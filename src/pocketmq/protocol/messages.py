@@ -1,59 +1,35 @@
 """Messages on the wire: what producers send, what consumers receive, what a send answers,
 and the transaction bodies (end, check-back, state).
+
+The messages themselves are :mod:`pocketmq.model`'s values, carried as they are (both sides decode
+them straight into what the broker stores and the SDK hands out).
 """
 
 from __future__ import annotations
 
+from pocketmq.model.messages import Delivered, InboundMessage
 from pocketmq.protocol.body import Body
 
 __all__ = [
     "CheckTransactionRequest",
-    "DeliveredMessage",
+    "Delivered",
     "EndTransactionRequest",
     "EndTransactionResponse",
+    "InboundMessage",
     "SendBackRequest",
     "SendRequest",
     "SendResponse",
     "SendResultItem",
     "TransactionStateRequest",
     "TransactionStateResponse",
-    "WireMessage",
 ]
-
-
-class WireMessage(Body, frozen=True):
-    """A message as a producer sends it; id, tag, keys and hints are properties."""
-
-    topic: str
-    body: bytes
-    properties: dict[str, str] = {}
-    queue_id: int = -1
-    flags: int = 0
-    born_timestamp: int = 0
-
-
-class DeliveredMessage(Body, frozen=True):
-    """A message as a consumer receives it."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    body: bytes
-    properties: dict[str, str]
-    born_timestamp: int
-    store_timestamp: int
-    physical_offset: int
-    delivery_attempt: int = 1
-    receipt_handle: str = ""
-    born_host: str = ""
-    broker_name: str = ""
 
 
 class SendRequest(Body, frozen=True):
     """A batch of messages stored in one request (one frame, one append); ``producer_group`` is the
     group a half message's check-back goes to."""
 
-    messages: list[WireMessage]
+    messages: list[InboundMessage]
     producer_group: str = ""
     # where the messages were born when the sender relays them (a gRPC gateway); empty: the
     # connection's own address
@@ -130,7 +106,7 @@ class CheckTransactionRequest(Body, frozen=True):
 
     producer_group: str
     transaction_id: str
-    message: DeliveredMessage
+    message: Delivered
     client_id: str = ""  # the producer asked, when one connection carries several (a gateway)
 
 

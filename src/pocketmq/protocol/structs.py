@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from pocketmq.protocol.admin import (
-    AttemptRecord,
+    Attempt,
     BrokerStatusResponse,
     BrowseRequest,
     CreateTopicResponse,
@@ -88,9 +88,10 @@ from pocketmq.protocol.membership import (
 )
 from pocketmq.protocol.messages import (
     CheckTransactionRequest,
-    DeliveredMessage,
+    Delivered,
     EndTransactionRequest,
     EndTransactionResponse,
+    InboundMessage,
     RecallRequest,
     RecallResponse,
     SendBackRequest,
@@ -99,7 +100,6 @@ from pocketmq.protocol.messages import (
     SendResultItem,
     TransactionStateRequest,
     TransactionStateResponse,
-    WireMessage,
 )
 from pocketmq.protocol.overview import (
     BrokerOverviewResponse,
@@ -114,7 +114,7 @@ __all__ = [
     "AckEntry",
     "AckRequest",
     "AckResponse",
-    "AttemptRecord",
+    "Attempt",
     "AuthenticateRequest",
     "AuthenticateResponse",
     "BrokerAddress",
@@ -129,7 +129,7 @@ __all__ = [
     "ConsumerRegistration",
     "ConsumersChangedNotice",
     "CreateTopicResponse",
-    "DeliveredMessage",
+    "Delivered",
     "Empty",
     "EndTransactionRequest",
     "EndTransactionResponse",
@@ -144,6 +144,7 @@ __all__ = [
     "HeartbeatRequest",
     "HelloRequest",
     "HelloResponse",
+    "InboundMessage",
     "ListBrokersResponse",
     "ListGroupsResponse",
     "ListTopicsResponse",
@@ -191,7 +192,6 @@ __all__ = [
     "UnregisterRequest",
     "UpdateTopicRequest",
     "UpdateTopicResponse",
-    "WireMessage",
     "WorkerFigures",
     "decode_body",
     "encode_body",

@@ -26,7 +26,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from pocketmq.proxy.batching import BATCH_BUCKETS, BatchSizes
+from pocketmq.batching import BATCH_BUCKETS, BatchSizes
 from pocketmq.server.http.metrics import rpc_latency_family
 from pocketmq.server.rpcstats import RpcLatency
 from pocketmq.version import VERSION

@@ -3,7 +3,7 @@
 :class:`RemotePort` is the :class:`~pocketmq.server.grpc.port.BrokerPort` of a ``pocketmq
 proxy`` process: every call the adapter makes becomes one native request to the broker the proxy
 fronts, on one connection that is re-opened when it drops. Sends and acks from many official
-clients are merged (:mod:`pocketmq.proxy.batching`); transaction checks the broker pushes are
+clients are merged (:mod:`pocketmq.batching`); transaction checks the broker pushes are
 handed to the official producer the broker named.
 """
 
@@ -20,27 +20,25 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from pocketmq.broker import (
+from pocketmq.batching import Batcher, BatchSizes
+from pocketmq.client.connection import ClientConnection, close_quietly, connect
+from pocketmq.errors import BrokerError, Code, error_from_code
+from pocketmq.model import (
     ClientInfo,
     Delivered,
     GroupConfig,
     InboundMessage,
     PullOutcome,
+    SendBatch,
     SendOutcome,
     TransactionCheck,
 )
-from pocketmq.client.connection import ClientConnection, close_quietly, connect
-from pocketmq.errors import BrokerError, Code, error_from_code
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.codes import RequestCode
-from pocketmq.proxy.batching import Batcher, BatchSizes
+from pocketmq.protocol.convert import group_from_spec, send_result_from_wire
+from pocketmq.server.grpc.merging import SendMerger
 from pocketmq.server.grpc.port import BrokerLimits, CheckChannel, MayCheck
 from pocketmq.server.grpc.sessions import ClientSession
-from pocketmq.server.native.convert import (
-    delivered_from_wire,
-    group_from_spec,
-    send_result_from_wire,
-)
 
 __all__ = ["RemotePort"]
 
@@ -53,9 +51,7 @@ REQUEST_TIMEOUT: Final = 5.0
 wait on top)."""
 
 MAX_BATCH: Final = 256
-"""At most this many sends or acks go in one native request."""
-MAX_BATCH_BYTES: Final = 8 * 1024 * 1024
-"""And at most about this many bytes of messages (half a frame: headers and properties fit)."""
+"""At most this many acks, or messages of several sends, go in one native request."""
 SEND_WAIT: Final = 15.0
 """Extra time a send may take to be answered: a sync flush (5 s) and a slave's copy (3 s) by
 default, with room to spare, so a slow disk is reported as the broker's status, not a timeout."""
@@ -104,13 +100,17 @@ class RemotePort:
         self._topics: tuple[float, dict[str, int]] | None = None  # (when, name -> permission)
         # (user, client id) -> producer: another user naming the same id replaces nothing
         self._producers: dict[tuple[str, str], _Producer] = {}
-        self._sends: dict[tuple[str, str], Batcher[InboundMessage, SendOutcome]] = {}
         self._acks: dict[str, Batcher[tuple[str, str], Exception | None]] = {}
         self.name = ""
         self.limits = BrokerLimits(0, 0, (1.0,), 0.0)
         self.auto_renew_invisible = 0.0
         self.advertised = ""  # the proxy's own gRPC address, set once it listens
         self.batch_sizes = BatchSizes()  # merged requests' sizes, for the proxy's /metrics
+        # every client's sends, merged into one append (server/grpc/merging.py)
+        self._sends = SendMerger(self.send_many, observe=self._observe_sends)
+
+    def _observe_sends(self, messages: int) -> None:
+        self.batch_sizes.observe("send", messages)
 
     async def start(self) -> None:
         """Connect and learn the broker's name and limits (GATEWAY_INFO)."""
@@ -175,9 +175,7 @@ class RemotePort:
         if code != RequestCode.CHECK_TRANSACTION:
             return  # rebalance notices: official consumers do not rebalance
         request = w.decode_body(body, w.CheckTransactionRequest)
-        check = TransactionCheck(
-            request.producer_group, request.transaction_id, 0, delivered_from_wire(request.message)
-        )
+        check = TransactionCheck(request.producer_group, request.transaction_id, 0, request.message)
         live = self._live_producers()
         candidates = [p for p in live if p.client_id == request.client_id]
         candidates += [p for p in live if request.producer_group in p.topics]
@@ -281,40 +279,42 @@ class RemotePort:
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
     ) -> list[SendOutcome]:
-        """As a native request (``BrokerPort.send``)."""
-        key = (producer_group, born_host)
-        batcher = self._sends.get(key)
-        if batcher is None:
+        """As a native request (``BrokerPort.send``), merged with the other clients' sends."""
+        return await self._sends.send(messages, producer_group, born_host)
 
-            async def send_batch(batch: list[InboundMessage]) -> list[SendOutcome]:
-                return await self._send_now(batch, producer_group, born_host)
-
-            batcher = self._sends[key] = Batcher(
-                send_batch,
-                MAX_BATCH,
-                max_bytes=MAX_BATCH_BYTES,
-                size=_message_size,
-                observe=lambda n: self.batch_sizes.observe("send", n),
-            )
-        return await batcher.submit(messages)
-
-    async def _send_now(
-        self, messages: list[InboundMessage], producer_group: str, born_host: str
-    ) -> list[SendOutcome]:
-        wire = [
-            w.WireMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
-            for m in messages
+    async def send_many(self, batches: list[SendBatch]) -> list[list[SendOutcome] | Exception]:
+        """As native requests (``BrokerPort.send_many``): the batches of one producer group and
+        born host in one ``SEND`` (up to :data:`MAX_BATCH` messages), all written together so the
+        broker reads them at once and stores them in one append (its ``Joined`` sends)."""
+        connection = await self._open()
+        timeout = self._timeout + SEND_WAIT
+        requests = _requests(batches)
+        calls = [
+            connection.request(RequestCode.SEND, request, w.SendResponse, timeout)
+            for request, _ in requests
         ]
-        response = await self._call(
-            RequestCode.SEND,
-            w.SendRequest(wire, producer_group, born_host),
-            w.SendResponse,
-            wait=SEND_WAIT,
-        )
-        return [
-            send_result_from_wire(item, m.topic)
-            for item, m in zip(response.results, messages, strict=True)
-        ]
+        if len(calls) == 1:
+            answers: list[w.SendResponse | BaseException] = [await calls[0]]
+        else:
+            answers = await asyncio.gather(*calls, return_exceptions=True)
+        results: list[list[SendOutcome] | Exception] = [[] for _ in batches]
+        for (request, owners), answer in zip(requests, answers, strict=True):
+            if isinstance(answer, BaseException) and not isinstance(answer, Exception):
+                raise answer  # cancelled
+            if isinstance(answer, Exception):
+                for owner in owners:
+                    results[owner] = answer
+                continue
+            outcomes = [
+                send_result_from_wire(item, m.topic)
+                for item, m in zip(answer.results, request.messages, strict=True)
+            ]
+            start = 0
+            for owner in owners:
+                count = len(batches[owner].messages)
+                results[owner] = outcomes[start : start + count]
+                start += count
+        return results
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         """As a native request (``BrokerPort.recall``)."""
@@ -325,6 +325,7 @@ class RemotePort:
 
     async def end_transaction(
         self,
+        producer_group: str,
         topic: str,
         message_id: str,
         transaction_id: str,
@@ -337,7 +338,7 @@ class RemotePort:
         await self._call(
             RequestCode.END_TRANSACTION,
             w.EndTransactionRequest(
-                topic, message_id, transaction_id, commit, from_check, -1, topic, by
+                producer_group, message_id, transaction_id, commit, from_check, -1, topic, by
             ),
             w.EndTransactionResponse,
             wait=SEND_WAIT,
@@ -371,7 +372,7 @@ class RemotePort:
             attempt_id,
         )
         answer = await self._call(RequestCode.POP, request, w.PopResponse, wait=max_wait)
-        return [delivered_from_wire(m) for m in answer.messages]
+        return answer.messages
 
     async def ack(self, group: str, entries: Sequence[tuple[str, str]]) -> list[Exception | None]:
         """As a native request (``BrokerPort.ack``)."""
@@ -431,7 +432,7 @@ class RemotePort:
             answer.next_offset,
             answer.min_offset,
             answer.max_offset,
-            [delivered_from_wire(m) for m in answer.messages],
+            answer.messages,
         )
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -475,9 +476,23 @@ def _relayed_heartbeat(
     )
 
 
-def _message_size(message: InboundMessage) -> int:
-    """What a message adds to a SEND frame, roughly (body, properties, fixed fields)."""
-    return len(message.body) + sum(len(k) + len(v) for k, v in message.properties.items()) + 64
+def _requests(batches: list[SendBatch]) -> list[tuple[w.SendRequest, list[int]]]:
+    """The ``SEND`` requests that carry ``batches``: those of one producer group and born host
+    share one, up to :data:`MAX_BATCH` messages (one batch always whole), each with the indexes
+    of the batches it carries, in order."""
+    open_requests: dict[tuple[str, str], int] = {}  # (group, host) -> its request being filled
+    requests: list[tuple[w.SendRequest, list[int]]] = []
+    for number, batch in enumerate(batches):
+        key = (batch.producer_group, batch.born_host)
+        at = open_requests.get(key)
+        if at is not None and len(requests[at][0].messages) + len(batch.messages) <= MAX_BATCH:
+            requests[at][0].messages.extend(batch.messages)
+            requests[at][1].append(number)
+            continue
+        request = w.SendRequest(list(batch.messages), batch.producer_group, batch.born_host)
+        open_requests[key] = len(requests)
+        requests.append((request, [number]))
+    return requests
 
 
 def _quiet(future: asyncio.Future[object]) -> None:

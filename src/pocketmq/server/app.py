@@ -46,6 +46,8 @@ from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.registration import Registrar
 from pocketmq.server.remoting import RemotingPort, SignatureCheck
+from pocketmq.server.remoting.consume import consumer_closed, consumer_handlers
+from pocketmq.server.remoting.consumer_rights import authorized_consumers
 from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
@@ -191,10 +193,19 @@ class BrokerApp:
         self, handlers: HandlerTable, limits: ConnectionLimits, tls: ssl.SSLContext | None
     ) -> None:
         """The client port: pocketmq's native protocol, and RocketMQ's remoting clients told
-        apart by their first bytes (docs/remoting.md, "Where it listens"). No broker request is
-        served over remoting yet: each is REQUEST_CODE_NOT_SUPPORTED until the broker's
-        remoting handlers join ``self.remoting`` (docs/remoting.md, "What the handlers need")."""
-        self.remoting = RemotingPort({}, signatures=SignatureCheck.of(self._authenticator))
+        apart by their first bytes (docs/remoting.md, "Where it listens"), served by the
+        broker's remoting handlers (docs/remoting.md, "How the handlers plug in")."""
+        assert self.broker is not None
+        remoting = consumer_handlers(
+            self.broker, lambda: self.native_address, topics_changed=self._topics_changed
+        )
+        if self._authorizer is not None:
+            remoting = authorized_consumers(remoting, self._authorizer)
+        self.remoting = RemotingPort(
+            remoting,
+            signatures=SignatureCheck.of(self._authenticator),
+            on_close=consumer_closed(self.broker),
+        )
         self._native = FrameServer(
             handlers,
             on_close=self._connection_closed,
@@ -464,6 +475,13 @@ class BrokerApp:
                 if connection.producing or connection.state.get("producer_groups"):
                     producers[key] = producers.get(key, 0) + 1
                 if connection.state.get("groups"):
+                    consumers[key] = consumers.get(key, 0) + 1
+        if self.remoting is not None:  # what each client heartbeated (server/remoting/clients.py)
+            for remote in self.remoting.connections:
+                key = ("remoting", remote.language.lower())
+                if remote.state.get("producer_groups"):
+                    producers[key] = producers.get(key, 0) + 1
+                if remote.state.get("consumer_groups"):
                     consumers[key] = consumers.get(key, 0) + 1
         if self._grpc is not None:
             grpc_producers, grpc_consumers = self._grpc.service.sessions.kinds()

@@ -11,6 +11,7 @@ from pathlib import Path
 from pocketmq.broker import BrokerConfig
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.protocol import MAX_FRAME_BEFORE_HELLO
+from pocketmq.protocol.paging import message_limit_problem
 from pocketmq.server.auth.cluster import (
     CLUSTER_KEY_FILE,
     ClusterKeyFile,
@@ -43,7 +44,6 @@ from pocketmq.server.native.limits import (
     DEFAULT_MAX_CONNECTIONS,
     ConnectionLimits,
 )
-from pocketmq.server.native.paging import message_limit_problem
 from pocketmq.settings import check_numbers
 
 __all__ = ["REGISTER_INTERVAL", "AppConfig"]

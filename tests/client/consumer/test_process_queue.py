@@ -10,8 +10,8 @@ from pocketmq.client.consumer.process_queue import ProcessQueue
 from pocketmq.protocol import structs as w
 
 
-def _messages(offsets: range | list[int]) -> list[w.DeliveredMessage]:
-    return [w.DeliveredMessage("T", 0, n, b"", {}, 0, 0, n) for n in offsets]
+def _messages(offsets: range | list[int]) -> list[w.Delivered]:
+    return [w.Delivered("T", 0, n, b"", {}, 0, 0, n) for n in offsets]
 
 
 def _queue() -> ProcessQueue:

@@ -105,18 +105,61 @@ const ops = {
     }
   },
 
+  // a push consumer; "failTimes": its handler throws on the first n deliveries of each message
+  // (counted by body), "maxReconsumeTimes", "broadcast", "expression", "persistInterval" (ms),
+  // "parallel" (parallelConsumeLimit), "countOnly" (keep nothing but the count: measuring)
   async consumer(command) {
-    const consumer = new Consumer(options(command, {
+    const extra = {
       consumerGroup: command.group,
       isBroadcast: !!command.broadcast,
-    }));
+      persistConsumerOffsetInterval: command.persistInterval || 1000,
+      rebalanceInterval: command.rebalanceInterval || 10000,
+    };
+    if (command.maxReconsumeTimes !== undefined) extra.maxReconsumeTimes = command.maxReconsumeTimes;
+    if (command.parallel) extra.parallelConsumeLimit = command.parallel;
+    const consumer = new Consumer(options(command, extra));
     const id = track(consumer);
     const entry = clients.get(id);
+    const failures = new Map();
     await consumer.ready();
+    entry.count = 0;
     consumer.subscribe(command.topic, command.expression || '*', async message => {
-      entry.received.push({ msgId: message.msgId, tags: message.tags, body: message.body.toString() });
+      entry.count += 1;
+      if (command.countOnly) return;  // measuring: nothing kept
+      const body = message.body.toString();
+      entry.received.push({
+        msgId: message.msgId, topic: message.topic, tags: message.tags || null,
+        keys: message.keys || null, body, reconsumeTimes: message.reconsumeTimes,
+        queueId: message.queueId, uniqKey: message.properties.UNIQ_KEY || null,
+      });
+      const failed = failures.get(body) || 0;
+      if (failed < (command.failTimes || 0)) {
+        failures.set(body, failed + 1);
+        throw new Error(`failing ${body} on purpose (${failed + 1})`);
+      }
     });
     return { client: id };
+  },
+
+  // how many messages a consumer's handler was called with so far
+  async count(command) {
+    return { count: entryOf(command).count };
+  },
+
+  // the queues of a topic a consumer holds now (its share after the latest rebalance)
+  async assigned(command) {
+    const consumer = entryOf(command).client;
+    const queues = [];
+    for (const { messageQueue } of consumer.processQueueTable.values()) {
+      if (messageQueue.topic === command.topic) queues.push(messageQueue.queueId);
+    }
+    return { queues: queues.sort() };
+  },
+
+  // what a consumer received since the last call
+  async received(command) {
+    const entry = entryOf(command);
+    return { messages: entry.received.splice(0) };
   },
 
   // the queues a consumer knows for a topic (from the name server's route) and the broker

@@ -1,6 +1,7 @@
 """Transactional messages: half messages, commit or rollback, and check-back.
 
-The package's modules: ``model`` (states and records), ``oplog`` (the outcome records),
+The package's modules: ``model`` (the pending record and the internal topics; the states the
+adapters see are in :mod:`pocketmq.model.transactions`), ``oplog`` (the outcome records),
 ``service`` (prepare and end), ``checker`` (check-back), ``recovery`` (after a restart).
 """
 
@@ -11,10 +12,6 @@ from pocketmq.broker.transactions.model import (
     TX_MASK,
     TX_PREPARED,
     TX_ROLLBACK,
-    EndOutcome,
-    TransactionCheck,
-    TransactionState,
-    TransactionStatus,
 )
 from pocketmq.broker.transactions.service import TransactionService
 
@@ -25,9 +22,5 @@ __all__ = [
     "TX_MASK",
     "TX_PREPARED",
     "TX_ROLLBACK",
-    "EndOutcome",
-    "TransactionCheck",
     "TransactionService",
-    "TransactionState",
-    "TransactionStatus",
 ]

@@ -13,8 +13,9 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from pocketmq.broker.transactions.model import Pending, TransactionCheck, check_view
+from pocketmq.broker.transactions.model import Pending, check_view
 from pocketmq.broker.transactions.oplog import Op, make_op, op_message
+from pocketmq.model.transactions import TransactionCheck
 
 if TYPE_CHECKING:
     from pocketmq.broker.transactions.service import TransactionService

@@ -6,13 +6,10 @@ flag bits that mark a transactional record in the store (docs/storage-format.md 
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-import msgspec
-
 from pocketmq import properties as props
-from pocketmq.broker.model import Delivered
+from pocketmq.model.messages import Delivered
 from pocketmq.names import HALF_TOPIC, OP_TOPIC
 from pocketmq.store import StoredMessage
 
@@ -24,11 +21,7 @@ __all__ = [
     "TX_MASK",
     "TX_PREPARED",
     "TX_ROLLBACK",
-    "EndOutcome",
     "Pending",
-    "TransactionCheck",
-    "TransactionState",
-    "TransactionStatus",
     "check_view",
 ]
 
@@ -43,54 +36,6 @@ INTERNAL_PROPERTIES = frozenset(
     {props.REAL_TOPIC, props.REAL_QUEUE_ID, props.TRANSACTION_PREPARED, props.CHECK_TIMES}
 )
 """Properties of a half message only the broker uses (hidden from checkers and copies)."""
-
-
-class TransactionState(enum.Enum):
-    """Where a transaction is (docs/transactions.md, "2. The state machine"): prepared, or one of
-    the final states."""
-
-    PREPARED = "PREPARED"
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
-    DISCARDED = "DISCARDED"
-
-    @property
-    def final(self) -> bool:
-        """Whether the transaction has ended: a final state never changes again."""
-        return self is not TransactionState.PREPARED
-
-
-class TransactionStatus(msgspec.Struct, frozen=True):
-    """What the broker knows about one transaction. Times are epoch seconds."""
-
-    message_id: str
-    transaction_id: str
-    producer_group: str
-    topic: str
-    queue_id: int
-    state: TransactionState
-    checks: int
-    prepared_at: float
-    updated_at: float
-    source: str = ""  # who decided: client | check | broker | recovery
-    detail: str = ""
-
-
-class EndOutcome(msgspec.Struct, frozen=True):
-    """The answer to an end-transaction request; ``duplicate`` makes a retried end harmless instead
-    of an error."""
-
-    status: TransactionStatus
-    duplicate: bool = False  # the transaction had already ended this way: nothing changed
-
-
-class TransactionCheck(msgspec.Struct, frozen=True):
-    """A check-back the broker asks a producer: what became of this local transaction?"""
-
-    producer_group: str
-    transaction_id: str
-    check_number: int
-    message: Delivered
 
 
 @dataclass(slots=True)

@@ -17,9 +17,8 @@ from pocketmq.broker.transactions.model import (
     TX_COMMIT,
     TX_ROLLBACK,
     Pending,
-    TransactionState,
-    TransactionStatus,
 )
+from pocketmq.model.transactions import TransactionState, TransactionStatus
 from pocketmq.store import MessageStore, StoreMessage
 
 __all__ = ["OP_STATES", "Op", "OpLog", "make_op", "op_message", "status_from_op"]

@@ -66,10 +66,7 @@ from pocketmq.broker.transactions.model import (
     TX_COMMIT,
     TX_MASK,
     TX_PREPARED,
-    EndOutcome,
     Pending,
-    TransactionState,
-    TransactionStatus,
 )
 from pocketmq.broker.transactions.oplog import Op, OpLog, make_op, op_message, status_from_op
 from pocketmq.broker.transactions.recovery import rebuild
@@ -80,6 +77,7 @@ from pocketmq.errors import (
     MessageNotFoundError,
     TransactionStateError,
 )
+from pocketmq.model.transactions import EndOutcome, TransactionState, TransactionStatus
 from pocketmq.store import (
     MessageStore,
     PutResult,

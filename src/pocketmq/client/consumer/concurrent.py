@@ -54,7 +54,7 @@ class ConcurrentConsumer(Consumption):
     async def consume(
         self,
         pq: ProcessQueue,
-        batch: list[w.DeliveredMessage],
+        batch: list[w.Delivered],
         task: asyncio.Task[Any] | None = None,
     ) -> None:
         """One listener call for ``batch`` (in ``task``, the worker's), then finish or hand back
@@ -91,7 +91,7 @@ class ConcurrentConsumer(Consumption):
                 counters.broadcast_drops += len(failed)
                 finished += [m.queue_offset for m in failed]
             else:
-                kept: list[w.DeliveredMessage] = []
+                kept: list[w.Delivered] = []
                 for message in failed:
                     attempt = FailedAttempt(message, outcome, error, started)
                     if await self._retry.hand_back(pq, attempt, context.delay_level):

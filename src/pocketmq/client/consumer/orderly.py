@@ -101,7 +101,7 @@ class Lanes(Consumption):
                 return
         self._max_retries = _DEFAULT_MAX_RETRIES
 
-    def dispatch(self, pq: ProcessQueue, messages: list[w.DeliveredMessage]) -> None:
+    def dispatch(self, pq: ProcessQueue, messages: list[w.Delivered]) -> None:
         """Append pulled messages to their groups' lanes, starting lanes that are idle."""
         for message in messages:
             key = message.properties.get(props.MESSAGE_GROUP) or ""
@@ -140,7 +140,7 @@ class Lanes(Consumption):
             if not lane:
                 pq.lanes.pop(key, None)
 
-    async def _consume(self, pq: ProcessQueue, message: w.DeliveredMessage) -> bool:
+    async def _consume(self, pq: ProcessQueue, message: w.Delivered) -> bool:
         """One attempt at the head of a lane; True once it is done with (consumed or DLQ)."""
         counters = self._state.counters
         view = pq.view(message)

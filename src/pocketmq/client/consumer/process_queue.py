@@ -35,12 +35,12 @@ class ProcessQueue:
     address: str
     expression: str
     next_offset: int = -1
-    messages: dict[int, w.DeliveredMessage] = field(default_factory=dict)
+    messages: dict[int, w.Delivered] = field(default_factory=dict)
     dropped: bool = False
     pull_task: asyncio.Task[None] | None = None
     space: asyncio.Event = field(default_factory=asyncio.Event)
     local_attempts: dict[int, int] = field(default_factory=dict)
-    lanes: dict[str, collections.deque[w.DeliveredMessage]] = field(default_factory=dict)
+    lanes: dict[str, collections.deque[w.Delivered]] = field(default_factory=dict)
     lane_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # The offsets held, in the rising order they were pulled, finished ones dropped from the
@@ -51,7 +51,7 @@ class ProcessQueue:
         default_factory=collections.deque, init=False, repr=False
     )
 
-    def add(self, messages: Sequence[w.DeliveredMessage]) -> list[w.DeliveredMessage]:
+    def add(self, messages: Sequence[w.Delivered]) -> list[w.Delivered]:
         """Hold the pulled ``messages`` not held already; returns those (in pull order)."""
         held = self.messages
         fresh = [m for m in messages if m.queue_offset not in held]
@@ -97,7 +97,7 @@ class ProcessQueue:
             self.local_attempts.pop(offset, None)
         self.space.set()
 
-    def view(self, message: w.DeliveredMessage) -> MessageView:
+    def view(self, message: w.Delivered) -> MessageView:
         """``message`` as the listener sees it, its delivery attempt counting local retries."""
         view = to_view(message)
         extra = self.local_attempts.get(message.queue_offset, 0)

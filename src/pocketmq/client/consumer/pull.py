@@ -28,7 +28,7 @@ __all__ = ["Puller"]
 
 log = logging.getLogger("pocketmq.client")
 
-Dispatch = Callable[[ProcessQueue, list[w.DeliveredMessage]], None]
+Dispatch = Callable[[ProcessQueue, list[w.Delivered]], None]
 
 
 class Puller:

@@ -29,7 +29,7 @@ class OutcomeReports:
 
     def __init__(self, state: ConsumerState) -> None:
         self._state = state
-        self._pending: dict[str, list[w.AttemptRecord]] = {}
+        self._pending: dict[str, list[w.Attempt]] = {}
 
     def record(self, pq: ProcessQueue, views: list[MessageView], started: float) -> None:
         """Remember that ``views`` of ``pq`` were consumed by an attempt begun at ``started``."""
@@ -39,7 +39,7 @@ class OutcomeReports:
         finished = int(time.time() * 1000)
         pending = self._pending.setdefault(pq.address, [])
         pending.extend(
-            w.AttemptRecord(
+            w.Attempt(
                 view.message_id,
                 state.group,
                 view.topic,

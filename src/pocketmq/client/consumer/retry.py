@@ -34,7 +34,7 @@ class FailedAttempt:
     """One failed delivery of ``message``: its outcome and error text for the attempt history,
     and when the attempt started (epoch seconds)."""
 
-    message: w.DeliveredMessage
+    message: w.Delivered
     outcome: str
     error: str
     started: float
@@ -81,7 +81,7 @@ class RetryHandBack:
             log.warning("re-send of %s failed (%s); consuming it again locally", message_id, exc)
             return False
 
-    async def _resend_to_retry(self, message: w.DeliveredMessage, delay_level: int) -> None:
+    async def _resend_to_retry(self, message: w.Delivered, delay_level: int) -> None:
         state = self._state
         retry_topic = "%RETRY%" + state.group
         route = await state.client.routes.get(retry_topic)
@@ -98,12 +98,12 @@ class RetryHandBack:
         # RocketMQ's rule: the retry waits on delay level 3 + reconsume times (-1: to the DLQ)
         properties[props.DELAY_LEVEL] = str(delay_level if delay_level else 3 + reconsume - 1)
         queue = queues[reconsume % len(queues)]
-        wire = w.WireMessage(
+        wire = w.InboundMessage(
             retry_topic, message.body, properties, queue.queue_id, 0, message.born_timestamp
         )
         await self._sender.send_to(queue, wire)
 
-    def later(self, pq: ProcessQueue, messages: list[w.DeliveredMessage]) -> None:
+    def later(self, pq: ProcessQueue, messages: list[w.Delivered]) -> None:
         """Keep ``messages`` (they could not be handed back) and consume them again after
         ``local_retry_delay``, each counted as one more delivery attempt."""
         state = self._state

@@ -25,7 +25,7 @@ __all__ = ["Batch", "ConsumerCounters", "ConsumerState"]
 
 T = TypeVar("T")
 
-Batch = tuple[ProcessQueue, list[w.DeliveredMessage]]
+Batch = tuple[ProcessQueue, list[w.Delivered]]
 """Messages of one process queue for one listener call."""
 
 

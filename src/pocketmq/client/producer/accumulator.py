@@ -28,12 +28,12 @@ from pocketmq.protocol import structs as w
 
 __all__ = ["Accumulator"]
 
-SendBatch = Callable[[str, list[w.WireMessage]], Awaitable[list[SendResult]]]
+SendBatch = Callable[[str, list[w.InboundMessage]], Awaitable[list[SendResult]]]
 
 
 @dataclass(slots=True)
 class _Pending:
-    wire: w.WireMessage
+    wire: w.InboundMessage
     future: asyncio.Future[SendResult]
 
 
@@ -51,7 +51,7 @@ class Accumulator:
         self.in_flight: set[asyncio.Future[None]] = set()
         """Batches being sent (a flush waits for them)."""
 
-    async def add(self, wire: w.WireMessage) -> SendResult:
+    async def add(self, wire: w.InboundMessage) -> SendResult:
         """Hold ``wire`` for the next batch of its topic; returns its own result once sent."""
         topic = wire.topic
         if self._adaptive and not self._sending.get(topic) and topic not in self._buffers:
@@ -73,7 +73,7 @@ class Accumulator:
             self._flushers[topic] = loop.call_later(config.linger, self._flush_topic, topic)
         return await future
 
-    async def _send_alone(self, topic: str, wire: w.WireMessage) -> SendResult:
+    async def _send_alone(self, topic: str, wire: w.InboundMessage) -> SendResult:
         """Adaptive batching with nothing of ``topic`` in flight: the message leaves at once,
         sent from the caller's own task (no task, future or event-loop turn of its own); what
         arrives meanwhile waits for it, as behind any batch. ``in_flight`` holds a future for

@@ -133,9 +133,9 @@ class Request(Generic[R]):
         raise NotImplementedError
 
 
-def with_queue(message: w.WireMessage, queue_id: int) -> w.WireMessage:
+def with_queue(message: w.InboundMessage, queue_id: int) -> w.InboundMessage:
     """``message`` addressed to ``queue_id`` (positional construction: the send hot path)."""
-    return w.WireMessage(
+    return w.InboundMessage(
         message.topic,
         message.body,
         message.properties,
@@ -166,7 +166,7 @@ class SendMessages(Request[list[SendResult]]):
     def __init__(
         self,
         topic: str,
-        wires: list[w.WireMessage],
+        wires: list[w.InboundMessage],
         *,
         producer_group: str,
         group: str | None = None,
@@ -246,7 +246,7 @@ class SendHalfMessage(Request[SendResult]):
 
     def __init__(
         self,
-        wire: w.WireMessage,
+        wire: w.InboundMessage,
         *,
         producer_group: str,
         send_timeout: float,

@@ -95,7 +95,7 @@ class Sender:
     # -- the requests producers make ------------------------------------------------------
 
     async def send(
-        self, topic: str, wires: list[w.WireMessage], *, group: str | None = None
+        self, topic: str, wires: list[w.InboundMessage], *, group: str | None = None
     ) -> list[SendResult]:
         """Store ``wires`` (messages of ``topic``) as one request; ``group`` marks FIFO
         messages, whose sends leave one at a time, in call order."""
@@ -106,13 +106,13 @@ class Sender:
                 return await self.run(request)
         return await self.run(request)
 
-    async def send_to(self, queue: QueueRef, wire: w.WireMessage) -> SendResult:
+    async def send_to(self, queue: QueueRef, wire: w.InboundMessage) -> SendResult:
         """Store ``wire`` in one given queue (a consumer's re-send to its retry topic)."""
         request = SendMessages(wire.topic, [wire], producer_group=self.config.group, queue=queue)
         [result] = await self.run(request)
         return result
 
-    async def send_oneway(self, wire: w.WireMessage, group: str | None) -> None:
+    async def send_oneway(self, wire: w.InboundMessage, group: str | None) -> None:
         """Write the send and forget it: no answer, no retry (the message may be lost)."""
         route = await self.routes.get(wire.topic)
         queue = self.selector.pick(route, group, set())

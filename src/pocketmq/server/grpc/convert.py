@@ -22,8 +22,8 @@ from functools import lru_cache
 from typing import Any, Final
 
 from pocketmq import properties as props
-from pocketmq.broker import Delivered, InboundMessage
 from pocketmq.contract import ACCEPTED_KINDS, check_keys, check_user_properties
+from pocketmq.model import Delivered, InboundMessage
 from pocketmq.server.grpc.encoding import gunzip_body
 from pocketmq.server.grpc.pb import AddressScheme, Code, DigestType, Encoding, MessageType, d
 from pocketmq.server.grpc.status import V2Error

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from pocketmq.broker import ClientInfo
 from pocketmq.errors import NoPermissionError
+from pocketmq.model import ClientInfo
 from pocketmq.server.auth.acl import Action
 from pocketmq.server.auth.authorizer import Authorizer, Need, topic_need
 from pocketmq.server.auth.credential import Credential

@@ -9,30 +9,48 @@ one it talks to is what lets both run the very same RPC code.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pocketmq.broker import (
-    Broker,
+from pocketmq.broker import Broker
+from pocketmq.model import (
     ClientInfo,
     Delivered,
     GroupConfig,
     InboundMessage,
     PullOutcome,
+    SendBatch,
     SendOutcome,
     TransactionCheck,
 )
 from pocketmq.protocol import structs as w
-from pocketmq.server.native.paging import pop_byte_budget
+from pocketmq.protocol.paging import pop_byte_budget
+from pocketmq.server.grpc.merging import SendMerger
 
-__all__ = ["BrokerLimits", "BrokerPort", "CheckChannel", "LocalPort", "MayCheck"]
+__all__ = [
+    "BrokerLimits",
+    "BrokerPort",
+    "CheckChannel",
+    "LocalPort",
+    "MayCheck",
+    "official_producer_group",
+]
 
 CheckChannel = Callable[[TransactionCheck], bool]
 """Delivers a transaction check to one official producer; False when it cannot (gone)."""
 
 MayCheck = Callable[[str], bool]
 """Whether an official producer may be shown a half message of a topic (its user's ``Pub``)."""
+
+
+def official_producer_group(topic: str) -> str:
+    """The producer group of an official (v2) producer's half messages of ``topic``: it declares
+    none, so, as RocketMQ's proxy does, the topic stands for it — in the sends, the ends of its
+    transactions and the topics it registers for checks alike (docs/transactions.md, "8. For
+    protocol adapters")."""
+    return topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +112,13 @@ class BrokerPort(Protocol):
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
     ) -> list[SendOutcome]:
-        """Store messages through the broker's send path; one outcome per message."""
+        """Store messages through the broker's send path, merged with the sends of other calls
+        (server/grpc/merging.py); one outcome per message."""
+        ...
+
+    async def send_many(self, batches: list[SendBatch]) -> list[list[SendOutcome] | Exception]:
+        """Store several calls' batches in one append; each batch's outcomes, or the error that
+        refused it whole (the merged sends' one path to the store)."""
         ...
 
     async def recall(self, topic: str, recall_handle: str) -> str:
@@ -103,6 +127,7 @@ class BrokerPort(Protocol):
 
     async def end_transaction(
         self,
+        producer_group: str,
         topic: str,
         message_id: str,
         transaction_id: str,
@@ -111,8 +136,8 @@ class BrokerPort(Protocol):
         from_check: bool,
         by: str = "",
     ) -> None:
-        """Commit or roll back a half message (the topic stands for the producer group);
-        ``by``: the signed-in user, recorded with the outcome."""
+        """Commit or roll back a half message of ``producer_group`` and ``topic``; ``by``: the
+        signed-in user, recorded with the outcome."""
         ...
 
     async def pop(
@@ -193,6 +218,7 @@ class LocalPort:
         self._pop_bytes = pop_byte_budget(
             config.store.max_message_size, config.store.max_properties_size
         )
+        self._sends = SendMerger(self.send_many)  # concurrent calls: one append
 
     async def route(self, topic: str) -> w.RouteResponse:
         """The broker's own :meth:`BrokerPort.route`."""
@@ -239,8 +265,25 @@ class LocalPort:
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
     ) -> list[SendOutcome]:
-        """The broker's own :meth:`BrokerPort.send`."""
-        return await self._broker.send(messages, producer_group=producer_group, born_host=born_host)
+        """:meth:`BrokerPort.send`: the calls of one loop turn (and those arriving while a sync
+        flush is awaited) merged into one :meth:`send_many`."""
+        return await self._sends.send(messages, producer_group, born_host)
+
+    async def send_many(self, batches: list[SendBatch]) -> list[list[SendOutcome] | Exception]:
+        """The broker's own send of several batches in one append (``Broker.send_now_many``, as
+        a native read's sends), each settled (sync flush, sync slave) before it is answered."""
+        answers = self._broker.send_now_many(batches)
+        if all(isinstance(a, Exception) or not a[1] for a in answers):
+            return [a if isinstance(a, Exception) else a[0] for a in answers]
+        return list(await asyncio.gather(*(self._settle(a) for a in answers)))
+
+    async def _settle(
+        self, answer: tuple[list[SendOutcome], int] | Exception
+    ) -> list[SendOutcome] | Exception:
+        if isinstance(answer, Exception):
+            return answer
+        outcomes, end = answer
+        return await self._broker.settle(outcomes, end) if end else outcomes
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         """The broker's own :meth:`BrokerPort.recall`."""
@@ -248,6 +291,7 @@ class LocalPort:
 
     async def end_transaction(
         self,
+        producer_group: str,
         topic: str,
         message_id: str,
         transaction_id: str,
@@ -258,7 +302,7 @@ class LocalPort:
     ) -> None:
         """The broker's own :meth:`BrokerPort.end_transaction`."""
         await self._broker.end_transaction(
-            topic,
+            producer_group,
             message_id,
             transaction_id,
             commit=commit,

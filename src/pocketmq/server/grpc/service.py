@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import grpc
 
-from pocketmq.broker import ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.errors import Code
+from pocketmq.model import ClientInfo, PullStatus, SendOutcome, TransactionCheck
 from pocketmq.server.auth.acl import Action
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.users import UserStore
@@ -54,7 +54,7 @@ from pocketmq.server.grpc.pb import (
     s,
 )
 from pocketmq.server.grpc.pb import Code as V2Code
-from pocketmq.server.grpc.port import BrokerPort
+from pocketmq.server.grpc.port import BrokerPort, official_producer_group
 from pocketmq.server.grpc.routing import (
     PERMISSION,
     grpc_addresses,
@@ -287,9 +287,10 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
     # -- producing ------------------------------------------------------------------------
 
     async def _register_producer(self, session: ClientSession, client: ClientInfo) -> None:
-        """Official producers have no producer group: as RocketMQ's proxy does, each topic they
-        publish is their group, so the broker's transaction checks for a topic reach them —
-        only while their user may publish to the half message's topic (server/grpc/guard.py)."""
+        """Official producers have no producer group: each topic they publish is their group
+        (:func:`official_producer_group`), so the broker's transaction checks for a topic reach
+        them — only while their user may publish to the half message's topic
+        (server/grpc/guard.py)."""
         if not session.topics:
             return
         store_host = self._store_host
@@ -300,7 +301,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
 
         await self._broker.register_producer(
             session.client_id,
-            sorted(session.topics),
+            sorted(official_producer_group(topic) for topic in session.topics),
             check,
             session,
             client,
@@ -331,7 +332,7 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             try:
                 item, kind = inbound_message(message, now_ms, max_body=max_body)
                 if kind == MT.TRANSACTION:
-                    producer_group = item.topic  # official producers have none (see below)
+                    producer_group = official_producer_group(item.topic)
             except Exception as exc:
                 entries[number] = s.SendResultEntry(
                     status=error_status(exc, "SendMessage"),
@@ -370,14 +371,15 @@ class MessagingService(rpc.MessagingServiceServicer):  # type: ignore[misc]
             return s.RecallMessageResponse(status=error_status(exc, "RecallMessage"))
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
-        """Commit or roll back a half message; an official producer has no producer group, so the
-        topic stands for it (docs/transactions.md, "8. For protocol adapters")."""
+        """Commit or roll back a half message, of the producer group its send gave it
+        (:func:`official_producer_group`)."""
         try:
             resolution = request.resolution
             if resolution not in (TransactionResolution.COMMIT, TransactionResolution.ROLLBACK):
                 raise V2Error(C.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
             await self._broker.end_transaction(
-                request.topic.name,  # the producer group of official producers (see _send)
+                official_producer_group(request.topic.name),
+                request.topic.name,
                 request.message_id,
                 request.transaction_id,
                 commit=resolution == TransactionResolution.COMMIT,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from pocketmq.broker import GroupConfig, RetryPolicy
+from pocketmq.model import GroupConfig, RetryPolicy
 from pocketmq.protocol.checks import MAX_RETRY_MULTIPLIER
 from pocketmq.server.grpc.convert import duration
 from pocketmq.server.grpc.pb import ClientType, d

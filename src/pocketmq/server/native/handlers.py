@@ -13,7 +13,6 @@ from pocketmq.broker import (
     VERSION,
     Attempt,
     Broker,
-    InboundMessage,
     PullOutcome,
     ResetTarget,
     SendBatch,
@@ -30,6 +29,13 @@ from pocketmq.errors import (
 )
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
+from pocketmq.protocol.paging import (
+    MAX_QUERY_RESULTS,
+    MAX_REDRIVE_OFFSETS,
+    RESPONSE_BUDGET,
+    fit,
+    pop_byte_budget,
+)
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.native.clients import client_handlers, relays
@@ -43,13 +49,6 @@ from pocketmq.server.native.convert import (
     transaction_to_wire,
 )
 from pocketmq.server.native.handshake import authenticate_handler, broker_permissions, greet
-from pocketmq.server.native.paging import (
-    MAX_QUERY_RESULTS,
-    MAX_REDRIVE_OFFSETS,
-    RESPONSE_BUDGET,
-    fit,
-    pop_byte_budget,
-)
 from pocketmq.server.native.validation import attempt_problem, timestamp_problem
 
 __all__ = ["broker_handlers"]
@@ -139,13 +138,9 @@ def broker_handlers(
         return send_response(await broker.settle(outcomes, end))
 
     def send(conn: ServerConnection, req: w.SendRequest) -> Joined:
-        inbound = [
-            InboundMessage(m.topic, m.body, m.properties, m.queue_id, m.flags, m.born_timestamp)
-            for m in req.messages
-        ]
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         born_host = req.born_host if req.born_host and may_relay(conn) else conn.remote
-        return Joined(send_joined, SendBatch(inbound, req.producer_group, born_host))
+        return Joined(send_joined, SendBatch(req.messages, req.producer_group, born_host))
 
     def send_joined(batches: list[SendBatch]) -> list[object]:
         # the sends one read brought go to the store in one append; each message is checked by
@@ -426,23 +421,7 @@ def broker_handlers(
     def message_history(
         conn: ServerConnection, req: w.MessageHistoryRequest
     ) -> w.MessageHistoryResponse:
-        return w.MessageHistoryResponse(
-            [
-                w.AttemptRecord(
-                    a.message_id,
-                    a.group,
-                    a.topic,
-                    a.attempt,
-                    a.consumer,
-                    a.outcome,
-                    a.error,
-                    a.delivered_at,
-                    a.finished_at,
-                    a.message_group,
-                )
-                for a in broker.message_history(req.message_id)
-            ]
-        )
+        return w.MessageHistoryResponse(broker.message_history(req.message_id))
 
     def browse(conn: ServerConnection, req: w.BrowseRequest) -> w.QueryMessageResponse:
         found = broker.browse(req.topic, req.queue_id, req.offset, req.max_count)

@@ -25,7 +25,7 @@ def timestamp_problem(value: int, what: str) -> str | None:
     return None
 
 
-def attempt_problem(record: w.AttemptRecord) -> str | None:
+def attempt_problem(record: w.Attempt) -> str | None:
     """Why a reported delivery attempt cannot go into the attempt history, or None."""
     if not 0 <= record.attempt <= MAX_ATTEMPT:
         return f"attempt {record.attempt} outside 0..{MAX_ATTEMPT}"

@@ -6,7 +6,7 @@ The process that composes the servers gives one to the port's listener
 (``FrameServer(..., remoting=RemotingPort(...))``): the listener sniffs each new connection and
 asks the port for a :class:`RemotingConnection` when the first bytes are RocketMQ's. The name
 server's port serves the name-server requests (``server/namesrv/remoting.py``); the broker's
-port serves none yet (every request is ``REQUEST_CODE_NOT_SUPPORTED``) until its handlers land.
+port the broker's (``server/remoting/consume.py``, the consumer side).
 """
 
 from __future__ import annotations

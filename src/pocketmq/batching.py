@@ -1,10 +1,11 @@
-"""Merging many clients' requests into one native request (docs/proxy.md, "Batching").
+"""Merging many callers' requests into one (docs/proxy.md, "Batching"; docs/design.md, "Sending").
 
-A proxy serves many official clients, each sending one message (or acking a few) per RPC. The
-broker's cost is mostly per request, not per message, so the proxy keeps at most one request of
-each kind in flight to the broker and lets everything that arrives meanwhile ride in the next
-one, like a disk's group commit: an idle proxy adds no delay, a busy one sends fewer, larger
-requests. Each caller gets back exactly the results of its own items, in order.
+A gRPC adapter serves many official clients, each sending one message (or acking a few) per RPC.
+The broker's cost is mostly per request, not per message, so at most one request of each kind is
+in flight and everything that arrives meanwhile rides in the next one, like a disk's group
+commit: an idle adapter adds no delay (a lone request leaves from its caller's task), a busy one
+sends fewer, larger requests. Each caller gets back exactly the results of its own items, in
+order. The gRPC adapter's sends (server/grpc/merging.py) and the proxy's acks use it.
 """
 
 from __future__ import annotations
@@ -66,14 +67,29 @@ class Batcher(Generic[I, R]):
         self._size = size
         self._waiting: deque[tuple[list[I], asyncio.Future[list[R]]]] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._alone = False  # a batch sent from its caller's task is in flight (submit)
 
     async def submit(self, items: list[I]) -> list[R]:
         """``items``' results, once a batch carrying them was answered."""
-        future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[R]] = loop.create_future()
+        if self._task is None and not self._alone:
+            # nothing in flight: leave at once from the caller's own task (no wait for a loop
+            # turn); what arrives before this one is answered, and until the end of the loop
+            # turn it ends in (a call that never waits), rides in the next batch
+            self._alone = True
+            try:
+                await self._run([(items, future)])
+            finally:
+                loop.call_soon(self._after_alone)
+            return future.result()
         self._waiting.append((items, future))
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._drain())
         return await future
+
+    def _after_alone(self) -> None:
+        self._alone = False
+        if self._waiting and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         try:

@@ -1,6 +1,11 @@
-"""The broker core's own request and result values, independent of any wire protocol.
+"""Messages and the outcomes of sending and pulling them: what producers hand to a broker, what it
+hands to consumers, whichever protocol brought or takes them.
 
-The native server and the gRPC adapter both translate their wire structures to and from these.
+The message values are MessagePack arrays (``array_like``, as every native body: protocol/body.py)
+so the native protocol carries them as they are: a SEND request's messages are decoded straight
+into the :class:`InboundMessage` the broker stores, and a pull's :class:`Delivered` go out as the
+broker made them. New fields go at the end with a default, so older peers keep working.
+The gRPC adapter translates protobuf to and from them.
 """
 
 from __future__ import annotations
@@ -15,9 +20,9 @@ from pocketmq.errors import Code
 __all__ = ["Delivered", "InboundMessage", "PullOutcome", "PullStatus", "SendBatch", "SendOutcome"]
 
 
-class InboundMessage(msgspec.Struct, frozen=True, gc=False):
-    """A message as a protocol adapter hands it to the broker, in the broker's terms (id, tag, keys
-    and hints are properties), whichever protocol brought it."""
+class InboundMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A message as a producer sends it and a protocol adapter hands it to the broker, in the
+    broker's terms (id, tag, keys and hints are properties), whichever protocol brought it."""
 
     topic: str
     body: bytes
@@ -53,8 +58,10 @@ class SendOutcome(msgspec.Struct, frozen=True, gc=False):
     rule: str = ""  # the send-contract rule a refused message broke (pocketmq.contract.Rule)
 
 
-class Delivered(msgspec.Struct, frozen=True, gc=False):
-    """A message as the broker hands it to any protocol adapter for delivery."""
+class Delivered(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A message as the broker hands it to any protocol adapter for delivery and a consumer
+    receives it; ``broker_name`` is the broker that delivered it, where a native client acks it
+    or sends it back."""
 
     topic: str
     queue_id: int
@@ -67,6 +74,7 @@ class Delivered(msgspec.Struct, frozen=True, gc=False):
     delivery_attempt: int = 1
     receipt_handle: str = ""
     born_host: str = ""
+    broker_name: str = ""
 
 
 class PullStatus:

@@ -1,4 +1,4 @@
-"""The proxy's request merging (pocketmq/proxy/batching.py): one request in flight, the rest
+"""The proxy's request merging (pocketmq/batching.py): one request in flight, the rest
 ride in the next one, each caller gets exactly its own results."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from pocketmq.proxy.batching import Batcher, BatchSizes
+from pocketmq.batching import Batcher, BatchSizes
 
 
 async def _turns() -> None:
@@ -120,3 +120,23 @@ async def test_each_merged_request_is_measured_for_the_proxys_metrics() -> None:
     assert sizes.sums == {"send": 8}
     assert sizes.counts["send"][:4] == [2, 0, 0, 1]  # two of <= 1, one of <= 8 (5 to 8)
     assert sum(sizes.counts["send"]) == 3
+
+
+async def test_a_lone_request_leaves_from_its_callers_task_without_waiting() -> None:
+    calls: list[list[int]] = []
+
+    async def call(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return [item * 10 for item in items]
+
+    batcher: Batcher[int, int] = Batcher(call, max_batch=10)
+    submit = batcher.submit([1])
+    with pytest.raises(StopIteration) as done:
+        submit.send(None)  # one step: answered without suspending (no task, no loop turn)
+    assert done.value.value == [10]
+    await _turns()
+    calls.clear()
+    # what arrives in the loop turn of a lone request waits for it and rides in the next batch
+    answers = await asyncio.gather(*(batcher.submit([n]) for n in (1, 2, 3)))
+    assert answers == [[10], [20], [30]]
+    assert calls == [[1], [2, 3]]

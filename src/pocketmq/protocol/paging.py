@@ -32,7 +32,7 @@ RESPONSE_MARGIN: Final = 256 * 1024
 RESPONSE_BUDGET: Final = MAX_FRAME_BODY - RESPONSE_MARGIN
 # a REDRIVE answers one item per offset
 MAX_REDRIVE_OFFSETS: Final = 10_000
-# MessagePack framing of a DeliveredMessage beside its strings and body: the array header,
+# MessagePack framing of a Delivered beside its strings and body: the array header,
 # eight integers of at most 9 bytes, and up to 5 bytes of length prefix per string or body
 _MESSAGE_OVERHEAD: Final = 128
 
@@ -42,7 +42,7 @@ def _text(value: str) -> int:
     return len(value) if value.isascii() else 4 * len(value)
 
 
-def wire_size(message: w.DeliveredMessage) -> int:
+def wire_size(message: w.Delivered) -> int:
     """An upper bound of the message's encoded size."""
     size = _MESSAGE_OVERHEAD + len(message.body) + _text(message.topic)
     size += _text(message.receipt_handle) + _text(message.born_host) + _text(message.broker_name)
@@ -71,7 +71,7 @@ def message_limit_problem(max_message_size: int, max_properties_size: int) -> st
     return None
 
 
-def fit(messages: Sequence[w.DeliveredMessage], budget: int) -> list[w.DeliveredMessage]:
+def fit(messages: Sequence[w.Delivered], budget: int) -> list[w.Delivered]:
     """The longest prefix of ``messages`` whose encoding fits in ``budget`` bytes (the first
     message always: the broker's size limits keep one message within a frame)."""
     total = 0
