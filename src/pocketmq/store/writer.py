@@ -99,11 +99,7 @@ class Writer:
     def __init__(self, state: StoreState) -> None:
         self._state = state
         self.config = state.config
-        self._clock = state.clock
-        self._commitlog = state.commitlog
-        self._queues = state.queues
-        self._queue = state.queue
-        self._index = state.index
+        self._commitlog = state.commitlog  # the hot path's one hop
         self._store_host = pack_host(state.config.store_host)
         self._valid_topics: set[str] = set()
         self._guard = state.disk_guard
@@ -143,7 +139,7 @@ class Writer:
         if refusal is not None:
             self.put_failures += len(messages)
             return [PutResult(status=refusal[0], reason=refusal[1])] * len(messages)
-        now_ms = int(self._clock() * 1000)
+        now_ms = int(self._state.clock() * 1000)
         commitlog = self._commitlog
         try:
             segment = commitlog.active_segment()
@@ -205,7 +201,7 @@ class Writer:
         key = (message.topic, message.queue_id)
         queue_offset = batch.next_offsets.get(key)
         if queue_offset is None or queue_offset >= batch.ready_until[key]:
-            queue = self._queue(*key)
+            queue = self._state.queue(*key)
             if queue_offset is None:
                 queue_offset = queue.max_offset
             try:
@@ -391,10 +387,10 @@ class Writer:
                 index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
             bytes_put += size
         for key, entries in by_queue.items():
-            self._queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
+            self._state.queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
         if index_entries and not self.index_broken:
             try:
-                self._index.put_many(index_entries)
+                self._state.index.put_many(index_entries)
             except OSError as exc:
                 # The index is derived from the log: stop indexing and re-index on the next
                 # start (the abort file stays), instead of refusing messages.
