@@ -155,7 +155,10 @@ class Writer:
             # the queue position first: a queue file that cannot be created refuses the
             # message before it is in the log (a logged record is always dispatched)
             queue_offset = self._queue_offset(batch, number, message, pinned)
-            if queue_offset < 0 or not self._make_room(batch, number, size):
+            if queue_offset < 0:
+                continue
+            full = batch.segment is None or batch.position + size > batch.segment_end
+            if full and not self._make_room(batch, number, size):  # next segment, or lost
                 continue
             self._encode(batch, number, message, encoded_props, size, queue_offset, now_ms)
         self._finish(batch, now_ms)
