@@ -69,13 +69,33 @@ class Session:
         body: bytes = b"",
         *,
         oneway: bool = False,
+        binary: bool = False,
     ) -> int:
-        """Send a request; returns its opaque."""
-        opaque, self._next = self._next, self._next + 1
-        fields = signed(fields or {}, self.keys, body)
-        command = RemotingCommand(code, opaque, 2 if oneway else 0, fields, body=body)
-        self.sock.sendall(encode_command(command))
+        """Send a request (its header JSON, or binary: ``ROCKETMQ`` serialization); returns its
+        opaque."""
+        [opaque] = self.send_many([(code, fields, body)], oneway=oneway, binary=binary)
         return opaque
+
+    def send_many(
+        self,
+        requests: list[tuple[int, dict[str, str] | None, bytes]],
+        *,
+        oneway: bool = False,
+        binary: bool = False,
+    ) -> list[int]:
+        """Send requests pipelined in one write (as one read of the server may get them);
+        returns their opaques."""
+        opaques: list[int] = []
+        frames: list[bytes] = []
+        for code, fields, body in requests:
+            opaque, self._next = self._next, self._next + 1
+            fields = signed(fields or {}, self.keys, body)
+            command = RemotingCommand(code, opaque, 2 if oneway else 0, fields, body=body)
+            command.serialize_type = 1 if binary else 0
+            frames.append(encode_command(command))
+            opaques.append(opaque)
+        self.sock.sendall(b"".join(frames))
+        return opaques
 
     def answer(self, opaque: int) -> RemotingCommand:
         """The response to request ``opaque`` (waiting for it up to the socket's timeout)."""
@@ -84,10 +104,15 @@ class Session:
         return self.answers.pop(opaque)
 
     def call(
-        self, code: int, fields: dict[str, str] | None = None, body: bytes = b""
+        self,
+        code: int,
+        fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        binary: bool = False,
     ) -> RemotingCommand:
         """Send a request and wait for its response."""
-        return self.answer(self.send(code, fields, body))
+        return self.answer(self.send(code, fields, body, binary=binary))
 
     def wait_push(self, code: int) -> RemotingCommand:
         """The next request of ``code`` the server sent on this connection."""
@@ -109,3 +134,9 @@ class Session:
     def close(self) -> None:
         """Close the connection."""
         self.sock.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

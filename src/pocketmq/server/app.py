@@ -46,8 +46,8 @@ from pocketmq.server.native.permissions import authorized
 from pocketmq.server.native.tcp import FrameServer
 from pocketmq.server.registration import Registrar
 from pocketmq.server.remoting import RemotingPort, SignatureCheck
-from pocketmq.server.remoting.consume import consumer_closed, consumer_handlers
-from pocketmq.server.remoting.consumer_rights import authorized_consumers
+from pocketmq.server.remoting.context import BrokerSide
+from pocketmq.server.remoting.handlers import broker_remoting_handlers, connection_closed
 from pocketmq.server.rpcstats import RpcLatency
 
 if TYPE_CHECKING:
@@ -194,17 +194,18 @@ class BrokerApp:
     ) -> None:
         """The client port: pocketmq's native protocol, and RocketMQ's remoting clients told
         apart by their first bytes (docs/remoting.md, "Where it listens"), served by the
-        broker's remoting handlers (docs/remoting.md, "How the handlers plug in")."""
+        broker's remoting handlers (``server/remoting/handlers.py``)."""
         assert self.broker is not None
-        remoting = consumer_handlers(
-            self.broker, lambda: self.native_address, topics_changed=self._topics_changed
+        side = BrokerSide(
+            self.broker,
+            self._store_host,
+            authorizer=self._authorizer,
+            topics_changed=self._topics_changed,
         )
-        if self._authorizer is not None:
-            remoting = authorized_consumers(remoting, self._authorizer)
         self.remoting = RemotingPort(
-            remoting,
+            broker_remoting_handlers(side),
             signatures=SignatureCheck.of(self._authenticator),
-            on_close=consumer_closed(self.broker),
+            on_close=lambda conn: connection_closed(side, conn),
         )
         self._native = FrameServer(
             handlers,
@@ -296,6 +297,11 @@ class BrokerApp:
         namesrv = Authenticator(self._users, self._cluster_key, throttle=throttle)
         namesrv.reachable |= reachable
         return namesrv
+
+    def _store_host(self) -> str:
+        """The client port's advertised ``ip:port``: the store host of remoting message ids."""
+        assert self._native is not None
+        return self._advertised(self._native.port)
 
     def _advertised(self, port: int) -> str:
         """``ip:port`` of the advertised host (what routes name) for the handshake's check."""

@@ -3,10 +3,8 @@ created with ``nameSrv`` pointing at a default ``pocketmq serve`` (its embedded 
 port a 4.x client's ``namesrvAddr=127.0.0.1:9876`` names) fetch a topic's route over remoting and
 learn the broker address they will use — the broker's own port, which also speaks remoting.
 
-The broker's remoting handlers are the next step (docs/remoting.md, "What the handlers need"):
-today a send or a heartbeat reaches the broker's port, is read as remoting, and is answered
-``REQUEST_CODE_NOT_SUPPORTED``. ``test_ali_ons_sends_and_consumes`` states the goal and is
-expected to fail until then (strict: it fails the suite once it passes, so it is not forgotten).
+What they then do at the broker is tested next door: sends in ``test_ali_ons_produce.py``,
+consumption in ``test_ali_ons_consume.py``.
 """
 
 from __future__ import annotations
@@ -97,14 +95,9 @@ def test_a_producer_fetches_the_route_and_the_broker_address(ons: Ons) -> None:
     assert route["routeData"]["brokerDatas"][0]["brokerAddrs"] == {"0": ons.broker.address}
     [queues] = route["routeData"]["queueDatas"]
     assert (queues["perm"], queues["readQueueNums"], queues["writeQueueNums"]) == (6, 3, 3)
-    # the next step, the broker's remoting handlers: today the send is read as remoting there
-    # and refused as a request it does not serve
+    # and sends there (test_ali_ons_produce.py reads what it sent)
     answer = ons.driver.call("send", client=producer, topic=TOPIC, body="hello", tags="TagA")
-    assert answer["failed"] == {
-        "name": "MQClientException",
-        "code": R.REQUEST_CODE_NOT_SUPPORTED,
-        "message": " request type 310 not supported",  # SEND_MESSAGE_V2
-    }
+    assert answer.get("sent", {}).get("sendStatus") == "SEND_OK", answer
     ons.driver.call("close", client=producer)
 
 
@@ -140,14 +133,3 @@ def test_without_keys_or_with_a_wrong_secret_the_route_is_refused(ons: Ons) -> N
         assert refused.value.code == R.NO_PERMISSION
         assert remark in refused.value.message
         ons.driver.call("close", client=producer)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="next step of issue 31: the broker's remoting handlers (SEND_MESSAGE_V2, HEART_BEAT, "
-    "PULL_MESSAGE, ...), after issue 30's broker front",
-)
-def test_ali_ons_sends_and_consumes(ons: Ons) -> None:
-    producer = ons.producer(ons.keys)
-    answer = ons.driver.call("send", client=producer, topic=TOPIC, body="stored", tags="TagA")
-    assert answer.get("sent", {}).get("sendStatus") == "SEND_OK", answer

@@ -13,6 +13,7 @@ id, ``UNIQ_KEY``, is a property (:data:`pocketmq.properties.MESSAGE_ID`).
 from __future__ import annotations
 
 import binascii
+import functools
 import ipaddress
 import struct
 from typing import Final, NamedTuple
@@ -23,6 +24,7 @@ from pocketmq.protocol.remoting.stored import pack_address
 __all__ = ["OffsetMessageId", "decode_offset_msg_id", "encode_offset_msg_id"]
 
 _TAIL: Final = struct.Struct(">iq")
+_I32: Final = struct.Struct(">i")
 
 
 class OffsetMessageId(NamedTuple):
@@ -33,11 +35,17 @@ class OffsetMessageId(NamedTuple):
     commit_log_offset: int
 
 
+@functools.lru_cache(maxsize=64)
+def _host_prefix(store_host: str) -> str:
+    address, port, _ = pack_address(store_host)
+    return (address + _I32.pack(port)).hex().upper()
+
+
 def encode_offset_msg_id(store_host: str, commit_log_offset: int) -> str:
     """The ``offsetMsgId`` of the message stored at ``commit_log_offset`` by the broker whose
-    address (``ip:port``) is ``store_host``."""
-    address, port, _ = pack_address(store_host)
-    return (address + _TAIL.pack(port, commit_log_offset)).hex().upper()
+    address (``ip:port``) is ``store_host`` (the host's part is computed once per host: a
+    send's answer names one per message)."""
+    return f"{_host_prefix(store_host)}{commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 def decode_offset_msg_id(msg_id: str) -> OffsetMessageId:

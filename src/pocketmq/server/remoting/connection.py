@@ -30,7 +30,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias, cast
 
 from pocketmq.errors import BrokerError, LocalProtocolError, PocketMQError, ProtocolError
@@ -45,7 +45,7 @@ from pocketmq.protocol.remoting.command import RemotingCommand, encode_command, 
 from pocketmq.protocol.remoting.frames import MAX_FRAME, RemotingFrameDecoder
 from pocketmq.server.listening import PortShare
 from pocketmq.server.remoting.outbound import Outbound
-from pocketmq.server.remoting.outcomes import Reply, response_code
+from pocketmq.server.remoting.outcomes import JOIN_LIMIT, Joined, Reply, response_code
 from pocketmq.server.remoting.signatures import SignatureCheck
 
 __all__ = ["RemotingConnection", "RemotingHandler", "RemotingHandlerTable"]
@@ -53,12 +53,18 @@ __all__ = ["RemotingConnection", "RemotingHandler", "RemotingHandlerTable"]
 log = logging.getLogger("pocketmq.server.remoting")
 
 RemotingHandler: TypeAlias = Callable[
-    ["RemotingConnection", RemotingCommand], "Reply | Awaitable[Reply | None] | None"
+    ["RemotingConnection", RemotingCommand], "Reply | Awaitable[Reply | None] | Joined | None"
 ]
 """A request's handler: the connection and the request in, a :class:`Reply` (None: ``SUCCESS``
-with nothing) or an awaitable of one out; a pocketmq error it raises is answered with its code."""
+with nothing), an awaitable of one, or a :class:`Joined` (done with the read's other requests of
+its kind) out; a pocketmq error it raises is answered with its code."""
 RemotingHandlerTable: TypeAlias = dict[int, RemotingHandler]
 
+#: Read no more after this many bytes in one loop turn (pause until the next): uvloop reads up to
+#: 32 × 256,000 bytes per wake-up, so a pipelining producer could hold the loop for all of them
+#: and flow control would refuse sends for the lag (as on the native port: docs/benchmarks.md,
+#: "Event loops").
+YIELD_AFTER_BYTES: Final = 65536
 _LONG_POLLS: Final = frozenset({RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE})
 _REQUEST_NAMES: Final = {code.value: code.name for code in RequestCode}
 _RESPONSE_NAMES: Final = {code.value: code.name for code in ResponseCode}
@@ -119,6 +125,11 @@ class RemotingConnection(asyncio.Protocol):
         self.opened_at = self.last_seen = share.clock() if opened_at is None else opened_at
         self.inflight = 0
         self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by opaque
+        self._paused = False  # by pause_writing: the client reads slower than we answer
+        self._yielding = False  # reading paused until the loop's next turn (YIELD_AFTER_BYTES)
+        # requests of this read whose handlers asked to be done together (see Joined)
+        self._joined: list[tuple[RemotingCommand, float, Any]] = []
+        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
@@ -152,12 +163,27 @@ class RemotingConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """The client reads slower than we answer: stop reading its requests meanwhile."""
+        self._paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         """The client caught up: read its requests again."""
-        if self._transport is not None and not self.closed:
+        self._paused = False
+        if self._transport is not None and not self.closed and not self._yielding:
+            self._transport.resume_reading()
+
+    def _yield_turn(self) -> None:
+        """Stop reading until the loop's next turn (see YIELD_AFTER_BYTES)."""
+        if self._transport is None or self._yielding:
+            return
+        self._yielding = True
+        self._transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._end_yield)
+
+    def _end_yield(self) -> None:
+        self._yielding = False
+        if self._transport is not None and not self.closed and not self._paused:
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -185,11 +211,15 @@ class RemotingConnection(asyncio.Protocol):
                 return
             self._account_buffer()
         finally:
+            if self._joined and not self.closed:
+                self._run_joined()
             out, self._out = self._out, None
             if out and self._transport is not None and not self.closed:
                 self._transport.write(b"".join(out))
             if self._close_after_reply:
                 self.close()
+        if len(data) >= YIELD_AFTER_BYTES and not self.closed:
+            self._yield_turn()
 
     # -- limits ---------------------------------------------------------------------------
 
@@ -325,12 +355,35 @@ class RemotingConnection(asyncio.Protocol):
         started = time.perf_counter()
         if self._signatures is not None and not self._signed(command, started):
             return
+        if self._joined and command.code != self._joined[0][0].code:
+            self._run_joined()  # what arrived first takes effect first
         try:
             result = handler(self, command)
         except Exception as exc:
             self._complete(command, started, exc)
             return
+        if type(result) is Joined:
+            if self._joined and result.run is not self._join_run:
+                self._run_joined()
+            self._join_run = result.run
+            self._joined.append((command, started, result.item))
+            if len(self._joined) >= JOIN_LIMIT:
+                self._run_joined()
+            return
         self._complete(command, started, result)
+
+    def _run_joined(self) -> None:
+        """Do the joined requests' work in one call and answer each of them."""
+        joined, self._joined = self._joined, []
+        run = self._join_run
+        if run is None or not joined:
+            return
+        try:
+            results: Sequence[object] = run([item for *_, item in joined])
+        except Exception as exc:  # a bug in the runner: each joined request fails alone
+            results = [exc] * len(joined)
+        for (command, started, _), result in zip(joined, results, strict=True):
+            self._complete(command, started, result)
 
     def _signed(self, command: RemotingCommand, started: float) -> bool:
         """Check the request's signature (authentication on); a refusal is answered, and closes

@@ -5,30 +5,23 @@ reads — a retry topic counts as its group — so a signed user may pull, commi
 and list the members of a group only with the rules a native or gRPC consumer of that group
 would need. Queue positions (``GET_MAX_OFFSET``, ...) need ``Sub`` on the topic.
 
-The check runs before the handler, on the user who signed the request (``conn.user``); a
-refusal is ``NO_PERMISSION``, counted as a forbidden request of the remoting protocol.
+The check runs before the handler, on the user who signed the request (``conn.user``), with
+the producer side's and administration's needs (``permissions.py``); a refusal is
+``NO_PERMISSION``, counted as a forbidden request of the remoting protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Final
 
-from pocketmq.errors import NoPermissionError
 from pocketmq.protocol.remoting.bodies import HeartbeatData, LockBatchRequest, decode_json_body
 from pocketmq.protocol.remoting.codes import RequestCode
 from pocketmq.protocol.remoting.command import RemotingCommand
 from pocketmq.server.auth.acl import Action
-from pocketmq.server.auth.authorizer import Authorizer, Need, topic_need
-from pocketmq.server.auth.failures import count as count_failure
-from pocketmq.server.remoting.connection import (
-    RemotingConnection,
-    RemotingHandler,
-    RemotingHandlerTable,
-)
-from pocketmq.server.remoting.outcomes import Reply
+from pocketmq.server.auth.authorizer import Need, topic_need
 
-__all__ = ["authorized_consumers", "consumer_needs"]
+__all__ = ["CONSUMER_CODES", "consumer_needs"]
 
 
 def _consume(group: str, topics: set[str]) -> list[Need]:
@@ -86,29 +79,11 @@ _NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
 }
 
 
+#: The codes whose needs are the consumer side's.
+CONSUMER_CODES: Final = frozenset(_NEEDS)
+
+
 def consumer_needs(request: RemotingCommand) -> list[Need]:
     """What ``request`` needs (module doc); [] for a code not of the consumer side."""
     find = _NEEDS.get(request.code)
     return find(request) if find is not None else []
-
-
-def authorized_consumers(
-    table: RemotingHandlerTable, authorizer: Authorizer
-) -> RemotingHandlerTable:
-    """``table`` with each consumer-side handler checking its request's needs first."""
-
-    def wrap(handler: RemotingHandler) -> RemotingHandler:
-        def checked(
-            conn: RemotingConnection, request: RemotingCommand
-        ) -> Reply | Awaitable[Reply | None] | None:
-            if conn.user:
-                try:
-                    authorizer.check(conn.user, consumer_needs(request), conn.remote)
-                except NoPermissionError:
-                    count_failure("remoting", "forbidden")
-                    raise
-            return handler(conn, request)
-
-        return checked
-
-    return {code: wrap(h) if code in _NEEDS else h for code, h in table.items()}
