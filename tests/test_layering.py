@@ -36,6 +36,7 @@ ALLOWED: dict[str, set[str]] = {
 # one-request-in-flight merge, asyncio futures only)
 SHARED = {
     *("batching", "compiled", "contract", "errors", "ids", "names", "properties", "routing"),
+    *("lazy", "settings"),
     "version",
 }
 NETWORKING = {"socket", "ssl", "selectors", "asyncio", "http", "urllib", "grpc", "socketserver"}

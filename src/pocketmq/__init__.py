@@ -23,9 +23,16 @@ from pocketmq.errors import (
     TooManyRequestsError,
     TopicNotFoundError,
 )
+from pocketmq.lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:
-    from pocketmq.client import ConsumeStatus, Message, MessageView, SendResult, SendStatus
+    from pocketmq.client.message import (
+        ConsumeStatus,
+        Message,
+        MessageView,
+        SendResult,
+        SendStatus,
+    )
 
 from pocketmq.version import VERSION as __version__
 
@@ -52,20 +59,13 @@ __all__ = [
     "__version__",
 ]
 
-_FROM_CLIENT = frozenset({"ConsumeStatus", "Message", "MessageView", "SendResult", "SendStatus"})
-
-
-def __getattr__(name: str) -> object:
-    """The message types are loaded on first use: importing ``pocketmq`` (or any of its
-    subpackages, such as the CLI) does not import the SDK (docs/benchmarks.md, "CLI start-up")."""
-    if name not in _FROM_CLIENT:
-        raise AttributeError(f"module 'pocketmq' has no attribute {name!r}")
-    from pocketmq.client import message
-
-    value = getattr(message, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# The message types are loaded on first use: importing ``pocketmq`` (or any of its subpackages,
+# such as the CLI) does not import the SDK (docs/benchmarks.md, "CLI start-up").
+_MODULES = {
+    "ConsumeStatus": "client.message",
+    "Message": "client.message",
+    "MessageView": "client.message",
+    "SendResult": "client.message",
+    "SendStatus": "client.message",
+}
+__getattr__, __dir__ = _lazy_exports(__name__, _MODULES, globals(), __all__)

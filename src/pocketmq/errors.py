@@ -8,16 +8,20 @@ module; it imports nothing from pocketmq.
 ::
 
     PocketMQError
-    ├── ClientError                     misuse detected locally, never sent
-    │   ├── InvalidArgumentError
+    ├── ClientError                     the SDK's own state refuses the call, never sent
     │   ├── ClosedError
     │   └── QueueFullError              a bounded queue overflowed (carries the counts)
+    ├── InvalidArgumentError            an argument refused, by the SDK or by the broker
+    │   └── MessageIllegalError         ... when the broker refused it (also a BrokerError)
+    ├── ProtocolError                   a frame or body could not be understood
+    │   ├── LocalProtocolError          found here: what we received (or would send) is bad
+    │   └── RemoteProtocolError         the broker could not read ours (also a BrokerError)
     ├── BrokerConnectionError           retriable: could not reach / lost the broker
     │   ├── RequestTimeoutError         retriable: no answer in time
     │   └── ServerIdentityError         the server did not prove it knows our secret
     ├── SendOutcomeUnknownError         the message may or may not be stored
     ├── BrokerError                     the broker answered with an error code
-    │   ├── ProtocolError               malformed or oversize frame
+    │   ├── RemoteProtocolError         malformed or oversize frame (code PROTOCOL_ERROR)
     │   ├── BrokerInternalError                broker-side bug or I/O failure (retriable)
     │   ├── ServiceUnavailableError     broker shutting down / not ready (retriable)
     │   │   └── NoMasterError           the topic's groups have no master now (retriable)
@@ -25,7 +29,7 @@ module; it imports nothing from pocketmq.
     │   ├── FlushDiskTimeoutError       stored but not yet durable (retriable)
     │   ├── StorageFullError            the disk is full (retriable)
     │   ├── StorageFailedError          an I/O error stopped the broker's writes (retriable)
-    │   ├── MessageIllegalError
+    │   ├── MessageIllegalError         the broker refused an argument (an InvalidArgumentError)
     │   │   └── MessageTooLargeError
     │   ├── TopicNotFoundError
     │   ├── GroupNotFoundError
@@ -37,6 +41,14 @@ module; it imports nothing from pocketmq.
     │   └── UnsupportedError
     └── StoreError
         └── StoreCorruptedError         a record before the last checkpoint fails its CRC
+
+Two classes sit on two branches, so that one ``except`` answers one question. A refused
+argument is an :class:`InvalidArgumentError` whether the SDK caught it before sending or the
+broker answered ``MESSAGE_ILLEGAL`` (then it is a :class:`MessageIllegalError` too, with the
+broker's code and remark). A protocol error is a :class:`ProtocolError` wherever it was found,
+but only the broker's answer (:class:`RemoteProtocolError`) is a :class:`BrokerError`; a frame
+or body this process cannot decode is a :class:`LocalProtocolError` (docs/protocol.md,
+"Errors").
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ __all__ = [
     "GroupNotFoundError",
     "InvalidArgumentError",
     "InvalidReceiptHandleError",
+    "LocalProtocolError",
     "MessageIllegalError",
     "MessageNotFoundError",
     "MessageTooLargeError",
@@ -66,6 +79,7 @@ __all__ = [
     "PreconditionFailedError",
     "ProtocolError",
     "QueueFullError",
+    "RemoteProtocolError",
     "RequestTimeoutError",
     "SendOutcomeUnknownError",
     "ServerIdentityError",
@@ -124,11 +138,13 @@ class PocketMQError(Exception):
 
 
 class ClientError(PocketMQError):
-    """The caller misused the API; nothing was sent."""
+    """The caller used a client in a state that refuses the call; nothing was sent."""
 
 
-class InvalidArgumentError(ClientError, ValueError):
-    """An argument has the wrong type or value."""
+class InvalidArgumentError(PocketMQError, ValueError):
+    """An argument has the wrong type or value: found by the SDK before anything was sent, or
+    by the broker (then the exception is a :class:`MessageIllegalError` as well), so one
+    ``except InvalidArgumentError`` covers a mistake wherever it was caught."""
 
 
 class ClosedError(ClientError):
@@ -194,10 +210,22 @@ class BrokerError(PocketMQError):
             self.wire_code = int(self.code)
 
 
-class ProtocolError(BrokerError):
-    """A frame was malformed, too large, or of an unknown kind; the connection is closed."""
+class ProtocolError(PocketMQError):
+    """A frame or body was malformed, too large, or of an unknown kind. Which side found it is
+    the subclass; ``wire_code`` is the code a server answers it with."""
 
-    code = Code.PROTOCOL_ERROR
+    code: ClassVar[Code] = Code.PROTOCOL_ERROR
+    wire_code: int = Code.PROTOCOL_ERROR
+
+
+class LocalProtocolError(ProtocolError):
+    """This process cannot decode what it received, or refuses to encode what it was asked to
+    send (too large); the connection's framing is lost and it is closed. Not an answer from
+    the broker."""
+
+
+class RemoteProtocolError(ProtocolError, BrokerError):
+    """The broker answered ``PROTOCOL_ERROR``: it could not read what this client sent."""
 
 
 class BrokerInternalError(BrokerError):
@@ -256,8 +284,8 @@ class StorageFailedError(BrokerError):
     retriable = True
 
 
-class MessageIllegalError(BrokerError):
-    """The message is malformed (empty body, bad topic name, bad property).
+class MessageIllegalError(BrokerError, InvalidArgumentError):
+    """The broker refused the message or an argument (empty body, bad topic name, bad property).
 
     ``rule`` names the rule of the send contract it broke (:class:`pocketmq.contract.Rule`
     value, "" when not known), so an adapter can answer with its protocol's own code.
@@ -341,7 +369,7 @@ class StoreCorruptedError(StoreError):
 ERROR_BY_CODE: Final[dict[int, type[BrokerError]]] = {
     int(cls.code): cls
     for cls in (
-        ProtocolError,
+        RemoteProtocolError,
         BrokerInternalError,
         ServiceUnavailableError,
         NoMasterError,

@@ -50,7 +50,7 @@ def _crash_before_step(monkeypatch: pytest.MonkeyPatch, step: int) -> list[str]:
 
     monkeypatch.setattr(persist, "atomic_write", wrap("state file", persist.atomic_write))
     monkeypatch.setattr(ConsumeQueue, "destroy", wrap("queue", ConsumeQueue.destroy))
-    monkeypatch.setattr(Writer, "_append_locked", wrap("tombstone", Writer._append_locked))
+    monkeypatch.setattr(Writer, "append", wrap("tombstone", Writer.append))
     return calls
 
 

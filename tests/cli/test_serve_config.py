@@ -62,6 +62,11 @@ def test_enum_settings_become_enums(tmp_path: Path) -> None:
         ("[broker]\ndelay_levels = [1, 0]\n", "delay_levels"),
         ('[broker]\ndelay_levels = [1, "x"]\n', "delay_levels"),
         ("[server]\nport = 1.5\n", "port"),
+        ("[broker]\nmax_long_poll = -5\n", "max_long_poll"),
+        ("[broker]\nmax_batch_messages = -1\n", "max_batch_messages"),
+        ("[server]\ncontroller_lease = 1\n", "controller_lease"),
+        ("[server]\nidle_timeout = -2\n", "idle_timeout"),
+        ('[server]\ntls_cert = "only.pem"\n', "tls_key"),
         ("[storage]\nx = 1\n", "storage"),
     ],
 )
@@ -110,3 +115,15 @@ def test_insecure_starts_on_a_network_address(tmp_path: Path) -> None:
         with SyncAdmin(servers=f"127.0.0.1:{port}") as admin:  # it serves every address
             admin.create_topic("reachable", queues=1)
             assert "reachable" in [t.name for t in admin.list_topics()]
+
+
+def test_a_tls_key_on_the_command_line_completes_the_files_certificate(tmp_path: Path) -> None:
+    """The file's [server] settings and the options are checked together, once."""
+    path = tmp_path / "broker.toml"
+    path.write_text(f'[server]\ntls_cert = "{tmp_path / "missing.pem"}"\n')
+    with pytest.raises(click.UsageError, match="cannot load the TLS certificate"):
+        build_config(
+            config_file=path, data_dir=None, host=None, port=None, grpc_port=None,
+            namesrv_port=None, namesrv=None, broker_name=None, flush=None,
+            tls_key=str(tmp_path / "missing.key"),
+        )  # fmt: skip

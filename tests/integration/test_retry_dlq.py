@@ -161,7 +161,13 @@ async def test_ack_index_retries_only_the_tail_of_a_batch(
 
 
 async def test_send_back_failure_falls_back_to_resend_then_to_local_retry(tmp_path: Path) -> None:
-    config = _with(fault_injection={"send_back": 3, "retry_send": 1})
+    rules = tmp_path / "faults.json"  # the store's fault rules; the broker asks them too
+    rules.write_text(
+        '{"rules": [{"op": "send_back", "target": "broker", "count": 3},'
+        ' {"op": "retry_send", "target": "broker", "count": 1}]}'
+    )
+    config = _with()
+    config["store"]["fault_file"] = str(rules)
     with BrokerProcess(tmp_path, config=config, grpc_port=None) as broker:
         await create(
             broker.address, topic="orders", group="billing", queues=1, retry_delays=[0.1, 0.1, 0.1]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from pocketmq.client import Admin, Message, Producer
-from pocketmq.errors import MessageIllegalError
+from pocketmq.errors import InvalidArgumentError, MessageIllegalError
 from pocketmq.testing import BrokerProcess
 
 from .conftest import create
@@ -83,3 +83,22 @@ async def test_a_native_pop_retried_with_its_attempt_id_gets_the_same_messages(
     assert [m.body for m in fresh.messages] == sorted(
         {b"0", b"1", b"2"} - {m.body for m in first.messages}
     )
+
+
+async def test_an_argument_is_one_exception_type_whether_the_sdk_or_the_broker_refused_it(
+    broker: BrokerProcess, names: Callable[[str], str]
+) -> None:
+    topic = names("fifo")
+    async with Admin(servers=broker.address) as admin:
+        await admin.create_topic(topic, queues=2, topic_type="fifo")
+    caught: list[InvalidArgumentError] = []
+    async with Producer(servers=broker.address) as producer:
+        for message in (
+            Message(topic="bad topic!", body=b"x"),  # the SDK refuses it, nothing is sent
+            Message(topic=topic, body=b"x"),  # the broker refuses it (not a fifo message)
+        ):
+            try:
+                await producer.send(message)
+            except InvalidArgumentError as exc:
+                caught.append(exc)
+    assert [type(e).__name__ for e in caught] == ["InvalidArgumentError", "MessageIllegalError"]

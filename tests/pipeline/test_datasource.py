@@ -19,8 +19,9 @@ from pocketmq.client import ClientConfig, Message, SendResult
 from pocketmq.client.sync import SyncAdmin, SyncProducer
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
 from pocketmq.pipeline.browse import QueueSpan
-from pocketmq.pipeline.datasource import _limit, _Options, _ranges, _resolve
+from pocketmq.pipeline.datasource import _limit, _ranges, _resolve
 from pocketmq.pipeline.datasource_write import _message, _position_id, derive_message_id
+from pocketmq.pipeline.options import DataSourceOptions
 from pocketmq.pipeline.schemas import TOPIC_EXPORT_SCHEMA
 from pocketmq.testing import BrokerProcess
 
@@ -302,7 +303,7 @@ def test_read_limit_is_shared_fairly_and_deterministically() -> None:
 
 
 def test_message_ids_for_written_rows() -> None:
-    options = _Options.parse({"servers": "h:1"})
+    options = DataSourceOptions.parse({"servers": "h:1"})
     fields = frozenset({"body", "keys", "message_id", "tag", "properties", "topic"})
 
     def row(**values: Any) -> Row:
@@ -322,7 +323,7 @@ def test_message_ids_for_written_rows() -> None:
     fresh = _message(row(body=b"x", topic="t"), fields, options, None)
     assert fresh.message_id != _message(row(body=b"x", topic="t"), fields, options, None).message_id
     # The topic option wins over the column; reserved properties are dropped.
-    overridden = _Options.parse({"servers": "h:1", "topic": "other"})
+    overridden = DataSourceOptions.parse({"servers": "h:1", "topic": "other"})
     moved = _message(
         row(body=b"x", topic="t", properties={"RETRY_TOPIC": "t", "mine": "1"}),
         fields,
@@ -383,6 +384,8 @@ def test_reads_and_writes_with_the_keys_given_as_options(
         assert sorted(r.body for r in back) == [b"one", b"two"]
         with pytest.raises(Exception, match=r"requires authentication"):  # Spark wraps it
             _reader(spark, guarded.address, "secured").collect()
-    parsed = _Options.parse({"servers": "h:1", "accessKey": "spark", "secretKey": "spark-secret"})
+    parsed = DataSourceOptions.parse(
+        {"servers": "h:1", "accessKey": "spark", "secretKey": "spark-secret"}
+    )
     assert "spark-secret" not in repr(parsed)
     assert parsed.client().secret_key == "spark-secret"

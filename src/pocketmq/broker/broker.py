@@ -111,7 +111,6 @@ class Broker(BrokerFront):
             # offsets.json lost entries (docs/storage-format.md §10): the groups that existed
             # start from the oldest message where they have no offset, never from the newest
             offsets_lost={g.name for g in self.groups.all()} if self.offsets.damaged else set(),
-            faults=dict(config.fault_injection),
             started_at=clock(),
         )
         self._shared = shared

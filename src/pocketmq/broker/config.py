@@ -4,9 +4,10 @@ in docs/semantics.md."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from pocketmq.broker.topics import MAX_QUEUES
+from pocketmq.settings import check_numbers
 from pocketmq.store import StoreConfig
 
 __all__ = ["DEFAULT_DELAY_LEVELS", "BrokerConfig"]
@@ -59,14 +60,9 @@ class BrokerConfig:
     transaction_timeout: float = 6.0
     transaction_check_interval: float = 30.0
     transaction_check_max: int = 15
-    # testing only: fail the next N operations of a kind ("send_back", "retry_send")
-    fault_injection: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if isinstance(value, float) and not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{item.name} must be a finite, non-negative number")
+        check_numbers(self)  # ints and floats alike, from TOML or Python
         if not self.delay_levels or any(
             not (math.isfinite(level) and level > 0) for level in self.delay_levels
         ):

@@ -31,11 +31,11 @@ import msgspec
 
 from pocketmq import properties as props
 from pocketmq.model.attempts import Attempt
+from pocketmq.names import HISTORY_TOPIC
 from pocketmq.store import MessageStore, StoreMessage
 
 __all__ = ["HISTORY_TOPIC", "AttemptHistory", "Outcome", "decode_attempts"]
 
-HISTORY_TOPIC = "%SYS%HISTORY"
 _FLUSH_AT = 256
 _SLICE = 32  # reported entries recorded and written per event-loop turn (about 0.5 ms)
 _ERROR_LIMIT = 2000  # characters of an attempt's error text kept

@@ -68,6 +68,7 @@ from pocketmq.store import (
     PutStatus,
     StoredMessage,
     StoreMessage,
+    faults,
 )
 
 __all__ = [
@@ -134,7 +135,6 @@ class Shared:
     locks: QueueLocks
     durability: DurabilityWaiter
     offsets_lost: set[str]
-    faults: dict[str, int]
     round_robin: dict[str, int] = field(default_factory=dict)
     started_at: float = 0.0  # the broker's clock when it was built (uptime in its status)
     # operator resets push consumers have not followed yet: (group, topic, queue) -> offset
@@ -246,7 +246,6 @@ class BrokerPart:
         self._sync_flush = shared.config.store.flush_mode is FlushMode.SYNC
         self._appender = Appender(shared)
         self._round_robin = shared.round_robin
-        self._faults = shared.faults
         self._offsets_lost = shared.offsets_lost
 
     @property
@@ -341,12 +340,16 @@ class BrokerPart:
         return self.store.min_offset(topic, queue_id)
 
     def _fault(self, name: str) -> bool:
-        """Testing only: consume one injected failure of kind ``name``."""
-        left = self._faults.get(name, 0)
-        if left <= 0:
+        """Testing only: whether the store's fault rules (store/faults.py, op ``name``, target
+        ``broker``) fail this operation; one check of ``None`` in production."""
+        injector = faults.installed()
+        if injector is None:
             return False
-        self._faults[name] = left - 1
-        return True
+        try:
+            injector.check(name, "broker")
+        except OSError:
+            return True
+        return False
 
     @property
     def replication(self) -> Replication:

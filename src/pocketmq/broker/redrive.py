@@ -43,13 +43,13 @@ from pocketmq.broker.statefile import StateFile
 from pocketmq.broker.topics import dlq_topic, retry_topic
 from pocketmq.errors import STORED_CODES, BrokerError
 from pocketmq.model.messages import InboundMessage, SendOutcome
+from pocketmq.names import REDRIVE_AUDIT_TOPIC
 from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage
 
 __all__ = ["REDRIVE_AUDIT_TOPIC", "RedriveLedger", "RedriveRecord", "RedriveService"]
 
 log = logging.getLogger("pocketmq.broker")
 
-REDRIVE_AUDIT_TOPIC = "%SYS%REDRIVE"
 _STRIPPED = (props.RETRY_TOPIC, props.DLQ_REASON, props.REAL_TOPIC, props.REAL_QUEUE_ID)
 
 #: One line of a redrive report: (DLQ offset, message id, status, send outcome).

@@ -57,7 +57,13 @@ import msgspec
 from pocketmq import properties as props
 from pocketmq.broker.persist import Sink, save_json
 from pocketmq.broker.statefile import StateFile
-from pocketmq.names import DLQ_PREFIX, RETRY_PREFIX, is_storable_topic
+from pocketmq.names import (
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    is_storable_topic,
+)
 from pocketmq.store import MessageStore, PutResult, PutStatus, StoredMessage, StoreMessage
 
 __all__ = [
@@ -71,8 +77,6 @@ __all__ = [
 
 log = logging.getLogger("pocketmq.broker")
 
-SCHEDULE_TOPIC = "%SYS%SCHEDULE"
-TIMER_TOPIC = "%SYS%TIMER"
 _BATCH = 256
 _RETRY_MS = 1000  # a message the store refused for now is asked again after this long
 _PARKED_KEPT = 1000  # parked messages listed in schedule.json (the counter counts them all)

@@ -63,7 +63,7 @@ class SendBack(BrokerPart):
         """
         group_config = self._group(group)
         if self._fault("send_back"):
-            raise BrokerError("injected send-back failure (fault_injection)")
+            raise BrokerError("injected send-back failure (store fault rules)")
         record = self.store.read_message(physical_offset)
         if record is None or record.message_id != message_id:
             raise MessageNotFoundError(

@@ -277,7 +277,7 @@ class SendPath(BrokerPart):
         """A consumer re-sent a failed message to its retry topic (its send-back failed):
         carry the reconsume count, and dead-letter it once the retries are used up."""
         if self._fault("retry_send"):
-            raise BrokerError("injected retry-topic send failure (fault_injection)")
+            raise BrokerError("injected retry-topic send failure (store fault rules)")
         properties = dict(message.properties)
         try:
             reconsume = int(properties.pop(props.RECONSUME_TIMES, "0"))

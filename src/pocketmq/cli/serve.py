@@ -66,7 +66,7 @@ def _apply(target: C, values: dict[str, Any], section: str) -> C:
     try:
         return msgspec.convert(merged, type(target))
     except msgspec.ValidationError as exc:
-        raise click.UsageError(f"bad setting in [{section}] of the config file: {exc}") from None
+        raise click.UsageError(f"bad setting in [{section}]: {exc}") from None
 
 
 def build_config(
@@ -114,8 +114,7 @@ def build_config(
             role = "slave"  # RocketMQ's convention: id 0 is the master
     if role is not None:
         broker = replace(broker, role=role)
-    app = _apply(AppConfig(), app_values, "server")
-    overrides: dict[str, Any] = {"broker": broker}
+    overrides: dict[str, Any] = {}
     for key, value in (
         ("host", host),
         ("port", port),
@@ -141,15 +140,12 @@ def build_config(
         overrides["tls_cert"] = tls_cert
     if tls_key is not None:
         overrides["tls_key"] = tls_key
-    config = replace(app, **overrides)
+    # the file's [server] settings and the options are checked together, once (AppConfig's
+    # __post_init__): a TLS key on the command line completes a certificate in the file
+    together = {**app_values, **overrides, "broker": msgspec.to_builtins(broker)}
+    config = _apply(AppConfig(), together, "server")
     try:
-        config.connection_limits()
-        config.http_settings()
-        config.controller_timings()
         config.tls_context()
-        config.replication_policy(None)
-        config.reachable()
-        config.failure_throttle()
         if config.controller:
             parse_controller(config.controller)
     except InvalidArgumentError as exc:

@@ -7,6 +7,8 @@ The names are loaded on first use (PEP 562): a program that needs only the produ
 
 import typing
 
+from pocketmq.lazy import lazy_exports as _lazy_exports
+
 if typing.TYPE_CHECKING:
     from pocketmq.client.admin import Admin
     from pocketmq.client.admin_types import (
@@ -127,16 +129,4 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pocketmq.client' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"pocketmq.client.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_exports(__name__, _MODULES, globals(), __all__)

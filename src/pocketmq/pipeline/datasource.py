@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql.datasource import (
@@ -74,12 +74,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pocketmq.client.config import ClientConfig, default_servers, parse_servers
-from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import BrokerConnectionError, InvalidArgumentError
-from pocketmq.pipeline.browse import DEFAULT_PAGE_SIZE, QueueSpan, browse_range, messages_table
+from pocketmq.pipeline.browse import QueueSpan, browse_range, messages_table
 from pocketmq.pipeline.browse import queue_spans as _queue_spans
 from pocketmq.pipeline.datasource_write import BatchWriter, StreamWriter, derive_message_id
+from pocketmq.pipeline.options import (
+    OPTION_ENDING_OFFSETS,
+    OPTION_STARTING_OFFSETS,
+    DataSourceOptions,
+)
 from pocketmq.pipeline.schemas import TOPIC_EXPORT_SCHEMA, spark_ddl
 
 if TYPE_CHECKING:
@@ -89,17 +92,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATA_SOURCE_NAME",
-    "OPTION_ACCESS_KEY",
-    "OPTION_BATCH_SIZE",
-    "OPTION_ENDING_OFFSETS",
-    "OPTION_ENDPOINTS",
-    "OPTION_MAX_OFFSETS_PER_TRIGGER",
-    "OPTION_MAX_ROWS_PER_PARTITION",
-    "OPTION_PAGE_SIZE",
-    "OPTION_SECRET_KEY",
-    "OPTION_SERVERS",
-    "OPTION_STARTING_OFFSETS",
-    "OPTION_TOPIC",
     "Offsets",
     "PocketMQDataSource",
     "QueueRange",
@@ -108,31 +100,8 @@ __all__ = [
 ]
 
 DATA_SOURCE_NAME: Final = "pocketmq"
-#: Brokers (or a name server) to ask, ``host:port[,host:port...]``; default ``$POCKETMQ_SERVER``.
-OPTION_SERVERS: Final = "servers"
-OPTION_ENDPOINTS: Final = "endpoints"  # an alias of ``servers``
-#: The topic to read (required), or to write to (overrides the rows' ``topic`` column).
-OPTION_TOPIC: Final = "topic"
-#: ``earliest`` | ``latest`` | offsets JSON. Default: earliest for batch, latest for streaming.
-OPTION_STARTING_OFFSETS: Final = "startingOffsets"
-#: Batch reads only: ``latest`` (default) | offsets JSON; the range is ``[start, end)``.
-OPTION_ENDING_OFFSETS: Final = "endingOffsets"
-#: Streaming reads: at most this many messages per micro-batch (all queues together).
-OPTION_MAX_OFFSETS_PER_TRIGGER: Final = "maxOffsetsPerTrigger"
-#: Split a queue's range into partitions of at most this many offsets (default: no split).
-OPTION_MAX_ROWS_PER_PARTITION: Final = "maxRowsPerPartition"
-#: Messages per BROWSE request (default 512, at most 1024).
-OPTION_PAGE_SIZE: Final = "pageSize"
-#: Writes: messages per send request (rows without a message group; default 64).
-OPTION_BATCH_SIZE: Final = "batchSize"
-#: A user's keys for a broker with authentication (default: ``$POCKETMQ_ACCESS_KEY`` and
-#: ``$POCKETMQ_SECRET_KEY`` on the driver and every executor).
-OPTION_ACCESS_KEY: Final = "accessKey"
-OPTION_SECRET_KEY: Final = "secretKey"
-
 EARLIEST: Final = -2
 LATEST: Final = -1
-DEFAULT_BATCH_SIZE: Final = 64
 
 #: Offsets as Spark checkpoints them: broker name -> queue id (text) -> next offset.
 Offsets = dict[str, dict[str, int]]
@@ -141,72 +110,6 @@ Offsets = dict[str, dict[str, int]]
 def register_data_source(spark: SparkSession) -> None:
     """Make ``format("pocketmq")`` available in ``spark`` (registering again is harmless)."""
     spark.dataSource.register(PocketMQDataSource)
-
-
-# -- options ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Options:
-    """The parsed options: plain values, pickled to every task."""
-
-    servers: tuple[str, ...]
-    topic: str
-    starting: str
-    ending: str
-    max_per_trigger: int | None
-    max_rows_per_partition: int | None
-    page_size: int
-    batch_size: int
-    access_key: str = ""
-    secret_key: str = field(default="", repr=False)  # never in a log or a plan's text
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> _Options:
-        raw = options.get(OPTION_SERVERS) or options.get(OPTION_ENDPOINTS) or ""
-        return cls(
-            servers=parse_servers(raw) or default_servers(),
-            topic=(options.get(OPTION_TOPIC) or "").strip(),
-            starting=(
-                options.get(OPTION_STARTING_OFFSETS) or ("latest" if streaming else "earliest")
-            ).strip(),
-            ending=(options.get(OPTION_ENDING_OFFSETS) or "latest").strip(),
-            max_per_trigger=_positive(options, OPTION_MAX_OFFSETS_PER_TRIGGER),
-            max_rows_per_partition=_positive(options, OPTION_MAX_ROWS_PER_PARTITION),
-            page_size=_positive(options, OPTION_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
-            batch_size=_positive(options, OPTION_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
-            access_key=(options.get(OPTION_ACCESS_KEY) or "").strip(),
-            secret_key=options.get(OPTION_SECRET_KEY) or "",
-        )
-
-    def require_topic(self) -> str:
-        if not self.topic:
-            raise InvalidArgumentError("the pocketmq data source needs .option('topic', ...)")
-        return self.topic
-
-    def client(self) -> ClientConfig:
-        """The SDK's settings: these servers, and the keys when the options give them."""
-        if self.access_key:
-            return ClientConfig(
-                servers=self.servers, access_key=self.access_key, secret_key=self.secret_key
-            )
-        return ClientConfig(servers=self.servers)
-
-    def admin(self) -> SyncAdmin:
-        return SyncAdmin(client=self.client())
-
-
-def _positive(options: Mapping[str, str], name: str) -> int | None:
-    value = options.get(name)
-    if value is None or str(value).strip() == "":
-        return None
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise InvalidArgumentError(f"option {name} must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise InvalidArgumentError(f"option {name} must be at least 1, got {number}")
-    return number
 
 
 def _resolve(spec: str, spans: Sequence[QueueSpan], *, default: int, name: str) -> Offsets:
@@ -293,7 +196,9 @@ def _ranges(
     return out
 
 
-def _read(options: _Options, part: QueueRange, schema: StructType) -> Iterator[pa.RecordBatch]:
+def _read(
+    options: DataSourceOptions, part: QueueRange, schema: StructType
+) -> Iterator[pa.RecordBatch]:
     """Read one partition as Arrow batches shaped like ``schema`` (Spark's Arrow types)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -315,7 +220,7 @@ def _read(options: _Options, part: QueueRange, schema: StructType) -> Iterator[p
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, options: _Options, schema: StructType) -> None:
+    def __init__(self, options: DataSourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
 
@@ -362,7 +267,7 @@ def _limit(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: _Options, schema: StructType) -> None:
+    def __init__(self, options: DataSourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
@@ -444,18 +349,18 @@ class PocketMQDataSource(DataSource):
         """Batch reads: the options are parsed once here, on the driver, and travel to the tasks as
         plain values.
         """
-        return _BatchReader(_Options.parse(self.options), schema)
+        return _BatchReader(DataSourceOptions.parse(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Micro-batch reads; the offsets live in the query's checkpoint, not on the broker."""
-        return _StreamReader(_Options.parse(self.options, streaming=True), schema)
+        return _StreamReader(DataSourceOptions.parse(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch writes: every task sends its rows with a producer of its own."""
-        return BatchWriter(_Options.parse(self.options))
+        return BatchWriter(DataSourceOptions.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Streaming writes, with ids a replayed micro-batch reproduces (see the module
         documentation).
         """
-        return StreamWriter(_Options.parse(self.options))
+        return StreamWriter(DataSourceOptions.parse(self.options))

@@ -20,7 +20,7 @@ from pocketmq.ids import new_message_id
 if TYPE_CHECKING:
     from pyspark.sql import Row
 
-    from pocketmq.pipeline.datasource import _Options
+    from pocketmq.pipeline.options import DataSourceOptions
 
 __all__ = ["BatchWriter", "StreamWriter", "derive_message_id"]
 
@@ -66,7 +66,10 @@ def _keys(value: Any) -> tuple[str, ...]:
 
 
 def _message(
-    row: Row, fields: frozenset[str], options: _Options, position: tuple[str, str, int, int] | None
+    row: Row,
+    fields: frozenset[str],
+    options: DataSourceOptions,
+    position: tuple[str, str, int, int] | None,
 ) -> Message:
     def get(name: str) -> Any:
         return row[name] if name in fields else None
@@ -102,7 +105,7 @@ def _message(
     )
 
 
-def _write(options: _Options, rows: Iterator[Row], *, streaming: bool) -> _Sent:
+def _write(options: DataSourceOptions, rows: Iterator[Row], *, streaming: bool) -> _Sent:
     """Send ``rows`` with one producer; FIFO rows one by one, in order, the rest in batches."""
     from pyspark import TaskContext
 
@@ -148,7 +151,7 @@ def _write(options: _Options, rows: Iterator[Row], *, streaming: bool) -> _Sent:
 class BatchWriter(DataSourceWriter):
     """Batch writes: every task sends its rows with a producer of its own."""
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: DataSourceOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
@@ -160,7 +163,7 @@ class BatchWriter(DataSourceWriter):
 class StreamWriter(DataSourceStreamWriter):
     """Streaming writes, with ids a replayed micro-batch reproduces."""
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: DataSourceOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:

@@ -117,7 +117,7 @@ PROPERTY_ORIGIN_MESSAGE_ID: Final = props.ORIGIN_MESSAGE_ID
 #: Why the broker dead-lettered a message (set on the copy in ``%DLQ%<group>``).
 PROPERTY_DLQ_REASON: Final = props.DLQ_REASON
 #: The broker's attempt ledger: one queue per broker, each record an ``Attempt``.
-HISTORY_TOPIC: Final = "%SYS%HISTORY"
+HISTORY_TOPIC: Final = names.HISTORY_TOPIC
 
 #: ``attempt_history.outcome`` values; all but SUCCESS and DLQ leave a message due again.
 #: REDRIVEN is an operator re-sending a dead letter (``pocketmq dlq resend``), not a delivery.

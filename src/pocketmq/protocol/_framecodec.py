@@ -18,7 +18,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 from pocketmq.protocol.codes import FrameKind
 from pocketmq.protocol.limits import HEADER_SIZE, MAX_FRAME_BODY
 
@@ -51,7 +51,7 @@ def encode_frame(kind: int, code: int, request_id: int, body: bytes) -> bytes:
     """Prefix ``body`` with its header; refuses a body over the frame limit here, so an oversize
     response fails its own request instead of a peer's framing."""
     if len(body) > MAX_FRAME_BODY:
-        raise ProtocolError(f"frame body of {len(body)} bytes exceeds {MAX_FRAME_BODY}")
+        raise LocalProtocolError(f"frame body of {len(body)} bytes exceeds {MAX_FRAME_BODY}")
     return _HEADER.pack(len(body) + 8, kind, 0, code, request_id) + body
 
 
@@ -89,12 +89,12 @@ class FrameDecoder:
         while available - position >= HEADER_SIZE:
             length, kind, _flags, code, request_id = _HEADER.unpack_from(buffer, position)
             if length < 8 or length - 8 > self.max_body:
-                raise ProtocolError(
+                raise LocalProtocolError(
                     f"frame length {length} outside 8..{self.max_body + 8}"
                     " (not a pocketmq peer, or the stream is corrupt)"
                 )
             if kind not in _KINDS:
-                raise ProtocolError(f"unknown frame kind {kind}")
+                raise LocalProtocolError(f"unknown frame kind {kind}")
             end = position + 4 + length
             if end > available:
                 break

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 
 __all__ = ["Body", "Empty", "ErrorBody", "decode_body", "encode_body"]
 
@@ -53,8 +53,10 @@ def decode_body(data: bytes, kind: type[T]) -> T:
     try:
         return decoder.decode(data)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:
-        raise ProtocolError(f"invalid {kind.__name__}: {exc}") from None
+        raise LocalProtocolError(f"invalid {kind.__name__}: {exc}") from None
     except msgspec.DecodeError as exc:
-        raise ProtocolError(f"malformed {kind.__name__} body: {exc}") from None
+        raise LocalProtocolError(f"malformed {kind.__name__} body: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ProtocolError(f"invalid {kind.__name__}: a string is not UTF-8 ({exc})") from None
+        raise LocalProtocolError(
+            f"invalid {kind.__name__}: a string is not UTF-8 ({exc})"
+        ) from None

@@ -19,6 +19,8 @@ does not pay for the alert hooks' mail and HTTP modules.
 
 import typing
 
+from pocketmq.lazy import lazy_exports as _lazy_exports
+
 if typing.TYPE_CHECKING:
     from pocketmq.reliability.alerts import (
         Alert,
@@ -157,16 +159,4 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pocketmq.reliability' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"pocketmq.reliability.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_exports(__name__, _MODULES, globals(), __all__)

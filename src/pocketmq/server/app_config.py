@@ -44,6 +44,7 @@ from pocketmq.server.native.limits import (
     DEFAULT_MAX_CONNECTIONS,
     ConnectionLimits,
 )
+from pocketmq.settings import check_numbers
 
 __all__ = ["REGISTER_INTERVAL", "AppConfig"]
 
@@ -130,6 +131,27 @@ class AppConfig:
     auth_failure_rate: float = DEFAULT_FAILURE_RATE
     # how many brokers the (embedded) name server keeps at most
     max_registered_brokers: int = MAX_REGISTERED_BROKERS
+    # automatic failover (docs/replication.md §9): etcd://H:P[,H:P...] and its clock
+    controller: str | None = None
+    controller_lease: int = 6
+    controller_margin: float = 2.0
+    controller_claim_delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Check every setting that needs no file and no network, at construction
+        (InvalidArgumentError): the TOML file (``msgspec.convert`` runs this) and Python take
+        the same path, and a ``BrokerApp`` built directly fails here, not at start. Loading the
+        TLS files is left to :meth:`tls_context`."""
+        check_numbers(self)
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise InvalidArgumentError("TLS needs both tls_cert and tls_key")
+        self.grpc_tls_mode()
+        self.connection_limits()
+        self.http_settings()
+        self.controller_timings()
+        self.replication_policy(None)
+        self.reachable()
+        self.failure_throttle()
 
     def tls_pem(self) -> tuple[bytes, bytes] | None:
         """The key and certificate chain as PEM bytes (gRPC takes them so), or None."""
@@ -222,12 +244,6 @@ class AppConfig:
         except (OSError, ssl.SSLError) as exc:
             raise InvalidArgumentError(f"cannot load the TLS certificate or key: {exc}") from None
         return context
-
-    # automatic failover (docs/replication.md §9): etcd://H:P[,H:P...] and its clock
-    controller: str | None = None
-    controller_lease: int = 6
-    controller_margin: float = 2.0
-    controller_claim_delay: float = 1.0
 
     def http_settings(self, advertised: str | None = None) -> HttpSettings:
         """The HTTP port's settings, checked (InvalidArgumentError); ``advertised`` is the host

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import msgspec
 
-from pocketmq.errors import BrokerConnectionError, BrokerError, Code, error_from_code
+from pocketmq.errors import BrokerConnectionError, BrokerError, Code, ProtocolError, error_from_code
 from pocketmq.protocol import PROTOCOL_VERSION, FrameDecoder, FrameKind, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import ClientHandshake, normalize_address
@@ -114,7 +114,7 @@ class NativeLink:
             try:
                 async with asyncio.timeout(self._timeout):
                     await self._connect()
-            except BrokerError as exc:  # a handshake refused: this peer is no use
+            except (BrokerError, ProtocolError) as exc:  # a handshake refused: no use
                 await self._drop()
                 raise BrokerConnectionError(
                     f"{self.what} {self.address} refused this broker: {exc}", address=self.address

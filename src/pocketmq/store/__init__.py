@@ -8,9 +8,6 @@ from pocketmq.store import faults
 from pocketmq.store.config import FlushMode, RecoveryMode, StoreConfig
 from pocketmq.store.message import GetResult, PutResult, QueueEntry, StoredMessage, StoreMessage
 from pocketmq.store.record import (
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
     compute_tag_code,
     pack_host,
     unpack_host,
@@ -19,9 +16,6 @@ from pocketmq.store.status import GetStatus, PutStatus
 from pocketmq.store.store import MessageStore, RetentionReport, StoreStatistics
 
 __all__ = [
-    "PROP_KEYS",
-    "PROP_TAGS",
-    "PROP_UNIQ_KEY",
     "FlushMode",
     "GetResult",
     "GetStatus",

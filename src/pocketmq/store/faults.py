@@ -15,6 +15,9 @@ wants::
 ``op`` is one of ``open``, ``write``, ``fsync``, ``allocate``; ``target`` (optional) is the kind
 of file (``commitlog``, ``consumequeue``, ``index``, ``checkpoint``, ``marker``, ``state``,
 ``directory``); ``count`` is how many calls fail (-1: every call). Rules are consumed in order.
+The broker asks the same rules about two of its own steps (target ``broker``): ``send_back`` (a
+consumer's send-back) and ``retry_send`` (a send to a retry topic), so a test drives the
+consumer's fallback paths against a real broker with the one mechanism.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from pocketmq.store.record import (
 from pocketmq.store.status import GetStatus
 
 if TYPE_CHECKING:
-    from pocketmq.store.store import MessageStore
+    from pocketmq.store.state import StoreState
 
 __all__ = ["Reader"]
 
@@ -45,14 +45,14 @@ _HEAD = struct.Struct("<IIIIIQQ")
 
 
 class Reader:
-    """Reads for one :class:`~pocketmq.store.MessageStore` (on any thread; no store lock)."""
+    """Reads for one store (on any thread; no store lock)."""
 
-    def __init__(self, store: MessageStore) -> None:
-        self._clock = store._clock
-        self._commitlog = store._commitlog
-        self._queues = store._queues
-        self._index = store._index
-        self._quarantine = store._quarantine
+    def __init__(self, state: StoreState) -> None:
+        self._clock = state.clock
+        self._commitlog = state.commitlog
+        self._queues = state.queues
+        self._index = state.index
+        self._quarantine = state.quarantine
         self.damaged_reads = 0
         self.visible_limit: int | None = None
         """Records ending past this log offset are not read yet (a replicated master's

@@ -21,10 +21,6 @@ __all__ = [
     "FIXED_HEADER_SIZE",
     "MAGIC",
     "MIN_RECORD_SIZE",
-    "PROP_KEYS",
-    "PROP_TAGS",
-    "PROP_UNIQ_KEY",
-    "TOMBSTONE_TOPIC",
     "RecordError",
     "RecordSkim",
     "compute_tag_code",
@@ -32,7 +28,6 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "pack_host",
-    "peek_record_size",
     "skim_record",
     "unpack_host",
 ]
@@ -41,14 +36,6 @@ MAGIC: Final = 0x504D5101
 BLANK_MAGIC: Final = 0x504D51FF
 FIXED_HEADER_SIZE: Final = 108
 MIN_RECORD_SIZE: Final = FIXED_HEADER_SIZE + 2 + 1 + 4 + 1 + 4  # 1-byte topic, empty map, no body
-MAX_TOPIC_LENGTH: Final = 127
-
-PROP_UNIQ_KEY: Final = "UNIQ_KEY"
-PROP_KEYS: Final = "KEYS"
-PROP_TAGS: Final = "TAGS"
-TOMBSTONE_TOPIC: Final = "%SYS%TOMBSTONE"
-"""A record in this topic (body: a topic name, UTF-8) ends that topic: replaying the log forgets
-the topic's earlier records (docs/storage-format.md §1)."""
 
 # total_size, magic, crc
 _PREFIX: Final = struct.Struct("<III")
@@ -228,12 +215,6 @@ def encode_properties(properties: dict[str, str]) -> bytes:
     """A message's properties as the record stores them (MessagePack map), encoded once so the
     writer can check their size before it builds the record."""
     return _encode_props(properties)
-
-
-def peek_record_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
-    """``(total_size, magic)`` of the record starting at ``pos`` (no validation)."""
-    total, magic, _ = _PREFIX.unpack_from(buf, pos)
-    return total, magic
 
 
 class RecordSkim(NamedTuple):

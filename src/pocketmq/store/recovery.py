@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pocketmq.errors import StoreCorruptedError
+from pocketmq.names import TOMBSTONE_TOPIC
+from pocketmq.properties import KEYS, MESSAGE_ID
 from pocketmq.store.checkpoint import Checkpoint
 from pocketmq.store.commitlog import CommitLog, Damage
 from pocketmq.store.config import RecoveryMode
 from pocketmq.store.consumequeue import ConsumeQueue
 from pocketmq.store.index import IndexService, id_key, topic_key
 from pocketmq.store.quarantine import LostEntry, Quarantine, QuarantinedRange
-from pocketmq.store.record import PROP_KEYS, PROP_UNIQ_KEY, TOMBSTONE_TOPIC
 
 __all__ = ["Recovery", "RecoveryReport", "set_aside"]
 
@@ -236,10 +237,10 @@ class Recovery:
                 )
             if index_from is not None and physical >= index_from:
                 props = record.properties
-                message_id = props.get(PROP_UNIQ_KEY, "")
+                message_id = props.get(MESSAGE_ID, "")
                 if message_id:
                     index.put(id_key(message_id), physical)
-                keys = props.get(PROP_KEYS, "")
+                keys = props.get(KEYS, "")
                 if keys:
                     for key in keys.split():
                         index.put(topic_key(record.topic, key), physical)

@@ -17,22 +17,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from pocketmq.errors import StoreError
+from pocketmq.names import TOMBSTONE_TOPIC
+from pocketmq.properties import KEYS, MESSAGE_ID
 from pocketmq.store.consumequeue import ENTRY
 from pocketmq.store.files import atomic_write, fsync_directory
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.quarantine import QuarantinedRange
 from pocketmq.store.record import (
     BLANK_MAGIC,
-    PROP_KEYS,
-    PROP_UNIQ_KEY,
-    TOMBSTONE_TOPIC,
     RecordError,
     RecordSkim,
     skim_record,
 )
 
 if TYPE_CHECKING:
-    from pocketmq.store.store import MessageStore
+    from pocketmq.store.state import StoreState
 
 __all__ = ["ReplicaError", "ReplicaWriter"]
 
@@ -48,9 +47,9 @@ class ReplicaWriter:
     holes (docs/replication.md §4): a replica never keeps a damaged range its master can give
     it again."""
 
-    def __init__(self, store: MessageStore) -> None:
-        self._store = store
-        self._pending_path = os.path.join(store.directory, "refetch")
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
+        self._pending_path = os.path.join(state.directory, "refetch")
         self.pending = _read_pending(self._pending_path)
         """The log end this replica had before it cut a hole to copy it again (0: none): until
         its log reaches it again it lacks records it once held, and is neither in sync nor
@@ -61,8 +60,8 @@ class ReplicaWriter:
         ``written(end)`` is called once the records are in the log and before they are
         dispatched: what a slave acknowledges is its log, as in RocketMQ, since dispatching is
         redone from the log by recovery (docs/replication.md §2)."""
-        store = self._store
-        commitlog = store._commitlog
+        store = self._state
+        commitlog = store.commitlog
         if store.failure:
             raise ReplicaError(f"the store accepts no writes ({store.failure})")
         if offset != commitlog.write_position:
@@ -96,26 +95,26 @@ class ReplicaWriter:
         try:
             self._dispatch(records)
         except OSError as exc:
-            self._store.fail("writing a replica's consume-queue or index entries", exc)
+            self._state.fail("writing a replica's consume-queue or index entries", exc)
             raise ReplicaError(
                 f"could not dispatch replicated records ({exc}); the store accepts no writes "
                 "until the broker restarts and recovers them from the log"
             ) from exc
 
     def _dispatch(self, records: list[RecordSkim]) -> None:
-        store = self._store
+        store = self._state
         runs: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
         index_entries: list[tuple[bytes, int]] = []
 
         def flush_runs() -> None:
             for (topic, queue_id), (first, entries) in runs.items():
-                store._queue(topic, queue_id).put(first, b"".join(entries))
+                store.queue(topic, queue_id).put(first, b"".join(entries))
             runs.clear()
 
         for record in records:
             if record.topic == TOMBSTONE_TOPIC:
                 flush_runs()
-                store._forget_queues(bytes(record.body).decode("utf-8", "replace"))
+                store.forget_queues(bytes(record.body).decode("utf-8", "replace"))
             key = (record.topic, record.queue_id)
             entry = ENTRY.pack(record.physical_offset, record.size, record.tag_code)
             run = runs.get(key)
@@ -123,57 +122,57 @@ class ReplicaWriter:
                 run[1].append(entry)
             else:
                 if run is not None:
-                    store._queue(*key).put(run[0], b"".join(run[1]))
+                    store.queue(*key).put(run[0], b"".join(run[1]))
                 runs[key] = (record.queue_offset, [entry])
-            message_id = record.properties.get(PROP_UNIQ_KEY, "")
+            message_id = record.properties.get(MESSAGE_ID, "")
             if message_id:
                 index_entries.append((id_key(message_id), record.physical_offset))
-            keys = record.properties.get(PROP_KEYS, "")
+            keys = record.properties.get(KEYS, "")
             if keys:
                 index_entries.extend(
                     (topic_key(record.topic, k), record.physical_offset) for k in keys.split()
                 )
         flush_runs()
         if index_entries:
-            store._index.put_many(index_entries)
+            store.index.put_many(index_entries)
 
     def cut(self, offset: int, reason: str) -> QuarantinedRange | None:
         """Drop the log from ``offset`` on (a suffix the new master never had): its bytes go to
         the quarantine (kind ``divergent``) and the queue entries pointing there are removed,
         so the master's records take those queue offsets (docs/replication.md §4)."""
-        store = self._store
-        commitlog = store._commitlog
+        store = self._state
+        commitlog = store.commitlog
         end = commitlog.write_position
         if offset >= end:
             return None
-        item = store._quarantine_span(offset, end, "divergent", reason)
+        item = store.quarantine_span(offset, end, "divergent", reason)
         commitlog.truncate(offset)
-        for queue in store._queues.values():
+        for queue in store.queues.values():
             queue.cut(offset)
         store.epochs.truncate(offset)
         return item
 
     def holes(self) -> list[QuarantinedRange]:
         """The damaged ranges still inside the log (set aside by a repair or a read)."""
-        return self._store._quarantine.holes(self._store._commitlog.write_position)
+        return self._state.quarantine.holes(self._state.commitlog.write_position)
 
     def refetch(self, offset: int) -> None:
         """Cut the log at ``offset``, the first damaged range a repair set aside, to copy
         everything from there again from the master. The cut bytes are not saved: the master
         has them (the damaged ones were saved when they were set aside). What the log held is
         remembered (``pending``, durably) until it is copied back."""
-        store = self._store
-        with store._lock:
-            commitlog = store._commitlog
+        store = self._state
+        with store.lock:
+            commitlog = store.commitlog
             end = commitlog.write_position
             if offset >= end:
                 return
             pending = max(self.pending, end)
             atomic_write(self._pending_path, f"{pending}\n".encode(), "replica")
             self.pending = pending
-            store._quarantine.release(offset, "cut to be copied again from the master")
+            store.quarantine.release(offset, "cut to be copied again from the master")
             commitlog.truncate(offset)
-            for queue in store._queues.values():
+            for queue in store.queues.values():
                 queue.cut(offset)
             store.epochs.truncate(offset)
 
@@ -183,7 +182,7 @@ class ReplicaWriter:
         self.pending = 0
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._pending_path)
-            fsync_directory(self._store.directory)
+            fsync_directory(self._state.directory)
 
 
 def _read_pending(path: str) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from pocketmq.names import is_storable_topic
+from pocketmq.names import TOMBSTONE_TOPIC, is_storable_topic
 from pocketmq.store import faults
 from pocketmq.store.checkpoint import (
     Checkpoint,
@@ -29,11 +29,8 @@ from pocketmq.store.checkpoint import (
     read_flush_marker,
     write_checkpoint,
 )
-from pocketmq.store.commitlog import CommitLog
 from pocketmq.store.config import FlushMode, StoreConfig
 from pocketmq.store.consumequeue import ConsumeQueue
-from pocketmq.store.diskguard import DiskGuard
-from pocketmq.store.epochs import EpochLog
 from pocketmq.store.files import (
     PRIVATE_FILE,
     SyncError,
@@ -42,19 +39,15 @@ from pocketmq.store.files import (
     make_private_directories,
 )
 from pocketmq.store.flush import FlushService
-from pocketmq.store.index import IndexService
 from pocketmq.store.message import (
     PutResult,
     StoreMessage,
 )
-from pocketmq.store.openfiles import OpenFiles, QueueFile, default_capacity
-from pocketmq.store.quarantine import Quarantine, QuarantinedRange
+from pocketmq.store.quarantine import QuarantinedRange
 from pocketmq.store.reader import Reader
-from pocketmq.store.record import (
-    TOMBSTONE_TOPIC,
-)
-from pocketmq.store.recovery import Recovery, RecoveryReport, set_aside
+from pocketmq.store.recovery import Recovery, RecoveryReport
 from pocketmq.store.replica import ReplicaError, ReplicaWriter
+from pocketmq.store.state import StoreState
 from pocketmq.store.status import PutStatus, RetentionReport, StoreStatistics
 from pocketmq.store.writer import Writer
 
@@ -72,36 +65,44 @@ class MessageStore:
     def __init__(self, directory: str, config: StoreConfig, clock: Callable[[], float]) -> None:
         self.directory = directory
         self.config = config
+        self._state = state = StoreState(directory, config, clock)
         self._clock = clock
-        self._lock = threading.Lock()
-        self.closed = False
+        self._lock = state.lock
         self._lock_fd = -1
-        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._files = OpenFiles(config.max_open_queue_files or default_capacity())
-        self._commitlog = CommitLog(os.path.join(directory, "commitlog"), config.segment_size)
-        self._index = IndexService(os.path.join(directory, "index"), config.index_max_entries)
-        self._quarantine = Quarantine(os.path.join(directory, "quarantine"))
+        self._queues = state.queues
+        self._files = state.files
+        self._commitlog = state.commitlog
+        self._index = state.index
+        self._quarantine = state.quarantine
         self._checkpoint_path = os.path.join(directory, "checkpoint")
         self._marker = FlushMarker(os.path.join(directory, "flushed"))
         self._abort_path = os.path.join(directory, "abort")
-        self._failure = ""
         self.recovery_report = RecoveryReport()
         self._append_started = 0.0
         self.replica_of = ""
         """Set while this store is a slave's copy (the group's name): local appends are refused,
         only :meth:`append_replica` writes, so the log never diverges from the master's."""
-        self.flusher: FlushService | None = None
-        self.disk_guard = DiskGuard(self._commitlog.directory, config.min_free_disk_bytes)
+        self.disk_guard = state.disk_guard
         """Refuses writes while the disk is (nearly) full (diskguard.py)."""
-        self._writer = Writer(self)
-        self._replica = ReplicaWriter(self)
-        self.epochs = EpochLog(directory)
-        self._reader = reader = Reader(self)
+        self.epochs = state.epochs
+        self._writer = Writer(state)
+        self._replica = ReplicaWriter(state)
+        self._reader = reader = Reader(state)
         self.read_queue = reader.read_queue
         self.read_message = reader.read_message
         self.get_messages = reader.get_messages
         self.query_by_id = reader.query_by_id
         self.query_by_key = reader.query_by_key
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has begun (appends are refused from then on)."""
+        return self._state.closed
+
+    @property
+    def flusher(self) -> FlushService | None:
+        """The background fsync service (None until recovery has run)."""
+        return self._state.flusher
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -138,12 +139,12 @@ class MessageStore:
     def close(self) -> None:
         """Flush everything, write the checkpoint and release the directory."""
         with self._lock:
-            if self.closed:
+            if self._state.closed:
                 return
-            self.closed = True
+            self._state.closed = True
         if self.flusher is not None:
             self.flusher.stop()
-        if not self._failure:
+        if not self._state.failure:
             try:
                 self.sync_log(self._commitlog.write_position)
                 self.write_checkpoint()
@@ -158,7 +159,7 @@ class MessageStore:
             self.fail("closing the index", exc)
         self._commitlog.close()
         self._marker.close()
-        if not (self._failure or self._writer.index_broken):  # else the next start recovers
+        if not (self._state.failure or self._writer.index_broken):  # else the next start recovers
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._abort_path)
         os.close(self._lock_fd)
@@ -178,7 +179,7 @@ class MessageStore:
         recovery = Recovery(
             commitlog=self._commitlog,
             queues=self._queues,
-            make_queue=self._queue,
+            make_queue=self._state.queue,
             index=self._index,
             quarantine=self._quarantine,
             mode=self.config.recovery,
@@ -208,28 +209,15 @@ class MessageStore:
                         self._files,
                     )
 
-    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        queue = self._queues.get((topic, queue_id))
-        if queue is None:
-            queue = ConsumeQueue(
-                os.path.join(self.directory, "consumequeue", topic, str(queue_id)),
-                topic,
-                queue_id,
-                self.config.consume_queue_entries_per_file,
-                self._files,
-            )
-            self._queues[(topic, queue_id)] = queue
-        return queue
-
     def _start_flusher(self, flushed: int) -> None:
-        self.flusher = FlushService(
+        self._state.flusher = flusher = FlushService(
             self,
             flushed=flushed,
             interval=self.config.flush_interval,
             checkpoint_interval=self.config.checkpoint_interval,
             sync_mode=self.config.flush_mode is FlushMode.SYNC,
         )
-        self.flusher.start()
+        flusher.start()
 
     # -- FlushTarget ----------------------------------------------------------------------
 
@@ -253,8 +241,8 @@ class MessageStore:
         Any failed fsync stops the store accepting writes (raises): a checkpoint must never
         claim durability a failed fsync may have lost.
         """
-        if self._failure:
-            raise OSError(errno.EIO, f"the store failed earlier ({self._failure})")
+        if self._state.failure:
+            raise OSError(errno.EIO, f"the store failed earlier ({self._state.failure})")
         with self._lock:
             position = self._commitlog.write_position
             counts = {f"{t}/{q}": queue.max_offset for (t, q), queue in self._queues.items()}
@@ -290,13 +278,7 @@ class MessageStore:
     def fail(self, what: str, exc: OSError) -> None:
         """An I/O error made the durability of written data unknown: accept no more writes
         (reads go on). A restart recovers from the log (docs/storage-format.md §5)."""
-        if not self._failure:
-            self._failure = f"{what} failed: {exc}"
-            log.critical(
-                "the store accepts no more writes: %s; restart the broker to recover from the "
-                "log (data acknowledged before the error is checked again on start)",
-                self._failure,
-            )
+        self._state.fail(what, exc)
 
     @property
     def write_position(self) -> int:
@@ -317,7 +299,7 @@ class MessageStore:
     @property
     def failure(self) -> str:
         """Why the store stopped accepting writes ("" while it accepts them)."""
-        return self._failure
+        return self._state.failure
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -341,12 +323,9 @@ class MessageStore:
             )
         with self._lock:
             self._append_started = time.monotonic()
-            pinned: list[tuple[ConsumeQueue, QueueFile]] = []
             try:
-                return self._writer._append_locked(messages, pinned)
+                return self._writer.append(messages)
             finally:
-                for queue, queue_file in pinned:
-                    queue.unpin(queue_file)
                 self._append_started = 0.0
 
     def when_durable(self, offset: int, callback: Callable[[bool], None]) -> None:
@@ -382,8 +361,8 @@ class MessageStore:
         (written, durable later) while the store is healthy, ``STORE_FAILED`` (may be lost)
         after an fsync failed."""
         status, reason = PutStatus.FLUSH_DISK_TIMEOUT, "stored, but not flushed to disk in time"
-        if self._failure:
-            status, reason = PutStatus.STORE_FAILED, self._failure
+        if self._state.failure:
+            status, reason = PutStatus.STORE_FAILED, self._state.failure
         return [
             msgspec.structs.replace(r, status=status, reason=reason)
             if r.status is PutStatus.PUT_OK
@@ -412,10 +391,6 @@ class MessageStore:
         """The oldest offset still readable in a queue (retention moves it)."""
         queue = self._queues.get((topic, queue_id))
         return queue.min_offset if queue else 0
-
-    def queue_ids(self, topic: str) -> list[int]:
-        """The queue ids the store holds data for in ``topic``."""
-        return sorted(q for (t, q) in self._queues if t == topic)
 
     # -- replication (docs/replication.md) -------------------------------------------------
 
@@ -460,24 +435,6 @@ class MessageStore:
         master's confirmed offset: what a failover could discard is never delivered."""
         self._reader.visible_limit = limit
 
-    def _forget_queues(self, topic: str) -> None:
-        """A tombstone arrived from the master: the topic's queues so far are not the next
-        incarnation's (docs/storage-format.md §1)."""
-        for key in [k for k in self._queues if k[0] == topic]:
-            self._queues.pop(key).destroy()
-
-    def _quarantine_span(self, start: int, end: int, kind: str, reason: str) -> QuarantinedRange:
-        return set_aside(
-            self._commitlog,
-            self._queues,
-            self._quarantine,
-            start,
-            end,
-            kind,
-            reason,
-            int(self._clock() * 1000),
-        )
-
     # -- administration -------------------------------------------------------------------
 
     def delete_topic(self, topic: str) -> PutResult:
@@ -486,18 +443,12 @@ class MessageStore:
         records themselves age out with retention. Returns the tombstone's result; nothing is
         deleted when it could not be written."""
         with self._lock:
-            pinned: list[tuple[ConsumeQueue, QueueFile]] = []
-            try:
-                [result] = self._writer._append_locked(
-                    [StoreMessage(topic=TOMBSTONE_TOPIC, queue_id=0, body=topic.encode())], pinned
-                )
-            finally:
-                for queue, queue_file in pinned:
-                    queue.unpin(queue_file)
+            [result] = self._writer.append(
+                [StoreMessage(topic=TOMBSTONE_TOPIC, queue_id=0, body=topic.encode())]
+            )
             if not result.status.stored:
                 return result
-            for key in [k for k in self._queues if k[0] == topic]:
-                self._queues.pop(key).destroy()
+            self._state.forget_queues(topic)
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.directory, "consumequeue", topic))
         return result
@@ -512,7 +463,7 @@ class MessageStore:
         if not is_storable_topic(topic) or not 0 <= queue_id <= _MAX_QUEUE_ID:
             return 0
         with self._lock:
-            queue = self._queue(topic, queue_id)
+            queue = self._state.queue(topic, queue_id)
             gap = next_offset - queue.max_offset
             if gap <= 0:
                 return 0
@@ -596,7 +547,7 @@ class MessageStore:
             quarantined_ranges=len(self._quarantine.ranges),
             damaged_records_read=self._reader.damaged_reads,
             open_queue_files=len(self._files),
-            failure=self._failure,
+            failure=self._state.failure,
             refusing_writes=self.disk_guard.refusal(),
             disk_free_bytes=self.disk_guard.free_bytes,
         )

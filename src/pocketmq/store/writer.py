@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from pocketmq.names import is_storable_topic
+from pocketmq.properties import KEYS, MESSAGE_ID, TAGS
 from pocketmq.store.commitlog import Segment
 from pocketmq.store.consumequeue import ENTRY, GROW_MAX, ConsumeQueue
 from pocketmq.store.files import SyncError
@@ -29,9 +30,6 @@ from pocketmq.store.message import (
 from pocketmq.store.openfiles import QueueFile
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
     compute_tag_code,
     encode_properties,
     encode_record_fast,
@@ -41,7 +39,7 @@ from pocketmq.store.record import (
 from pocketmq.store.status import PutStatus
 
 if TYPE_CHECKING:
-    from pocketmq.store.store import MessageStore
+    from pocketmq.store.state import StoreState
 
 __all__ = ["Writer"]
 
@@ -60,20 +58,51 @@ _decode_properties = msgspec.msgpack.Decoder(dict[str, str]).decode
 _Written = tuple[int, str, int, int, int, int, int, str, str]
 
 
-class Writer:
-    """Appends batches for one :class:`~pocketmq.store.MessageStore` (under its lock)."""
+class _Batch:
+    """One append's working state: the segment being filled, what is encoded but not yet
+    written (``pieces``, ``pending``) and what is written (``written``)."""
 
-    def __init__(self, store: MessageStore) -> None:
-        self._store = store
-        self.config = store.config
-        self._clock = store._clock
-        self._commitlog = store._commitlog
-        self._queues = store._queues
-        self._queue = store._queue
-        self._index = store._index
-        self._store_host = pack_host(store.config.store_host)
+    __slots__ = (
+        "chunk_start",
+        "failure",
+        "next_offsets",
+        "pending",
+        "pieces",
+        "position",
+        "ready_until",
+        "results",
+        "segment",
+        "segment_end",
+        "written",
+    )
+
+    def __init__(self, count: int, segment: Segment, position: int) -> None:
+        self.results: list[PutResult | None] = [None] * count
+        self.written: list[_Written] = []
+        self.pending: list[_Written] = []  # encoded into ``pieces``, not yet written
+        self.pieces: list[bytes] = []
+        self.failure = (PutStatus.UNKNOWN_ERROR, "")  # why messages after a lost segment fail
+        self.segment: Segment | None = segment
+        self.segment_end = segment.base + segment.size
+        self.position = self.chunk_start = position
+        self.next_offsets: dict[tuple[str, int], int] = {}
+        self.ready_until: dict[tuple[str, int], int] = {}  # queue entries with disk reserved below
+
+    def refuse(self, number: int, status: PutStatus, reason: str) -> None:
+        """Answer message ``number`` with ``status``: it is not written."""
+        self.results[number] = PutResult(status=status, reason=reason)
+
+
+class Writer:
+    """Appends batches for one store (under its state's lock)."""
+
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
+        self.config = state.config
+        self._commitlog = state.commitlog  # the hot path's one hop
+        self._store_host = pack_host(state.config.store_host)
         self._valid_topics: set[str] = set()
-        self._guard = store.disk_guard
+        self._guard = state.disk_guard
         self._errors = LogRate(log)  # one line a minute per kind of repeating error
         self.index_broken = ""
         self.messages_put = 0
@@ -81,190 +110,237 @@ class Writer:
         self.put_failures = 0
 
     def _refusal(self) -> tuple[PutStatus, str] | None:
-        if self._store.closed:
+        if self._state.closed:
             return PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"
-        if self._store.failure:
-            return PutStatus.STORE_FAILED, self._store.failure
+        if self._state.failure:
+            return PutStatus.STORE_FAILED, self._state.failure
         full = self._guard.refusal()
         if full:
             return PutStatus.DISK_FULL, f"the broker refuses writes: {full}"
         return None
 
-    def _append_locked(
+    def append(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
+        """Append ``messages`` (the caller holds the state's lock); the results line up with
+        them. Every queue file the batch writes is opened and pinned before its message is
+        logged, and released when the batch is done."""
+        pinned: list[tuple[ConsumeQueue, QueueFile]] = []
+        try:
+            return self._append(messages, pinned)
+        finally:
+            for queue, queue_file in pinned:
+                queue.unpin(queue_file)
+
+    def _append(
         self,
         messages: Sequence[StoreMessage],
         pinned: list[tuple[ConsumeQueue, QueueFile]],
     ) -> list[PutResult]:
-        """Append under the lock. Every queue file the batch will write is opened (and pinned
-        in ``pinned`` until the caller releases it) before its message is logged."""
         refusal = self._refusal()
         if refusal is not None:
             self.put_failures += len(messages)
             return [PutResult(status=refusal[0], reason=refusal[1])] * len(messages)
-        config = self.config
-        max_props = config.max_properties_size
-        now_ms = int(self._clock() * 1000)
-        store_host = self._store_host
+        now_ms = int(self._state.clock() * 1000)
         commitlog = self._commitlog
-        results: list[PutResult | None] = [None] * len(messages)
-        # (result slot, topic, queue id, queue offset, physical offset, size, tag code, id, keys)
-        written: list[_Written] = []
-        pending: list[_Written] = []  # encoded into ``pieces``, not yet written
-        pieces: list[bytes] = []
-        segment_failure, segment_reason = PutStatus.UNKNOWN_ERROR, ""
         try:
-            segment: Segment | None = commitlog.active_segment()
+            segment = commitlog.active_segment()
         except OSError as exc:
-            return self._fail_all(messages, exc, needed=config.segment_size)
-        assert segment is not None
-        segment_end = segment.base + segment.size
-        position = chunk_start = commitlog.write_position
-        next_offsets: dict[tuple[str, int], int] = {}
-        ready_until: dict[tuple[str, int], int] = {}  # queue entries with disk reserved below
-
+            return self._fail_all(messages, exc, needed=self.config.segment_size)
+        batch = _Batch(len(messages), segment, commitlog.write_position)
         for number, message in enumerate(messages):
-            topic = message.topic
-            problem = self._validate(message)
-            if problem is not None:
-                results[number] = problem
+            prepared = self._prepare(message)
+            if isinstance(prepared, PutResult):
+                batch.results[number] = prepared
                 continue
-            props = message.properties
-            try:
-                encoded_props = encode_properties(props)
-                _decode_properties(encoded_props)  # strings only: the record must decode later
-            except (TypeError, ValueError, UnicodeError, msgspec.ValidationError) as exc:
-                results[number] = PutResult(
-                    status=PutStatus.MESSAGE_ILLEGAL, reason=f"properties cannot be stored: {exc}"
-                )
-                continue
-            if len(encoded_props) > max_props:
-                results[number] = PutResult(
-                    status=PutStatus.PROPERTIES_TOO_LARGE,
-                    reason=f"properties are {len(encoded_props)} bytes, limit {max_props}",
-                )
-                continue
-            body = message.body
-            size = _RECORD_OVERHEAD + len(topic_block(topic)) + len(encoded_props) + len(body)
-            if size > config.segment_size:
-                results[number] = PutResult(
-                    status=PutStatus.MESSAGE_TOO_LARGE,
-                    reason=f"record of {size} bytes does not fit a "
-                    f"{config.segment_size}-byte segment",
-                )
-                continue
+            encoded_props, size = prepared
             # the queue position first: a queue file that cannot be created refuses the
             # message before it is in the log (a logged record is always dispatched)
-            queue_id = message.queue_id
-            key = (topic, queue_id)
-            queue_offset = next_offsets.get(key)
-            if queue_offset is None or queue_offset >= ready_until[key]:
-                queue = self._queue(topic, queue_id)
-                if queue_offset is None:
-                    queue_offset = queue.max_offset
-                try:
-                    queue_file, ready_until[key] = queue.prepare(queue_offset)
-                except OSError as exc:
-                    results[number] = self._queue_file_refusal(exc)
-                    continue
-                pinned.append((queue, queue_file))
-            if segment is None:
-                results[number] = PutResult(status=segment_failure, reason=segment_reason)
+            queue_offset = self._queue_offset(batch, number, message, pinned)
+            if queue_offset < 0:
                 continue
-            if position + size > segment_end:
-                # finish this segment: write what is pending, seal it, open the next one
-                try:
-                    self._write_pieces(segment, chunk_start, pieces)
-                    written.extend(pending)
-                except OSError as exc:
-                    self._fail_pending(pending, results, exc)
-                    position = chunk_start
-                    segment = None
-                    segment_failure, segment_reason = self._status_for(exc), str(exc)
-                    results[number] = PutResult(status=segment_failure, reason=segment_reason)
-                    continue
-                finally:
-                    pieces.clear()
-                    pending.clear()
-                commitlog.write_position = position
-                try:
-                    commitlog.seal(segment)
-                    segment = commitlog.active_segment()
-                except OSError as exc:
-                    self._note_write_error(exc, needed=config.segment_size)
-                    segment = None
-                    position = chunk_start = commitlog.write_position
-                    segment_failure = self._status_for(exc)
-                    segment_reason = f"cannot allocate a commit-log segment: {exc}"
-                    results[number] = PutResult(status=segment_failure, reason=segment_reason)
-                    continue
-                segment_end = segment.base + segment.size
-                position = chunk_start = commitlog.write_position
-            code = message.tag_code
-            if code is None:
-                code = compute_tag_code(props.get(PROP_TAGS))
-            prefix, meta = encode_record_fast(
-                topic_block(topic),
-                encoded_props,
-                body,
-                message.flags,
-                queue_id,
-                queue_offset,
-                position,
-                message.born_timestamp,
-                now_ms,
-                message.born_host or store_host,
-                store_host,
-                message.reconsume_times,
-                message.prepared_transaction_offset,
-                code,
-                size,
+            full = batch.segment is None or batch.position + size > batch.segment_end
+            if full and not self._make_room(batch, number, size):  # next segment, or lost
+                continue
+            self._encode(batch, number, message, encoded_props, size, queue_offset, now_ms)
+        self._finish(batch, now_ms)
+        return batch.results  # type: ignore[return-value]  # every slot is filled above
+
+    def _prepare(self, message: StoreMessage) -> tuple[bytes, int] | PutResult:
+        """The encoded properties and record size of ``message``, or why it is refused."""
+        problem = self._validate(message)
+        if problem is not None:
+            return problem
+        try:
+            encoded_props = encode_properties(message.properties)
+            _decode_properties(encoded_props)  # strings only: the record must decode later
+        except (TypeError, ValueError, UnicodeError, msgspec.ValidationError) as exc:
+            return PutResult(
+                status=PutStatus.MESSAGE_ILLEGAL, reason=f"properties cannot be stored: {exc}"
             )
-            next_offsets[key] = queue_offset + 1
-            pieces += (prefix, meta, body)
-            pending.append(
-                (
-                    number,
-                    topic,
-                    queue_id,
-                    queue_offset,
-                    position,
-                    size,
-                    code,
-                    props.get(PROP_UNIQ_KEY, ""),
-                    props.get(PROP_KEYS, ""),
-                )
+        max_props = self.config.max_properties_size
+        if len(encoded_props) > max_props:
+            return PutResult(
+                status=PutStatus.PROPERTIES_TOO_LARGE,
+                reason=f"properties are {len(encoded_props)} bytes, limit {max_props}",
             )
-            position += size
-        if segment is not None and pending:
+        topic_size = len(topic_block(message.topic))
+        size = _RECORD_OVERHEAD + topic_size + len(encoded_props) + len(message.body)
+        if size > self.config.segment_size:
+            return PutResult(
+                status=PutStatus.MESSAGE_TOO_LARGE,
+                reason=f"record of {size} bytes does not fit a "
+                f"{self.config.segment_size}-byte segment",
+            )
+        return encoded_props, size
+
+    def _queue_offset(
+        self,
+        batch: _Batch,
+        number: int,
+        message: StoreMessage,
+        pinned: list[tuple[ConsumeQueue, QueueFile]],
+    ) -> int:
+        """The queue offset ``message`` takes, its queue file made ready; -1 (the message
+        answered) when the file cannot be."""
+        key = (message.topic, message.queue_id)
+        queue_offset = batch.next_offsets.get(key)
+        if queue_offset is None or queue_offset >= batch.ready_until[key]:
+            queue = self._state.queue(*key)
+            if queue_offset is None:
+                queue_offset = queue.max_offset
             try:
-                self._write_pieces(segment, chunk_start, pieces)
-                written.extend(pending)
+                queue_file, batch.ready_until[key] = queue.prepare(queue_offset)
             except OSError as exc:
-                self._fail_pending(pending, results, exc)
-                position = chunk_start
-        commitlog.write_position = position
-        if written:
+                batch.results[number] = self._queue_file_refusal(exc)
+                return -1
+            pinned.append((queue, queue_file))
+        return queue_offset
+
+    def _make_room(self, batch: _Batch, number: int, size: int) -> bool:
+        """Make sure a record of ``size`` bytes fits the segment being filled: when it does
+        not, write what is pending, seal the segment and open the next. False (the message
+        answered) when the segment is lost."""
+        if batch.segment is None:
+            batch.refuse(number, *batch.failure)
+            return False
+        if batch.position + size <= batch.segment_end:
+            return True
+        commitlog = self._commitlog
+        lost = self._write_chunk(batch)
+        if lost is not None:
+            batch.segment = None
+            batch.failure = (self._status_for(lost), str(lost))
+            batch.refuse(number, *batch.failure)
+            return False
+        commitlog.write_position = batch.position
+        try:
+            commitlog.seal(batch.segment)
+            segment = commitlog.active_segment()
+        except OSError as exc:
+            self._note_write_error(exc, needed=self.config.segment_size)
+            batch.segment = None
+            batch.position = batch.chunk_start = commitlog.write_position
+            reason = f"cannot allocate a commit-log segment: {exc}"
+            batch.failure = (self._status_for(exc), reason)
+            batch.refuse(number, *batch.failure)
+            return False
+        batch.segment = segment
+        batch.segment_end = segment.base + segment.size
+        batch.position = batch.chunk_start = commitlog.write_position
+        return True
+
+    def _encode(
+        self,
+        batch: _Batch,
+        number: int,
+        message: StoreMessage,
+        encoded_props: bytes,
+        size: int,
+        queue_offset: int,
+        now_ms: int,
+    ) -> None:
+        """Encode ``message`` at the batch's position (written with the rest of its chunk)."""
+        props = message.properties
+        code = message.tag_code
+        if code is None:
+            code = compute_tag_code(props.get(TAGS))
+        store_host = self._store_host
+        prefix, meta = encode_record_fast(
+            topic_block(message.topic),
+            encoded_props,
+            message.body,
+            message.flags,
+            message.queue_id,
+            queue_offset,
+            batch.position,
+            message.born_timestamp,
+            now_ms,
+            message.born_host or store_host,
+            store_host,
+            message.reconsume_times,
+            message.prepared_transaction_offset,
+            code,
+            size,
+        )
+        batch.next_offsets[(message.topic, message.queue_id)] = queue_offset + 1
+        batch.pieces += (prefix, meta, message.body)
+        batch.pending.append(
+            (
+                number,
+                message.topic,
+                message.queue_id,
+                queue_offset,
+                batch.position,
+                size,
+                code,
+                props.get(MESSAGE_ID, ""),
+                props.get(KEYS, ""),
+            )
+        )
+        batch.position += size
+
+    def _write_chunk(self, batch: _Batch) -> OSError | None:
+        """Write what is encoded since the chunk began (one ``pwrite``): its messages become
+        written, or are answered with the error, which is returned (the log's end stays at
+        the chunk's start)."""
+        assert batch.segment is not None
+        try:
+            self._write_pieces(batch.segment, batch.chunk_start, batch.pieces)
+            batch.written.extend(batch.pending)
+        except OSError as exc:
+            self._fail_pending(batch.pending, batch.results, exc)
+            batch.position = batch.chunk_start
+            return exc
+        finally:
+            batch.pieces.clear()
+            batch.pending.clear()
+        return None
+
+    def _finish(self, batch: _Batch, now_ms: int) -> None:
+        """Write the last chunk, move the log's end, dispatch what is written, wake the
+        flusher when enough is dirty."""
+        if batch.pending:
+            self._write_chunk(batch)
+        self._commitlog.write_position = batch.position
+        if batch.written:
             try:
-                self._dispatch(written, now_ms, results)
+                self._dispatch(batch.written, now_ms, batch.results)
             except OSError as exc:
                 # The records are in the log but their queue entries are not: recovery must
                 # dispatch them, so no further write may be accepted before a restart.
-                self._store.fail("writing consume-queue or index entries", exc)
-                for item in written:
-                    results[item[0]] = PutResult(
-                        status=PutStatus.STORE_FAILED, reason=self._store.failure
-                    )
-        flusher = self._store.flusher
-        if flusher is not None and position - flusher.flushed >= config.flush_dirty_bytes:
+                self._state.fail("writing consume-queue or index entries", exc)
+                for item in batch.written:
+                    batch.refuse(item[0], PutStatus.STORE_FAILED, self._state.failure)
+        flusher = self._state.flusher
+        dirty = batch.position - flusher.flushed if flusher is not None else 0
+        if flusher is not None and dirty >= self.config.flush_dirty_bytes:
             flusher.kick()
-        return results  # type: ignore[return-value]  # every slot is filled above
 
     def _queue_file_refusal(self, exc: OSError) -> PutResult:
         """The answer for a message whose consume-queue file could not be made ready."""
         self.put_failures += 1
         if isinstance(exc, SyncError):
-            self._store.fail("an fsync of a consume-queue file", exc)
-            return PutResult(status=PutStatus.STORE_FAILED, reason=self._store.failure)
+            self._state.fail("an fsync of a consume-queue file", exc)
+            return PutResult(status=PutStatus.STORE_FAILED, reason=self._state.failure)
         if exc.errno in _OUT_OF_DESCRIPTORS:
             self._errors.error("descriptors", "cannot open a consume-queue file: %s", exc)
             return PutResult(
@@ -314,10 +390,10 @@ class Writer:
                 index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
             bytes_put += size
         for key, entries in by_queue.items():
-            self._queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
+            self._state.queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
         if index_entries and not self.index_broken:
             try:
-                self._index.put_many(index_entries)
+                self._state.index.put_many(index_entries)
             except OSError as exc:
                 # The index is derived from the log: stop indexing and re-index on the next
                 # start (the abort file stays), instead of refusing messages.
@@ -369,7 +445,7 @@ class Writer:
         return None
 
     def _status_for(self, exc: OSError) -> PutStatus:
-        if self._store.failure:
+        if self._state.failure:
             return PutStatus.STORE_FAILED
         if exc.errno in _NO_SPACE:
             return PutStatus.DISK_FULL
@@ -386,7 +462,7 @@ class Writer:
             what = "allocating a commit-log segment" if needed else "a commit-log write"
             self._guard.no_space(needed, what, exc)
         elif isinstance(exc, SyncError) or exc.errno == errno.EIO:
-            self._store.fail("a commit-log write", exc)
+            self._state.fail("a commit-log write", exc)
         else:
             self._errors.error("commitlog", "commit log write failed: %s", exc)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pocketmq import properties as props
 from pocketmq.model.messages import Delivered
+from pocketmq.names import HALF_TOPIC, OP_TOPIC
 from pocketmq.store import StoredMessage
 
 __all__ = [
@@ -24,8 +25,6 @@ __all__ = [
     "check_view",
 ]
 
-HALF_TOPIC = "%SYS%TRANS_HALF"
-OP_TOPIC = "%SYS%TRANS_OP"
 
 # record flags, bits 0-1 (docs/storage-format.md)
 TX_MASK = 0b11

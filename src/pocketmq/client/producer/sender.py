@@ -47,6 +47,7 @@ from pocketmq.errors import (
     BrokerConnectionError,
     BrokerError,
     PocketMQError,
+    ProtocolError,
     RequestTimeoutError,
     SendOutcomeUnknownError,
 )
@@ -247,7 +248,7 @@ class Sender:
             if isinstance(exc, RequestTimeoutError):
                 self._suspect(queue.address)
             raise AttemptFailed(exc, Failure.UNKNOWN) from exc
-        except BrokerError as exc:
+        except (BrokerError, ProtocolError) as exc:
             self._suspects.pop(queue.address, None)  # it answers
             raise AttemptFailed(exc, Failure.REFUSED) from exc
         if self._suspects:

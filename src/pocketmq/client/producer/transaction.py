@@ -65,6 +65,7 @@ from pocketmq.errors import (
     FlushDiskTimeoutError,
     InvalidArgumentError,
     PocketMQError,
+    ProtocolError,
     ServiceUnavailableError,
     TransactionStateError,
 )
@@ -280,7 +281,7 @@ class TransactionProducer(AsyncResource):
         except TransactionStateError:
             raise
         except PocketMQError as exc:
-            if isinstance(exc, BrokerError) and not exc.retriable:
+            if isinstance(exc, (BrokerError, ProtocolError)) and not exc.retriable:
                 raise
             log.warning(
                 "could not end transaction %s (message %s): %s; the broker will check it back",

@@ -21,7 +21,7 @@ from typing import Final
 
 import msgspec
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 from pocketmq.protocol.remoting.properties import decode_properties_bytes, encode_properties_bytes
 
 __all__ = ["BatchMessage", "decode_batch", "encode_batch"]
@@ -47,7 +47,7 @@ def encode_batch(messages: Iterable[BatchMessage]) -> bytes:
         properties = encode_properties_bytes(message.properties)
         total = _FIXED_SIZE + len(message.body) + len(properties)
         if total >= 2**31:
-            raise ProtocolError(f"batch message of {total} bytes does not fit a record")
+            raise LocalProtocolError(f"batch message of {total} bytes does not fit a record")
         parts += (
             _HEAD.pack(total, 0, 0, message.flag & 0xFFFFFFFF, len(message.body)),
             message.body,
@@ -67,22 +67,24 @@ def decode_batch(data: bytes, max_messages: int = 1 << 20) -> list[BatchMessage]
     try:
         while position < end:
             if len(messages) >= max_messages:
-                raise ProtocolError(f"a batch holds more than {max_messages} messages")
+                raise LocalProtocolError(f"a batch holds more than {max_messages} messages")
             if end - position < _FIXED_SIZE:
-                raise ProtocolError(f"batch record {len(messages)} is truncated")
+                raise LocalProtocolError(f"batch record {len(messages)} is truncated")
             total, _magic, _crc, flag, body_size = _HEAD.unpack_from(view, position)
             body_start = position + _HEAD.size
             if body_size < 0 or body_start + body_size + 2 > end:
-                raise ProtocolError(
+                raise LocalProtocolError(
                     f"batch record {len(messages)}: body of {body_size} bytes overruns the batch"
                 )
             properties_at = body_start + body_size
             (properties_size,) = _I16.unpack_from(view, properties_at)
             record_end = properties_at + 2 + properties_size
             if properties_size < 0 or record_end > end:
-                raise ProtocolError(f"batch record {len(messages)}: properties overrun the batch")
+                raise LocalProtocolError(
+                    f"batch record {len(messages)}: properties overrun the batch"
+                )
             if total != record_end - position:
-                raise ProtocolError(
+                raise LocalProtocolError(
                     f"batch record {len(messages)}: total size {total} is not its"
                     f" {record_end - position} bytes"
                 )

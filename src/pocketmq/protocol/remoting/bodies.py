@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 
 __all__ = [
     "ConsumerData",
@@ -141,9 +141,9 @@ def decode_json_body(data: bytes, kind: type[T]) -> T:
     try:
         return decoder.decode(data)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:
-        raise ProtocolError(f"invalid {kind.__name__} body: {exc}") from None
+        raise LocalProtocolError(f"invalid {kind.__name__} body: {exc}") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"malformed {kind.__name__} body: {exc}") from None
+        raise LocalProtocolError(f"malformed {kind.__name__} body: {exc}") from None
 
 
 def encode_json_body(body: msgspec.Struct) -> bytes:

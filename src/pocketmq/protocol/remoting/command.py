@@ -21,7 +21,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 from pocketmq.protocol.remoting.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -175,7 +175,7 @@ def _decode_json(header: bytes | memoryview) -> RemotingCommand:
     except msgspec.ValidationError:
         return _decode_lenient_json(header)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"malformed JSON remoting header: {exc}") from None
+        raise LocalProtocolError(f"malformed JSON remoting header: {exc}") from None
     command.body = b""
     command.serialize_type = SerializeType.JSON
     return command
@@ -187,9 +187,9 @@ def _decode_lenient_json(header: bytes | memoryview) -> RemotingCommand:
     try:
         raw = _lenient_json.decode(header)
     except msgspec.ValidationError as exc:
-        raise ProtocolError(f"invalid JSON remoting header: {exc}") from None
+        raise LocalProtocolError(f"invalid JSON remoting header: {exc}") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"malformed JSON remoting header: {exc}") from None
+        raise LocalProtocolError(f"malformed JSON remoting header: {exc}") from None
     fields = {
         key: _java_text(value) for key, value in (raw.ext_fields or {}).items() if value is not None
     }
@@ -220,7 +220,7 @@ def _encode_json(command: RemotingCommand) -> bytes:
 
 def _encode_binary(command: RemotingCommand) -> bytes:
     if not (-(2**15) <= command.code < 2**15 and -(2**15) <= command.version < 2**15):
-        raise ProtocolError(
+        raise LocalProtocolError(
             f"code {command.code} or version {command.version} does not fit the binary header's"
             " 16 bits (send it with a JSON header)"
         )
@@ -234,7 +234,7 @@ def _encode_binary(command: RemotingCommand) -> bytes:
     for key, value in command.ext_fields.items():
         raw_key, raw_value = key.encode(), value.encode()
         if len(raw_key) >= 2**15:
-            raise ProtocolError(f"ext field name of {len(raw_key)} bytes exceeds 32767")
+            raise LocalProtocolError(f"ext field name of {len(raw_key)} bytes exceeds 32767")
         fields += (_I16.pack(len(raw_key)), raw_key, _I32.pack(len(raw_value)), raw_value)
     table = b"".join(fields)
     parts += (_I32.pack(len(table)), table)
@@ -243,37 +243,41 @@ def _encode_binary(command: RemotingCommand) -> bytes:
 
 def _text(data: bytes | memoryview, start: int, size: int, end: int, what: str) -> str:
     if size < 0 or start + size > end:
-        raise ProtocolError(f"binary remoting header: {what} of {size} bytes overruns the header")
+        raise LocalProtocolError(
+            f"binary remoting header: {what} of {size} bytes overruns the header"
+        )
     try:
         return str(data[start : start + size], "utf-8")
     except UnicodeDecodeError:
-        raise ProtocolError(f"binary remoting header: {what} is not UTF-8") from None
+        raise LocalProtocolError(f"binary remoting header: {what} is not UTF-8") from None
 
 
 def _decode_binary(header: bytes | memoryview) -> RemotingCommand:
     end = len(header)
     if end < _BINARY_FIXED.size + 8:
-        raise ProtocolError(f"binary remoting header of {end} bytes is shorter than 21")
+        raise LocalProtocolError(f"binary remoting header of {end} bytes is shorter than 21")
     code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header, 0)
     position = _BINARY_FIXED.size
     (size,) = _I32.unpack_from(header, position)
     remark = _text(header, position + 4, size, end, "remark") if size else None
     position += 4 + size
     if position + 4 > end:
-        raise ProtocolError("binary remoting header ends before its ext fields")
+        raise LocalProtocolError("binary remoting header ends before its ext fields")
     (size,) = _I32.unpack_from(header, position)
     position += 4
     if size < 0 or position + size != end:
-        raise ProtocolError(f"binary remoting header: ext fields of {size} bytes do not end it")
+        raise LocalProtocolError(
+            f"binary remoting header: ext fields of {size} bytes do not end it"
+        )
     fields: dict[str, str] = {}
     while position < end:
         if position + 2 > end:
-            raise ProtocolError("binary remoting header: truncated ext field name")
+            raise LocalProtocolError("binary remoting header: truncated ext field name")
         (size,) = _I16.unpack_from(header, position)
         key = _text(header, position + 2, size, end, "ext field name")
         position += 2 + size
         if position + 4 > end:
-            raise ProtocolError("binary remoting header: truncated ext field value")
+            raise LocalProtocolError("binary remoting header: truncated ext field value")
         (size,) = _I32.unpack_from(header, position)
         fields[key] = _text(header, position + 4, size, end, "ext field value")
         position += 4 + size
@@ -300,7 +304,7 @@ def decode_header(serialize_type: int, header: bytes | memoryview) -> RemotingCo
         return _decode_json(header)
     if serialize_type == SerializeType.ROCKETMQ:
         return _decode_binary(header)
-    raise ProtocolError(f"unknown remoting serialize type {serialize_type}")
+    raise LocalProtocolError(f"unknown remoting serialize type {serialize_type}")
 
 
 def encode_header(command: RemotingCommand) -> bytes:
@@ -308,20 +312,22 @@ def encode_header(command: RemotingCommand) -> bytes:
     or text that UTF-8 cannot encode (a lone surrogate) is a :class:`ProtocolError`."""
     for name, value in (("code", command.code), ("opaque", command.opaque), ("flag", command.flag)):
         if not -(2**31) <= value < 2**31:
-            raise ProtocolError(f"remoting {name} {value} does not fit a Java int")
+            raise LocalProtocolError(f"remoting {name} {value} does not fit a Java int")
     try:
         if command.serialize_type == SerializeType.ROCKETMQ:
             return _encode_binary(command)
         return _encode_json(command)
     except UnicodeEncodeError:
-        raise ProtocolError("remoting header holds text that is not encodable as UTF-8") from None
+        raise LocalProtocolError(
+            "remoting header holds text that is not encodable as UTF-8"
+        ) from None
 
 
 def encode_command(command: RemotingCommand) -> bytes:
     """The whole frame of ``command``: length, serialize type and header length, header, body."""
     header = encode_header(command)
     if len(header) > _MAX_HEADER_FIELD:
-        raise ProtocolError(f"remoting header of {len(header)} bytes exceeds 16 MiB")
+        raise LocalProtocolError(f"remoting header of {len(header)} bytes exceeds 16 MiB")
     prefix = FRAME_PREFIX.pack(
         4 + len(header) + len(command.body), command.serialize_type << 24 | len(header)
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from typing import Final, NamedTuple
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError, ProtocolError
 from pocketmq.protocol.remoting.command import FRAME_PREFIX, RemotingCommand, decode_header
 
 __all__ = ["MAX_FRAME", "MAX_HEADER", "AbandonedFrame", "RemotingFrameDecoder"]
@@ -65,17 +65,19 @@ class RemotingFrameDecoder:
     def _check(self, total: int, word: int) -> tuple[int, int]:
         """The serialize type and header length of a frame's prefix, checked against limits."""
         if total < 4 or total + 4 > self.max_frame:
-            raise ProtocolError(
+            raise LocalProtocolError(
                 f"remoting frame length {total} outside 4..{self.max_frame - 4}"
                 " (not a RocketMQ remoting peer, or the stream is corrupt)"
             )
         serialize_type, header_size = word >> 24, word & 0xFFFFFF
         if serialize_type not in _SERIALIZE_TYPES:
-            raise ProtocolError(f"unknown remoting serialize type {serialize_type}")
+            raise LocalProtocolError(f"unknown remoting serialize type {serialize_type}")
         if header_size > total - 4:
-            raise ProtocolError(f"remoting header of {header_size} bytes exceeds its frame")
+            raise LocalProtocolError(f"remoting header of {header_size} bytes exceeds its frame")
         if header_size > self.max_header:
-            raise ProtocolError(f"remoting header of {header_size} bytes exceeds {self.max_header}")
+            raise LocalProtocolError(
+                f"remoting header of {header_size} bytes exceeds {self.max_header}"
+            )
         return serialize_type, header_size
 
     def feed(self, data: bytes, max_frames: int = 0) -> list[RemotingCommand]:

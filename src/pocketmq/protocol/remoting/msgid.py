@@ -18,7 +18,7 @@ import ipaddress
 import struct
 from typing import Final, NamedTuple
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 from pocketmq.protocol.remoting.stored import pack_address
 
 __all__ = ["OffsetMessageId", "decode_offset_msg_id", "encode_offset_msg_id"]
@@ -52,11 +52,11 @@ def decode_offset_msg_id(msg_id: str) -> OffsetMessageId:
     """The store host and commit-log offset an ``offsetMsgId`` names; anything but 32 or 56 hex
     digits is a :class:`ProtocolError`."""
     if len(msg_id) not in (32, 56):
-        raise ProtocolError(f"offsetMsgId {msg_id[:64]!r} is not 32 or 56 hex digits")
+        raise LocalProtocolError(f"offsetMsgId {msg_id[:64]!r} is not 32 or 56 hex digits")
     try:
         raw = binascii.unhexlify(msg_id)
     except (binascii.Error, ValueError):
-        raise ProtocolError(f"offsetMsgId {msg_id!r} is not hexadecimal") from None
+        raise LocalProtocolError(f"offsetMsgId {msg_id!r} is not hexadecimal") from None
     size = 4 if len(raw) == 16 else 16
     port, offset = _TAIL.unpack_from(raw, size)
     return OffsetMessageId(str(ipaddress.ip_address(raw[:size])), port, offset)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final, NoReturn
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 
 __all__ = [
     "CRC32",
@@ -79,7 +79,7 @@ def decode_properties_bytes(raw: bytes | memoryview) -> dict[str, str]:
     try:
         text = str(raw, "utf-8")
     except UnicodeDecodeError:
-        raise ProtocolError("message properties are not UTF-8") from None
+        raise LocalProtocolError("message properties are not UTF-8") from None
     return decode_properties(text)
 
 
@@ -103,16 +103,22 @@ def encode_properties_bytes(properties: dict[str, str]) -> bytes:
     try:
         raw = encode_properties(properties).encode()
     except UnicodeEncodeError:
-        raise ProtocolError("message properties hold text that is not encodable as UTF-8") from None
+        raise LocalProtocolError(
+            "message properties hold text that is not encodable as UTF-8"
+        ) from None
     if len(raw) > MAX_PROPERTIES_SIZE:
-        raise ProtocolError(f"message properties of {len(raw)} bytes exceed {MAX_PROPERTIES_SIZE}")
+        raise LocalProtocolError(
+            f"message properties of {len(raw)} bytes exceed {MAX_PROPERTIES_SIZE}"
+        )
     return raw
 
 
 def _refuse(properties: dict[str, str]) -> NoReturn:
     for name, value in properties.items():
         if any(separator in name for separator in _FORBIDDEN_IN_NAME):
-            raise ProtocolError(f"property name {name!r} holds a separator (\\u0001 or \\u0002)")
+            raise LocalProtocolError(
+                f"property name {name!r} holds a separator (\\u0001 or \\u0002)"
+            )
         if PROPERTY_SEPARATOR in value:
-            raise ProtocolError(f"property {name!r} has a value holding the separator \\u0002")
-    raise ProtocolError("message properties cannot be encoded")
+            raise LocalProtocolError(f"property {name!r} has a value holding the separator \\u0002")
+    raise LocalProtocolError("message properties cannot be encoded")

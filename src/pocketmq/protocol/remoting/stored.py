@@ -25,7 +25,7 @@ from typing import Final
 
 import msgspec
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 from pocketmq.protocol.remoting.properties import decode_properties_bytes, encode_properties_bytes
 from pocketmq.protocol.remoting.sysflag import BORNHOST_V6, COMPRESSED, STOREHOST_V6, inflate_body
 
@@ -115,11 +115,11 @@ def _topic_block(topic: str) -> tuple[bytes, int]:
     try:
         raw = topic.encode()
     except UnicodeEncodeError:
-        raise ProtocolError(f"topic {topic!r} is not encodable as UTF-8") from None
+        raise LocalProtocolError(f"topic {topic!r} is not encodable as UTF-8") from None
     if len(raw) <= _MAX_V1_TOPIC:
         return _U8.pack(len(raw)) + raw, MAGIC_V1
     if len(raw) >= 2**15:
-        raise ProtocolError(f"topic of {len(raw)} bytes does not fit a stored record")
+        raise LocalProtocolError(f"topic of {len(raw)} bytes does not fit a stored record")
     return _I16.pack(len(raw)) + raw, MAGIC_V2
 
 
@@ -169,7 +169,7 @@ def encode_stored(messages: Iterable[StoredMessage]) -> bytes:
     try:
         return b"".join([_encode_one(message) for message in messages])
     except struct.error as exc:  # a field outside its Java type's range
-        raise ProtocolError(f"stored message field out of range: {exc}") from None
+        raise LocalProtocolError(f"stored message field out of range: {exc}") from None
 
 
 def _decode_one(
@@ -177,43 +177,43 @@ def _decode_one(
 ) -> tuple[StoredMessage, int]:
     end = len(data)
     if end - position < 8:
-        raise ProtocolError("stored message record is truncated")
+        raise LocalProtocolError("stored message record is truncated")
     total, magic = struct.unpack_from(">iI", data, position)
     record_end = position + total
     if total < 8 or record_end > end:
-        raise ProtocolError(f"stored message record of {total} bytes overruns its buffer")
+        raise LocalProtocolError(f"stored message record of {total} bytes overruns its buffer")
     if magic not in (MAGIC_V1, MAGIC_V2):
-        raise ProtocolError(f"stored message record has an unknown magic code {magic:#x}")
+        raise LocalProtocolError(f"stored message record has an unknown magic code {magic:#x}")
     (sys_flag,) = struct.unpack_from(">I", data, position + 36)
     fixed = _FIXED[
         "16" if sys_flag & BORNHOST_V6 else "4", "16" if sys_flag & STOREHOST_V6 else "4"
     ]
     if position + fixed.size > record_end:
-        raise ProtocolError("stored message record is shorter than its fixed fields")
+        raise LocalProtocolError("stored message record is shorter than its fixed fields")
     (_total, _magic, crc, queue_id, flag, queue_offset, commit_log_offset, _sys, born_timestamp,
      born, born_port, store_timestamp, store, store_port, reconsume_times, prepared,
      body_size) = fixed.unpack_from(data, position)  # fmt: skip
     cursor = position + fixed.size
     if body_size < 0 or cursor + body_size > record_end:
-        raise ProtocolError(f"stored message body of {body_size} bytes overruns its record")
+        raise LocalProtocolError(f"stored message body of {body_size} bytes overruns its record")
     body = bytes(data[cursor : cursor + body_size])
     cursor += body_size
     width = 1 if magic == MAGIC_V1 else 2
     if cursor + width > record_end:
-        raise ProtocolError("stored message topic overruns its record")
+        raise LocalProtocolError("stored message topic overruns its record")
     topic_size = data[cursor] if width == 1 else _I16.unpack_from(data, cursor)[0]
     cursor += width
     if topic_size < 0 or cursor + topic_size + 2 > record_end:
-        raise ProtocolError("stored message topic overruns its record")
+        raise LocalProtocolError("stored message topic overruns its record")
     try:
         topic = str(data[cursor : cursor + topic_size], "utf-8")
     except UnicodeDecodeError:
-        raise ProtocolError("stored message topic is not UTF-8") from None
+        raise LocalProtocolError("stored message topic is not UTF-8") from None
     cursor += topic_size
     (properties_size,) = _I16.unpack_from(data, cursor)
     cursor += 2
     if properties_size < 0 or cursor + properties_size != record_end:
-        raise ProtocolError("stored message properties do not end their record")
+        raise LocalProtocolError("stored message properties do not end their record")
     properties = decode_properties_bytes(data[cursor:record_end])
     if decompress and sys_flag & COMPRESSED:
         body = inflate_body(body, sys_flag, max_body)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import zlib
 from typing import Final
 
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 
 __all__ = [
     "BORNHOST_V6",
@@ -63,14 +63,14 @@ def inflate_body(body: bytes, sys_flag: int, max_size: int) -> bytes:
     algorithm = (sys_flag & COMPRESSION_MASK) >> 8
     if algorithm not in (0, 3):
         name = _NAMES.get(algorithm, f"type {algorithm}")
-        raise ProtocolError(f"message body compressed with {name}: only zlib is supported")
+        raise LocalProtocolError(f"message body compressed with {name}: only zlib is supported")
     inflater = zlib.decompressobj()
     try:
         plain = inflater.decompress(body, max_size + 1)
     except zlib.error as exc:
-        raise ProtocolError(f"compressed message body does not inflate: {exc}") from None
+        raise LocalProtocolError(f"compressed message body does not inflate: {exc}") from None
     if len(plain) > max_size:
-        raise ProtocolError(f"compressed message body inflates past {max_size} bytes")
+        raise LocalProtocolError(f"compressed message body inflates past {max_size} bytes")
     if not inflater.eof:
-        raise ProtocolError("compressed message body is truncated")
+        raise LocalProtocolError("compressed message body is truncated")
     return plain

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pocketmq.broker.persist import write_files
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.names import DLQ_PREFIX, RETRY_PREFIX
 
 __all__ = [
     "CLUSTER",
@@ -44,7 +45,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("pocketmq.server.auth")
-_DLQ, _RETRY = "%DLQ%", "%RETRY%"
 CLUSTER = "DefaultCluster"  # the name ``Cluster:`` rules match (RocketMQ's default cluster name)
 
 
@@ -196,7 +196,7 @@ def _from(source: str, networks: tuple[str, ...]) -> bool:
 
 def resource_of_topic(topic: str) -> tuple[str, str]:
     """The resource a topic is checked as: its group's for retry and dead-letter topics."""
-    for prefix in (_RETRY, _DLQ):
+    for prefix in (RETRY_PREFIX, DLQ_PREFIX):
         if topic.startswith(prefix):
             return ("Group", topic[len(prefix) :])
     return ("Topic", topic)

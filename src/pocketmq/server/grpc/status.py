@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from pocketmq.contract import Rule
-from pocketmq.errors import BrokerError, Code, InvalidArgumentError
+from pocketmq.errors import BrokerError, Code, InvalidArgumentError, ProtocolError
 from pocketmq.server.grpc.pb import Code as V2Code
 from pocketmq.server.grpc.pb import d
 from pocketmq.server.ratelog import RateLimitedLog
@@ -100,7 +100,7 @@ def error_status(exc: BaseException, what: str) -> Any:
         return status(exc.code, exc.message)
     if isinstance(exc, BrokerError):
         return status(v2_code(exc.wire_code, getattr(exc, "rule", "")), exc.remark or str(exc))
-    if isinstance(exc, InvalidArgumentError):
+    if isinstance(exc, (InvalidArgumentError, ProtocolError)):  # one this process found
         return status(C.BAD_REQUEST, str(exc))
     _internal.error(f"internal-{what}", "gRPC %s failed", what, exc_info=exc)  # a bug: once
     return status(C.INTERNAL_SERVER_ERROR, f"{what} failed: {type(exc).__name__}: {exc}")

@@ -25,7 +25,14 @@ from typing import Any, NamedTuple, cast
 
 import msgspec
 
-from pocketmq.errors import BrokerError, Code, NoPermissionError, PocketMQError, ProtocolError
+from pocketmq.errors import (
+    BrokerError,
+    Code,
+    LocalProtocolError,
+    NoPermissionError,
+    PocketMQError,
+    ProtocolError,
+)
 from pocketmq.protocol import (
     MAX_FRAME_BODY,
     FrameDecoder,
@@ -54,7 +61,9 @@ HandlerTable = dict[int, Handler]
 
 def _wire_code(exc: PocketMQError) -> int:
     """The response code an exception is answered with (see ``_respond_exception``)."""
-    return exc.wire_code if isinstance(exc, BrokerError) else Code.MESSAGE_ILLEGAL
+    if isinstance(exc, (BrokerError, ProtocolError)):
+        return exc.wire_code
+    return Code.MESSAGE_ILLEGAL  # an argument refused (docs/protocol.md, "Errors")
 
 
 _BEFORE_AUTHENTICATION: frozenset[int] = frozenset({RequestCode.HELLO, RequestCode.AUTHENTICATE})
@@ -316,7 +325,7 @@ class ServerConnection(asyncio.Protocol):
     def _dispatch(self, kind: int, code: int, request_id: int, body: bytes) -> None:
         oneway = kind == FrameKind.ONEWAY
         if not self.greeted and code != RequestCode.HELLO:
-            self._fail(ProtocolError("the first frame must be HELLO"), request_id)
+            self._fail(LocalProtocolError("the first frame must be HELLO"), request_id)
             return
         if not self.established:
             if code not in _BEFORE_AUTHENTICATION:
@@ -535,16 +544,14 @@ class ServerConnection(asyncio.Protocol):
         self._respond(request_id, code, ErrorBody(remark))
 
     def _respond_exception(self, request_id: int, exc: PocketMQError) -> None:
-        if isinstance(exc, BrokerError):
-            self._respond_error(request_id, exc.wire_code, str(exc))
-        else:  # client-side classes raised by shared validation (e.g. InvalidArgumentError)
-            self._respond_error(request_id, Code.MESSAGE_ILLEGAL, str(exc))
+        # an InvalidArgumentError of the shared validation is answered MESSAGE_ILLEGAL
+        self._respond_error(request_id, _wire_code(exc), str(exc))
 
-    def fail(self, exc: BrokerError) -> None:
+    def fail(self, exc: BrokerError | ProtocolError) -> None:
         """Tell the client why the server closes this connection (request id 0), and close it."""
         self._fail(exc)
 
-    def _fail(self, exc: BrokerError, request_id: int = 0) -> None:
+    def _fail(self, exc: BrokerError | ProtocolError, request_id: int = 0) -> None:
         """Answer a connection-level error and close this connection (only this one)."""
         self.bad_input_log.warning(
             f"closing-{exc.wire_code}", "closing connection from %s: %s", self.remote or "?", exc
@@ -570,7 +577,7 @@ class ServerConnection(asyncio.Protocol):
         if not self.established:
             if now - self.opened_at >= limits.hello_timeout:
                 what = "not authenticated" if self._greeted else "no HELLO"
-                self._fail(ProtocolError(f"{what} within {limits.hello_timeout:g} s"))
+                self._fail(LocalProtocolError(f"{what} within {limits.hello_timeout:g} s"))
         elif self.inflight == 0 and now - self.last_seen >= limits.idle_timeout:
             log.debug("closing %s: idle for %.0f s", self.remote or "?", now - self.last_seen)
             self.close()

@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias, cast
 
-from pocketmq.errors import BrokerError, PocketMQError, ProtocolError
+from pocketmq.errors import BrokerError, LocalProtocolError, PocketMQError, ProtocolError
 from pocketmq.protocol.auth import normalize_address
 from pocketmq.protocol.remoting.codes import (
     VERSION_V4_9_4,
@@ -238,7 +238,7 @@ class RemotingConnection(asyncio.Protocol):
             return False
         if partial is None:  # a header this long is no client's first request
             self._fail(
-                ProtocolError(
+                LocalProtocolError(
                     f"more than {self.limits.max_frame_before_hello} bytes before a header "
                     "ended, before any signed request"
                 )
@@ -484,7 +484,9 @@ class RemotingConnection(asyncio.Protocol):
         try:
             frame = encode_command(response)
             if len(frame) > MAX_FRAME:
-                raise ProtocolError(f"the response would be {len(frame)} bytes, over {MAX_FRAME}")
+                raise LocalProtocolError(
+                    f"the response would be {len(frame)} bytes, over {MAX_FRAME}"
+                )
         except ProtocolError as exc:  # this request fails alone, not the connection
             self.bad_input_log.warning(
                 "remoting-response", "cannot answer %s: %s", self.remote or "?", exc
@@ -518,12 +520,12 @@ class RemotingConnection(asyncio.Protocol):
 
     # -- closing --------------------------------------------------------------------------
 
-    def fail(self, exc: BrokerError) -> None:
+    def fail(self, exc: BrokerError | ProtocolError) -> None:
         """Close to make room (the listener's caps): no request to answer, so the client
         only sees the close."""
         self._fail(exc)
 
-    def _fail(self, exc: BrokerError) -> None:
+    def _fail(self, exc: BrokerError | ProtocolError) -> None:
         self.bad_input_log.warning(
             f"remoting-closing-{exc.wire_code}",
             "closing remoting connection from %s: %s",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
-from pocketmq.errors import BrokerError, Code, PocketMQError
+from pocketmq.errors import BrokerError, Code, PocketMQError, ProtocolError
 from pocketmq.protocol.remoting.codes import ResponseCode
 
 __all__ = ["JOIN_LIMIT", "Joined", "Reply", "code_of", "response_code"]
@@ -82,6 +82,6 @@ def response_code(exc: PocketMQError) -> int:
     code (table above; one without a RocketMQ twin is ``SYSTEM_ERROR``), an argument the shared
     validation refused (``InvalidArgumentError`` and other client-side errors) is
     ``MESSAGE_ILLEGAL``, as on the native port."""
-    if isinstance(exc, BrokerError):
+    if isinstance(exc, (BrokerError, ProtocolError)):
         return _BY_NATIVE_CODE.get(exc.wire_code, _R.SYSTEM_ERROR)
     return int(_R.MESSAGE_ILLEGAL)

@@ -23,7 +23,12 @@ from collections.abc import Awaitable
 
 from pocketmq import properties as props
 from pocketmq.broker.producers import CheckChannel
-from pocketmq.errors import BrokerError, MessageIllegalError, MessageNotFoundError
+from pocketmq.errors import (
+    BrokerError,
+    MessageIllegalError,
+    MessageNotFoundError,
+    ProtocolError,
+)
 from pocketmq.model import TransactionCheck
 from pocketmq.protocol.remoting.codes import RequestCode
 from pocketmq.protocol.remoting.command import RemotingCommand
@@ -84,7 +89,7 @@ def _check_channel(side: BrokerSide, conn: RemotingConnection) -> CheckChannel:
         }
         try:
             conn.push(RequestCode.CHECK_TRANSACTION_STATE, fields, encode_stored([record]))
-        except BrokerError:  # closed meanwhile, or a record that cannot be encoded
+        except (BrokerError, ProtocolError):  # closed meanwhile, or a record not encodable
             return False
         return True
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pocketmq.broker import VERSION, Broker
-from pocketmq.errors import ProtocolError
+from pocketmq.errors import LocalProtocolError
 from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.auth.authorizer import Authorizer
@@ -38,7 +38,7 @@ class SessionHandlers:
     def hello(self, conn: ServerConnection, req: w.HelloRequest) -> w.HelloResponse:
         """Agree on the protocol version and tell the client this broker's limits."""
         if req.protocol_version != PROTOCOL_VERSION:
-            raise ProtocolError(
+            raise LocalProtocolError(
                 f"protocol version {req.protocol_version} is not supported (this broker speaks "
                 f"{PROTOCOL_VERSION})"
             )
