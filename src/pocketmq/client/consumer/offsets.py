@@ -23,7 +23,7 @@ from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
 if TYPE_CHECKING:  # the per-message path imports this module: no import cycle at run time
-    from pocketmq.client.consumer.hotpath import ProcessQueue
+    from pocketmq.client.consumer._process_queue import ProcessQueue
 
 __all__ = ["BrokerOffsetStore", "LocalOffsetStore", "OffsetStore", "offset_store_for"]
 

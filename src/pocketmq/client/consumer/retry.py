@@ -25,7 +25,7 @@ from pocketmq.errors import ClosedError, PocketMQError
 from pocketmq.protocol import structs as w
 
 if TYPE_CHECKING:  # the per-message path imports this module: no import cycle at run time
-    from pocketmq.client.consumer.hotpath import ProcessQueue
+    from pocketmq.client.consumer._process_queue import ProcessQueue
 
 __all__ = ["FailedAttempt", "RetryHandBack"]
 

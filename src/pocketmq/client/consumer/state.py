@@ -20,7 +20,8 @@ from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 
 if TYPE_CHECKING:  # the per-message path imports this module: no import cycle at run time
-    from pocketmq.client.consumer.hotpath import ProcessQueue, WorkQueue
+    from pocketmq.client.consumer._process_queue import ProcessQueue
+    from pocketmq.client.consumer._work import WorkQueue
 
 __all__ = ["Batch", "ConsumerCounters", "ConsumerState"]
 
