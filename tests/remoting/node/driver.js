@@ -97,6 +97,7 @@ const ops = {
     const producer = entryOf(command).client;
     const message = new Message(command.topic, command.tags || null, command.body);
     if (command.keys) message.keys = command.keys;
+    if (command.delayLevel) message.delayTimeLevel = command.delayLevel;
     try {
       const result = await producer.send(message);
       return { sent: { msgId: result.msgId, sendStatus: result.sendStatus } };

@@ -144,3 +144,32 @@ def test_what_ali_ons_sent_an_ali_ons_consumer_receives_by_tag(deployment: Deplo
         ("both 2", "TagX", ids["both 2"]),
     ]
     assert sorted(str(m["keys"]) for m in got) == ["k0", "k2"]
+
+
+def test_an_ali_ons_delay_level_holds_the_message_back(deployment: Deployment) -> None:
+    """``delayTimeLevel`` (the DELAY property) is the broker's delay level: level 10 is 1 s with
+    the test broker's levels (0.1 s steps), while a plain message sent after it comes at once."""
+    fields: dict[str, Any] = {"nameSrv": deployment.broker.namesrv, "group": "PG-delay"}
+    if deployment.keys is not None:
+        fields |= {"accessKey": ROOT[0], "secretKey": ROOT[1]}
+    producer = int(deployment.driver.call("producer", **fields)["client"])
+    with SyncAdmin(servers=deployment.broker.address, client=deployment.keys) as admin:
+        admin.create_group("delay-readers")
+    sent_at = time.monotonic()
+    for body, level in (("later", 10), ("now", 0)):
+        answer = deployment.driver.call(
+            "send", client=producer, topic=TOPIC, body=body, tags="D", delayLevel=level
+        )
+        assert answer.get("sent", {}).get("sendStatus") == "SEND_OK", answer
+    deployment.driver.call("close", client=producer)
+    arrived: dict[str, float] = {}
+    with SyncSimpleConsumer("delay-readers", TOPIC, servers=deployment.broker.address,
+                            client=deployment.keys, await_duration=0.5) as consumer:  # fmt: skip
+        deadline = time.monotonic() + 15
+        while len(arrived) < 2 and time.monotonic() < deadline:
+            for message in consumer.receive(32):
+                arrived.setdefault(message.body.decode(), time.monotonic() - sent_at)
+                consumer.ack(message)
+    assert set(arrived) == {"later", "now"}
+    assert arrived["later"] >= 0.9, arrived  # held for its level
+    assert arrived["now"] < arrived["later"], arrived
