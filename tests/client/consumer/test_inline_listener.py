@@ -9,6 +9,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from pocketmq.client.consumer.config import ConsumeContext
 from pocketmq.client.consumer.hotpath import ListenerCall
 from pocketmq.client.message import ConsumeStatus, MessageView
@@ -97,3 +99,26 @@ async def test_a_listeners_own_timeout_error_is_an_exception_not_the_consume_tim
 
     verdict = await ListenerCall(listener, 900)(VIEWS, _context())
     assert (verdict.outcome, verdict.error) == ("EXCEPTION", "TimeoutError: ")
+
+
+async def test_a_listener_returning_none_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a listener that only counts and returns nothing fails every message: each is sent back
+    # and redelivered, at ten times the broker's work of a success — say so, once
+    def counting(views: list[MessageView]) -> None:
+        return None
+
+    async def counting_async(views: list[MessageView]) -> None:
+        return None
+
+    for call in (
+        ListenerCall(counting, 5, in_thread=False),
+        ListenerCall(counting, 5),
+        ListenerCall(counting_async, 5),
+    ):
+        caplog.clear()
+        for _ in range(3):
+            assert (await call(VIEWS, _context())).outcome == "RECONSUME_LATER"
+        warned = [r for r in caplog.records if "returned None" in r.getMessage()]
+        assert [r.levelname for r in warned] == ["WARNING"]

@@ -60,6 +60,7 @@ class ListenerCall:
         # call on Python 3.11, which a profile put at 7 % of a default consumer's CPU
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async = _is_async(listener)
+        self._warned_none = False
         self.inline = not self._async and not in_thread
         """A plain function called on the loop, without a thread or an await (call_inline)."""
         try:
@@ -91,7 +92,7 @@ class ListenerCall:
             pending = asyncio.to_thread(call, *args)
         if task is None:  # not in a task (no watchdog can cancel it): wait without a limit
             try:
-                return _judge(await pending)
+                return self._judge(await pending)
             except Exception as exc:
                 return _raised(exc)
         # the watchdog (below) cancels the task of a call past its deadline
@@ -111,7 +112,7 @@ class ListenerCall:
             if task in self._expired:
                 self._expired.discard(task)
                 task.uncancel()
-        return _judge(result)
+        return self._judge(result)
 
     def call_inline(self, views: list[MessageView], context: ConsumeContext) -> Verdict:
         """Call a plain function listener here and now. It cannot be stopped, so a call that
@@ -125,6 +126,18 @@ class ListenerCall:
             return _raised(exc)
         if time.monotonic() - began > self._timeout:
             return _timed_out(self._timeout)
+        return self._judge(result)
+
+    def _judge(self, result: object) -> Verdict:
+        """``_judge``, saying once per consumer that ``None`` is a failure: a listener that
+        forgets to return a status has every message sent back and redelivered, silently
+        (RocketMQ's concurrent consume service logs each null status as a warning)."""
+        if result is None and not self._warned_none:
+            self._warned_none = True
+            log.warning(
+                "listener returned None, which is a failure: its messages are retried; "
+                "return ConsumeStatus.SUCCESS for consumed messages (logged once)"
+            )
         return _judge(result)
 
     async def _watch(self) -> None:
