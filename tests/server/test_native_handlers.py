@@ -70,8 +70,8 @@ async def test_sends_of_one_read_are_joined_into_one_append(broker: Broker) -> N
     """The connection joins requests whose runner is the same object (connection.py)."""
     produce = ProduceHandlers(broker, lambda conn: False)
     conn: Any = SimpleNamespace(producing=False, remote="10.0.0.1:5000")
-    first = produce.send(conn, w.SendRequest([w.WireMessage("orders", b"x")], "p"))
-    second = produce.send(conn, w.SendRequest([w.WireMessage("orders", b"y")], "p"))
+    first = produce.send(conn, w.SendRequest([w.InboundMessage("orders", b"x")], "p"))
+    second = produce.send(conn, w.SendRequest([w.InboundMessage("orders", b"y")], "p"))
     assert first.run is second.run
     assert first.item.born_host == "10.0.0.1:5000"
 
