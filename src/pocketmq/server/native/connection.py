@@ -46,6 +46,7 @@ from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
 from pocketmq.server.auth.credential import Credential
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
+from pocketmq.server.pacing import YIELD_AFTER_BYTES, PacedReading
 from pocketmq.server.ratelog import RateLimitedLog
 from pocketmq.server.rpcstats import RpcLatency
 
@@ -84,12 +85,6 @@ def _name(value: int, names: dict[int, str]) -> str:
 #: At most this many joined requests are done in one call (bounds one event-loop turn).
 JOIN_LIMIT = 256
 
-#: After a read this large the connection lets the loop take a turn before it reads again.
-#: uvloop (libuv) reads again at once while each read fills its 256,000-byte buffer, up to 32
-#: times per wake-up, so a pipelining client could hold the loop for all of them: timers ran
-#: hundreds of ms late and flow control refused sends (docs/benchmarks.md, "Event loops").
-YIELD_AFTER_BYTES = 65536
-
 
 class Joined(NamedTuple):
     """A handler's answer that defers its work: requests that one read of the connection brought
@@ -103,7 +98,7 @@ class Joined(NamedTuple):
     item: Any
 
 
-class ServerConnection(asyncio.Protocol):
+class ServerConnection(PacedReading):
     """One native-protocol connection: frames decoded straight from ``data_received``, requests
     dispatched through the handler table, responses of one loop iteration written together, and the
     limits of docs/protocol.md "Limits" enforced."""
@@ -145,8 +140,6 @@ class ServerConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] | None = None
         self._later: list[bytes] = []
-        self._paused = False  # by pause_writing: the client reads slower than we answer
-        self._yielding = False  # reading paused until the loop's next turn (YIELD_AFTER_BYTES)
         self._greeted = False
         self.client_id = ""
         self.remote = ""
@@ -218,32 +211,6 @@ class ServerConnection(asyncio.Protocol):
         task = self._polls.get(request_id)
         if task is not None:
             task.cancel()
-
-    def pause_writing(self) -> None:
-        """The client reads slower than we answer: stop reading its requests until it catches up, so
-        its responses cannot pile up in memory."""
-        self._paused = True
-        if self._transport is not None:
-            self._transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        """The client caught up: read its requests again."""
-        self._paused = False
-        if self._transport is not None and not self.closed and not self._yielding:
-            self._transport.resume_reading()
-
-    def _yield_turn(self) -> None:
-        """Stop reading until the loop's next turn (see YIELD_AFTER_BYTES)."""
-        if self._transport is None or self._yielding:
-            return
-        self._yielding = True
-        self._transport.pause_reading()
-        asyncio.get_running_loop().call_soon(self._end_yield)
-
-    def _end_yield(self) -> None:
-        self._yielding = False
-        if self._transport is not None and not self.closed and not self._paused:
-            self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         """Decode every complete frame in ``data`` and dispatch it; a framing error is answered

@@ -44,6 +44,7 @@ from pocketmq.protocol.remoting.codes import (
 from pocketmq.protocol.remoting.command import RemotingCommand, encode_command, response_to
 from pocketmq.protocol.remoting.frames import MAX_FRAME, RemotingFrameDecoder
 from pocketmq.server.listening import PortShare
+from pocketmq.server.pacing import YIELD_AFTER_BYTES, PacedReading
 from pocketmq.server.remoting.outbound import Outbound
 from pocketmq.server.remoting.outcomes import JOIN_LIMIT, Joined, Reply, response_code
 from pocketmq.server.remoting.signatures import SignatureCheck
@@ -60,11 +61,6 @@ with nothing), an awaitable of one, or a :class:`Joined` (done with the read's o
 its kind) out; a pocketmq error it raises is answered with its code."""
 RemotingHandlerTable: TypeAlias = dict[int, RemotingHandler]
 
-#: Read no more after this many bytes in one loop turn (pause until the next): uvloop reads up to
-#: 32 × 256,000 bytes per wake-up, so a pipelining producer could hold the loop for all of them
-#: and flow control would refuse sends for the lag (as on the native port: docs/benchmarks.md,
-#: "Event loops").
-YIELD_AFTER_BYTES: Final = 65536
 _LONG_POLLS: Final = frozenset({RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE})
 _REQUEST_NAMES: Final = {code.value: code.name for code in RequestCode}
 _RESPONSE_NAMES: Final = {code.value: code.name for code in ResponseCode}
@@ -82,7 +78,7 @@ def _labels(request: int, response: int) -> tuple[str, str, str]:
     return key
 
 
-class RemotingConnection(asyncio.Protocol):
+class RemotingConnection(PacedReading):
     """One remoting connection (module doc). ``user`` is the access key that signed the request
     being dispatched (authentication on; "" otherwise): a handler reads it before its first
     ``await``. ``state`` is the handlers' own per-connection space (client ids, groups)."""
@@ -125,8 +121,6 @@ class RemotingConnection(asyncio.Protocol):
         self.opened_at = self.last_seen = share.clock() if opened_at is None else opened_at
         self.inflight = 0
         self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by opaque
-        self._paused = False  # by pause_writing: the client reads slower than we answer
-        self._yielding = False  # reading paused until the loop's next turn (YIELD_AFTER_BYTES)
         # requests of this read whose handlers asked to be done together (see Joined)
         self._joined: list[tuple[RemotingCommand, float, Any]] = []
         self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
@@ -160,31 +154,6 @@ class RemotingConnection(asyncio.Protocol):
         if self._on_close is not None:
             self._on_close(self)
         self._share.on_close(self)
-
-    def pause_writing(self) -> None:
-        """The client reads slower than we answer: stop reading its requests meanwhile."""
-        self._paused = True
-        if self._transport is not None:
-            self._transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        """The client caught up: read its requests again."""
-        self._paused = False
-        if self._transport is not None and not self.closed and not self._yielding:
-            self._transport.resume_reading()
-
-    def _yield_turn(self) -> None:
-        """Stop reading until the loop's next turn (see YIELD_AFTER_BYTES)."""
-        if self._transport is None or self._yielding:
-            return
-        self._yielding = True
-        self._transport.pause_reading()
-        asyncio.get_running_loop().call_soon(self._end_yield)
-
-    def _end_yield(self) -> None:
-        self._yielding = False
-        if self._transport is not None and not self.closed and not self._paused:
-            self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         """Decode every complete frame in ``data`` and dispatch it; a frame that does not decode
