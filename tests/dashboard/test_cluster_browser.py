@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def browser() -> Iterator[Any]:
     with chromium() as driver:
         yield driver
+
+
+def _between_swaps(check: Callable[[], bool]) -> Callable[[], bool]:
+    """``check`` reads elements the page's htmx polling may swap out while it reads them: a
+    stale element means "read again", not a failure."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def read() -> bool:
+        try:
+            return check()
+        except StaleElementReferenceException:
+            return False
+
+    return read
 
 
 async def _in_sync(master: BrokerProcess, size: int) -> bool:
@@ -237,7 +251,7 @@ async def test_the_cluster_view_shows_every_broker_and_a_failover_without_a_relo
             2: ("slave", "ok"),
         }
 
-    await eventually(lambda: asyncio.to_thread(all_three), timeout=15, interval=0.3)
+    await eventually(lambda: asyncio.to_thread(_between_swaps(all_three)), timeout=15, interval=0.3)
     links = browser.find_elements("css selector", "section[data-group=g1] tbody tr td a")
     assert {link.get_attribute("href") for link in links} == {
         f"http://{member.http}/" for member in cluster.members
@@ -275,7 +289,9 @@ async def test_the_cluster_view_shows_every_broker_and_a_failover_without_a_relo
             and f"to id {new_master}" in section.find_element("css selector", ".failover").text
         )
 
-    await eventually(lambda: asyncio.to_thread(shows_failover), timeout=10, interval=0.2)
+    await eventually(
+        lambda: asyncio.to_thread(_between_swaps(shows_failover)), timeout=10, interval=0.2
+    )
     shown = time.monotonic()
     print(
         f"failover: elected {elected_at - killed:.1f} s after the kill, "

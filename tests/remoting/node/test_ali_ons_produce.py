@@ -154,16 +154,17 @@ def test_an_ali_ons_delay_level_holds_the_message_back(deployment: Deployment) -
         fields |= {"accessKey": ROOT[0], "secretKey": ROOT[1]}
     producer = int(deployment.driver.call("producer", **fields)["client"])
     with SyncAdmin(servers=deployment.broker.address, client=deployment.keys) as admin:
+        admin.create_topic("ons-delay", queues=2)  # its own topic: other tests' messages stay out
         admin.create_group("delay-readers")
     sent_at = time.monotonic()
     for body, level in (("later", 10), ("now", 0)):
         answer = deployment.driver.call(
-            "send", client=producer, topic=TOPIC, body=body, tags="D", delayLevel=level
+            "send", client=producer, topic="ons-delay", body=body, tags="D", delayLevel=level
         )
         assert answer.get("sent", {}).get("sendStatus") == "SEND_OK", answer
     deployment.driver.call("close", client=producer)
     arrived: dict[str, float] = {}
-    with SyncSimpleConsumer("delay-readers", TOPIC, servers=deployment.broker.address,
+    with SyncSimpleConsumer("delay-readers", "ons-delay", servers=deployment.broker.address,
                             client=deployment.keys, await_duration=0.5) as consumer:  # fmt: skip
         deadline = time.monotonic() + 15
         while len(arrived) < 2 and time.monotonic() < deadline:
