@@ -134,7 +134,7 @@ async def test_the_master_writes_etcds_isr_when_a_slave_catches_up_not_at_the_re
     """The lease renews every lease / 6 (1 s here); a slave caught up is in etcd's isr sooner."""
     client = GatedEtcd(etcd.url)
     try:
-        failover, replication, log = master(client)
+        failover, replication, _ = master(client)
         failover.start()
         for _ in range(100):
             if failover.status()["state"] == "master":
