@@ -3,12 +3,15 @@
 The wire side of replication is the server's (server/ha); this module holds what the broker core
 decides with it (docs/replication.md):
 
-- which slaves are **in sync**: connected, members of the group (etcd's member list under a
+- which slaves are **caught up**: connected, members of the group (etcd's member list under a
   controller), within ``ha_max_gap_bytes`` of the master's end, caught up with it within the
   last ``ha_max_lag_time`` (broker/ha/catchup.py: a slave that stops acknowledging, or lags in time,
   drops out by that bound and holds no send or reader longer), and holding again whatever a
-  repair made them copy anew. The same set is what a SYNC send counts and, under a controller,
-  what the master writes as etcd's ``isr`` (docs/replication.md §3, §9);
+  repair made them copy anew. Under a controller the master writes that set as etcd's ``isr``;
+- which are **in sync**: the caught-up slaves, and under a controller only those etcd's ``isr``
+  already names. A SYNC send counts only their acknowledgements: an acknowledgement from a slave
+  etcd does not yet list would make a record "replicated" on a broker no election may pick
+  (docs/replication.md §3, §9);
 - what a ``SYNC`` send waits for: an in-sync slave's acknowledgement of the record, at most
   ``ha_sync_timeout``; with no slave in sync it is answered at once with SLAVE_NOT_AVAILABLE;
 - the **confirmed offset** readers may read up to, so what a failover could discard is never
@@ -34,6 +37,10 @@ __all__ = ["ReplicaOutcome", "Replication", "ReplicationMode", "Role", "SlavePro
 
 _LATENCY_WINDOW = 10_000
 """Records whose replication latency is remembered (status shows their percentiles)."""
+
+
+def _nothing() -> None:
+    return None
 
 
 class Role(enum.Enum):
@@ -111,6 +118,12 @@ class Replication:
         # the broker ids etcd lists as members of the group (None: no controller, every
         # authenticated slave of the group counts); set by server/ha/members.py
         self.members: frozenset[int] | None = None
+        # the broker ids etcd's ``isr`` of this master's epoch names (None: no controller, every
+        # caught-up slave counts); set by server/ha/failover.py once etcd stored them
+        self.isr: frozenset[int] | None = None
+        # called when the caught-up set changes (the controller writes etcd's isr at once)
+        self.caught_up_moved: Callable[[], None] = _nothing
+        self._caught_up_ids: frozenset[int] = frozenset()
         self.links_refused = 0  # replication links refused (no key, a wrong one, a non-member)
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
@@ -261,10 +274,27 @@ class Replication:
         """Whether a slave with this id may count (always, without a controller)."""
         return self.members is None or broker_id in self.members
 
+    def set_isr(self, isr: frozenset[int] | None) -> None:
+        """etcd's ``isr`` of this master's epoch as stored (None: no controller): only these
+        slaves' acknowledgements count from now on (module doc; docs/replication.md §9)."""
+        if isr != self.isr:
+            self.isr = isr
+            self._update()
+
     def in_sync(self) -> list[SlaveProgress]:
-        """The slaves a SYNC send may wait for, and a controller may elect: members, within
-        ``max_gap`` bytes of the master's end, caught up with it within ``max_lag_time`` seconds,
-        and missing nothing they once had (module doc; docs/replication.md §3)."""
+        """The slaves a SYNC send may wait for and readers' confirmed offset follows: the caught-up
+        slaves, and under a controller only those etcd's ``isr`` names, so a record counted as
+        replicated is on a slave an election may pick (module doc; docs/replication.md §3, §9)."""
+        isr = self.isr
+        caught_up = self.caught_up_slaves()
+        if isr is None:
+            return caught_up
+        return [s for s in caught_up if s.broker_id in isr]
+
+    def caught_up_slaves(self) -> list[SlaveProgress]:
+        """The slaves within ``max_gap`` bytes of the master's end, caught up with it within
+        ``max_lag_time`` seconds, members, and missing nothing they once had: what a controller
+        writes as etcd's ``isr`` (module doc; docs/replication.md §3)."""
         end = self.store.write_position
         oldest = self._clock() - self.max_lag_time
         return [
@@ -332,8 +362,14 @@ class Replication:
     # -- the confirmed offset -------------------------------------------------------------
 
     def _update(self) -> None:
-        in_sync = self.in_sync()
-        self._watch_lag(in_sync)
+        caught_up = self.caught_up_slaves()
+        self._watch_lag(caught_up)
+        ids = frozenset(s.broker_id for s in caught_up)
+        if ids != self._caught_up_ids:
+            self._caught_up_ids = ids
+            self.caught_up_moved()
+        isr = self.isr
+        in_sync = caught_up if isr is None else [s for s in caught_up if s.broker_id in isr]
         best = max((s.acked for s in in_sync), default=-1)
         if self._waiters:
             ready = [f for end, f in self._waiters if end <= best and not f.done()]
@@ -354,15 +390,15 @@ class Replication:
         if woken:
             self._wake(woken)
 
-    def _watch_lag(self, in_sync: list[SlaveProgress]) -> None:
+    def _watch_lag(self, caught_up: list[SlaveProgress]) -> None:
         """A slave leaves the in-sync set when its time runs out, with no acknowledgement to
         notice it (a silent slave sends nothing): look again at that moment — the confirmed
         offset must let the readers held for it go, and waiting sends must not wait for it. A
         timer due no later is kept (acknowledgements only move deadlines on; one that fires
         early looks again and sets the next)."""
-        if not in_sync:
+        if not caught_up:
             return
-        at = min(s.caught_up_at for s in in_sync) + self.max_lag_time
+        at = min(s.caught_up_at for s in caught_up) + self.max_lag_time
         if self._lag_timer is not None and self._lag_timer_at <= at:
             return
         try:
@@ -379,12 +415,12 @@ class Replication:
         self._update()
 
     def next_lag_deadline(self) -> float | None:
-        """When (monotonic) the first in-sync slave falls out of the time bound unless it
+        """When (monotonic) the first caught-up slave falls out of the time bound unless it
         acknowledges more (the controller writes etcd's in-sync set then, §9)."""
-        in_sync = self.in_sync()
-        if not in_sync:
+        caught_up = self.caught_up_slaves()
+        if not caught_up:
             return None
-        return min(s.caught_up_at for s in in_sync) + self.max_lag_time
+        return min(s.caught_up_at for s in caught_up) + self.max_lag_time
 
     def latency_ms(self) -> dict[str, float]:
         """Append-to-acknowledgement time of the recent records (median, p99, max, in ms): how

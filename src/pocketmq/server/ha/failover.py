@@ -82,8 +82,15 @@ class Failover:
         self.last_failover_seconds = 0.0
         self.last_failover_at = 0.0  # time.time() when this broker last became master by it
         self._state = "starting"
+        self._renew_at = 0.0  # when the lease is next renewed (monotonic)
+        # the master's caught-up set moved: etcd's isr is written at once, not at the next renewal
+        self._isr_due = asyncio.Event()
         group.controlled = True  # the name server's word on roles no longer counts
-        broker.ha.replication.controller = self.status
+        replication = broker.ha.replication
+        replication.controller = self.status
+        # only slaves etcd's isr names count for a SYNC send: none before etcd said so (§9)
+        replication.set_isr(frozenset({self.me}))
+        replication.caught_up_moved = self._isr_due.set
 
     @property
     def me(self) -> int:
@@ -151,10 +158,16 @@ class Failover:
         now = time.monotonic()
         if self._broker.role is Role.MASTER:
             interval = self.timings.renew if not self._serving_without else 0.2
+            if self._leader_value is None or self._serving_without:
+                await asyncio.sleep(interval)
+                return
+            interval = max(0.02, min(interval, self._renew_at - now))
             deadline = self._broker.ha.replication.next_lag_deadline()
-            if deadline is not None and self._leader_value is not None:
+            if deadline is not None:
                 interval = min(interval, max(0.05, deadline - now + 0.02))
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._isr_due.wait()
             return
         interval = self.timings.poll
         if self._absent_since is not None:
@@ -192,6 +205,9 @@ class Failover:
         replication = self._broker.ha.replication
         if self._leader_value is not None and self._lease is not None:
             sent = time.monotonic()
+            if sent < self._renew_at and not self._serving_without:
+                await self._write_isr()  # woken early: the caught-up set moved
+                return
             if await self._etcd.refresh(self._lease):
                 self._holding(sent)
                 await self._write_isr()
@@ -224,6 +240,7 @@ class Failover:
         lease = await self._grant()
         sent = time.monotonic()
         value = self._leader(own_epoch, lease)
+        self._broker.ha.replication.set_isr(frozenset({self.me}))  # what the swap writes
         expect: dict[str, int | dict[str, Any] | None] = {
             self._epoch_key: epoch_rev,
             self._leader_key: leader,  # absent, or this broker's previous incarnation
@@ -261,6 +278,7 @@ class Failover:
         """A renewal sent at ``sent`` succeeded: writes are safe until lease − margin later."""
         replication = self._broker.ha.replication
         replication.lease_until = sent + self.timings.lease - self.timings.margin
+        self._renew_at = sent + self.timings.renew
         if self._serving_without:
             log.warning("etcd reachable again: group %r is back to normal", self._broker.name)
         self._serving_without = False
@@ -268,9 +286,13 @@ class Failover:
         self._state = "master"
 
     async def _write_isr(self) -> None:
-        """Record the master and its in-sync slaves, while the lease is ours."""
+        """Record the master and its caught-up slaves as etcd's isr, while the lease is ours. A
+        slave leaving is counted out at once (replication.in_sync filters on both sets); a slave
+        joining counts for SYNC sends only once etcd stored it, so every record a send was told
+        is replicated sits on a slave an election may pick (§9)."""
+        self._isr_due.clear()
         replication = self._broker.ha.replication
-        members = sorted({self.me, *(s.broker_id for s in replication.in_sync())})
+        members = sorted({self.me, *(s.broker_id for s in replication.caught_up_slaves())})
         if members == self._isr or self._leader_value is None:
             return
         epoch = self._leader_value["epoch"]
@@ -279,6 +301,7 @@ class Failover:
             expect, {self._isr_key: ({"epoch": epoch, "members": members}, None)}
         ):
             self._isr = members
+            replication.set_isr(frozenset(members))
 
     async def _fence(self, why: str) -> None:
         replication = self._broker.ha.replication
@@ -442,6 +465,7 @@ class Failover:
                     if other != self.me and (log_end, -other) > (mine, -self.me):
                         raise PreconditionFailedError(f"broker {other} holds a longer log")
             lease = await self._grant()
+            self._broker.ha.replication.set_isr(frozenset({self.me}))  # what the swap writes
             epoch = max(current, self._broker.ha.replica_log.current_epoch()) + 1
             value = self._leader(epoch, lease)
             sent = time.monotonic()
