@@ -30,6 +30,7 @@ from pocketmq.server.app_config import AppConfig
 from pocketmq.server.auth.cluster import ClusterKeyFile
 from pocketmq.server.auth.credential import watch_users
 from pocketmq.server.auth.handshake import Authenticator
+from pocketmq.server.grpc_serving import serve_from_workers, serve_in_process
 from pocketmq.server.ha.etcd import Etcd
 from pocketmq.server.ha.failover import ControllerTimings, Failover
 from pocketmq.server.ha.members import GroupMembers
@@ -158,9 +159,7 @@ class BrokerApp:
             if self._authorizer is not None:
                 handlers = authorized(handlers, self._authorizer)
             await self._start_native(handlers, limits, tls)
-            if config.grpc.port is not None and config.grpc.workers > 0:
-                await self._start_grpc_workers(config.grpc.port)
-            elif config.grpc.port is not None:
+            if config.grpc.port is not None:
                 await self._start_grpc(config.grpc.port)
             if config.http.port is not None:
                 await self._start_http(config.http.port, tls)
@@ -320,78 +319,24 @@ class BrokerApp:
         return Authorizer(self._users, acl)
 
     async def _start_grpc(self, port: int) -> None:
-        """The RocketMQ 5 gRPC adapter (apache.rocketmq.v2) for the official clients."""
-        assert self.broker is not None
-        from pocketmq.server.grpc.port import LocalPort  # heavy: only when enabled
-        from pocketmq.server.grpc.server import GrpcServer
-
-        users = self._users
-        server = GrpcServer(
-            LocalPort(self.broker, self._route),
+        """The gRPC port, in this process or from proxy workers (server/grpc_serving.py)."""
+        assert self.broker is not None and self._native is not None
+        config = self.config
+        if config.grpc.workers > 0:
+            self.grpc_workers, self.grpc_address = await serve_from_workers(
+                config, port, self._native.port, self._advertised_host(), self._gateway_secret
+            )
+            return
+        self._grpc = await serve_in_process(
+            config,
+            port,
+            self.broker,
+            self._route,
             lambda: self.grpc_address,
-            auto_renew_invisible=self.config.grpc.auto_renew_invisible,
-            users=users,
+            users=self._users,
             authorizer=self._authorizer,
         )
-        config = self.config
-        await server.start(
-            config.listen.host,
-            port,
-            config.grpc_tls_pem(),
-            permissive=config.grpc_tls_mode() == "permissive",
-        )
-        self._grpc = server
-        self.grpc_address = f"{self._advertised_host()}:{server.port}"
-
-    async def _start_grpc_workers(self, port: int) -> None:
-        """The gRPC port served by proxy processes (server/workers.py, docs/proxy.md)."""
-        from pocketmq.server.workers import ProxyWorkers, reserve_port, worker_options
-
-        config = self.config
-        options = worker_options(
-            data_dir=config.broker.data_dir,
-            host=config.listen.host,
-            authentication=config.auth.authentication,
-            authorization=config.auth.authorization,
-            insecure=config.auth.insecure,
-            grpc_tls=config.grpc_tls_mode(),
-            tls_cert=config.tls.cert,
-            tls_key=config.tls.key,
-        )
-        holder = reserve_port(config.listen.host, port)
-        try:
-            bound = holder.getsockname()[1]
-            self.grpc_address = f"{self._advertised_host()}:{bound}"
-            # the workers dial the port the broker bound, not its advertised address
-            dial = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(
-                config.listen.host, config.listen.host
-            )
-            assert self._native is not None
-            workers = ProxyWorkers(
-                config.grpc.workers,
-                f"{dial}:{self._native.port}",  # host:port as native_address writes it
-                config.listen.host,
-                bound,
-                self.grpc_address,
-                options=options,
-                gateway_secret=self._gateway_secret,
-                silence=config.grpc.worker_silence,
-                http_port=config.http.port,
-                http_options=self._worker_http_options(),
-            )
-            await workers.start()
-        finally:
-            holder.close()
-        self.grpc_workers = workers
-
-    def _worker_http_options(self) -> list[str]:
-        """What makes a worker's metrics port answer like the broker's HTTP port: the same
-        extra names, HTTPS when the broker's is (docs/operations.md, "Proxies measured")."""
-        config = self.config
-        options = ["--http-hosts", ",".join(config.http.hosts)] if config.http.hosts else []
-        if config.tls.cert and config.tls.key:
-            options += ["--http-tls", "--tls-cert", config.tls.cert, "--tls-key", config.tls.key]
-        return options
+        self.grpc_address = f"{self._advertised_host()}:{self._grpc.port}"
 
     def _gateway_alive(self, client_id: str) -> None:
         if self.grpc_workers is not None:
