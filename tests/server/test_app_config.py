@@ -1,5 +1,5 @@
 """``AppConfig`` and its sections check themselves at construction, the same way for Python as for
-the TOML file's flat ``[server]`` table (docs/operations.md, "Configuration")."""
+the TOML file's flat ``[server]`` table (docs/design.md, "Configuration")."""
 
 from __future__ import annotations
 

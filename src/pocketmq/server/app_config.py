@@ -2,7 +2,7 @@
 (``server/sections.py``), and the checked values built from more than one of them: the gRPC
 port's TLS, the replication port's TLS, the HTTP port's host names.
 
-One validation path (docs/operations.md, "Configuration"): every section checks itself when it
+One validation path (docs/design.md, "Configuration"): every section checks itself when it
 is built and :class:`AppConfig` checks what spans sections, so Python
 (``AppConfig(ha=Ha(port=...))``) and the TOML file (:meth:`AppConfig.from_table`, which builds
 the same dataclasses with ``msgspec.convert``) refuse the same values with the same words.

@@ -7,7 +7,7 @@ connection limits are :class:`~pocketmq.server.native.limits.ConnectionLimits` i
 check belongs next to the values it reads. :class:`~pocketmq.server.app_config.AppConfig` holds
 one of each and checks only what spans two of them.
 
-The TOML file stays flat (docs/operations.md, "Configuration"): a section's field is the
+The TOML file stays flat (docs/design.md, "Configuration"): a section's field is the
 ``[server]`` key ``PREFIX + name`` (``Ha.port`` is ``ha_port``), or the key its field names
 with :func:`named` (``Ha.master`` is ``master``). Errors name that key: it is what the user
 wrote and what the docs list.
