@@ -19,17 +19,7 @@ from pocketmq.store import FlushMode, RecoveryMode
 def _load(tmp_path: Path, text: str) -> AppConfig:
     path = tmp_path / "broker.toml"
     path.write_text(text)
-    return build_config(
-        config_file=path,
-        data_dir=None,
-        host=None,
-        port=None,
-        grpc_port=None,
-        namesrv_port=None,
-        namesrv=None,
-        broker_name=None,
-        flush=None,
-    )
+    return build_config(path)
 
 
 def test_enum_settings_become_enums(tmp_path: Path) -> None:
@@ -42,7 +32,7 @@ def test_enum_settings_become_enums(tmp_path: Path) -> None:
     assert store.recovery is RecoveryMode.QUARANTINE
     assert store.flush_mode is FlushMode.SYNC
     assert config.broker.delay_levels == (1.0, 2.5)
-    assert config.grpc_port == 0
+    assert config.grpc.port == 0
     assert _load(tmp_path, '[store]\nrecovery = "strict"\n').broker.store.recovery is (
         RecoveryMode.STRICT
     )
@@ -67,6 +57,13 @@ def test_enum_settings_become_enums(tmp_path: Path) -> None:
         ("[server]\ncontroller_lease = 1\n", "controller_lease"),
         ("[server]\nidle_timeout = -2\n", "idle_timeout"),
         ('[server]\ntls_cert = "only.pem"\n', "tls_key"),
+        ("[server]\nregister_interval = 0\n", "register_interval"),
+        ("[server]\nregister_interval = -1.0\n", "register_interval"),
+        ("[server]\nha_idle_timeout = -1\n", "ha_idle_timeout"),
+        ("[server]\nport = 70000\n", "port"),
+        ('[server]\nmaster = "no-port"\n', "master"),
+        ('[server]\nhttp_port = "5557"\n', "http_port"),
+        ("[server]\nauthorization = true\n", "authorization needs authentication"),
         ("[storage]\nx = 1\n", "storage"),
     ],
 )
@@ -102,7 +99,7 @@ def test_a_network_address_without_authentication_is_refused_unless_insecure(
     assert "--insecure" in refused.stderr
     assert not (tmp_path / "d").exists()  # refused before anything was created
     config = _load(tmp_path, '[server]\nhost = "0.0.0.0"\ninsecure = true\n')
-    assert (config.host, config.insecure) == ("0.0.0.0", True)
+    assert (config.listen.host, config.auth.insecure) == ("0.0.0.0", True)
 
 
 def test_insecure_starts_on_a_network_address(tmp_path: Path) -> None:
@@ -122,8 +119,4 @@ def test_a_tls_key_on_the_command_line_completes_the_files_certificate(tmp_path:
     path = tmp_path / "broker.toml"
     path.write_text(f'[server]\ntls_cert = "{tmp_path / "missing.pem"}"\n')
     with pytest.raises(click.UsageError, match="cannot load the TLS certificate"):
-        build_config(
-            config_file=path, data_dir=None, host=None, port=None, grpc_port=None,
-            namesrv_port=None, namesrv=None, broker_name=None, flush=None,
-            tls_key=str(tmp_path / "missing.key"),
-        )  # fmt: skip
+        build_config(path, server={"tls_key": str(tmp_path / "missing.key")})

@@ -9,21 +9,12 @@ import click
 import pytest
 
 from pocketmq.cli.serve import build_config
+from pocketmq.server import AppConfig
 from pocketmq.testing import write_config
 
 
-def _build(path: Path) -> object:
-    return build_config(
-        config_file=path,
-        data_dir=None,
-        host=None,
-        port=None,
-        grpc_port=None,
-        namesrv_port=None,
-        namesrv=None,
-        broker_name=None,
-        flush=None,
-    )
+def _build(path: Path) -> AppConfig:
+    return build_config(path)
 
 
 @pytest.mark.parametrize(
@@ -56,7 +47,7 @@ def test_the_defaults_and_custom_limits_are_taken(tmp_path: Path) -> None:
     path = write_config(
         tmp_path / "broker.toml", {"server": {"max_connections": 10, "idle_timeout": 30.0}}
     )
-    limits = _build(path).connection_limits()  # type: ignore[attr-defined]
+    limits = _build(path).limits
     assert (limits.max_connections, limits.idle_timeout) == (10, 30.0)
     assert limits.hello_timeout == 10.0
     assert limits.max_buffered_bytes == 128 * 1024 * 1024
@@ -65,7 +56,7 @@ def test_the_defaults_and_custom_limits_are_taken(tmp_path: Path) -> None:
 def test_the_http_port_answers_to_its_configured_names(tmp_path: Path) -> None:
     sections = {"server": {"http_hosts": ["Broker.Example.", "dash.example"], "host": "10.1.2.3",
                            "http_max_connections": 40}}  # fmt: skip
-    settings = _build(write_config(tmp_path / "broker.toml", sections)).http_settings()  # type: ignore[attr-defined]
+    settings = _build(write_config(tmp_path / "broker.toml", sections)).http_settings()
     assert settings.hosts.allows("broker.example:5557")
     assert settings.hosts.allows("10.1.2.3")
     assert not settings.hosts.allows("localhost:5557")  # not bound to loopback

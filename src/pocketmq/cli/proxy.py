@@ -29,7 +29,7 @@ from pocketmq.errors import InvalidArgumentError
 from pocketmq.server.auth.network import is_loopback
 
 if TYPE_CHECKING:
-    from pocketmq.proxy.gateway import MetricsPort
+    from pocketmq.proxy.gateway import GatewaySecurity, MetricsPort
 
 __all__ = ["proxy"]
 
@@ -148,40 +148,16 @@ def proxy(
     protocol (docs/proxy.md). To a broker with --authentication it signs in as a member of the
     cluster (--cluster-key), or else as POCKETMQ_ACCESS_KEY / POCKETMQ_SECRET_KEY (a super
     user)."""
-    from pocketmq.proxy.gateway import Gateway, GatewaySecurity  # grpc is heavy: only here
+    from pocketmq.proxy.gateway import Gateway  # grpc is heavy: only here
 
     setup_logging(log_level)
     if not exit_with_stdin:  # a broker's own worker: the broker has named its key already
         warn_if_key_is_readable(tls_key)
-    if not (authentication or insecure or is_loopback(host)):
-        raise click.UsageError(
-            f"--host {host} lets other machines connect, and without --authentication anyone "
-            "there may read and write every topic: add --authentication or --insecure"
-        )
-    if host in ("0.0.0.0", "::", "") and not advertise:
-        raise click.UsageError(
-            f"--host {host or repr('')} listens on every address: say with --advertise which "
-            "one clients should use (routes name it)"
-        )
-    if (authentication or authorization) and not data_dir:
-        raise click.UsageError("--authentication needs --data-dir (the broker's users)")
-    if authorization and not authentication:
-        raise click.UsageError("--authorization needs --authentication")
-    try:
-        security = GatewaySecurity.build(
-            data_dir=data_dir,
-            authentication=authentication,
-            authorization=authorization,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            grpc_tls=grpc_tls or ("enforcing" if tls_cert else "disabled"),
-            broker_ca=broker_ca,
-            broker_host=broker.rpartition(":")[0],
-            environment=os.environ,
-            cluster_key=cluster_key,
-        )
-    except (OSError, InvalidArgumentError) as exc:
-        raise click.UsageError(str(exc)) from None
+    _refuse_unsafe_options(host, advertise, data_dir, authentication, authorization, insecure)
+    security = _security(
+        broker, data_dir, authentication, authorization, tls_cert, tls_key, grpc_tls, broker_ca,
+        cluster_key,
+    )  # fmt: skip
     gateway = Gateway(
         broker,
         host,
@@ -204,6 +180,64 @@ def proxy(
         ports = {"the gRPC port, --grpc-port": grpc_port}
         message = refusal(refused.cause, what="the proxy", ports=ports)
         raise click.ClickException(message) from None
+
+
+def _refuse_unsafe_options(
+    host: str,
+    advertise: str,
+    data_dir: str | None,
+    authentication: bool,
+    authorization: bool,
+    insecure: bool,
+) -> None:
+    """Options that would open the proxy to anyone, or give clients an address they cannot
+    use, are usage errors (docs/security.md, docs/proxy.md)."""
+    if not (authentication or insecure or is_loopback(host)):
+        raise click.UsageError(
+            f"--host {host} lets other machines connect, and without --authentication anyone "
+            "there may read and write every topic: add --authentication or --insecure"
+        )
+    if host in ("0.0.0.0", "::", "") and not advertise:
+        raise click.UsageError(
+            f"--host {host or repr('')} listens on every address: say with --advertise which "
+            "one clients should use (routes name it)"
+        )
+    if (authentication or authorization) and not data_dir:
+        raise click.UsageError("--authentication needs --data-dir (the broker's users)")
+    if authorization and not authentication:
+        raise click.UsageError("--authorization needs --authentication")
+
+
+def _security(
+    broker: str,
+    data_dir: str | None,
+    authentication: bool,
+    authorization: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    grpc_tls: str | None,
+    broker_ca: str | None,
+    cluster_key: str | None,
+) -> GatewaySecurity:
+    """Who the proxy's clients are, how it speaks TLS on both sides, and how it signs in to
+    the broker; a file that cannot be loaded is a usage error."""
+    from pocketmq.proxy.gateway import GatewaySecurity
+
+    try:
+        return GatewaySecurity.build(
+            data_dir=data_dir,
+            authentication=authentication,
+            authorization=authorization,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            grpc_tls=grpc_tls or ("enforcing" if tls_cert else "disabled"),
+            broker_ca=broker_ca,
+            broker_host=broker.rpartition(":")[0],
+            environment=os.environ,
+            cluster_key=cluster_key,
+        )
+    except (OSError, InvalidArgumentError) as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _metrics_port(

@@ -14,6 +14,7 @@ import signal
 import stat
 import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +30,6 @@ from pocketmq.errors import InvalidArgumentError
 from pocketmq.server import AppConfig, BrokerApp, NameServer
 from pocketmq.server.auth.handshake import Authenticator
 from pocketmq.server.auth.network import is_loopback
-from pocketmq.server.ha.etcd import parse_controller
 from pocketmq.server.loops import LOOPS, loop_factory
 from pocketmq.server.loops import run as run_on_loop
 from pocketmq.store import FlushMode, StoreConfig
@@ -38,6 +38,7 @@ __all__ = [
     "LOG_LEVELS",
     "StartRefused",
     "build_config",
+    "given",
     "run_until_signalled",
     "setup_logging",
     "warn_if_key_is_readable",
@@ -45,13 +46,6 @@ __all__ = [
 
 C = TypeVar("C")
 LOG_LEVELS = ["debug", "info", "warning", "error"]
-
-
-def _split(address: str, option: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter(f"{address!r} is not host:port", param_hint=option)
-    return host, int(port)
 
 
 def _apply(target: C, values: dict[str, Any], section: str) -> C:
@@ -69,89 +63,51 @@ def _apply(target: C, values: dict[str, Any], section: str) -> C:
         raise click.UsageError(f"bad setting in [{section}]: {exc}") from None
 
 
+def given(**options: Any) -> dict[str, Any]:
+    """The command-line options that were given (click passes None for the others): each is
+    named as its config-file key, so it goes over the file's value."""
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def _read_config_file(config_file: Path | None) -> dict[str, Any]:
+    if config_file is None:
+        return {}
+    try:
+        return tomllib.loads(config_file.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise click.UsageError(f"cannot read {config_file}: {exc}") from None
+
+
 def build_config(
-    *,
     config_file: Path | None,
-    data_dir: str | None,
-    host: str | None,
-    port: int | None,
-    grpc_port: int | None,
-    namesrv_port: int | None,
-    namesrv: str | None,
-    broker_name: str | None,
-    flush: str | None,
-    broker_id: int | None = None,
-    role: str | None = None,
-    master: str | None = None,
-    ha_port: int | None = None,
-    controller: str | None = None,
-    http_port: int | None = None,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
+    *,
+    server: Mapping[str, Any] | None = None,
+    broker: Mapping[str, Any] | None = None,
+    flush: str | None = None,
 ) -> AppConfig:
-    """Defaults, then the config file, then command-line options (the last word wins)."""
-    raw: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            raw = tomllib.loads(config_file.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise click.UsageError(f"cannot read {config_file}: {exc}") from None
+    """Defaults, then the config file, then the command line's options (the last word wins):
+    ``server`` and ``broker`` are ``[server]`` and ``[broker]`` keys, ``flush`` the store's.
+
+    The file's ``[server]`` table and the options are checked together, once, by the sections'
+    own checks (``AppConfig.from_table``, the path Python takes too): a TLS key on the command
+    line completes a certificate in the file."""
+    raw = _read_config_file(config_file)
     store = _apply(StoreConfig(), raw.pop("store", {}), "store")
-    broker = _apply(BrokerConfig(), raw.pop("broker", {}), "broker")
-    app_values = raw.pop("server", {})
-    if raw:
-        raise click.UsageError(f"unknown config sections: {', '.join(sorted(raw))}")
     if flush is not None:
         store = replace(store, flush_mode=FlushMode(flush))
-    broker = replace(broker, store=store)
-    if data_dir is not None:
-        broker = replace(broker, data_dir=data_dir)
-    if broker_name is not None:
-        broker = replace(broker, broker_name=broker_name)
-    if broker_id is not None:
-        broker = replace(broker, broker_id=broker_id)
-        if role is None and broker_id > 0:
-            role = "slave"  # RocketMQ's convention: id 0 is the master
-    if role is not None:
-        broker = replace(broker, role=role)
-    overrides: dict[str, Any] = {}
-    for key, value in (
-        ("host", host),
-        ("port", port),
-        ("grpc_port", grpc_port),
-        ("namesrv_port", namesrv_port),
-    ):
-        if value is not None:
-            overrides[key] = value
-    if namesrv is not None:
-        _split(namesrv, "--namesrv")
-        overrides["namesrv"] = namesrv
-        overrides["namesrv_port"] = None
-    if master is not None:
-        _split(master, "--master")
-        overrides["master"] = master
-    if ha_port is not None:
-        overrides["ha_port"] = ha_port
-    if controller is not None:
-        overrides["controller"] = controller
-    if http_port is not None:
-        overrides["http_port"] = http_port
-    if tls_cert is not None:
-        overrides["tls_cert"] = tls_cert
-    if tls_key is not None:
-        overrides["tls_key"] = tls_key
-    # the file's [server] settings and the options are checked together, once (AppConfig's
-    # __post_init__): a TLS key on the command line completes a certificate in the file
-    together = {**app_values, **overrides, "broker": msgspec.to_builtins(broker)}
-    config = _apply(AppConfig(), together, "server")
+    broker_config = _apply(BrokerConfig(), {**raw.pop("broker", {}), **(broker or {})}, "broker")
+    table = {**raw.pop("server", {}), **(server or {})}
+    if raw:
+        raise click.UsageError(f"unknown config sections: {', '.join(sorted(raw))}")
     try:
-        config.tls_context()
-        if config.controller:
-            parse_controller(config.controller)
+        config = AppConfig.from_table(table, replace(broker_config, store=store))
+        config.replication_server_tls()  # loads the TLS files: a bad one stops the start here
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
-    store_host = f"{config.host}:{config.port}"
-    return replace(config, broker=replace(broker, store=replace(store, store_host=store_host)))
+    store_host = f"{config.listen.host}:{config.listen.port}"
+    return replace(
+        config, broker=replace(config.broker, store=replace(store, store_host=store_host))
+    )
 
 
 def warn_if_key_is_readable(key_path: str | None) -> None:
@@ -336,51 +292,44 @@ def serve(
 ) -> None:
     """Run a broker (with an embedded name server unless --namesrv is given)."""
     setup_logging(log_level)
-    config = build_config(
-        config_file=config_file,
-        data_dir=data_dir,
-        host=host,
-        port=port,
-        grpc_port=grpc_port,
-        namesrv_port=namesrv_port,
-        namesrv=namesrv,
-        broker_name=broker_name,
-        flush=flush,
-        broker_id=broker_id,
-        role=role,
-        master=master,
-        ha_port=ha_port,
+    server = given(  # the options named as their [server] keys
+        host=host, port=port, grpc_port=grpc_port, grpc_workers=grpc_workers,
+        http_port=http_port, tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca,
+        namesrv_tls=namesrv_tls, grpc_tls=grpc_tls, authentication=authentication,
+        authorization=authorization, insecure=insecure, cluster_key=cluster_key,
+        namesrv_port=namesrv_port, namesrv=namesrv, master=master, ha_port=ha_port,
         controller=controller,
-        http_port=http_port,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-    )
-    config = replace(  # what the command line says wins over the config file
-        config,
-        tls_ca=tls_ca or config.tls_ca,
-        cluster_key=cluster_key or config.cluster_key,
-        grpc_tls=grpc_tls or config.grpc_tls,
-        authentication=bool(authentication) or config.authentication,
-        authorization=bool(authorization) or config.authorization,
-        insecure=bool(insecure) or config.insecure,
-        namesrv_tls=bool(namesrv_tls) or config.namesrv_tls,
-        grpc_port=None if no_grpc else config.grpc_port,
-        grpc_workers=config.grpc_workers if grpc_workers is None else grpc_workers,
-        http_port=None if no_http else config.http_port,
-    )
-    if config.authorization and not config.authentication:
-        raise click.UsageError("--authorization needs --authentication")
-    try:
-        config.replication_server_tls()  # ha_mutual_tls needs --tls-ca, given above
-    except InvalidArgumentError as exc:
-        raise click.UsageError(str(exc)) from None
-    if not (config.authentication or config.insecure or is_loopback(config.host)):
+    )  # fmt: skip
+    if namesrv is not None:
+        server["namesrv_port"] = None  # an external name server: no embedded one
+    if no_grpc:
+        server["grpc_port"] = None
+    if no_http:
+        server["http_port"] = None
+    broker = given(data_dir=data_dir, broker_name=broker_name, broker_id=broker_id, role=role)
+    if role is None and broker_id is not None and broker_id > 0:
+        broker["role"] = "slave"  # RocketMQ's convention: id 0 is the master
+    config = build_config(config_file, server=server, broker=broker, flush=flush)
+    _refuse_an_open_door(config)
+    warn_if_key_is_readable(config.tls.key)
+    _run_broker(config, loop, config_file)
+
+
+def _refuse_an_open_door(config: AppConfig) -> None:
+    """A network address without authentication lets anyone there do anything: say so, unless
+    ``insecure`` (docs/security.md)."""
+    host = config.listen.host
+    if not (config.auth.authentication or config.auth.insecure or is_loopback(host)):
         raise click.UsageError(
-            f"--host {config.host} lets other machines connect, and without --authentication "
+            f"--host {host} lets other machines connect, and without --authentication "
             "anyone there may read, write and delete every topic: add --authentication "
             "(docs/security.md) or --insecure"
         )
-    warn_if_key_is_readable(config.tls_key)
+
+
+def _run_broker(config: AppConfig, loop: str, config_file: Path | None) -> None:
+    """Run the broker on the event loop ``loop`` until a signal; a refused start is one line
+    naming the port or file at fault (docs/cli.md, "Errors")."""
     app = BrokerApp(config)
     try:
         used, _ = loop_factory(loop)
@@ -393,19 +342,20 @@ def serve(
     try:
         run_on_loop(_run_until_signalled(app.start, app.ready_line, app.close), loop)
     except StartRefused as refused:
-        # one line (docs/cli.md, "Errors"); where in the code: --log-level debug
-        logging.getLogger("pocketmq.server").debug("start-up refused", exc_info=refused.cause)
+        # where in the code: --log-level debug
+        server_log.debug("start-up refused", exc_info=refused.cause)
+        port = config.listen.port
         message = refusal(
             refused.cause,
             what="the broker",
             data_dir=config.broker.data_dir,
             config_file=str(config_file) if config_file else None,
             ports={
-                "the native port, --port": config.port,
-                "the gRPC port, --grpc-port": config.grpc_port,
-                "the HTTP port, --http-port": config.http_port,
-                "the embedded name server's port, --namesrv-port": config.namesrv_port,
-                "the replication port, --ha-port": config.ha_port or config.port + 1,
+                "the native port, --port": port,
+                "the gRPC port, --grpc-port": config.grpc.port,
+                "the HTTP port, --http-port": config.http.port,
+                "the embedded name server's port, --namesrv-port": config.namesrv.port,
+                "the replication port, --ha-port": config.ha.port or port + 1,
             },
         )
         raise click.ClickException(message) from None
@@ -465,36 +415,26 @@ def namesrv(
     setup_logging(log_level)
     warn_if_key_is_readable(tls_key)
     config = build_config(
-        config_file=config_file,
-        data_dir=data_dir,
-        host=host,
-        port=None,
-        grpc_port=None,
-        namesrv_port=None,
-        namesrv=None,
-        broker_name=None,
-        flush=None,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-    )
-    config = replace(
-        config,
-        authentication=bool(authentication) or config.authentication,
-        cluster_key=cluster_key or config.cluster_key,
-    )
+        config_file,
+        server=given(
+            host=host, tls_cert=tls_cert, tls_key=tls_key, authentication=authentication,
+            cluster_key=cluster_key,
+        ),
+        broker=given(data_dir=data_dir),
+    )  # fmt: skip
     listen_port = port if port is not None else 9876
     try:
         server = NameServer(
-            tls=config.tls_context(),
-            limits=config.connection_limits(),
+            tls=config.tls.context(),
+            limits=config.limits,
             authenticator=_namesrv_authenticator(config),
-            max_brokers=config.max_registered_brokers,
+            max_brokers=config.namesrv.max_brokers,
         )
     except InvalidArgumentError as exc:
         raise click.UsageError(str(exc)) from None
 
     async def start() -> None:
-        await server.start(config.host, listen_port)
+        await server.start(config.listen.host, listen_port)
 
     try:
         asyncio.run(
@@ -511,9 +451,9 @@ def namesrv(
 def _namesrv_authenticator(config: AppConfig) -> Authenticator | None:
     """A stand-alone name server's identities: the cluster key (required) and the users of
     its data directory (docs/security.md, "Trust inside the cluster")."""
-    if not config.authentication:
+    if not config.auth.authentication:
         return None
-    if not config.cluster_key:
+    if not config.auth.cluster_key:
         raise InvalidArgumentError(
             "a name server with --authentication needs the cluster's key: --cluster-key FILE "
             "(the file every broker of the cluster has; create one with `pocketmq cluster key "
@@ -529,10 +469,8 @@ def _namesrv_authenticator(config: AppConfig) -> Authenticator | None:
             "here, clients cannot (copy the brokers' users.json and users.key)",
             config.broker.data_dir,
         )
-    authenticator = Authenticator(
-        users, config.cluster_key_file(), throttle=config.failure_throttle()
-    )
-    authenticator.reachable |= config.reachable()
+    authenticator = Authenticator(users, config.cluster_key_file(), throttle=config.auth.throttle())
+    authenticator.reachable |= config.auth.reachable()
     return authenticator
 
 

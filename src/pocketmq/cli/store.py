@@ -21,7 +21,7 @@ import click
 from pocketmq.cli._app import main, server_option
 from pocketmq.cli.commands import handle_errors
 from pocketmq.cli.output import print_table
-from pocketmq.cli.serve import build_config
+from pocketmq.cli.serve import build_config, given
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.errors import PocketMQError
 from pocketmq.store import MessageStore, RecoveryMode, StoreConfig
@@ -32,17 +32,7 @@ __all__ = ["store"]
 
 def _settings(data_dir: str | None, config_file: Path | None) -> tuple[str, StoreConfig]:
     """The store directory and the store settings the broker runs with (its TOML file)."""
-    broker = build_config(
-        config_file=config_file,
-        data_dir=data_dir,
-        host=None,
-        port=None,
-        grpc_port=None,
-        namesrv_port=None,
-        namesrv=None,
-        broker_name=None,
-        flush=None,
-    ).broker
+    broker = build_config(config_file, broker=given(data_dir=data_dir)).broker
     return os.path.join(broker.data_dir, "store"), dataclasses.replace(
         broker.store, fault_file=None
     )

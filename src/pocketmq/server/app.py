@@ -30,7 +30,8 @@ from pocketmq.server.app_config import AppConfig
 from pocketmq.server.auth.cluster import ClusterKeyFile
 from pocketmq.server.auth.credential import watch_users
 from pocketmq.server.auth.handshake import Authenticator
-from pocketmq.server.ha.etcd import Etcd, parse_controller
+from pocketmq.server.grpc_serving import serve_from_workers, serve_in_process
+from pocketmq.server.ha.etcd import Etcd
 from pocketmq.server.ha.failover import ControllerTimings, Failover
 from pocketmq.server.ha.members import GroupMembers
 from pocketmq.server.ha.roles import GroupRole
@@ -77,7 +78,7 @@ class BrokerApp:
         self.grpc_workers: ProxyWorkers | None = None
         # what this broker's proxy workers authenticate with (docs/proxy.md); new at each start
         self._gateway_secret = (
-            secrets.token_hex(32) if config.grpc_workers and config.authentication else ""
+            secrets.token_hex(32) if config.grpc.workers and config.auth.authentication else ""
         )
         self._http: HttpServer | None = None
         self._users: UserStore | None = None  # authentication on (docs/security.md)
@@ -106,12 +107,12 @@ class BrokerApp:
         for none."""
         if self.namesrv is not None:
             return self.namesrv.address
-        return self.config.namesrv or ""
+        return self.config.namesrv.address or ""
 
     def _advertised_host(self) -> str:
-        if self.config.advertise_host:
-            return self.config.advertise_host
-        host = self.config.host
+        if self.config.listen.advertise_host:
+            return self.config.listen.advertise_host
+        host = self.config.listen.host
         if host in ("0.0.0.0", "::", ""):
             return socket.gethostbyname(socket.gethostname())
         return host
@@ -121,27 +122,26 @@ class BrokerApp:
         the registration loop; when a part fails to start, those already started are closed
         again."""
         config = self.config
-        limits = config.connection_limits()
-        config.http_settings()  # a bad http_* setting stops the start here, before any part
-        tls = config.tls_context()
-        endpoints = parse_controller(config.controller) if config.controller else None
-        timings = config.controller_timings()
+        limits = config.limits
+        tls = config.tls.context()
+        endpoints = config.controller.endpoints()
+        timings = config.controller.timings()
         self.broker = Broker(config.broker)
         self._hold_writes(controlled=bool(endpoints))
         await self.broker.start()
         try:
             namesrv_authenticator = self._security()
-            if config.namesrv is None and config.namesrv_port is not None:
+            if config.namesrv.address is None and config.namesrv.port is not None:
                 self.namesrv = NameServer(  # clients use one TLS setting
                     limits=limits,
                     tls=tls,
                     authenticator=namesrv_authenticator,
-                    max_brokers=config.max_registered_brokers,
+                    max_brokers=config.namesrv.max_brokers,
                 )
-                await self.namesrv.start(config.host, config.namesrv_port)
+                await self.namesrv.start(config.listen.host, config.namesrv.port)
                 if namesrv_authenticator is not None:
                     namesrv_authenticator.reachable.add(self._advertised(self.namesrv.port))
-            if config.authorization:
+            if config.auth.authorization:
                 self._authorizer = self._build_authorizer()
             handlers = broker_handlers(
                 self.broker,
@@ -153,18 +153,16 @@ class BrokerApp:
                 authorizer=self._authorizer,
             )
             handlers |= gateway_handlers(
-                self.broker, config.grpc_auto_renew_invisible, self._gateway_alive
+                self.broker, config.grpc.auto_renew_invisible, self._gateway_alive
             )
             handlers |= overview_handlers(self.overview)
             if self._authorizer is not None:
                 handlers = authorized(handlers, self._authorizer)
             await self._start_native(handlers, limits, tls)
-            if config.grpc_port is not None and config.grpc_workers > 0:
-                await self._start_grpc_workers(config.grpc_port)
-            elif config.grpc_port is not None:
-                await self._start_grpc(config.grpc_port)
-            if config.http_port is not None:
-                await self._start_http(config.http_port, tls)
+            if config.grpc.port is not None:
+                await self._start_grpc(config.grpc.port)
+            if config.http.port is not None:
+                await self._start_http(config.http.port, tls)
             await self._start_replication(endpoints, timings)
             await self.broker.serving()
             if self.namesrv_address:
@@ -179,7 +177,7 @@ class BrokerApp:
                     self.broker,
                     address=self._self_address,
                     group=lambda: self.group,
-                    interval=config.register_interval,
+                    interval=config.namesrv.register_interval,
                     renew=timings.renew,
                 )
                 await self._registrar.register()
@@ -213,7 +211,7 @@ class BrokerApp:
             tls=tls,
             remoting=self.remoting,
         )
-        await self._native.start(self.config.host, self.config.port)
+        await self._native.start(self.config.listen.host, self.config.listen.port)
         if self._authenticator is not None:
             self._authenticator.reachable.add(self._advertised(self._native.port))
 
@@ -228,10 +226,10 @@ class BrokerApp:
             self.broker,
             tls=(config.replication_server_tls(), config.replication_client_tls()),
             policy=config.replication_policy(self._cluster_key),
-            host=config.host,
+            host=config.listen.host,
             ha_port=self._ha_port(),
-            ha_port_fixed=config.ha_port is not None,
-            master=config.master,
+            ha_port_fixed=config.ha.port is not None,
+            master=config.ha.master,
             own_address=lambda: self.native_address,
             advertise=lambda host, port: f"{self._advertised_host()}:{port}",
             on_change=self._register,
@@ -266,7 +264,7 @@ class BrokerApp:
         broker.ha.replication.starting = f"broker {broker.name!r} is starting: retry in a moment"
         if controlled:
             Failover.hold_writes(broker)
-        elif broker.role is Role.MASTER and self.config.namesrv:
+        elif broker.role is Role.MASTER and self.config.namesrv.address:
             broker.ha.replication.fence = (
                 f"broker {broker.name!r} is waiting for its name server to confirm it is its "
                 "group's master"
@@ -278,14 +276,14 @@ class BrokerApp:
         addresses). docs/security.md, "Trust inside the cluster"."""
         config = self.config
         self._cluster_key = config.cluster_key_file()
-        if not config.authentication:
+        if not config.auth.authentication:
             return None
         from pocketmq.server.auth.users import UserStore
 
         self._users = UserStore(os.path.join(config.broker.data_dir, "config"))
         self._users.load()
         self._users_watch = asyncio.create_task(watch_users(self._users), name="users-watch")
-        throttle, reachable = config.failure_throttle(), config.reachable()
+        throttle, reachable = config.auth.throttle(), config.auth.reachable()
         self._authenticator = Authenticator(
             self._users,
             self._cluster_key,
@@ -321,78 +319,24 @@ class BrokerApp:
         return Authorizer(self._users, acl)
 
     async def _start_grpc(self, port: int) -> None:
-        """The RocketMQ 5 gRPC adapter (apache.rocketmq.v2) for the official clients."""
-        assert self.broker is not None
-        from pocketmq.server.grpc.port import LocalPort  # heavy: only when enabled
-        from pocketmq.server.grpc.server import GrpcServer
-
-        users = self._users
-        server = GrpcServer(
-            LocalPort(self.broker, self._route),
+        """The gRPC port, in this process or from proxy workers (server/grpc_serving.py)."""
+        assert self.broker is not None and self._native is not None
+        config = self.config
+        if config.grpc.workers > 0:
+            self.grpc_workers, self.grpc_address = await serve_from_workers(
+                config, port, self._native.port, self._advertised_host(), self._gateway_secret
+            )
+            return
+        self._grpc = await serve_in_process(
+            config,
+            port,
+            self.broker,
+            self._route,
             lambda: self.grpc_address,
-            auto_renew_invisible=self.config.grpc_auto_renew_invisible,
-            users=users,
+            users=self._users,
             authorizer=self._authorizer,
         )
-        config = self.config
-        await server.start(
-            config.host,
-            port,
-            config.grpc_tls_pem(),
-            permissive=config.grpc_tls_mode() == "permissive",
-        )
-        self._grpc = server
-        self.grpc_address = f"{self._advertised_host()}:{server.port}"
-
-    async def _start_grpc_workers(self, port: int) -> None:
-        """The gRPC port served by proxy processes (server/workers.py, docs/proxy.md)."""
-        from pocketmq.server.workers import ProxyWorkers, reserve_port, worker_options
-
-        config = self.config
-        options = worker_options(
-            data_dir=config.broker.data_dir,
-            host=config.host,
-            authentication=config.authentication,
-            authorization=config.authorization,
-            insecure=config.insecure,
-            grpc_tls=config.grpc_tls_mode(),
-            tls_cert=config.tls_cert,
-            tls_key=config.tls_key,
-        )
-        holder = reserve_port(config.host, port)
-        try:
-            bound = holder.getsockname()[1]
-            self.grpc_address = f"{self._advertised_host()}:{bound}"
-            # the workers dial the port the broker bound, not its advertised address
-            dial = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(
-                config.host, config.host
-            )
-            assert self._native is not None
-            workers = ProxyWorkers(
-                config.grpc_workers,
-                f"{dial}:{self._native.port}",  # host:port as native_address writes it
-                config.host,
-                bound,
-                self.grpc_address,
-                options=options,
-                gateway_secret=self._gateway_secret,
-                silence=config.grpc_worker_silence,
-                http_port=config.http_port,
-                http_options=self._worker_http_options(),
-            )
-            await workers.start()
-        finally:
-            holder.close()
-        self.grpc_workers = workers
-
-    def _worker_http_options(self) -> list[str]:
-        """What makes a worker's metrics port answer like the broker's HTTP port: the same
-        extra names, HTTPS when the broker's is (docs/operations.md, "Proxies measured")."""
-        config = self.config
-        options = ["--http-hosts", ",".join(config.http_hosts)] if config.http_hosts else []
-        if config.tls_cert and config.tls_key:
-            options += ["--http-tls", "--tls-cert", config.tls_cert, "--tls-key", config.tls_key]
-        return options
+        self.grpc_address = f"{self._advertised_host()}:{self._grpc.port}"
 
     def _gateway_alive(self, client_id: str) -> None:
         if self.grpc_workers is not None:
@@ -427,7 +371,7 @@ class BrokerApp:
             settings=self.config.http_settings(self._advertised_host()),
             cluster=cluster,
         )
-        await server.start(self.config.host, port, tls)
+        await server.start(self.config.listen.host, port, tls)
         self._http = server
         self.http_address = f"{self._advertised_host()}:{server.port}"
 
@@ -505,10 +449,10 @@ class BrokerApp:
         one (``pocketmq namesrv``) speaks TLS with ``namesrv_tls``, verified against
         ``tls_ca`` (or the system's roots) (docs/security.md)."""
         if self.namesrv is None:
-            if not self.config.namesrv_tls:
+            if not self.config.namesrv.tls:
                 return None
             try:
-                return ssl.create_default_context(cafile=self.config.tls_ca or None)
+                return ssl.create_default_context(cafile=self.config.tls.ca or None)
             except (OSError, ssl.SSLError) as exc:
                 raise InvalidArgumentError(f"cannot load the TLS CA file: {exc}") from None
         if tls is None:
@@ -519,9 +463,9 @@ class BrokerApp:
         return context
 
     def _ha_port(self) -> int:
-        if self.config.ha_port is not None:
-            return self.config.ha_port
-        return self.config.port + 1 if self.config.port else 0
+        if self.config.ha.port is not None:
+            return self.config.ha.port
+        return self.config.listen.port + 1 if self.config.listen.port else 0
 
     async def _promote(self, force: bool) -> int:
         if self.failover is not None:  # the controller decides, even for an operator
