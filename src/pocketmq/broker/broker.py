@@ -65,13 +65,41 @@ class Broker(BrokerFront):
         self.config = config
         self.name = config.broker_name
         self._clock = clock
-        config_dir = os.path.join(config.data_dir, "config")
+        self._config_dir = os.path.join(config.data_dir, "config")
+        self._open_state()
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.traffic = Traffic()
+        role = Role(config.role)
+        # a slave's store is a copy of its master's: it writes nothing of its own
+        self.history = AttemptHistory(
+            self.store, clock, enabled=config.record_history and role is Role.MASTER
+        )
+        shared = self._shared = self._share()
+        self.consumers = shared.consumers
+        self.arrivals = shared.arrivals
+        self.flow = shared.flow
+        self.locks = shared.locks
+        self.appender = Appender(shared)
+        self._build_replication(role)
+        self._build_paths()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._state_writer = OffLoopWriter()
+        if role is Role.MASTER:
+            self.catalog.finish_deletes()  # before offsets of a deleted topic reserve anything
+            self._protect_consumed_positions()
+            if self.store.epochs.current is None:
+                self.store.epochs.begin(1, self.store.write_position)
+
+    def _open_state(self) -> None:
+        """Open the data directory's files: the store, then the topics, groups, offsets and pop
+        state kept beside it (the store is closed again when one of those cannot be read)."""
+        config, config_dir = self.config, self._config_dir
         for directory in (config.data_dir, config_dir):  # docs/security.md, "Files"
             narrowed = private_directory(directory)
             if narrowed:
                 log.warning("data directory: %s", narrowed)
         self.store = MessageStore.open(
-            os.path.join(config.data_dir, "store"), config.store, clock=clock
+            os.path.join(config.data_dir, "store"), config.store, clock=self._clock
         )
         try:
             self.topics = TopicManager(config_dir)
@@ -81,14 +109,11 @@ class Broker(BrokerFront):
         except BaseException:
             self.store.close()
             raise
-        self.counters: collections.Counter[str] = collections.Counter()
-        self.traffic = Traffic()
-        role = Role(config.role)
-        # a slave's store is a copy of its master's: it writes nothing of its own
-        self.history = AttemptHistory(
-            self.store, clock, enabled=config.record_history and role is Role.MASTER
-        )
-        shared = Shared(
+
+    def _share(self) -> Shared:
+        """The state and the small services every part of the broker works with."""
+        config, clock = self.config, self._clock
+        return Shared(
             config=config,
             clock=clock,
             store=self.store,
@@ -113,25 +138,28 @@ class Broker(BrokerFront):
             offsets_lost={g.name for g in self.groups.all()} if self.offsets.damaged else set(),
             started_at=clock(),
         )
-        self._shared = shared
-        self.consumers = shared.consumers
-        self.arrivals = shared.arrivals
-        self.flow = shared.flow
-        self.locks = shared.locks
-        appender = self.appender = Appender(shared)
+
+    def _build_replication(self, role: Role) -> None:
+        """The broker's place in its group (docs/replication.md): its role and replication, the
+        replica log a slave appends to, and the gate that refuses writes a role does not allow."""
+        config, shared = self.config, self._shared
         self.replication = shared.replication = Replication(
             self.store,
             role=role,
             mode=ReplicationMode(config.replication),
             max_gap=config.ha_max_gap_bytes,
             sync_timeout=config.ha_sync_timeout,
-            wake=appender.wake_readers,
+            wake=self.appender.wake_readers,
             max_lag_time=config.ha_max_lag_time,
         )
         self.replica_log = ReplicaLog(self.store, self.name)
         self.roles = shared.roles = RoleGate(self.name, self.replication, self.pop_state)
+
+    def _build_paths(self) -> None:
+        """The concepts the front hands calls to (docs/design.md, "Where each concept lives"),
+        in the order they need each other, and the HA servers' front."""
+        shared = self._shared
         self.sending = SendPath(shared)
-        self._config_dir = config_dir
         self.dead_letters = DeadLetters(shared)
         self._build_master_services()
         self.send_backs = SendBack(shared, self.dead_letters)
@@ -141,7 +169,7 @@ class Broker(BrokerFront):
         self.membership = Membership(shared)
         self.resets = OffsetResets(shared)
         self.state_copy = StateCopy(
-            config_dir,
+            self._config_dir,
             topics=self.topics,
             groups=self.groups,
             offsets=self.offsets,
@@ -149,13 +177,6 @@ class Broker(BrokerFront):
             is_slave=lambda: self.role is Role.SLAVE,
         )
         self.ha = HaFront(self.replication, self.replica_log, self.state_copy)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._state_writer = OffLoopWriter()
-        if role is Role.MASTER:
-            self.catalog.finish_deletes()  # before offsets of a deleted topic reserve anything
-            self._protect_consumed_positions()
-            if self.store.epochs.current is None:
-                self.store.epochs.begin(1, self.store.write_position)
 
     def _build_master_services(self) -> None:
         """The services that write on their own: the schedule, the transaction checker, DLQ

@@ -291,10 +291,29 @@ class PopPath(BrokerPart):
         """FIFO pop: per message group, never hand out a message while an earlier one of its
         group is in flight and still invisible (per group instead of per queue, so one failing
         group does not stall the others hashed to the same queue: docs/semantics.md, "Ordered
-        messages")."""
+        messages"). First what is already pending, then new messages."""
         busy = state.busy_groups(now)
+        self._fifo_pending(
+            group, topic, queue_id, state, now, invisible, consumer, out, max_count, busy
+        )
+        self._fifo_new(topic, queue_id, state, now, invisible, consumer, tags, out, max_count, busy)
+
+    def _fifo_pending(
+        self,
+        group: GroupConfig,
+        topic: str,
+        queue_id: int,
+        state: PopQueue,
+        now: float,
+        invisible: float,
+        consumer: str,
+        out: PopBatch,
+        max_count: int,
+        busy: set[str],
+    ) -> None:
+        """FIFO pop, step 1: what is already pending (expired deliveries and parked messages),
+        in offset order, for the message groups not in ``busy``."""
         limit = group.retry.max_attempts if group.retry.max_retries >= 0 else None
-        # 1. what is already pending (expired deliveries and parked messages), in offset order
         for offset in sorted(set(state.inflight) | set(state.parked)):
             if len(out) >= max_count or out.full_of_bytes:
                 return
@@ -320,7 +339,22 @@ class PopPath(BrokerPart):
             self._hand_out(
                 out, state, queue_id, offset, message, attempt, now, invisible, consumer, key
             )
-        # 2. new messages: hand out those of idle groups, park those of busy ones
+
+    def _fifo_new(
+        self,
+        topic: str,
+        queue_id: int,
+        state: PopQueue,
+        now: float,
+        invisible: float,
+        consumer: str,
+        tags: frozenset[str] | None,
+        out: PopBatch,
+        max_count: int,
+        busy: set[str],
+    ) -> None:
+        """FIFO pop, step 2: new messages; hand out those of idle message groups, park those of
+        busy ones (and those past the batch's room) behind them."""
         while (
             len(out) < max_count
             and not out.full_of_bytes

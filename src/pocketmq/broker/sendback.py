@@ -25,7 +25,9 @@ from pocketmq.errors import (
     BrokerError,
     MessageNotFoundError,
 )
+from pocketmq.model.groups import GroupConfig
 from pocketmq.store import (
+    StoredMessage,
     StoreMessage,
 )
 
@@ -96,9 +98,28 @@ class SendBack(BrokerPart):
             )
             require_dead_letter_stored(result)  # the consumer must not count it as handled
             return "dlq"
+        held = self._held_retry(group, group_config, record, properties, delay_level)
+        [result] = await self._appender.append_internal([held])
+        if not result.status.stored:
+            raise BrokerError(f"storing the retry failed: {result.reason or result.status.value}")
+        self.counters["sent_back"] += 1
+        return "retry"
+
+    def _held_retry(
+        self,
+        group: str,
+        group_config: GroupConfig,
+        record: StoredMessage,
+        properties: dict[str, str],
+        delay_level: int,
+    ) -> StoreMessage:
+        """The retry of ``record`` for ``%RETRY%<group>``, wrapped for the schedule topic that
+        holds it for its delay: ``delay_level`` when the consumer asked for one, else the delay
+        of the group's retry policy for the next attempt (a delay level when one matches)."""
         retry = self.topics.ensure_system(
             retry_topic(group), max(1, group_config.retry_queues), PERM_READ | PERM_WRITE
         )
+        reconsume = record.reconsume_times
         message = StoreMessage(
             topic=retry.name,
             queue_id=self._round_robin_next(retry.name) % retry.queues,
@@ -110,16 +131,9 @@ class SendBack(BrokerPart):
         )
         now_ms = int(self._clock() * 1000)
         if delay_level > 0:
-            held = self.schedule.schedule_level(message, delay_level, now_ms)
-        else:
-            seconds = group_config.retry.delay(reconsume + 1, self.config.delay_levels)
-            level = self.schedule.level_for(seconds)
-            if level is not None:
-                held = self.schedule.schedule_level(message, level, now_ms)
-            else:
-                held = self.schedule.schedule_at(message, now_ms + int(seconds * 1000))
-        [result] = await self._appender.append_internal([held])
-        if not result.status.stored:
-            raise BrokerError(f"storing the retry failed: {result.reason or result.status.value}")
-        self.counters["sent_back"] += 1
-        return "retry"
+            return self.schedule.schedule_level(message, delay_level, now_ms)
+        seconds = group_config.retry.delay(reconsume + 1, self.config.delay_levels)
+        level = self.schedule.level_for(seconds)
+        if level is not None:
+            return self.schedule.schedule_level(message, level, now_ms)
+        return self.schedule.schedule_at(message, now_ms + int(seconds * 1000))

@@ -322,19 +322,10 @@ class CommitLog:
         self.scan_end = start
         self.scan_damage = []
         self._extent = None
-        segment = self.segment_for(start)
+        segment = self._scan_start(start)
         if segment is None:
-            if self._segments and start < self._segments[0].base:
-                segment = self._segments[0]
-                start = segment.base
-                self.scan_end = start
-            else:
-                if self._segments and start > self._segments[-1].base + self.segment_size:
-                    self.scan_damage.append(
-                        Damage(start, start, "checkpoint beyond the end of the log", tail=True)
-                    )
-                return
-        position = start - segment.base
+            return
+        position = self.scan_end - segment.base  # _scan_start moves a start before the log
         while segment is not None:
             window = b""
             window_start = position
@@ -379,18 +370,9 @@ class CommitLog:
                 self.scan_end = segment.base + position
                 yield record
             if anomaly:
-                at = segment.base + position
-                found = self.next_valid(at + 1)
+                found = self._note_damage(segment.base + position, anomaly)
                 if found is None:
-                    extent = self.written_extent()
-                    if extent > at:
-                        reason = (
-                            "a partly written or damaged tail" if anomaly == "zeros" else anomaly
-                        )
-                        self.scan_damage.append(Damage(at, extent, reason, tail=True))
                     return
-                reason = "zeroed bytes inside the log" if anomaly == "zeros" else anomaly
-                self.scan_damage.append(Damage(at, found, reason, tail=False))
                 segment = self.segment_for(found)
                 assert segment is not None
                 position = found - segment.base
@@ -400,6 +382,38 @@ class CommitLog:
             self.scan_end = next_base
             segment = self.segment_for(next_base)
             position = 0
+
+    def _scan_start(self, start: int) -> Segment | None:
+        """The segment a scan from ``start`` begins in (``scan_end`` moved to the oldest
+        segment's base when ``start`` is before it), or None: nothing to scan, and a damage
+        noted when ``start`` is beyond the end of the log."""
+        segment = self.segment_for(start)
+        if segment is not None:
+            return segment
+        if self._segments and start < self._segments[0].base:
+            segment = self._segments[0]
+            self.scan_end = segment.base
+            return segment
+        if self._segments and start > self._segments[-1].base + self.segment_size:
+            self.scan_damage.append(
+                Damage(start, start, "checkpoint beyond the end of the log", tail=True)
+            )
+        return None
+
+    def _note_damage(self, at: int, anomaly: str) -> int | None:
+        """A scan found ``anomaly`` at ``at``: note the damaged stretch in ``scan_damage`` and
+        return where the next valid record starts, or None when nothing valid follows (the
+        stretch up to the written extent is then the log's damaged tail)."""
+        found = self.next_valid(at + 1)
+        if found is None:
+            extent = self.written_extent()
+            if extent > at:
+                reason = "a partly written or damaged tail" if anomaly == "zeros" else anomaly
+                self.scan_damage.append(Damage(at, extent, reason, tail=True))
+            return None
+        reason = "zeroed bytes inside the log" if anomaly == "zeros" else anomaly
+        self.scan_damage.append(Damage(at, found, reason, tail=False))
+        return found
 
     def written_extent(self) -> int:
         """The offset just past the last non-zero byte of the log (cached for one scan)."""

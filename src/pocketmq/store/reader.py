@@ -89,15 +89,11 @@ class Reader:
         ``next_offset`` past the skipped entries instead of scanning forever.
         """
         queue = self._queues.get((topic, queue_id))
-        if queue is None or queue.max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+        outside = _outside(queue, offset)
+        if outside is not None:
+            return outside
+        assert queue is not None
         low, high = queue.min_offset, queue.max_offset
-        if offset < low:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
-        if offset == high:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
-        if offset > high:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
         log_min = self._commitlog.min_offset
         quarantine = self._quarantine if self._quarantine.skipping else None
@@ -144,14 +140,8 @@ class Reader:
             if size_total >= max_bytes:
                 break
         if messages:
-            status = GetStatus.FOUND
-        elif held and cursor == offset:
-            status = GetStatus.OFFSET_OVERFLOW_ONE  # caught up with what may be read
-        elif removed:
-            status = GetStatus.MESSAGE_WAS_REMOVING
-        else:
-            status = GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, messages, cursor, low, high)
+            return GetResult(GetStatus.FOUND, messages, cursor, low, high)
+        return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
 
     def _read_records(
         self, batch: list[tuple[int, int, int]], topic: str, queue_id: int
@@ -314,3 +304,28 @@ class Reader:
             if record is not None:
                 records.append(record)
         return records
+
+
+def _outside(queue: ConsumeQueue | None, offset: int) -> GetResult | None:
+    """The answer to a read at ``offset`` outside what ``queue`` holds (None: inside it)."""
+    if queue is None or queue.max_offset == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+    low, high = queue.min_offset, queue.max_offset
+    if offset < low:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
+    if offset == high:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
+    if offset > high:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
+    return None
+
+
+def _nothing_found(caught_up: bool, removed: bool) -> GetStatus:
+    """Why a read inside the queue found no message: it ``caught_up`` with what may be read
+    (the next record is not visible yet), every entry it met was ``removed`` (by retention, or
+    set aside as damaged) or none matched the filter."""
+    if caught_up:
+        return GetStatus.OFFSET_OVERFLOW_ONE
+    if removed:
+        return GetStatus.MESSAGE_WAS_REMOVING
+    return GetStatus.NO_MATCHED_MESSAGE

@@ -81,7 +81,6 @@ class Recovery:
         index missed (docs/storage-format.md §6)."""
         commitlog = self._log
         first = commitlog.min_offset
-        segment_size = commitlog.segment_size
         if checkpoint is None:
             start, trusted, floor = first, {}, first
         else:
@@ -92,13 +91,7 @@ class Recovery:
         report = RecoveryReport()
 
         # 1. verify from the checkpoint's segment on, stepping over damage
-        verify_from = max(first, start - start % segment_size)
-        segments = commitlog.segments
-        if segments and verify_from >= segments[-1].base + segment_size:
-            verify_from = segments[-1].base  # segments were lost: the floor check catches it
-        for _ in commitlog.scan(verify_from, skip=self._quarantine):
-            pass
-        end = commitlog.scan_end
+        end = self._verify(start, first)
         decisions = self._decide(commitlog.scan_damage, end, floor)
 
         # 2. set damage aside (saved and listed before anything is cut), then cut the tail
@@ -116,32 +109,15 @@ class Recovery:
 
         # 3. consume queues: positions whose records are gone become holes; damaged queue files
         #    (fewer entries than the checkpoint counted) and missing ones mean a rebuild
-        rebuild = checkpoint is None and end > first
-        for (topic, queue_id), queue in self._queues.items():
-            queue.trim(end)
-            if queue.max_offset < trusted.get(f"{topic}/{queue_id}", 0):
-                log.warning("consume queue %s/%d is behind its checkpoint", topic, queue_id)
-                rebuild = True
-        for item in report.set_aside:
-            self._punch_holes(item, end)
-        for key, count in trusted.items():
-            topic, _, queue_text = key.rpartition("/")
-            if count and (topic, int(queue_text)) not in self._queues:
-                log.warning("consume queue %s is missing", key)
-                rebuild = True
+        rebuild = self._check_queues(end, trusted, report.set_aside)
+        rebuild = rebuild or (checkpoint is None and end > first)
         if rebuild:
             for queue in self._queues.values():
                 queue.reset()
         report.rebuilt_queues = rebuild
 
         # 4. index: damaged files were dropped on load; after a crash the newest is not trusted
-        index_from = self._index.rebuild_from
-        if not self._index.files:
-            index_from = first
-        elif unclean:
-            dropped = self._index.drop_last_for_rebuild()
-            if dropped is not None:
-                index_from = dropped if index_from is None else min(index_from, dropped)
+        index_from = self._index_from(first, unclean)
 
         # 5. replay what the queues and the index are missing (idempotent)
         queue_from = first if rebuild else start
@@ -155,6 +131,53 @@ class Recovery:
             queue.set_min_physical(first)
         commitlog.write_position = end
         return report
+
+    def _verify(self, start: int, first: int) -> int:
+        """Scan the log from ``start``'s segment on, not before its ``first`` offset (the commit
+        log notes the damage it steps over); returns the end of the last valid record."""
+        commitlog = self._log
+        segment_size = commitlog.segment_size
+        verify_from = max(first, start - start % segment_size)
+        segments = commitlog.segments
+        if segments and verify_from >= segments[-1].base + segment_size:
+            verify_from = segments[-1].base  # segments were lost: the floor check catches it
+        for _ in commitlog.scan(verify_from, skip=self._quarantine):
+            pass
+        return commitlog.scan_end
+
+    def _check_queues(
+        self, end: int, trusted: dict[str, int], set_aside: list[QuarantinedRange]
+    ) -> bool:
+        """Cut the consume queues at the log's ``end`` and punch holes where records were set
+        aside; True when one must be rebuilt: fewer entries than the checkpoint counted (a
+        damaged file), or missing."""
+        rebuild = False
+        for (topic, queue_id), queue in self._queues.items():
+            queue.trim(end)
+            if queue.max_offset < trusted.get(f"{topic}/{queue_id}", 0):
+                log.warning("consume queue %s/%d is behind its checkpoint", topic, queue_id)
+                rebuild = True
+        for item in set_aside:
+            self._punch_holes(item, end)
+        for key, count in trusted.items():
+            topic, _, queue_text = key.rpartition("/")
+            if count and (topic, int(queue_text)) not in self._queues:
+                log.warning("consume queue %s is missing", key)
+                rebuild = True
+        return rebuild
+
+    def _index_from(self, first: int, unclean: bool) -> int | None:
+        """Where the index is replayed from (None: it is complete): damaged files were dropped
+        on load, a missing index is rebuilt from the log's start, and after a crash the newest
+        file is not trusted."""
+        index_from = self._index.rebuild_from
+        if not self._index.files:
+            return first
+        if unclean:
+            dropped = self._index.drop_last_for_rebuild()
+            if dropped is not None:
+                index_from = dropped if index_from is None else min(index_from, dropped)
+        return index_from
 
     # -- classification -------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from pocketmq.broker import Broker
 from pocketmq.broker.overview import (
+    PopProgress,
     committed_positions,
     depth,
     disk_usage,
@@ -198,87 +199,38 @@ class BrokerCollector(Collector):
             inflight[(topic, group)] = inflight.get((topic, group), 0) + progress.inflight
             if progress.blocked:
                 blocked[(topic, group)] = blocked.get((topic, group), 0) + progress.blocked
-        lag: dict[tuple[str, str], int] = {}
-        oldest: dict[tuple[str, str], int] = {}  # age of the oldest unconsumed message (ms)
-        ready: dict[tuple[str, str], int] = {}  # stored, not yet handed out
-        queueing: dict[tuple[str, str], int] = {}  # age of the oldest of those (ms)
-        now_ms = int(time.time() * 1000)
-
-        ages: dict[tuple[str, int, int], int] = {}  # lag and queueing often ask the same
-
-        def age_at(topic: str, queue_id: int, offset: int) -> int:
-            position = (topic, queue_id, max(offset, broker.queue_range(topic, queue_id)[0]))
-            age = ages.get(position)
-            if age is None:
-                stored = stored_at(broker, *position)
-                age = ages[position] = max(0, now_ms - stored) if stored else 0
-            return age
-
-        for (group, topic, queue_id), offset in committed.items():
-            if topic.startswith((DLQ_PREFIX,)):
-                continue
-            key, end = (topic, group), broker.queue_range(topic, queue_id)[1]
-            behind = max(0, end - offset)
-            lag[key] = lag.get(key, 0) + behind
-            # one read per lagging queue: its oldest message's store time
-            oldest[key] = max(oldest.get(key, 0), age_at(topic, queue_id, offset) if behind else 0)
-            popped = pops.get((group, topic, queue_id))
-            unread = max(popped.next_offset if popped is not None else offset, offset)
-            parked = popped.parked if popped is not None else ()
-            waiting = max(0, end - unread) + len(parked)
-            ready[key] = ready.get(key, 0) + waiting
-            first = min((*parked, unread))
-            age = age_at(topic, queue_id, first) if waiting else 0
-            queueing[key] = max(queueing.get(key, 0), age)
-        family = GaugeMetricFamily(
+        backlog = _Backlog(broker, committed, pops)
+        yield _by_topic_and_group(
             "rocketmq_consumer_lag_messages",
             "Messages stored but not yet consumed (committed) by the group",
-            labels=["topic", "consumer_group"],
+            backlog.lag,
         )
-        for (topic, group), count in sorted(lag.items()):
-            family.add_metric([topic, group], count)
-        yield family
-        family = GaugeMetricFamily(
+        yield _by_topic_and_group(
             "rocketmq_consumer_lag_latency",
             "How long the oldest message not yet consumed by the group has waited (ms)",
-            labels=["topic", "consumer_group"],
+            backlog.oldest,
         )
-        for (topic, group), age in sorted(oldest.items()):
-            family.add_metric([topic, group], age)
-        yield family
-        family = GaugeMetricFamily(
+        yield _by_topic_and_group(
             "rocketmq_consumer_ready_messages",
             "Messages stored and not yet handed out to the group (pop: never delivered, FIFO "
             "ones held behind their group included; pull: past the committed offset)",
-            labels=["topic", "consumer_group"],
+            backlog.ready,
         )
-        for (topic, group), count in sorted(ready.items()):
-            family.add_metric([topic, group], count)
-        yield family
-        family = GaugeMetricFamily(
+        yield _by_topic_and_group(
             "rocketmq_consumer_queueing_latency",
             "How long the oldest ready message has waited since it was stored (ms)",
-            labels=["topic", "consumer_group"],
+            backlog.queueing,
         )
-        for (topic, group), age in sorted(queueing.items()):
-            family.add_metric([topic, group], age)
-        yield family
-        family = GaugeMetricFamily(
+        yield _by_topic_and_group(
             "rocketmq_consumer_inflight_messages",
             "Messages popped and not yet acknowledged",
-            labels=["topic", "consumer_group"],
+            inflight,
         )
-        for (topic, group), count in sorted(inflight.items()):
-            family.add_metric([topic, group], count)
-        yield family
-        family = GaugeMetricFamily(
+        yield _by_topic_and_group(
             "pocketmq_fifo_blocked_message_groups",
             "FIFO message groups whose next messages wait behind one in flight",
-            labels=["topic", "consumer_group"],
+            blocked,
         )
-        for (topic, group), count in sorted(blocked.items()):
-            family.add_metric([topic, group], count)
-        yield family
         family = GaugeMetricFamily(
             "pocketmq_dlq_messages",
             "Messages in the group's dead-letter queue",
@@ -426,3 +378,60 @@ class BrokerCollector(Collector):
         )
         last.add_metric([], float(str(controller.get("last_failover_seconds", 0.0))))
         yield last
+
+
+def _by_topic_and_group(name: str, text: str, figures: dict[tuple[str, str], int]) -> Metric:
+    """A gauge with one series per (topic, consumer group), in sorted order."""
+    family = GaugeMetricFamily(name, text, labels=["topic", "consumer_group"])
+    for (topic, group), value in sorted(figures.items()):
+        family.add_metric([topic, group], value)
+    return family
+
+
+class _Backlog:
+    """What each (topic, group) has not consumed yet, from committed offsets and pop progress:
+    ``lag`` (messages not committed) and ``oldest`` (the age of the oldest of them, ms), ``ready``
+    (stored and not handed out yet) and ``queueing`` (the age of the oldest of those, ms)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        committed: dict[tuple[str, str, int], int],
+        pops: dict[tuple[str, str, int], PopProgress],
+    ) -> None:
+        self._broker = broker
+        self._now_ms = int(time.time() * 1000)
+        self._ages: dict[tuple[str, int, int], int] = {}  # lag and queueing often ask the same
+        self.lag: dict[tuple[str, str], int] = {}
+        self.oldest: dict[tuple[str, str], int] = {}
+        self.ready: dict[tuple[str, str], int] = {}
+        self.queueing: dict[tuple[str, str], int] = {}
+        for (group, topic, queue_id), offset in committed.items():
+            if not topic.startswith((DLQ_PREFIX,)):
+                self._add(group, topic, queue_id, offset, pops.get((group, topic, queue_id)))
+
+    def _add(
+        self, group: str, topic: str, queue_id: int, offset: int, popped: PopProgress | None
+    ) -> None:
+        key, end = (topic, group), self._broker.queue_range(topic, queue_id)[1]
+        behind = max(0, end - offset)
+        self.lag[key] = self.lag.get(key, 0) + behind
+        # one read per lagging queue: its oldest message's store time
+        age = self._age_at(topic, queue_id, offset) if behind else 0
+        self.oldest[key] = max(self.oldest.get(key, 0), age)
+        unread = max(popped.next_offset if popped is not None else offset, offset)
+        parked = popped.parked if popped is not None else ()
+        waiting = max(0, end - unread) + len(parked)
+        self.ready[key] = self.ready.get(key, 0) + waiting
+        first = min((*parked, unread))
+        age = self._age_at(topic, queue_id, first) if waiting else 0
+        self.queueing[key] = max(self.queueing.get(key, 0), age)
+
+    def _age_at(self, topic: str, queue_id: int, offset: int) -> int:
+        broker = self._broker
+        position = (topic, queue_id, max(offset, broker.queue_range(topic, queue_id)[0]))
+        age = self._ages.get(position)
+        if age is None:
+            stored = stored_at(broker, *position)
+            age = self._ages[position] = max(0, self._now_ms - stored) if stored else 0
+        return age

@@ -31,7 +31,7 @@ from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.convert import to_wire
 from pocketmq.server.native.gateway_state import RelayedClient, remember
 
-__all__ = ["client_handlers", "relays"]
+__all__ = ["ClientHandlers", "relays"]
 
 
 def relays(conn: ServerConnection, users: UserStore | None) -> bool:
@@ -63,17 +63,26 @@ def may_see_checks(
     return may_check
 
 
-def client_handlers(
-    broker: Broker, users: UserStore | None, authorizer: Authorizer | None
-) -> HandlerTable:
-    """``HEARTBEAT`` and ``UNREGISTER_CLIENT`` (module doc)."""
-    name = broker.name
+class ClientHandlers:
+    """``HEARTBEAT`` and ``UNREGISTER_CLIENT`` (module doc): the registrations of the clients on
+    one broker, with the rights of the connection's user."""
 
-    def heartbeat(conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
+    def __init__(
+        self, broker: Broker, users: UserStore | None, authorizer: Authorizer | None
+    ) -> None:
+        self._broker = broker
+        self._users = users
+        self._authorizer = authorizer
+
+    def heartbeat(self, conn: ServerConnection, req: w.HeartbeatRequest) -> w.Empty:
+        """Register the client's consumer groups and producer groups (a gateway: of the client it
+        relays, whose consumers do not rebalance)."""
+        broker = self._broker
+
         def notify(group: str) -> None:
             conn.push(RequestCode.CONSUMERS_CHANGED, w.ConsumersChangedNotice(group))
 
-        relay = bool(req.protocol) and relays(conn, users)
+        relay = bool(req.protocol) and relays(conn, self._users)
         if relay:  # a gateway relays a client of its own (docs/protocol.md "Gateways")
             info = ClientInfo(req.protocol, req.language, req.client_version, req.address)
             remember(
@@ -95,44 +104,56 @@ def client_handlers(
             info,
         )
         if req.producer_groups:
-
-            def check(item: TransactionCheck) -> bool:
-                if conn.closed:
-                    return False
-                conn.push(
-                    RequestCode.CHECK_TRANSACTION,
-                    w.CheckTransactionRequest(
-                        item.producer_group,
-                        item.transaction_id,
-                        to_wire(item.message, name),
-                        req.client_id,
-                    ),
-                )
-                return True
-
-            broker.heartbeat_producer(
-                req.client_id,
-                req.producer_groups,
-                check,
-                owner=conn,
-                user=conn.user,
-                may_check=None if relay else may_see_checks(conn, authorizer),
-            )
-            if not relay:
-                conn.state["producer_groups"] = set(req.producer_groups)
+            self._register_producer(conn, req, relay)
         return w.Empty()
 
-    def unregister(conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
-        if relays(conn, users):  # a gateway's client, a super user's, or no authentication
+    def _register_producer(
+        self, conn: ServerConnection, req: w.HeartbeatRequest, relay: bool
+    ) -> None:
+        """The heartbeat's producer groups: a transaction's check-back for them is pushed on
+        this connection while it is open (and, with authentication, while its user may see the
+        half message's topic)."""
+        name = self._broker.name
+
+        def check(item: TransactionCheck) -> bool:
+            if conn.closed:
+                return False
+            conn.push(
+                RequestCode.CHECK_TRANSACTION,
+                w.CheckTransactionRequest(
+                    item.producer_group,
+                    item.transaction_id,
+                    to_wire(item.message, name),
+                    req.client_id,
+                ),
+            )
+            return True
+
+        self._broker.heartbeat_producer(
+            req.client_id,
+            req.producer_groups,
+            check,
+            owner=conn,
+            user=conn.user,
+            may_check=None if relay else may_see_checks(conn, self._authorizer),
+        )
+        if not relay:
+            conn.state["producer_groups"] = set(req.producer_groups)
+
+    def unregister(self, conn: ServerConnection, req: w.UnregisterRequest) -> w.Empty:
+        """Take a client out of the groups it registered (module doc: what each user may
+        unregister)."""
+        broker = self._broker
+        if relays(conn, self._users):  # a gateway's client, a super user's, or no authentication
             conn.state.get("relayed", {}).pop(req.client_id, None)
             if req.groups:  # none named: of no consumer group (a producer leaving)
                 broker.unregister(req.client_id, req.groups)
             broker.unregister_producer(req.client_id, req.groups or None, owner=conn)
         else:
-            unregister_own(conn, req)
+            self._unregister_own(conn, req)
         return w.Empty()
 
-    def unregister_own(conn: ServerConnection, req: w.UnregisterRequest) -> None:
+    def _unregister_own(self, conn: ServerConnection, req: w.UnregisterRequest) -> None:
         if req.client_id != conn.client_id:
             count_failure("native", "forbidden")
             raise NoPermissionError(
@@ -142,6 +163,7 @@ def client_handlers(
         consumer_groups: set[str] = conn.state.get("groups", set())
         named = req.groups or sorted(producer_groups | consumer_groups)
         leaving = [g for g in named if g not in producer_groups or g in consumer_groups]
+        authorizer = self._authorizer
         if authorizer is not None and leaving:
             try:
                 authorizer.check(
@@ -151,8 +173,13 @@ def client_handlers(
                 count_failure("native", "forbidden")
                 raise
         if leaving:
-            broker.unregister(req.client_id, leaving)
+            self._broker.unregister(req.client_id, leaving)
             conn.state["groups"] = consumer_groups - set(leaving)
-        broker.unregister_producer(req.client_id, named, user=conn.user)
+        self._broker.unregister_producer(req.client_id, named, user=conn.user)
 
-    return {RequestCode.HEARTBEAT: heartbeat, RequestCode.UNREGISTER_CLIENT: unregister}
+    def table(self) -> HandlerTable:
+        """The family's request codes and their handlers."""
+        return {
+            RequestCode.HEARTBEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister,
+        }

@@ -55,9 +55,9 @@ __all__ = [
     "CLIENT_ID",
     "CONSUMER_GROUPS",
     "PRODUCER_GROUPS",
+    "ClientHandlers",
     "ProducerHook",
     "TopicsChanged",
-    "client_handlers",
     "drop_registrations",
     "keep_registered",
 ]
@@ -145,30 +145,59 @@ def keep_registered(broker: Broker, conn: RemotingConnection) -> None:
             )
 
 
-def client_handlers(
-    broker: Broker,
-    on_producers: ProducerHook | None = None,
-    topics_changed: TopicsChanged | None = None,
-) -> RemotingHandlerTable:
-    """The registration handlers (module doc) for ``broker``. With ``auto_create_groups`` a
-    heartbeat may create its groups, and with them their retry topics: ``topics_changed`` then
-    registers them with the name server before the heartbeat is answered, so the consumer finds
-    ``%RETRY%<group>``'s route (as RocketMQ's broker creates it on a consumer's heartbeat)."""
+class ClientHandlers:
+    """The registration handlers (module doc) for one broker, as RocketMQ's
+    ``ClientManageProcessor`` serves them. With ``auto_create_groups`` a heartbeat may create its
+    groups, and with them their retry topics: ``topics_changed`` then registers them with the
+    name server before the heartbeat is answered, so the consumer finds ``%RETRY%<group>``'s
+    route (as RocketMQ's broker creates it on a consumer's heartbeat)."""
 
-    def heartbeat(conn: RemotingConnection, request: RemotingCommand) -> Reply | Awaitable[Reply]:
+    def __init__(
+        self,
+        broker: Broker,
+        on_producers: ProducerHook | None = None,
+        topics_changed: TopicsChanged | None = None,
+    ) -> None:
+        self._broker = broker
+        self._on_producers = on_producers
+        self._topics_changed = topics_changed
+
+    def heartbeat(
+        self, conn: RemotingConnection, request: RemotingCommand
+    ) -> Reply | Awaitable[Reply]:
+        """``HEART_BEAT``: register the client's consumer groups and producer groups; answered
+        once the retry topics it created are registered with the name server."""
         data = decode_json_body(request.body, HeartbeatData)
         client_id = data.client_id
         previous = conn.state.get(CLIENT_ID)
         if previous and previous != client_id:
-            drop_registrations(broker, conn)  # the connection now carries another client
+            drop_registrations(self._broker, conn)  # the connection now carries another client
             conn.state.pop(CONSUMER_GROUPS, None)
             conn.state.pop(PRODUCER_GROUPS, None)
         conn.state[CLIENT_ID] = client_id
+        refused, created = self._register_consumers(conn, client_id, data.consumer_data_set)
+        producers = [p.group_name for p in data.producer_data_set]
+        if producers:
+            conn.state.setdefault(PRODUCER_GROUPS, set()).update(producers)
+            if self._on_producers is not None:
+                self._on_producers(conn, client_id, producers)
+        if refused is not None:
+            raise refused
+        if created and self._topics_changed is not None:
+            return _registered(self._topics_changed)
+        return Reply()
+
+    def _register_consumers(
+        self, conn: RemotingConnection, client_id: str, consumers: list[ConsumerData]
+    ) -> tuple[PocketMQError | None, bool]:
+        """Register ``client_id`` in each consumer group of a heartbeat (a group refused does not
+        stop the others). Returns the first refusal and whether a retry topic was created."""
+        broker = self._broker
         info = ClientInfo("remoting", conn.language, str(conn.version), conn.remote)
         registered: dict[str, dict[str, str]] = conn.state.setdefault(CONSUMER_GROUPS, {})
         refused: PocketMQError | None = None
         created = False
-        for consumer in data.consumer_data_set:
+        for consumer in consumers:
             subscriptions = _subscriptions(consumer)
             model = _MODELS.get(consumer.message_model, "clustering")
             retry = retry_topic(consumer.group_name)
@@ -187,18 +216,12 @@ def client_handlers(
             conn.state.setdefault(_MODEL, {})[consumer.group_name] = model
             conn.state[_REFRESHED] = time.monotonic()
             created = created or (new and _routed(broker, retry))
-        producers = [p.group_name for p in data.producer_data_set]
-        if producers:
-            conn.state.setdefault(PRODUCER_GROUPS, set()).update(producers)
-            if on_producers is not None:
-                on_producers(conn, client_id, producers)
-        if refused is not None:
-            raise refused
-        if created and topics_changed is not None:
-            return _registered(topics_changed)
-        return Reply()
+        return refused, created
 
-    def unregister(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+    def unregister(self, conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        """``UNREGISTER_CLIENT``: a client leaves a consumer group or a producer group (with
+        authentication, only the connection's own client)."""
+        broker = self._broker
         client_id = text(request, "clientID")
         own = conn.state.get(CLIENT_ID, "")
         if conn.user and client_id != own:  # authentication on: a client leaves only itself
@@ -215,33 +238,39 @@ def client_handlers(
                 conn.state.get(PRODUCER_GROUPS, set()).discard(producer_group)
         return Reply()
 
-    def consumer_list(conn: RemotingConnection, request: RemotingCommand) -> Reply:
-        ids = broker.consumer_ids(text(request, "consumerGroup"))
+    def consumer_list(self, conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        """``GET_CONSUMER_LIST_BY_GROUP``: the client ids of a group, for a client's rebalance."""
+        ids = self._broker.consumer_ids(text(request, "consumerGroup"))
         return Reply(body=encode_json_body(ConsumerListBody(ids)))
 
-    def lock(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+    def lock(self, conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        """``LOCK_BATCH_MQ``: an orderly consumer locks its queues; the answer lists those it
+        holds now."""
         body = decode_json_body(request.body, LockBatchRequest)
-        held = broker.lock_queues(
+        held = self._broker.lock_queues(
             body.consumer_group, body.client_id, [(q.topic, q.queue_id) for q in body.mq_set]
         )
         granted = set(held)
         answer = [q for q in body.mq_set if (q.topic, q.queue_id) in granted]
         return Reply(body=encode_json_body(LockBatchResponse(_dedupe(answer))))
 
-    def unlock(conn: RemotingConnection, request: RemotingCommand) -> Reply:
+    def unlock(self, conn: RemotingConnection, request: RemotingCommand) -> Reply:
+        """``UNLOCK_BATCH_MQ``: an orderly consumer lets its queues go (a rebalance moved them)."""
         body = decode_json_body(request.body, UnlockBatchRequest)
-        broker.unlock_queues(
+        self._broker.unlock_queues(
             body.consumer_group, body.client_id, [(q.topic, q.queue_id) for q in body.mq_set]
         )
         return Reply()
 
-    return {
-        RequestCode.HEART_BEAT: heartbeat,
-        RequestCode.UNREGISTER_CLIENT: unregister,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
-        RequestCode.LOCK_BATCH_MQ: lock,
-        RequestCode.UNLOCK_BATCH_MQ: unlock,
-    }
+    def table(self) -> RemotingHandlerTable:
+        """The family's request codes and their handlers."""
+        return {
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.LOCK_BATCH_MQ: self.lock,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock,
+        }
 
 
 async def _registered(topics_changed: TopicsChanged) -> Reply:

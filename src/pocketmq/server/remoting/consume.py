@@ -23,9 +23,9 @@ from pocketmq.protocol.remoting.codes import RequestCode
 from pocketmq.protocol.remoting.command import RemotingCommand
 from pocketmq.server.remoting.clients import (
     CLIENT_ID,
+    ClientHandlers,
     ProducerHook,
     TopicsChanged,
-    client_handlers,
     drop_registrations,
 )
 from pocketmq.server.remoting.connection import RemotingConnection, RemotingHandlerTable
@@ -59,7 +59,7 @@ def consumer_handlers(
             broker, group, physical_offset, delay_level, max_reconsume_times, consumer
         )
 
-    table = client_handlers(broker, on_producers, topics_changed)
+    table = ClientHandlers(broker, on_producers, topics_changed).table()
     table |= offset_handlers(broker)
     table[RequestCode.PULL_MESSAGE] = pull_handler(broker, store_host)
     table[RequestCode.CONSUMER_SEND_MSG_BACK] = send_back

@@ -9,7 +9,7 @@ from pocketmq.protocol import MAX_FRAME_BODY, PROTOCOL_VERSION, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.auth.authorizer import Authorizer
 from pocketmq.server.auth.handshake import Authenticator
-from pocketmq.server.native.clients import client_handlers, relays
+from pocketmq.server.native.clients import ClientHandlers, relays
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.handshake import authenticate_handler, broker_permissions, greet
 
@@ -67,6 +67,6 @@ class SessionHandlers:
             RequestCode.AUTHENTICATE: authenticate_handler(
                 self._authenticator, lambda: name, broker_permissions
             ),
-            **client_handlers(self._broker, self._users, self._authorizer),
+            **ClientHandlers(self._broker, self._users, self._authorizer).table(),
             RequestCode.CANCEL: self.cancel,
         }
