@@ -272,3 +272,27 @@ def test_a_slave_missing_records_it_once_had_is_not_in_sync_until_it_has_them() 
     assert state.in_sync() == []
     state.acked("s", 5000, 0)
     assert len(state.in_sync()) == 1
+
+
+def test_a_slave_etcd_lists_late_is_counted_only_holding_the_confirmed_offset() -> None:
+    """Under a controller a caught-up slave counts once etcd's isr names it; if the confirmed
+    offset moved on meanwhile, it counts once it holds that offset, not before: readers' limit
+    never moves back (docs/replication.md §2, item 4)."""
+    state, log, clock = timed(max_lag_time=5.0)
+    state.set_isr(frozenset({0, 1}))
+    state.slave_connected("one", 1, "a", 0)
+    state.slave_connected("two", 2, "b", 0)
+    for _ in range(10):
+        clock.now += 0.1
+        end = append(state, log)
+        state.acked("one", end, end)
+        state.acked("two", end - 100, end - 100)  # a record behind, within every bound
+    assert [s.broker_id for s in state.caught_up_slaves()] == [1, 2]
+    assert [s.broker_id for s in state.in_sync()] == [1]
+    assert state.confirmed == 1000
+    state.set_isr(frozenset({0, 1, 2}))  # etcd stored the isr naming slave 2
+    assert state.confirmed == log.visible_limit == 1000  # not 900: it is not counted yet
+    assert [s.broker_id for s in state.in_sync()] == [1]
+    state.acked("two", 1000, 1000)
+    assert [s.broker_id for s in state.in_sync()] == [1, 2]
+    assert state.confirmed == 1000

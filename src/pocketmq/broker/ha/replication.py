@@ -85,6 +85,11 @@ class SlaveProgress:
     # the in-sync time rule: the last time (monotonic) the master's end was at most what this
     # slave acknowledged (broker/ha/catchup.py)
     caught_up_at: float = float("-inf")
+    # joined the caught-up set (and, below, the counted in-sync set) holding the confirmed
+    # offset of that moment, as RocketMQ's controller adds a slave to the sync state set only
+    # once it holds the confirm offset: a slave joining never moves readers' limit back
+    admitted: bool = False
+    counted: bool = False
 
 
 class Replication:
@@ -284,27 +289,47 @@ class Replication:
     def in_sync(self) -> list[SlaveProgress]:
         """The slaves a SYNC send may wait for and readers' confirmed offset follows: the caught-up
         slaves, and under a controller only those etcd's ``isr`` names, so a record counted as
-        replicated is on a slave an election may pick (module doc; docs/replication.md §3, §9)."""
-        isr = self.isr
-        caught_up = self.caught_up_slaves()
-        if isr is None:
-            return caught_up
-        return [s for s in caught_up if s.broker_id in isr]
+        replicated is on a slave an election may pick (module doc; docs/replication.md §3, §9).
+        A slave is counted from the moment it is in both holding the confirmed offset."""
+        end = self.store.write_position
+        oldest = self._clock() - self.max_lag_time
+        return [s for s in self.slaves.values() if s.counted and self._within(s, end, oldest)]
 
     def caught_up_slaves(self) -> list[SlaveProgress]:
         """The slaves within ``max_gap`` bytes of the master's end, caught up with it within
-        ``max_lag_time`` seconds, members, and missing nothing they once had: what a controller
-        writes as etcd's ``isr`` (module doc; docs/replication.md §3)."""
+        ``max_lag_time`` seconds, members, missing nothing they once had, and admitted holding
+        the confirmed offset: what a controller writes as etcd's ``isr`` (module doc;
+        docs/replication.md §3)."""
         end = self.store.write_position
         oldest = self._clock() - self.max_lag_time
-        return [
-            s
-            for s in self.slaves.values()
-            if self.is_member(s.broker_id)
+        return [s for s in self.slaves.values() if s.admitted and self._within(s, end, oldest)]
+
+    def _within(self, s: SlaveProgress, end: int, oldest: float) -> bool:
+        return (
+            self.is_member(s.broker_id)
             and end - s.acked <= self.max_gap
             and s.caught_up_at >= oldest
             and s.acked >= s.missing_until
-        ]
+        )
+
+    def _admit(self) -> None:
+        """Who joins or leaves the caught-up and the counted sets now: a slave out of the bounds
+        leaves both; one within them joins each only holding the confirmed offset (with none,
+        at once), so the offset readers are held to never moves back when a slave joins."""
+        end = self.store.write_position
+        oldest = self._clock() - self.max_lag_time
+        threshold = self.confirmed
+        isr = self.isr
+        for s in self.slaves.values():
+            if not self._within(s, end, oldest):
+                s.admitted = s.counted = False
+                continue
+            if not s.admitted:
+                s.admitted = s.acked >= threshold
+            if not s.admitted or (isr is not None and s.broker_id not in isr):
+                s.counted = False
+            elif not s.counted:
+                s.counted = s.acked >= threshold
 
     def grew(self, end: int = 0) -> None:
         """The log grew to ``end``: wake the senders streaming it to slaves, and note when, for
@@ -362,14 +387,14 @@ class Replication:
     # -- the confirmed offset -------------------------------------------------------------
 
     def _update(self) -> None:
+        self._admit()
         caught_up = self.caught_up_slaves()
         self._watch_lag(caught_up)
         ids = frozenset(s.broker_id for s in caught_up)
         if ids != self._caught_up_ids:
             self._caught_up_ids = ids
             self.caught_up_moved()
-        isr = self.isr
-        in_sync = caught_up if isr is None else [s for s in caught_up if s.broker_id in isr]
+        in_sync = [s for s in caught_up if s.counted]
         best = max((s.acked for s in in_sync), default=-1)
         if self._waiters:
             ready = [f for end, f in self._waiters if end <= best and not f.done()]
