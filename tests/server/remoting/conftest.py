@@ -24,6 +24,7 @@ from pocketmq.protocol.remoting import (
     RemotingCommand,
     RemotingFrameDecoder,
     RequestCode,
+    ResponseCode,
     encode_command,
 )
 from pocketmq.protocol.remoting.acl import ACCESS_KEY, SIGNATURE, sign
@@ -111,6 +112,13 @@ class RemotingClient(StreamClient[RemotingCommand]):
             lambda c: c.is_response and c.opaque == opaque, timeout, f"no answer to {opaque}"
         )
 
+    async def refusal(self) -> str:
+        """The remark of the one ``NO_PERMISSION`` answer the server sent before it closed the
+        connection (a refused signature)."""
+        [answer] = await self.until_closed()
+        assert answer.code == ResponseCode.NO_PERMISSION, answer
+        return answer.remark or ""
+
 
 @dataclass
 class DualPort:
@@ -133,6 +141,16 @@ class DualPort:
 
     async def native(self) -> RawClient:
         return RawClient(*await self._open())
+
+    async def heartbeated(
+        self, opaque: int = 1, binary: bool = False
+    ) -> tuple[RemotingClient, RemotingConnection]:
+        """A remoting client that sent ``HEART_BEAT`` (as request ``opaque``), and its
+        server-side connection, to push to or ask from."""
+        client = await self.remoting()
+        await client.send(request(RequestCode.HEART_BEAT, opaque, binary=binary))
+        await client.answer(opaque)
+        return client, self.toy.heartbeats[-1]
 
 
 StartDual = Callable[..., "contextlib.AbstractAsyncContextManager[DualPort]"]

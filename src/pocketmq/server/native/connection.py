@@ -21,7 +21,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import msgspec
 
@@ -41,14 +41,14 @@ from pocketmq.protocol import (
     encode_body,
     encode_frame,
 )
-from pocketmq.protocol.auth import normalize_address
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
 from pocketmq.server.auth.credential import Credential
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
-from pocketmq.server.pacing import YIELD_AFTER_BYTES, PacedReading
+from pocketmq.server.pacing import YIELD_AFTER_BYTES
 from pocketmq.server.ratelog import RateLimitedLog
 from pocketmq.server.rpcstats import RpcLatency
+from pocketmq.server.serving import JOIN_LIMIT, Joined, ServedConnection
 
 __all__ = ["JOIN_LIMIT", "Handler", "HandlerTable", "Joined", "ServerConnection"]
 
@@ -82,23 +82,7 @@ def _name(value: int, names: dict[int, str]) -> str:
     return names.get(value) or str(value)
 
 
-#: At most this many joined requests are done in one call (bounds one event-loop turn).
-JOIN_LIMIT = 256
-
-
-class Joined(NamedTuple):
-    """A handler's answer that defers its work: requests that one read of the connection brought
-    and that return the same ``run`` are done together, by one call of ``run`` with their
-    ``item`` values in arrival order, before the next request of another kind and before the
-    read's answers are written. ``run`` returns one result per item: a response body, an
-    awaitable of one, or the exception that request failed with. Sends use it so a pipelining
-    producer's requests reach the store in one append (docs/design.md "Sending")."""
-
-    run: Callable[[list[Any]], Sequence[object]]
-    item: Any
-
-
-class ServerConnection(PacedReading):
+class ServerConnection(ServedConnection):
     """One native-protocol connection: frames decoded straight from ``data_received``, requests
     dispatched through the handler table, responses of one loop iteration written together, and the
     limits of docs/protocol.md "Limits" enforced."""
@@ -183,27 +167,13 @@ class ServerConnection(PacedReading):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and the peer's address (for logs)."""
-        # a stream transport, though not always an asyncio.Transport subclass (uvloop's is
-        # not): check for what is used, not for the class
-        self._transport = cast(asyncio.Transport, transport)
-        self.connected = True
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = peer[0]
-            self.remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
-            self.peer_host = normalize_address(host, 0).rpartition(":")[0]
-        local = transport.get_extra_info("sockname")
-        if isinstance(local, tuple) and len(local) >= 2:
-            self.local_address = normalize_address(str(local[0]), int(local[1]))
+        self._note_transport(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Give back this connection's share of the buffer budget, stop its long polls (nobody
         would receive what they took) and tell the server (the broker then drops the client's
         registrations made on this connection)."""
-        self.closed = True
-        self._release_buffer()
-        for task in list(self._polls.values()):
-            task.cancel()
+        self._drop()
         self._on_close(self)
 
     def cancel(self, request_id: int) -> None:
@@ -281,11 +251,6 @@ class ServerConnection(PacedReading):
                 f"the broker is receiving too many large requests at once ({budget.used} of "
                 f"{budget.limit} bytes buffered); back off and retry",
             )
-
-    def _release_buffer(self) -> None:
-        if self._held:
-            self._budget.change(self._held, 0)
-            self._held = 0
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -373,16 +338,7 @@ class ServerConnection(PacedReading):
         self._complete(code, request_id, oneway, started, result)
         self._check_established()
 
-    def _run_joined(self) -> None:
-        """Do the joined requests' work in one call and answer each of them."""
-        joined, self._joined = self._joined, []
-        run = self._join_run
-        if run is None or not joined:
-            return
-        try:
-            results: Sequence[object] = run([item for *_, item in joined])
-        except Exception as exc:  # a bug in the runner: each joined request fails alone
-            results = [exc] * len(joined)
+    def _answer_joined(self, joined: list[Any], results: Sequence[object]) -> None:
         for (code, request_id, oneway, started, _), result in zip(joined, results, strict=True):
             self._complete(code, request_id, oneway, started, result)
 
@@ -427,15 +383,6 @@ class ServerConnection(PacedReading):
                 )
             self._latency.observe_key(key, time.perf_counter() - started)
 
-    def _poll_done(self, request_id: int, task: asyncio.Task[None]) -> None:
-        if self._polls.get(request_id) is task:
-            del self._polls[request_id]
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self.inflight -= 1
-        self.last_seen = self._clock()  # idle time counts from the last answer, too
-        self._tasks.discard(task)
-
     async def _finish(
         self,
         code: int,
@@ -470,22 +417,6 @@ class ServerConnection(PacedReading):
         )
 
     # -- writing --------------------------------------------------------------------------
-
-    def _write(self, frame: bytes) -> None:
-        if self.closed or self._transport is None:
-            return
-        if self._out is not None:
-            self._out.append(frame)
-            return
-        # answers finishing in the same loop iteration leave in one write
-        if not self._later:
-            asyncio.get_running_loop().call_soon(self._flush_later)
-        self._later.append(frame)
-
-    def _flush_later(self) -> None:
-        later, self._later = self._later, []
-        if later and self._transport is not None and not self.closed:
-            self._transport.write(b"".join(later) if len(later) > 1 else later[0])
 
     def _respond(self, request_id: int, code: int, body: msgspec.Struct | None) -> None:
         payload = encode_body(body) if body is not None else b""
@@ -554,8 +485,3 @@ class ServerConnection(PacedReading):
         request_id = self._next_request_id
         self._next_request_id = (request_id + 1) & 0xFFFFFFFF or 1
         self._write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
-
-    def close(self) -> None:
-        """Close the connection (the peer sees EOF after the frames already queued)."""
-        if self._transport is not None and not self.closed:
-            self._transport.close()
