@@ -40,26 +40,33 @@ class Joined(NamedTuple):
 
 
 class ServedConnection(PacedReading):
-    """The shared half of a server connection (module doc). A subclass sets the attributes below
-    in its ``__init__``, calls :meth:`_note_transport` from ``connection_made`` and
-    :meth:`_drop` from ``connection_lost``, and answers joined requests in
-    :meth:`_answer_joined`."""
+    """The shared half of a server connection (module doc). A subclass calls this
+    ``__init__`` first, :meth:`_note_transport` from ``connection_made`` and :meth:`_drop` from
+    ``connection_lost``, and answers joined requests in :meth:`_answer_joined`."""
 
-    connected: bool
-    remote: str
-    peer_host: str
-    local_address: str
-    inflight: int
-    last_seen: float
-    _clock: Callable[[], float]
-    _budget: Budget
-    _held: int
-    _tasks: set[asyncio.Task[None]]
-    _polls: dict[int, asyncio.Task[None]]
-    _out: list[bytes] | None
-    _later: list[bytes]
-    _joined: list[Any]
-    _join_run: Callable[[list[Any]], Sequence[object]] | None
+    def __init__(
+        self, clock: Callable[[], float], budget: Budget, tasks: set[asyncio.Task[None]]
+    ) -> None:
+        self._clock = clock
+        self._budget = budget  # the port's, shared by its connections
+        self._tasks = tasks  # the port's tasks of slow handlers (closed with it)
+        self._held = 0  # bytes of partly received frames, as accounted in the budget
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] | None = None  # the answers of the read being served
+        self._later: list[bytes] = []  # answers finished since, written at the next turn
+        self._close_after_reply = False
+        self.connected = False  # connection_made was called (after a TLS handshake, if any)
+        self.closed = False
+        self.remote = ""
+        self.peer_host = ""  # the peer's IP (failed logins are counted by it)
+        self.local_address = ""  # where this connection arrived, normalized (protocol/auth.py)
+        self.state: dict[str, Any] = {}  # the handlers' own per-connection space
+        self.inflight = 0  # requests whose handler still runs (long polls, sync flushes)
+        self.last_seen = 0.0
+        self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by request
+        # requests of this read whose handlers asked to be done together (see Joined)
+        self._joined: list[Any] = []
+        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
 
     def _note_transport(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and name the peer (for logs and per-address checks)."""

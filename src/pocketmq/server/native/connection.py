@@ -100,6 +100,8 @@ class ServerConnection(ServedConnection):
         latency: RpcLatency | None = None,
         on_established: Callable[[ServerConnection], None] | None = None,
     ) -> None:
+        self.limits = limits or ConnectionLimits()
+        super().__init__(clock, budget or BufferBudget(self.limits.max_buffered_bytes), tasks)
         self._handlers = handlers
         self._latency = latency
         self._on_established = on_established
@@ -109,35 +111,15 @@ class ServerConnection(ServedConnection):
         # the operations this connection's identity may ask for (None: any the port serves)
         self.permitted: frozenset[int] | None = None
         self.established = False  # the handshake is complete (see _check_established)
-        self.connected = False  # connection_made was called (after a TLS handshake, if any)
-        self._close_after_reply = False
         self.producing = False  # it sent a message (the connection metrics)
         self._on_close = on_close
-        self._tasks = tasks
-        self.limits = limits or ConnectionLimits()
-        self._budget = budget or BufferBudget(self.limits.max_buffered_bytes)
-        self._clock = clock
         # shared by a server's connections: one line per kind of bad input per interval
         self.bad_input_log = bad_input_log or RateLimitedLog(log)
         self._decoder = FrameDecoder(self.limits.max_frame_before_hello)
-        self._held = 0  # bytes of partly received frames, as accounted in the budget
-        self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] | None = None
-        self._later: list[bytes] = []
         self._greeted = False
         self.client_id = ""
-        self.remote = ""
-        self.peer_host = ""  # the peer's IP (failed logins are counted by it)
-        self.local_address = ""  # where this connection arrived, normalized (protocol/auth.py)
-        self.closed = False
-        self.state: dict[str, Any] = {}
         self._next_request_id = 1
         self.opened_at = self.last_seen = clock()
-        self.inflight = 0  # requests whose handler still runs (long polls, sync flushes)
-        self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by request id
-        # requests of this read whose handlers asked to be done together (see Joined)
-        self._joined: list[tuple[int, int, bool, float, Any]] = []
-        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
 
     @property
     def greeted(self) -> bool:

@@ -93,40 +93,22 @@ class RemotingConnection(ServedConnection):
         opened_at: float | None = None,
         on_close: Callable[[RemotingConnection], None] | None = None,
     ) -> None:
+        super().__init__(share.clock, share.budget, share.tasks)
         self._handlers = handlers
         self._share = share
         self._signatures = signatures
         self._on_close = on_close
         self.limits = share.limits
-        self._clock = share.clock
-        self._budget = share.budget
-        self._tasks = share.tasks
         self.bad_input_log = share.log
         self._decoder = RemotingFrameDecoder(MAX_FRAME)
-        self._held = 0  # bytes of partly received frames, as accounted in the budget
-        self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] | None = None
-        self._later: list[bytes] = []
-        self._close_after_reply = False
         self._large_first = False  # a large first frame admitted by its header (module doc)
         self.outbound = Outbound(self._write)
         self.established = signatures is None  # no handshake without authentication
-        self.connected = False
-        self.closed = False
         self.user = ""
-        self.remote = ""
-        self.peer_host = ""
-        self.local_address = ""
         self.language = ""  # of the client's latest request (JAVA, NODE_JS, ...)
         self.version = 0  # its MQVersion ordinal
         self.serialize_type: int = SerializeType.JSON  # what the server's requests use
-        self.state: dict[str, Any] = {}
         self.opened_at = self.last_seen = share.clock() if opened_at is None else opened_at
-        self.inflight = 0
-        self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by opaque
-        # requests of this read whose handlers asked to be done together (see Joined)
-        self._joined: list[tuple[RemotingCommand, float, Any]] = []
-        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
