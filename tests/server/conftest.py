@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import pytest
 
@@ -39,6 +39,29 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class FakeTransport:
+    """Records what a connection asks of its transport (driven without a socket)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 5) if name in ("peername", "sockname") else None
 
 
 @dataclass
