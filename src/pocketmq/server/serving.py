@@ -91,6 +91,21 @@ class ServedConnection(PacedReading):
         for task in list(self._polls.values()):
             task.cancel()
 
+    def _account_buffer(self, held: int) -> None:
+        """Count the ``held`` bytes of the partly received frame against the port's budget;
+        over it, :meth:`_over_budget` refuses that request."""
+        if held == self._held:
+            return
+        if self._budget.change(self._held, held):
+            self._held = held
+            return
+        self._over_budget(held)
+
+    def _over_budget(self, held: int) -> None:
+        """Refuse the partly received request the budget had no room for (the protocol's
+        answer), and skip the rest of its bytes."""
+        raise NotImplementedError
+
     def _release_buffer(self) -> None:
         if self._held:
             self._budget.change(self._held, 0)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,16 +23,14 @@ from typing import Any
 
 import pytest
 
-from pocketmq.client import ClientConfig
 from pocketmq.testing import BrokerProcess
 
 from ...integration.conftest import FAST_BROKER
 from ...nodejs import DriverError, LineDriver, require_npm_package
 from ...scratch import scratch_dir
+from ..conftest import create_users
 
 NODE_PROJECT = Path(__file__).parent
-ROOT = ("root", "root-secret-0123456789")  # the super user of :func:`ons_broker`
-ALICE = ("alice", "alice-secret-0123456789")  # and a plain user
 
 
 class AliOnsUnavailable(RuntimeError):
@@ -75,27 +72,18 @@ class OnsDriver(LineDriver):
         super().__init__(require_ali_ons(), log_dir, "ali-ons-driver.log")
 
 
-def _pocketmq(*args: str) -> None:
-    command = [sys.executable, "-m", "pocketmq", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-
-
 @contextmanager
 def ons_broker(
     factory: pytest.TempPathFactory, name: str, authentication: bool
 ) -> Iterator[tuple[BrokerProcess, OnsDriver]]:
     """A remoting-only ``pocketmq serve`` and an ali-ons driver, in a scratch directory;
-    with ``authentication`` the broker checks signatures and knows :data:`ROOT` (super user)
-    and :data:`ALICE`."""
+    with ``authentication`` the broker checks signatures and knows tests/remoting/conftest.py's
+    users (``create_users``)."""
     require_ali_ons()
     with scratch_dir(factory, name) as root:
         extra: tuple[str, ...] = ()
         if authentication:
-            data = str(root / "broker" / "data")
-            _pocketmq("user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super",
-                      "--data-dir", data)  # fmt: skip
-            _pocketmq("user", "create", ALICE[0], "--secret", ALICE[1], "--data-dir", data)
+            create_users(root / "broker" / "data")
             extra = ("--authentication",)
         with BrokerProcess(
             root / "broker", config=FAST_BROKER, grpc_port=None, extra_args=extra
@@ -105,8 +93,3 @@ def ons_broker(
                 yield broker, driver
             finally:
                 driver.close()
-
-
-def root_client() -> ClientConfig:
-    """The Python SDK's settings signing as :data:`ROOT` (the broker's super user)."""
-    return ClientConfig(access_key=ROOT[0], secret_key=ROOT[1])

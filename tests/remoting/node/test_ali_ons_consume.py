@@ -24,7 +24,8 @@ from pocketmq.client.sync import SyncAdmin, SyncProducer
 from pocketmq.testing import BrokerProcess
 
 from ...integration.conftest import unique
-from .conftest import ALICE, OnsDriver, ons_broker, root_client
+from ..conftest import ALICE, root_client
+from .conftest import OnsDriver, ons_broker
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,8 @@ from pocketmq.protocol.remoting import ResponseCode as R
 from pocketmq.server.remoting.signatures import UNSIGNED_REMARK
 from pocketmq.testing import BrokerProcess
 
-from .conftest import ALICE, OnsDriver, OnsError, ons_broker, root_client
+from ..conftest import ALICE, root_client
+from .conftest import OnsDriver, OnsError, ons_broker
 
 pytestmark = pytest.mark.integration
 

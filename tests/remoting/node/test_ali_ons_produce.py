@@ -18,7 +18,8 @@ from pocketmq.client.sync import SyncAdmin, SyncSimpleConsumer
 from pocketmq.protocol.remoting.msgid import decode_offset_msg_id
 from pocketmq.testing import BrokerProcess
 
-from .conftest import ROOT, OnsDriver, ons_broker, root_client
+from ..conftest import ROOT, root_client
+from .conftest import OnsDriver, ons_broker
 
 pytestmark = pytest.mark.integration
 

@@ -192,7 +192,7 @@ class ServerConnection(ServedConnection):
                     break
             if self._joined:
                 self._run_joined()
-            self._account_buffer()
+            self._account_buffer(decoder.buffered)
         finally:
             out, self._out = self._out, None
             if out and self._transport is not None and not self.closed:
@@ -202,16 +202,10 @@ class ServerConnection(ServedConnection):
         if size >= YIELD_AFTER_BYTES and not self.closed:
             self._yield_turn()
 
-    def _account_buffer(self) -> None:
-        """Count the partly received frame against the server's budget; over it, refuse that
-        request (TOO_MANY_REQUESTS) and skip the rest of its bytes."""
-        held = self._decoder.buffered
-        if held == self._held:
-            return
+    def _over_budget(self, held: int) -> None:
+        """Refuse the partly received request (TOO_MANY_REQUESTS) and skip the rest of its
+        bytes."""
         budget = self._budget
-        if budget.change(self._held, held):
-            self._held = held
-            return
         header = self._decoder.abandon_partial()
         if header is None:  # not even a header yet (under 12 bytes): not worth refusing
             budget.used += held

@@ -151,7 +151,7 @@ class RemotingConnection(ServedConnection):
                     return
             if self._decoder.buffered and not self._guard_first_frame():
                 return
-            self._account_buffer()
+            self._account_buffer(self._decoder.buffered)
         finally:
             if self._joined and not self.closed:
                 self._run_joined()
@@ -208,16 +208,10 @@ class RemotingConnection(ServedConnection):
             self._respond(command, Reply(ResponseCode.NO_PERMISSION, remark=remark))
         self._close_after_reply = True
 
-    def _account_buffer(self) -> None:
-        """Count the partly received frame against the port's budget; over it, answer that
-        request ``SYSTEM_BUSY`` and skip the rest of its bytes."""
-        held = self._decoder.buffered
-        if held == self._held:
-            return
+    def _over_budget(self, held: int) -> None:
+        """Answer the partly received request ``SYSTEM_BUSY`` and skip the rest of its
+        bytes."""
         budget = self._budget
-        if budget.change(self._held, held):
-            self._held = held
-            return
         try:
             partial = self._decoder.abandon_partial()
         except ProtocolError as exc:
