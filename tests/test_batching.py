@@ -17,12 +17,19 @@ async def _turns() -> None:
 
 
 class _Recorder:
-    def __init__(self, fail_on: int | None = None) -> None:
+    """A request that records its items, then waits for ``release``; a ``gated`` one waits for
+    ``gate`` before it even records them (the batcher sees a request in flight meanwhile)."""
+
+    def __init__(self, fail_on: int | None = None, gated: bool = False) -> None:
         self.calls: list[list[int]] = []
         self.release = asyncio.Event()
+        self.gate = asyncio.Event()
+        if not gated:
+            self.gate.set()
         self._fail_on = fail_on
 
     async def __call__(self, items: list[int]) -> list[int]:
+        await self.gate.wait()
         self.calls.append(list(items))
         await self.release.wait()
         if self._fail_on is not None and self._fail_on in items:
@@ -46,18 +53,12 @@ async def test_an_idle_batcher_sends_at_once_and_merges_what_waits_meanwhile() -
 
 
 async def test_a_batch_never_exceeds_its_limit_and_keeps_callers_whole() -> None:
-    call = _Recorder()
+    call = _Recorder(gated=True)
     call.release.set()
-    blocker = asyncio.Event()
-
-    async def slow(items: list[int]) -> list[int]:
-        await blocker.wait()
-        return await call(items)
-
-    batcher: Batcher[int, int] = Batcher(slow, max_batch=4)
+    batcher: Batcher[int, int] = Batcher(call, max_batch=4)
     tasks = [asyncio.create_task(batcher.submit([n, n, n])) for n in range(4)]
     await _turns()
-    blocker.set()
+    call.gate.set()
     results = [await task for task in tasks]
     assert results == [[n * 10] * 3 for n in range(4)]
     assert all(len(items) <= 4 for items in call.calls[1:])
@@ -79,21 +80,15 @@ async def test_a_failed_request_fails_every_caller_in_it_and_the_next_batch_stil
 
 
 async def test_a_batch_stays_within_its_byte_budget_but_a_large_caller_goes_whole() -> None:
-    call = _Recorder()
+    call = _Recorder(gated=True)
     call.release.set()
-    blocker = asyncio.Event()
-
-    async def slow(items: list[int]) -> list[int]:
-        await blocker.wait()
-        return await call(items)
-
     # items weigh their own value in bytes; the budget is 10
-    batcher: Batcher[int, int] = Batcher(slow, max_batch=100, max_bytes=10, size=lambda n: n)
+    batcher: Batcher[int, int] = Batcher(call, max_batch=100, max_bytes=10, size=lambda n: n)
     first = asyncio.create_task(batcher.submit([1]))
     await _turns()
     waiting = [asyncio.create_task(batcher.submit(items)) for items in ([4], [5], [3], [12])]
     await _turns()
-    blocker.set()
+    call.gate.set()
     await first
     assert [await task for task in waiting] == [[40], [50], [30], [120]]
     # 4+5 fit, 3 would pass 10, so it starts the next batch; 12 alone is over but goes whole

@@ -128,44 +128,26 @@ def _native_frame(rng: random.Random, names: FuzzNames, request_id: int) -> byte
 async def _native_session(
     address: str, rng: random.Random, names: FuzzNames, findings: Findings
 ) -> None:
-    host, port = address.rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
     sent: dict[int, bytes] = {}
-    try:
-        greet = rng.random() < 0.9
-        stream = bytearray()
-        if greet:
-            hello = encode_body(w.HelloRequest(PROTOCOL_VERSION, "fuzz"))
-            stream += encode_frame(FrameKind.REQUEST, RequestCode.HELLO, 1, hello)
-        for request_id in range(2, 2 + rng.randint(5, 60)):
-            frame = _native_frame(rng, names, request_id)
-            sent[request_id] = frame
-            stream += frame
-        if rng.random() < 0.1:  # framing noise: the connection is answered and closed
-            stream += mutate(stream[-20:], rng) + rng.randbytes(rng.randint(1, 64))
-        if rng.random() < 0.05:  # a header announcing a large frame that never comes
-            stream += struct.pack("<IBBHI", rng.randint(9, 16 << 20), 0, 0, 10, 9999)
-        writer.write(bytes(stream))
-        await writer.drain()
-        decoder = FrameDecoder()
-        deadline = asyncio.get_running_loop().time() + 0.3
-        while (left := deadline - asyncio.get_running_loop().time()) > 0:
-            try:
-                data = await asyncio.wait_for(reader.read(1 << 20), left)
-            except (TimeoutError, ConnectionError):
-                break
-            if not data:
-                break
-            for frame in decoder.feed(data):
-                findings.saw(f"native:{_native_name(frame.code)}")
-                if frame.code == Code.SYSTEM_ERROR:
-                    findings.internal_error(
-                        "native", repr(frame.body[:300]), sent.get(frame.request_id, b"")
-                    )
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+    stream = bytearray()
+    if rng.random() < 0.9:  # greet
+        hello = encode_body(w.HelloRequest(PROTOCOL_VERSION, "fuzz"))
+        stream += encode_frame(FrameKind.REQUEST, RequestCode.HELLO, 1, hello)
+    for request_id in range(2, 2 + rng.randint(5, 60)):
+        frame = _native_frame(rng, names, request_id)
+        sent[request_id] = frame
+        stream += frame
+    if rng.random() < 0.1:  # framing noise: the connection is answered and closed
+        stream += mutate(stream[-20:], rng) + rng.randbytes(rng.randint(1, 64))
+    if rng.random() < 0.05:  # a header announcing a large frame that never comes
+        stream += struct.pack("<IBBHI", rng.randint(9, 16 << 20), 0, 0, 10, 9999)
+    received = await _exchange(address, bytes(stream), 0.3)
+    for frame in FrameDecoder().feed(received):
+        findings.saw(f"native:{_native_name(frame.code)}")
+        if frame.code == Code.SYSTEM_ERROR:
+            findings.internal_error(
+                "native", repr(frame.body[:300]), sent.get(frame.request_id, b"")
+            )
 
 
 # -- remoting frames, sniffed on the native and name-server ports -----------------------------

@@ -6,8 +6,6 @@ user without ``Pub`` on a topic is refused ``NO_PERMISSION`` (16), one with it i
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,6 @@ import pytest
 
 from pocketmq.broker import Broker
 from pocketmq.broker.config import BrokerConfig
-from pocketmq.client import ClientConfig
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.protocol.remoting import RequestCode as RC
 from pocketmq.protocol.remoting import ResponseCode as R
@@ -28,10 +25,9 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER
 from ..scratch import scratch_broker
+from .conftest import ALICE, ROOT, create_users, pocketmq_cli, root_client
 from .raw import Session
 
-ROOT = ("root", "root-secret-0123456789")
-ALICE = ("alice", "alice-secret-0123456789")
 BOB = ("bob", "bob-secret-0123456789")
 
 
@@ -40,18 +36,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     options = {"config": FAST_BROKER, "grpc_port": None,
                "extra_args": ("--authentication", "--authorization")}  # fmt: skip
     with scratch_broker(tmp_path_factory, "remoting-acl", **options) as process:  # type: ignore[arg-type]
-        data = str(process.data_dir / "data")
-        for args in (
-            ["user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super"],
-            ["user", "create", ALICE[0], "--secret", ALICE[1]],
-            ["user", "create", BOB[0], "--secret", BOB[1]],
-            ["acl", "grant", ALICE[0], "Topic:orders*", "--actions", "Pub"],
-        ):
-            command = [sys.executable, "-m", "pocketmq", *args, "--data-dir", data]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-            assert done.returncode == 0, done.stderr
+        data = process.data_dir / "data"
+        create_users(data, BOB)
+        pocketmq_cli("acl", "grant", ALICE[0], "Topic:orders*", "--actions", "Pub", data=data)
         time.sleep(1.1)  # the broker reads the users and rules again at most once a second
-        keys = ClientConfig(access_key=ROOT[0], secret_key=ROOT[1])
+        keys = root_client()
         with SyncAdmin(servers=process.address, client=keys) as admin:
             admin.create_topic("orders-1", queues=1)
             admin.create_topic("payroll", queues=1)

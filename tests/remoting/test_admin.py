@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,18 +23,10 @@ from pocketmq.protocol.remoting.properties import encode_properties
 from pocketmq.protocol.remoting.stored import decode_stored
 from pocketmq.testing import BrokerProcess
 
-from ..integration.conftest import FAST_BROKER, unique
-from ..scratch import scratch_broker
+from ..integration.conftest import unique
 from .raw import Session
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with scratch_broker(tmp_path_factory, "remoting-admin", config=FAST_BROKER,
-                        grpc_port=None) as process:  # fmt: skip
-        yield process
 
 
 def _fastjson(body: bytes) -> object:

@@ -7,13 +7,11 @@ checked against the ACL for the user who signed it, as a native consumer's would
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from pocketmq.client import ClientConfig, Message
+from pocketmq.client import Message
 from pocketmq.client.sync import SyncAdmin, SyncProducer
 from pocketmq.protocol.remoting import RequestCode as Q
 from pocketmq.protocol.remoting import ResponseCode as R
@@ -22,33 +20,25 @@ from pocketmq.testing import BrokerProcess
 
 from ..integration.conftest import FAST_BROKER
 from ..scratch import scratch_dir
+from .conftest import ALICE, ROOT, create_users, pocketmq_cli, root_client
 from .raw import Session
 from .test_consume_frames import heartbeat, pull_fields
 
 pytestmark = pytest.mark.integration
 
-ROOT = ("root", "root-secret-0123456789")
-ALICE = ("alice", "alice-secret-0123456789")
-
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with scratch_dir(tmp_path_factory, "remoting-rights") as root:
-        data = str(root / "broker" / "data")
-        for args in (
-            ["user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super"],
-            ["user", "create", ALICE[0], "--secret", ALICE[1]],
-            ["acl", "grant", ALICE[0], "Topic:orders", "--actions", "Sub"],
-            ["acl", "grant", ALICE[0], "Group:billing", "--actions", "Sub"],
-        ):
-            command = [sys.executable, "-m", "pocketmq", *args, "--data-dir", data]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-            assert done.returncode == 0, done.stderr
+        data = root / "broker" / "data"
+        create_users(data)
+        pocketmq_cli("acl", "grant", ALICE[0], "Topic:orders", "--actions", "Sub", data=data)
+        pocketmq_cli("acl", "grant", ALICE[0], "Group:billing", "--actions", "Sub", data=data)
         extra = ("--authentication", "--authorization")
         with BrokerProcess(
             root / "broker", config=FAST_BROKER, grpc_port=None, extra_args=extra
         ) as process:
-            keys = ClientConfig(access_key=ROOT[0], secret_key=ROOT[1])
+            keys = root_client()
             with SyncAdmin(servers=process.address, client=keys) as admin:
                 for topic in ("orders", "payroll"):
                     admin.create_topic(topic, queues=1)

@@ -8,11 +8,8 @@ docs/security.md, "Who may do what, per port"). The same ports keep serving the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,25 +25,12 @@ from pocketmq.testing import BrokerProcess, NameServerProcess
 
 from ..integration.conftest import FAST_BROKER
 from ..scratch import scratch_dir
+from .conftest import ALICE, ROOT, create_users, pocketmq_cli, root_client
 from .raw import ask
 
 pytestmark = pytest.mark.integration
 
-ROOT = ("root", "root-secret-0123456789")
-ALICE = ("alice", "alice-secret-0123456789")
 TOPIC = "remoting-routes"
-
-
-def _pocketmq(*args: str) -> None:
-    command = [sys.executable, "-m", "pocketmq", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-
-
-def _users(data: Path) -> None:
-    _pocketmq("user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super",
-              "--data-dir", str(data))  # fmt: skip
-    _pocketmq("user", "create", ALICE[0], "--secret", ALICE[1], "--data-dir", str(data))
 
 
 @dataclass
@@ -57,7 +41,7 @@ class Deployment:
 
 
 def _topic(broker: BrokerProcess, authentication: bool) -> None:
-    keys = ClientConfig(access_key=ROOT[0], secret_key=ROOT[1]) if authentication else None
+    keys = root_client() if authentication else None
     with SyncAdmin(servers=broker.address, client=keys) as admin:
         admin.create_topic(TOPIC, queues=3)
 
@@ -74,14 +58,14 @@ def deployment(
         broker_args: tuple[str, ...] = ()
         namesrv: NameServerProcess | None = None
         if authentication:
-            _users(root / "broker" / "data")
+            create_users(root / "broker" / "data")
             broker_args = ("--authentication",)
         if kind.startswith("standalone"):
             namesrv_args: tuple[str, ...] = ()
             if authentication:
                 key = root / "cluster.key"
-                _pocketmq("cluster", "key", "create", str(key))
-                _users(root / "namesrv-data")
+                pocketmq_cli("cluster", "key", "create", str(key))
+                create_users(root / "namesrv-data")
                 namesrv_args = ("--authentication", "--cluster-key", str(key),
                                 "--data-dir", str(root / "namesrv-data"))  # fmt: skip
                 broker_args += ("--cluster-key", str(key))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -34,13 +33,6 @@ from ..scratch import scratch_broker
 from .raw import Session
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with scratch_broker(tmp_path_factory, "remoting-produce", config=FAST_BROKER,
-                        grpc_port=None) as process:  # fmt: skip
-        yield process
 
 
 def _topic(broker: BrokerProcess, queues: int = 2) -> tuple[str, str]:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 import pytest
 
@@ -28,6 +29,9 @@ from pocketmq.protocol import structs as w
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.tcp import FrameServer
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -35,6 +39,29 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class FakeTransport:
+    """Records what a connection asks of its transport (driven without a socket)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 5) if name in ("peername", "sockname") else None
 
 
 @dataclass
@@ -65,26 +92,26 @@ def toy_handlers(toy: Toy) -> HandlerTable:
     return {RequestCode.HELLO: hello, RequestCode.GET_ROUTE: echo, RequestCode.PULL: slow}
 
 
-class RawClient:
-    """A client that writes exactly the bytes a test gives it and decodes what comes back."""
+class _Decoder(Protocol[T_co]):
+    def feed(self, data: bytes, max_frames: int = 0) -> list[T_co]: ...
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+class StreamClient(Generic[T]):
+    """A client that writes exactly the bytes a test gives it and decodes what comes back into
+    :attr:`received` (native frames, or remoting commands: tests/server/remoting/conftest.py)."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: _Decoder[T]
+    ) -> None:
         self.reader = reader
         self.writer = writer
-        self.decoder = FrameDecoder()
-        self.frames: list[Frame] = []
+        self.decoder = decoder
+        self.received: list[T] = []
         self.closed = False
 
     async def send(self, data: bytes) -> None:
         self.writer.write(data)
         await self.writer.drain()
-
-    async def request(self, code: int, body: object, request_id: int) -> None:
-        await self.send(encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body)))
-
-    async def hello(self) -> Frame:
-        await self.request(RequestCode.HELLO, w.HelloRequest(PROTOCOL_VERSION, "raw"), 1)
-        return await self.answer(1)
 
     async def read_some(self, timeout: float = 2.0) -> None:
         try:
@@ -96,31 +123,55 @@ class RawClient:
         if not data:
             self.closed = True
             return
-        self.frames += self.decoder.feed(data)
+        self.received += self.decoder.feed(data)
 
-    async def answer(self, request_id: int, timeout: float = 5.0) -> Frame:
+    async def next(self, wanted: Callable[[T], bool], timeout: float = 5.0, what: str = "") -> T:
+        """The first received item ``wanted`` accepts (``what`` names it in the failure)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            for frame in self.frames:
-                if frame.request_id == request_id:
-                    self.frames.remove(frame)
-                    return frame
+            for item in self.received:
+                if wanted(item):
+                    self.received.remove(item)
+                    return item
             if self.closed or loop.time() > deadline:
-                raise AssertionError(f"no answer to request {request_id}; got {self.frames}")
+                raise AssertionError(f"{what or 'nothing wanted'} arrived; got {self.received}")
             await self.read_some(deadline - loop.time())
 
-    async def until_closed(self, timeout: float = 5.0) -> list[Frame]:
+    async def until_closed(self, timeout: float = 5.0) -> list[T]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not self.closed:
             if loop.time() > deadline:
                 raise AssertionError("the server did not close the connection")
             await self.read_some(deadline - loop.time())
-        return self.frames
+        return self.received
 
     def close(self) -> None:
         self.writer.close()
+
+
+class RawClient(StreamClient[Frame]):
+    """A native client: :attr:`frames` are the frames the server sent not yet taken."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(reader, writer, FrameDecoder())
+
+    @property
+    def frames(self) -> list[Frame]:
+        return self.received
+
+    async def request(self, code: int, body: object, request_id: int) -> None:
+        await self.send(encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body)))
+
+    async def hello(self) -> Frame:
+        await self.request(RequestCode.HELLO, w.HelloRequest(PROTOCOL_VERSION, "raw"), 1)
+        return await self.answer(1)
+
+    async def answer(self, request_id: int, timeout: float = 5.0) -> Frame:
+        return await self.next(
+            lambda frame: frame.request_id == request_id, timeout, f"no answer to {request_id}"
+        )
 
 
 @dataclass

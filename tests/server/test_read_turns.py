@@ -17,30 +17,7 @@ from pocketmq.protocol import PROTOCOL_VERSION, FrameKind, RequestCode, encode_b
 from pocketmq.protocol import structs as w
 from pocketmq.server.native.connection import YIELD_AFTER_BYTES, ServerConnection
 from pocketmq.server.native.tcp import FrameServer
-from tests.server.conftest import Toy, toy_handlers
-
-
-class Transport:
-    """Records what the connection asks of its transport."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def pause_reading(self) -> None:
-        self.calls.append("pause")
-
-    def resume_reading(self) -> None:
-        self.calls.append("resume")
-
-    def close(self) -> None:
-        self.calls.append("close")
-
-    def get_extra_info(self, name: str) -> Any:
-        return ("127.0.0.1", 5) if name == "peername" else None
+from tests.server.conftest import FakeTransport, Toy, toy_handlers
 
 
 def _request(code: int, request_id: int, body: Any) -> bytes:
@@ -52,9 +29,9 @@ def _echoes(count: int, first_id: int = 2, topic: str = "t" * 200) -> bytes:
     return b"".join(_request(RequestCode.GET_ROUTE, first_id + n, request) for n in range(count))
 
 
-def _connected() -> tuple[ServerConnection, Transport]:
+def _connected() -> tuple[ServerConnection, FakeTransport]:
     connection = ServerConnection(toy_handlers(Toy()), lambda c: None, set())
-    transport = Transport()
+    transport = FakeTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     hello = w.HelloRequest(PROTOCOL_VERSION, "c", "1")
     connection.data_received(_request(RequestCode.HELLO, 1, hello))

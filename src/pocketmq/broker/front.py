@@ -32,7 +32,7 @@ from pocketmq.errors import ServiceUnavailableError
 from pocketmq.model.groups import GroupConfig
 from pocketmq.store import MessageStore, StoreStatistics
 
-__all__ = ["BrokerFront", "delegate"]
+__all__ = ["BrokerFront", "delegate", "on_master"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,6 +57,12 @@ def delegate(part: str, function: Method[P, R]) -> Method[P, R]:
         return cast("R", getattr(getattr(front, part), name)(*args, **kwargs))
 
     return forward
+
+
+def on_master(part: str, function: Method[P, R], action: str) -> Method[P, R]:
+    """:func:`delegate`, for an operation only a master serves (``roles.master_only``): a slave
+    or a fenced master refuses it with "``action`` goes to its master"."""
+    return master_only(f"{action} goes to its master")(delegate(part, function))
 
 
 def _while_open(function: Method[P, R]) -> Method[P, R]:
@@ -101,9 +107,7 @@ class BrokerFront:
 
     # -- send_backs (sendback.py, SendBack) --
 
-    send_back = master_only("send back goes to its master")(
-        delegate("send_backs", SendBack.send_back)
-    )
+    send_back = on_master("send_backs", SendBack.send_back, "send back")
 
     # -- pulls (pulling.py, PullPath) --
 
@@ -121,34 +125,20 @@ class BrokerFront:
 
     # -- dead_letters (deadletters.py, DeadLetters) --
 
-    dead_letter = master_only("dead letter goes to its master")(
-        delegate("dead_letters", DeadLetters.dead_letter)
+    dead_letter = on_master("dead_letters", DeadLetters.dead_letter, "dead letter")
+    forward_to_dead_letter = on_master(
+        "dead_letters", DeadLetters.forward_to_dead_letter, "forward to dead letter"
     )
-    forward_to_dead_letter = master_only("forward to dead letter goes to its master")(
-        delegate("dead_letters", DeadLetters.forward_to_dead_letter)
-    )
-    redrive = master_only("redrive goes to its master")(
-        delegate("dead_letters", DeadLetters.redrive)
-    )
+    redrive = on_master("dead_letters", DeadLetters.redrive, "redrive")
     redriven = delegate("dead_letters", DeadLetters.redriven)
 
     # -- catalog (catalog.py, Catalog) --
 
-    create_topic = master_only("create topic goes to its master")(
-        delegate("catalog", Catalog.create_topic)
-    )
-    update_topic = master_only("update topic goes to its master")(
-        delegate("catalog", Catalog.update_topic)
-    )
-    delete_topic = master_only("delete topic goes to its master")(
-        delegate("catalog", Catalog.delete_topic)
-    )
-    create_group = master_only("create group goes to its master")(
-        delegate("catalog", Catalog.create_group)
-    )
-    delete_group = master_only("delete group goes to its master")(
-        delegate("catalog", Catalog.delete_group)
-    )
+    create_topic = on_master("catalog", Catalog.create_topic, "create topic")
+    update_topic = on_master("catalog", Catalog.update_topic, "update topic")
+    delete_topic = on_master("catalog", Catalog.delete_topic, "delete topic")
+    create_group = on_master("catalog", Catalog.create_group, "create group")
+    delete_group = on_master("catalog", Catalog.delete_group, "delete group")
     require_group = delegate("catalog", Catalog.require_group)
     report_outcomes = delegate("catalog", Catalog.report_outcomes)
     message_history = delegate("catalog", Catalog.message_history)
@@ -169,9 +159,7 @@ class BrokerFront:
 
     # -- resets (resets.py, OffsetResets) --
 
-    reset_offsets = master_only("reset offsets goes to its master")(
-        delegate("resets", OffsetResets.reset)
-    )
+    reset_offsets = on_master("resets", OffsetResets.reset, "reset offsets")
 
     # -- transactions (transactions/service.py, TransactionService) --
 

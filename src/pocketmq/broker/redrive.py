@@ -46,7 +46,13 @@ from pocketmq.model.messages import InboundMessage, SendOutcome
 from pocketmq.names import REDRIVE_AUDIT_TOPIC
 from pocketmq.store import MessageStore, PutResult, StoredMessage, StoreMessage
 
-__all__ = ["REDRIVE_AUDIT_TOPIC", "RedriveLedger", "RedriveRecord", "RedriveService"]
+__all__ = [
+    "REDRIVE_AUDIT_TOPIC",
+    "RedriveLedger",
+    "RedriveRecord",
+    "RedriveService",
+    "report_rows",
+]
 
 log = logging.getLogger("pocketmq.broker")
 
@@ -54,6 +60,18 @@ _STRIPPED = (props.RETRY_TOPIC, props.DLQ_REASON, props.REAL_TOPIC, props.REAL_Q
 
 #: One line of a redrive report: (DLQ offset, message id, status, send outcome).
 ReportLine = tuple[int, str, str, SendOutcome | None]
+
+
+def report_rows(report: list[ReportLine]) -> list[tuple[int, str, str, str, int, int]]:
+    """A redrive report as the answers show it (native ``RedriveItem``, the dashboard's lines):
+    (DLQ offset, message id, status, topic, queue id, queue offset), "" and -1 where nothing
+    was sent."""
+    return [
+        (offset, message_id, status, outcome.topic, outcome.queue_id, outcome.queue_offset)
+        if outcome
+        else (offset, message_id, status, "", -1, -1)
+        for offset, message_id, status, outcome in report
+    ]
 
 
 class SendNow(Protocol):

@@ -13,13 +13,7 @@ avoided (``Message corrupted``, failed acks, ...), as the Python suite does for 
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import select
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +22,10 @@ import pytest
 
 from pocketmq.testing import BrokerProcess
 
+from ...nodejs import DriverError, LineDriver, require_npm_package
 from ...scratch import scratch_dir
 
 NODE_PROJECT = Path(__file__).parent
-CLIENT_PACKAGE = NODE_PROJECT / "node_modules" / "rocketmq-client-nodejs" / "package.json"
 
 # Lines the Node.js client 1.0.8 logs whatever the broker does (regular expressions):
 KNOWN_CLIENT_LOGS: tuple[str, ...] = ()
@@ -43,91 +37,26 @@ class NodeClientUnavailable(RuntimeError):
 
 def require_node_client() -> Path:
     """The npm project holding the client; fail (CI) or skip (elsewhere) when it is missing."""
-    node = shutil.which("node")
-    if node is not None and CLIENT_PACKAGE.exists():
-        return NODE_PROJECT
-    if node is None:
-        reason = "`node` is not on PATH: install Node.js 18+, then run scripts/prerequisites.sh"
-    else:
-        reason = (
-            f"the official Node.js client is not installed in {NODE_PROJECT} "
-            "(run scripts/prerequisites.sh, or `npm ci` in that directory)"
-        )
-    if os.environ.get("CI"):
-        raise NodeClientUnavailable(reason)
-    pytest.skip(reason)
+    return require_npm_package(
+        NODE_PROJECT,
+        "rocketmq-client-nodejs",
+        "the official Node.js client",
+        NodeClientUnavailable,
+    )
 
 
-class NodeClientError(Exception):
+class NodeClientError(DriverError):
     """A command the Node.js client refused: its exception's name, v2 code and message."""
 
-    def __init__(self, name: str, code: int | None, message: str) -> None:
-        super().__init__(f"{name} (code {code}): {message}")
-        self.name = name
-        self.code = code
-        self.message = message
 
+class NodeDriver(LineDriver):
+    """The ``node driver.js`` process (tests/nodejs.py); the client's default logger writes
+    under $HOME/logs, which :class:`LineDriver` points at ``log_dir``."""
 
-class NodeDriver:
-    """The ``node driver.js`` process: one JSON command per line, one answer per line."""
+    error = NodeClientError
 
     def __init__(self, project: Path, log_dir: Path) -> None:
-        self.log_path = log_dir / "node-driver.log"
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(
-                ["node", "driver.js"],
-                cwd=project,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                # the client's default logger writes under $HOME/logs: keep it out of the home dir
-                env={**os.environ, "HOME": str(log_dir)},
-            )
-        self._ids = 0
-        self._buffer = b""
-
-    def call(self, op: str, timeout: float = 30.0, **fields: Any) -> Any:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self._ids += 1
-        command = {"id": self._ids, "op": op, **fields}
-        self.process.stdin.write(json.dumps(command).encode() + b"\n")
-        self.process.stdin.flush()
-        deadline = time.monotonic() + timeout
-        while True:
-            line, newline, rest = self._buffer.partition(b"\n")
-            if newline:
-                self._buffer = rest
-                answer = json.loads(line)
-                if answer["id"] != command["id"]:
-                    continue  # an answer to a command that timed out earlier
-                if "error" in answer:
-                    error = answer["error"]
-                    raise NodeClientError(error["name"], error["code"], error["message"])
-                return answer["result"]
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"node driver did not answer {op} within {timeout}s")
-            ready, _, _ = select.select([self.process.stdout], [], [], remaining)
-            if ready:
-                chunk = os.read(self.process.stdout.fileno(), 65536)
-                if not chunk:
-                    raise RuntimeError(
-                        f"node driver exited ({self.process.wait()}):\n{self.log_path.read_text()}"
-                    )
-                self._buffer += chunk
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Close stdin (the driver shuts its clients down and exits); kill it if it lingers."""
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        super().__init__(project, log_dir, "node-driver.log")
 
 
 class NodeClients:

@@ -1,17 +1,17 @@
 // Drives Apache RocketMQ's official Node.js client (rocketmq-client-nodejs) for pocketmq's
-// compatibility tests (tests/grpc/node_clients.py is the Python side).
+// compatibility tests (tests/grpc/node/conftest.py is the Python side).
 //
-// One JSON command per line on stdin, one JSON answer per line on stdout:
+// One JSON command per line on stdin, one JSON answer per line on stdout (tests/nodejs_lines.js):
 //   {"id": 1, "op": "producer", "endpoints": "127.0.0.1:8081", "topics": ["t"]}
 //   {"id": 1, "result": {"client": 1}}      or      {"id": 1, "error": {...}}
-// Commands run one after another, in the order they arrive. Clients keep running between
-// commands (a push consumer consumes in the background; "deliveries" reports what it saw).
+// Clients keep running between commands (a push consumer consumes in the background;
+// "deliveries" reports what it saw).
 // Everything the clients log at WARN or ERROR is reported by "logs": the clients log through the
 // logger they are given, but the consume services (which report corrupted messages) always use
 // the package's default file logger, so that one is replaced too.
 'use strict';
 
-const readline = require('node:readline');
+const { serve } = require('../../nodejs_lines.js');
 const defaultLogger = require('rocketmq-client-nodejs/dist/client/Logger');
 
 // TransactionResolution values of apache.rocketmq.v2 (the package does not export the enum).
@@ -260,35 +260,8 @@ const handlers = {
   },
 };
 
-async function run(command) {
-  const handler = handlers[command.op];
-  if (!handler) throw new Error(`unknown op ${command.op}`);
-  return handler(command);
-}
-
-const input = readline.createInterface({ input: process.stdin });
-let queue = Promise.resolve();
-input.on('line', line => {
-  if (!line.trim()) return;
-  const command = JSON.parse(line);
-  queue = queue.then(async () => {
-    let answer;
-    try {
-      answer = { id: command.id, result: await run(command) };
-    } catch (err) {
-      answer = {
-        id: command.id,
-        error: { name: err.name, code: err.code ?? null, message: String(err.message ?? err) },
-      };
-    }
-    process.stdout.write(`${JSON.stringify(answer)}\n`);
-  });
-});
-input.on('close', () => {
-  // stdin closed: the test is over; shut down what is still running, then leave
-  queue.then(async () => {
-    const closing = [ ...clients.values() ].map(({ client }) => client.shutdown());
-    await Promise.allSettled([ ...pending, ...closing ]);
-    process.exit(0);
-  });
+// stdin closed: the test is over; shut down what is still running, then leave
+serve(handlers, async () => {
+  const closing = [ ...clients.values() ].map(({ client }) => client.shutdown());
+  await Promise.allSettled([ ...pending, ...closing ]);
 });

@@ -8,24 +8,29 @@ gRPC client is for tests/grpc/node. Two ways of running it:
   per test, a few hundred milliseconds each);
 - :class:`OnsDriver`: ``driver.js``, one long-lived ``node`` process taking one JSON command per
   line, whose producers and consumers talk to a real ``pocketmq serve`` (as tests/grpc/node's
-  driver does for the gRPC client).
+  driver does for the gRPC client; tests/nodejs.py is what the two share), and
+  :func:`ons_broker`, the ``pocketmq serve`` it talks to.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import select
-import shutil
 import subprocess
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pocketmq.testing import BrokerProcess
+
+from ...integration.conftest import FAST_BROKER
+from ...nodejs import DriverError, LineDriver, require_npm_package
+from ...scratch import scratch_dir
+from ..conftest import create_users
+
 NODE_PROJECT = Path(__file__).parent
-PACKAGE = NODE_PROJECT / "node_modules" / "ali-ons" / "package.json"
 
 
 class AliOnsUnavailable(RuntimeError):
@@ -34,18 +39,7 @@ class AliOnsUnavailable(RuntimeError):
 
 def require_ali_ons() -> Path:
     """The npm project holding ali-ons; fail (CI) or skip (elsewhere) when it is missing."""
-    if shutil.which("node") is not None and PACKAGE.exists():
-        return NODE_PROJECT
-    if shutil.which("node") is None:
-        reason = "`node` is not on PATH: install Node.js 18+, then run scripts/prerequisites.sh"
-    else:
-        reason = (
-            f"ali-ons is not installed in {NODE_PROJECT} "
-            "(run scripts/prerequisites.sh, or `npm ci` in that directory)"
-        )
-    if os.environ.get("CI"):
-        raise AliOnsUnavailable(reason)
-    pytest.skip(reason)
+    return require_npm_package(NODE_PROJECT, "ali-ons", "ali-ons", AliOnsUnavailable)
 
 
 def run_node(script: str, payload: Any = None, timeout: float = 30.0) -> Any:
@@ -64,74 +58,38 @@ def run_node(script: str, payload: Any = None, timeout: float = 30.0) -> Any:
     return json.loads(done.stdout)
 
 
-class OnsError(Exception):
+class OnsError(DriverError):
     """A driver command that failed: the JavaScript error's name, RocketMQ code and message."""
 
-    def __init__(self, name: str, code: int | None, message: str) -> None:
-        super().__init__(f"{name} (code {code}): {message}")
-        self.name = name
-        self.code = code
-        self.message = message
 
-
-class OnsDriver:
+class OnsDriver(LineDriver):
     """``node driver.js`` (module doc): :meth:`call` sends one command, returns its result."""
 
+    error = OnsError
+
     def __init__(self, log_dir: Path) -> None:
-        project = require_ali_ons()
-        self.log_path = log_dir / "ali-ons-driver.log"
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(
-                ["node", "driver.js"],
-                cwd=project,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env={**os.environ, "HOME": str(log_dir)},  # ali-ons keeps files under $HOME
-            )
-        self._ids = 0
-        self._buffer = b""
+        # ali-ons keeps files under $HOME, which LineDriver points at log_dir
+        super().__init__(require_ali_ons(), log_dir, "ali-ons-driver.log")
 
-    def call(self, op: str, timeout: float = 30.0, **fields: Any) -> Any:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self._ids += 1
-        command = {"id": self._ids, "op": op, **fields}
-        self.process.stdin.write(json.dumps(command).encode() + b"\n")
-        self.process.stdin.flush()
-        deadline = time.monotonic() + timeout
-        while True:
-            line, newline, rest = self._buffer.partition(b"\n")
-            if newline:
-                self._buffer = rest
-                answer = json.loads(line)
-                if answer["id"] != command["id"]:
-                    continue  # the answer to a command that timed out earlier
-                if "error" in answer:
-                    error = answer["error"]
-                    raise OnsError(error["name"], error["code"], error["message"])
-                return answer["result"]
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"the ali-ons driver did not answer {op} within {timeout} s")
-            ready, _, _ = select.select([self.process.stdout], [], [], remaining)
-            if ready:
-                chunk = os.read(self.process.stdout.fileno(), 65536)
-                if not chunk:
-                    raise RuntimeError(
-                        f"the ali-ons driver exited ({self.process.wait()}):\n"
-                        + self.log_path.read_text()
-                    )
-                self._buffer += chunk
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Close stdin (the driver closes its clients and exits); kill it if it lingers."""
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+@contextmanager
+def ons_broker(
+    factory: pytest.TempPathFactory, name: str, authentication: bool
+) -> Iterator[tuple[BrokerProcess, OnsDriver]]:
+    """A remoting-only ``pocketmq serve`` and an ali-ons driver, in a scratch directory;
+    with ``authentication`` the broker checks signatures and knows tests/remoting/conftest.py's
+    users (``create_users``)."""
+    require_ali_ons()
+    with scratch_dir(factory, name) as root:
+        extra: tuple[str, ...] = ()
+        if authentication:
+            create_users(root / "broker" / "data")
+            extra = ("--authentication",)
+        with BrokerProcess(
+            root / "broker", config=FAST_BROKER, grpc_port=None, extra_args=extra
+        ) as broker:
+            driver = OnsDriver(root)
+            try:
+                yield broker, driver
+            finally:
+                driver.close()

@@ -2,15 +2,14 @@
 // for pocketmq's remoting tests (tests/remoting/node/conftest.py is the Python side), as
 // tests/grpc/node/driver.js drives the official Node.js gRPC client.
 //
-// One JSON command per line on stdin, one JSON answer per line on stdout:
+// One JSON command per line on stdin, one JSON answer per line on stdout (tests/nodejs_lines.js):
 //   {"id": 1, "op": "producer", "nameSrv": "127.0.0.1:9876", "group": "PG"}
 //   {"id": 1, "result": {"client": 1}}      or      {"id": 1, "error": {...}}
-// Commands run one after another, in the order they arrive. Clients keep running between
-// commands (a consumer pulls in the background); "errors" reports what a client emitted, "logs"
-// what ali-ons logged at WARN or ERROR.
+// Clients keep running between commands (a consumer pulls in the background); "errors" reports
+// what a client emitted, "logs" what ali-ons logged at WARN or ERROR.
 'use strict';
 
-const readline = require('node:readline');
+const { errorView, serve } = require('../../nodejs_lines.js');
 const { Producer, Consumer, Message } = require('ali-ons');
 
 const clients = new Map();
@@ -34,10 +33,6 @@ const logger = {
 const httpclient = {
   async request(url) { throw new Error(`no HTTP in these tests (asked for ${url})`); },
 };
-
-function errorView(err) {
-  return { name: err.name, code: err.code ?? null, message: err.message };
-}
 
 function options(command, extra) {
   const opts = {
@@ -201,32 +196,9 @@ const ops = {
   },
 };
 
-async function run(command) {
-  const op = ops[command.op];
-  if (!op) throw new Error(`unknown op ${command.op}`);
-  return op(command);
-}
-
-const input = readline.createInterface({ input: process.stdin });
-let queue = Promise.resolve();
-input.on('line', line => {
-  const command = JSON.parse(line);
-  queue = queue.then(async () => {
-    let answer;
-    try {
-      answer = { id: command.id, result: await run(command) };
-    } catch (err) {
-      answer = { id: command.id, error: errorView(err) };
-    }
-    process.stdout.write(`${JSON.stringify(answer)}\n`);
-  });
-});
-input.on('close', () => {
-  queue.then(async () => {
-    for (const [ id, entry ] of clients) {
-      clients.delete(id);
-      try { await entry.client.close(); } catch (err) { /* closing anyway */ }
-    }
-    process.exit(0);
-  });
+serve(ops, async () => {
+  for (const [ id, entry ] of clients) {
+    clients.delete(id);
+    try { await entry.client.close(); } catch (err) { /* closing anyway */ }
+  }
 });

@@ -9,8 +9,6 @@ consumption in ``test_ali_ons_consume.py``.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,21 +16,17 @@ from typing import Any
 
 import pytest
 
-from pocketmq.client import ClientConfig
 from pocketmq.client.sync import SyncAdmin
 from pocketmq.protocol.remoting import ResponseCode as R
 from pocketmq.server.remoting.signatures import UNSIGNED_REMARK
 from pocketmq.testing import BrokerProcess
 
-from ...integration.conftest import FAST_BROKER
-from ...scratch import scratch_dir
-from .conftest import OnsDriver, OnsError, require_ali_ons
+from ..conftest import ALICE, root_client
+from .conftest import OnsDriver, OnsError, ons_broker
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "ons-orders"
-ROOT = ("root", "root-secret-0123456789")
-ALICE = ("alice", "alice-secret-0123456789")
 
 
 @dataclass
@@ -54,36 +48,14 @@ class Ons:
         return int(answer["client"])
 
 
-def _pocketmq(*args: str) -> None:
-    command = [sys.executable, "-m", "pocketmq", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-
-
 @pytest.fixture(scope="module", params=["default", "authentication"])
 def ons(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ons]:
-    require_ali_ons()
     authentication = request.param == "authentication"
-    with scratch_dir(tmp_path_factory, f"ons-{request.param}") as root:
-        extra: tuple[str, ...] = ()
-        keys = None
-        if authentication:
-            data = str(root / "broker" / "data")
-            _pocketmq("user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super",
-                      "--data-dir", data)  # fmt: skip
-            _pocketmq("user", "create", ALICE[0], "--secret", ALICE[1], "--data-dir", data)
-            extra = ("--authentication",)
-            keys = ClientConfig(access_key=ROOT[0], secret_key=ROOT[1])
-        with BrokerProcess(
-            root / "broker", config=FAST_BROKER, grpc_port=None, extra_args=extra
-        ) as broker:
-            with SyncAdmin(servers=broker.address, client=keys) as admin:
-                admin.create_topic(TOPIC, queues=3)
-            driver = OnsDriver(root)
-            try:
-                yield Ons(driver, broker, ALICE if authentication else None)
-            finally:
-                driver.close()
+    keys = root_client() if authentication else None
+    with ons_broker(tmp_path_factory, f"ons-{request.param}", authentication) as (broker, driver):
+        with SyncAdmin(servers=broker.address, client=keys) as admin:
+            admin.create_topic(TOPIC, queues=3)
+        yield Ons(driver, broker, ALICE if authentication else None)
 
 
 def test_a_producer_fetches_the_route_and_the_broker_address(ons: Ons) -> None:

@@ -6,8 +6,6 @@ ali-ons was told (docs/remoting.md, "Broker, producer side"; cross-protocol: doc
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,15 +18,13 @@ from pocketmq.client.sync import SyncAdmin, SyncSimpleConsumer
 from pocketmq.protocol.remoting.msgid import decode_offset_msg_id
 from pocketmq.testing import BrokerProcess
 
-from ...integration.conftest import FAST_BROKER
-from ...scratch import scratch_dir
-from .conftest import OnsDriver, require_ali_ons
+from ..conftest import ROOT, root_client
+from .conftest import OnsDriver, ons_broker
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "ons-produce"
 GROUP = "sdk-readers"
-ROOT = ("root", "root-secret-0123456789")
 
 
 @dataclass
@@ -38,37 +34,20 @@ class Deployment:
     keys: ClientConfig | None
 
 
-def _pocketmq(*args: str) -> None:
-    command = [sys.executable, "-m", "pocketmq", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-
-
 @pytest.fixture(scope="module", params=["default", "authentication"])
 def deployment(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
-    require_ali_ons()
     authentication = request.param == "authentication"
-    with scratch_dir(tmp_path_factory, f"ons-produce-{request.param}") as root:
-        extra: tuple[str, ...] = ()
-        keys = None
-        if authentication:
-            _pocketmq("user", "create", ROOT[0], "--secret", ROOT[1], "--type", "super",
-                      "--data-dir", str(root / "broker" / "data"))  # fmt: skip
-            extra = ("--authentication",)
-            keys = ClientConfig(access_key=ROOT[0], secret_key=ROOT[1])
-        with BrokerProcess(
-            root / "broker", config=FAST_BROKER, grpc_port=None, extra_args=extra
-        ) as broker:
-            with SyncAdmin(servers=broker.address, client=keys) as admin:
-                admin.create_topic(TOPIC, queues=3)
-                admin.create_group(GROUP)
-            driver = OnsDriver(root)
-            try:
-                yield Deployment(driver, broker, keys)
-            finally:
-                driver.close()
+    keys = root_client() if authentication else None
+    with ons_broker(tmp_path_factory, f"ons-produce-{request.param}", authentication) as (
+        broker,
+        driver,
+    ):
+        with SyncAdmin(servers=broker.address, client=keys) as admin:
+            admin.create_topic(TOPIC, queues=3)
+            admin.create_group(GROUP)
+        yield Deployment(driver, broker, keys)
 
 
 def test_ali_ons_sends_with_tags_and_keys_and_the_sdk_reads_them(deployment: Deployment) -> None:

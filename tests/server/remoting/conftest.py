@@ -24,6 +24,7 @@ from pocketmq.protocol.remoting import (
     RemotingCommand,
     RemotingFrameDecoder,
     RequestCode,
+    ResponseCode,
     encode_command,
 )
 from pocketmq.protocol.remoting.acl import ACCESS_KEY, SIGNATURE, sign
@@ -39,7 +40,7 @@ from pocketmq.server.remoting import (
     SignatureCheck,
 )
 
-from ..conftest import FakeClock, RawClient, Toy, toy_handlers
+from ..conftest import FakeClock, RawClient, StreamClient, Toy, toy_handlers
 
 ALICE = ("alice", "alice-secret-0123456789")
 
@@ -99,61 +100,24 @@ def request(
     return encode_command(command)
 
 
-class RemotingClient:
+class RemotingClient(StreamClient[RemotingCommand]):
     """A raw remoting client: writes what the test gives it, decodes what comes back."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.decoder = RemotingFrameDecoder()
-        self.received: list[RemotingCommand] = []
-        self.closed = False
-
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def read_some(self, timeout: float = 2.0) -> None:
-        try:
-            data = await asyncio.wait_for(self.reader.read(1 << 20), timeout)
-        except TimeoutError:
-            return
-        except ConnectionError:
-            data = b""
-        if not data:
-            self.closed = True
-            return
-        self.received += self.decoder.feed(data)
+        super().__init__(reader, writer, RemotingFrameDecoder())
 
     async def answer(self, opaque: int, timeout: float = 5.0) -> RemotingCommand:
         """The response to request ``opaque``."""
-        return await self.next(lambda c: c.is_response and c.opaque == opaque, timeout)
+        return await self.next(
+            lambda c: c.is_response and c.opaque == opaque, timeout, f"no answer to {opaque}"
+        )
 
-    async def next(
-        self, wanted: Callable[[RemotingCommand], bool], timeout: float = 5.0
-    ) -> RemotingCommand:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            for command in self.received:
-                if wanted(command):
-                    self.received.remove(command)
-                    return command
-            if self.closed or loop.time() > deadline:
-                raise AssertionError(f"nothing wanted arrived; got {self.received}")
-            await self.read_some(deadline - loop.time())
-
-    async def until_closed(self, timeout: float = 5.0) -> list[RemotingCommand]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not self.closed:
-            if loop.time() > deadline:
-                raise AssertionError("the server did not close the connection")
-            await self.read_some(deadline - loop.time())
-        return self.received
-
-    def close(self) -> None:
-        self.writer.close()
+    async def refusal(self) -> str:
+        """The remark of the one ``NO_PERMISSION`` answer the server sent before it closed the
+        connection (a refused signature)."""
+        [answer] = await self.until_closed()
+        assert answer.code == ResponseCode.NO_PERMISSION, answer
+        return answer.remark or ""
 
 
 @dataclass
@@ -177,6 +141,16 @@ class DualPort:
 
     async def native(self) -> RawClient:
         return RawClient(*await self._open())
+
+    async def heartbeated(
+        self, opaque: int = 1, binary: bool = False
+    ) -> tuple[RemotingClient, RemotingConnection]:
+        """A remoting client that sent ``HEART_BEAT`` (as request ``opaque``), and its
+        server-side connection, to push to or ask from."""
+        client = await self.remoting()
+        await client.send(request(RequestCode.HEART_BEAT, opaque, binary=binary))
+        await client.answer(opaque)
+        return client, self.toy.heartbeats[-1]
 
 
 StartDual = Callable[..., "contextlib.AbstractAsyncContextManager[DualPort]"]

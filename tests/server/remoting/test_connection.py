@@ -200,10 +200,7 @@ async def test_a_push_is_a_one_way_request_with_the_server_s_own_opaque(
     start_dual: StartDual,
 ) -> None:
     async with start_dual() as dual:
-        client = await dual.remoting()
-        await client.send(request(RC.HEART_BEAT, 500, binary=True))
-        await client.answer(500)
-        connection = dual.toy.heartbeats[-1]
+        client, connection = await dual.heartbeated(opaque=500, binary=True)
         connection.push(RC.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "g"})
         connection.push(RC.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "h"})
         pushes = [await client.next(lambda c: not c.is_response) for _ in range(2)]
@@ -218,10 +215,7 @@ async def test_a_server_request_is_answered_by_the_client_s_response(
     start_dual: StartDual,
 ) -> None:
     async with start_dual() as dual:
-        client = await dual.remoting()
-        await client.send(request(RC.HEART_BEAT, 1))
-        await client.answer(1)
-        connection = dual.toy.heartbeats[-1]
+        client, connection = await dual.heartbeated()
         waiting = asyncio.ensure_future(
             connection.request(RC.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "g"})
         )
@@ -241,10 +235,7 @@ async def test_server_requests_time_out_are_bounded_and_fail_on_close(
     start_dual: StartDual,
 ) -> None:
     async with start_dual() as dual:
-        client = await dual.remoting()
-        await client.send(request(RC.HEART_BEAT, 1))
-        await client.answer(1)
-        connection = dual.toy.heartbeats[-1]
+        client, connection = await dual.heartbeated()
         with pytest.raises(RequestTimeoutError, match="did not answer"):
             await connection.request(RC.GET_CONSUMER_RUNNING_INFO, timeout=0.05)
         assert connection.outbound.waiting == 0

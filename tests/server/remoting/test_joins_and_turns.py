@@ -15,6 +15,7 @@ from pocketmq.server.remoting import RemotingConnection, Reply
 from pocketmq.server.remoting.connection import YIELD_AFTER_BYTES
 from pocketmq.server.remoting.outcomes import Joined
 
+from ..conftest import FakeTransport
 from .conftest import StartDual, request
 
 SEND = RequestCode.SEND_MESSAGE_V2
@@ -43,32 +44,10 @@ async def test_requests_of_one_read_are_joined_until_another_code(start_dual: St
     assert calls == [["1", "2", "3", "4", "5"], ["7", "8", "9"]]
 
 
-class Transport:
-    """Records what the connection asks of its transport."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        self.calls.append("pause")
-
-    def resume_reading(self) -> None:
-        self.calls.append("resume")
-
-    def close(self) -> None:
-        self.calls.append("close")
-
-    def get_extra_info(self, name: str) -> Any:
-        return ("127.0.0.1", 5) if name in ("peername", "sockname") else None
-
-
 async def test_a_large_read_pauses_reading_until_the_next_turn(start_dual: StartDual) -> None:
     async with start_dual() as dual:
         connection = dual.port.connection(dual.server._share, 0.0)
-        transport = Transport()
+        transport = FakeTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         small = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 1, {"topic": "t"})
         connection.data_received(small)

@@ -21,7 +21,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import msgspec
 
@@ -41,14 +41,14 @@ from pocketmq.protocol import (
     encode_body,
     encode_frame,
 )
-from pocketmq.protocol.auth import normalize_address
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
 from pocketmq.server.auth.credential import Credential
 from pocketmq.server.auth.failures import count as count_failure
 from pocketmq.server.native.limits import BufferBudget, ConnectionLimits
-from pocketmq.server.pacing import YIELD_AFTER_BYTES, PacedReading
+from pocketmq.server.pacing import YIELD_AFTER_BYTES
 from pocketmq.server.ratelog import RateLimitedLog
 from pocketmq.server.rpcstats import RpcLatency
+from pocketmq.server.serving import JOIN_LIMIT, Joined, ServedConnection
 
 __all__ = ["JOIN_LIMIT", "Handler", "HandlerTable", "Joined", "ServerConnection"]
 
@@ -82,23 +82,7 @@ def _name(value: int, names: dict[int, str]) -> str:
     return names.get(value) or str(value)
 
 
-#: At most this many joined requests are done in one call (bounds one event-loop turn).
-JOIN_LIMIT = 256
-
-
-class Joined(NamedTuple):
-    """A handler's answer that defers its work: requests that one read of the connection brought
-    and that return the same ``run`` are done together, by one call of ``run`` with their
-    ``item`` values in arrival order, before the next request of another kind and before the
-    read's answers are written. ``run`` returns one result per item: a response body, an
-    awaitable of one, or the exception that request failed with. Sends use it so a pipelining
-    producer's requests reach the store in one append (docs/design.md "Sending")."""
-
-    run: Callable[[list[Any]], Sequence[object]]
-    item: Any
-
-
-class ServerConnection(PacedReading):
+class ServerConnection(ServedConnection):
     """One native-protocol connection: frames decoded straight from ``data_received``, requests
     dispatched through the handler table, responses of one loop iteration written together, and the
     limits of docs/protocol.md "Limits" enforced."""
@@ -116,6 +100,8 @@ class ServerConnection(PacedReading):
         latency: RpcLatency | None = None,
         on_established: Callable[[ServerConnection], None] | None = None,
     ) -> None:
+        self.limits = limits or ConnectionLimits()
+        super().__init__(clock, budget or BufferBudget(self.limits.max_buffered_bytes), tasks)
         self._handlers = handlers
         self._latency = latency
         self._on_established = on_established
@@ -125,35 +111,15 @@ class ServerConnection(PacedReading):
         # the operations this connection's identity may ask for (None: any the port serves)
         self.permitted: frozenset[int] | None = None
         self.established = False  # the handshake is complete (see _check_established)
-        self.connected = False  # connection_made was called (after a TLS handshake, if any)
-        self._close_after_reply = False
         self.producing = False  # it sent a message (the connection metrics)
         self._on_close = on_close
-        self._tasks = tasks
-        self.limits = limits or ConnectionLimits()
-        self._budget = budget or BufferBudget(self.limits.max_buffered_bytes)
-        self._clock = clock
         # shared by a server's connections: one line per kind of bad input per interval
         self.bad_input_log = bad_input_log or RateLimitedLog(log)
         self._decoder = FrameDecoder(self.limits.max_frame_before_hello)
-        self._held = 0  # bytes of partly received frames, as accounted in the budget
-        self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] | None = None
-        self._later: list[bytes] = []
         self._greeted = False
         self.client_id = ""
-        self.remote = ""
-        self.peer_host = ""  # the peer's IP (failed logins are counted by it)
-        self.local_address = ""  # where this connection arrived, normalized (protocol/auth.py)
-        self.closed = False
-        self.state: dict[str, Any] = {}
         self._next_request_id = 1
         self.opened_at = self.last_seen = clock()
-        self.inflight = 0  # requests whose handler still runs (long polls, sync flushes)
-        self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by request id
-        # requests of this read whose handlers asked to be done together (see Joined)
-        self._joined: list[tuple[int, int, bool, float, Any]] = []
-        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
 
     @property
     def greeted(self) -> bool:
@@ -183,27 +149,13 @@ class ServerConnection(PacedReading):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and the peer's address (for logs)."""
-        # a stream transport, though not always an asyncio.Transport subclass (uvloop's is
-        # not): check for what is used, not for the class
-        self._transport = cast(asyncio.Transport, transport)
-        self.connected = True
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = peer[0]
-            self.remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
-            self.peer_host = normalize_address(host, 0).rpartition(":")[0]
-        local = transport.get_extra_info("sockname")
-        if isinstance(local, tuple) and len(local) >= 2:
-            self.local_address = normalize_address(str(local[0]), int(local[1]))
+        self._note_transport(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Give back this connection's share of the buffer budget, stop its long polls (nobody
         would receive what they took) and tell the server (the broker then drops the client's
         registrations made on this connection)."""
-        self.closed = True
-        self._release_buffer()
-        for task in list(self._polls.values()):
-            task.cancel()
+        self._drop()
         self._on_close(self)
 
     def cancel(self, request_id: int) -> None:
@@ -240,7 +192,7 @@ class ServerConnection(PacedReading):
                     break
             if self._joined:
                 self._run_joined()
-            self._account_buffer()
+            self._account_buffer(decoder.buffered)
         finally:
             out, self._out = self._out, None
             if out and self._transport is not None and not self.closed:
@@ -250,16 +202,10 @@ class ServerConnection(PacedReading):
         if size >= YIELD_AFTER_BYTES and not self.closed:
             self._yield_turn()
 
-    def _account_buffer(self) -> None:
-        """Count the partly received frame against the server's budget; over it, refuse that
-        request (TOO_MANY_REQUESTS) and skip the rest of its bytes."""
-        held = self._decoder.buffered
-        if held == self._held:
-            return
+    def _over_budget(self, held: int) -> None:
+        """Refuse the partly received request (TOO_MANY_REQUESTS) and skip the rest of its
+        bytes."""
         budget = self._budget
-        if budget.change(self._held, held):
-            self._held = held
-            return
         header = self._decoder.abandon_partial()
         if header is None:  # not even a header yet (under 12 bytes): not worth refusing
             budget.used += held
@@ -281,11 +227,6 @@ class ServerConnection(PacedReading):
                 f"the broker is receiving too many large requests at once ({budget.used} of "
                 f"{budget.limit} bytes buffered); back off and retry",
             )
-
-    def _release_buffer(self) -> None:
-        if self._held:
-            self._budget.change(self._held, 0)
-            self._held = 0
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -373,16 +314,7 @@ class ServerConnection(PacedReading):
         self._complete(code, request_id, oneway, started, result)
         self._check_established()
 
-    def _run_joined(self) -> None:
-        """Do the joined requests' work in one call and answer each of them."""
-        joined, self._joined = self._joined, []
-        run = self._join_run
-        if run is None or not joined:
-            return
-        try:
-            results: Sequence[object] = run([item for *_, item in joined])
-        except Exception as exc:  # a bug in the runner: each joined request fails alone
-            results = [exc] * len(joined)
+    def _answer_joined(self, joined: list[Any], results: Sequence[object]) -> None:
         for (code, request_id, oneway, started, _), result in zip(joined, results, strict=True):
             self._complete(code, request_id, oneway, started, result)
 
@@ -427,15 +359,6 @@ class ServerConnection(PacedReading):
                 )
             self._latency.observe_key(key, time.perf_counter() - started)
 
-    def _poll_done(self, request_id: int, task: asyncio.Task[None]) -> None:
-        if self._polls.get(request_id) is task:
-            del self._polls[request_id]
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self.inflight -= 1
-        self.last_seen = self._clock()  # idle time counts from the last answer, too
-        self._tasks.discard(task)
-
     async def _finish(
         self,
         code: int,
@@ -470,22 +393,6 @@ class ServerConnection(PacedReading):
         )
 
     # -- writing --------------------------------------------------------------------------
-
-    def _write(self, frame: bytes) -> None:
-        if self.closed or self._transport is None:
-            return
-        if self._out is not None:
-            self._out.append(frame)
-            return
-        # answers finishing in the same loop iteration leave in one write
-        if not self._later:
-            asyncio.get_running_loop().call_soon(self._flush_later)
-        self._later.append(frame)
-
-    def _flush_later(self) -> None:
-        later, self._later = self._later, []
-        if later and self._transport is not None and not self.closed:
-            self._transport.write(b"".join(later) if len(later) > 1 else later[0])
 
     def _respond(self, request_id: int, code: int, body: msgspec.Struct | None) -> None:
         payload = encode_body(body) if body is not None else b""
@@ -554,8 +461,3 @@ class ServerConnection(PacedReading):
         request_id = self._next_request_id
         self._next_request_id = (request_id + 1) & 0xFFFFFFFF or 1
         self._write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
-
-    def close(self) -> None:
-        """Close the connection (the peer sees EOF after the frames already queued)."""
-        if self._transport is not None and not self.closed:
-            self._transport.close()

@@ -27,6 +27,7 @@ after the answer, as a failed native login is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -34,7 +35,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias, cast
 
 from pocketmq.errors import BrokerError, LocalProtocolError, PocketMQError, ProtocolError
-from pocketmq.protocol.auth import normalize_address
 from pocketmq.protocol.remoting.codes import (
     VERSION_V4_9_4,
     RequestCode,
@@ -44,10 +44,11 @@ from pocketmq.protocol.remoting.codes import (
 from pocketmq.protocol.remoting.command import RemotingCommand, encode_command, response_to
 from pocketmq.protocol.remoting.frames import MAX_FRAME, RemotingFrameDecoder
 from pocketmq.server.listening import PortShare
-from pocketmq.server.pacing import YIELD_AFTER_BYTES, PacedReading
+from pocketmq.server.pacing import YIELD_AFTER_BYTES
 from pocketmq.server.remoting.outbound import Outbound
 from pocketmq.server.remoting.outcomes import JOIN_LIMIT, Joined, Reply, response_code
 from pocketmq.server.remoting.signatures import SignatureCheck
+from pocketmq.server.serving import ServedConnection
 
 __all__ = ["RemotingConnection", "RemotingHandler", "RemotingHandlerTable"]
 
@@ -78,7 +79,7 @@ def _labels(request: int, response: int) -> tuple[str, str, str]:
     return key
 
 
-class RemotingConnection(PacedReading):
+class RemotingConnection(ServedConnection):
     """One remoting connection (module doc). ``user`` is the access key that signed the request
     being dispatched (authentication on; "" otherwise): a handler reads it before its first
     ``await``. ``state`` is the handlers' own per-connection space (client ids, groups)."""
@@ -92,64 +93,36 @@ class RemotingConnection(PacedReading):
         opened_at: float | None = None,
         on_close: Callable[[RemotingConnection], None] | None = None,
     ) -> None:
+        super().__init__(share.clock, share.budget, share.tasks)
         self._handlers = handlers
         self._share = share
         self._signatures = signatures
         self._on_close = on_close
         self.limits = share.limits
-        self._clock = share.clock
         self.bad_input_log = share.log
         self._decoder = RemotingFrameDecoder(MAX_FRAME)
-        self._held = 0  # bytes of partly received frames, as accounted in the budget
-        self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] | None = None
-        self._later: list[bytes] = []
-        self._close_after_reply = False
         self._large_first = False  # a large first frame admitted by its header (module doc)
         self.outbound = Outbound(self._write)
         self.established = signatures is None  # no handshake without authentication
-        self.connected = False
-        self.closed = False
         self.user = ""
-        self.remote = ""
-        self.peer_host = ""
-        self.local_address = ""
         self.language = ""  # of the client's latest request (JAVA, NODE_JS, ...)
         self.version = 0  # its MQVersion ordinal
         self.serialize_type: int = SerializeType.JSON  # what the server's requests use
-        self.state: dict[str, Any] = {}
         self.opened_at = self.last_seen = share.clock() if opened_at is None else opened_at
-        self.inflight = 0
-        self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by opaque
-        # requests of this read whose handlers asked to be done together (see Joined)
-        self._joined: list[tuple[RemotingCommand, float, Any]] = []
-        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and the peer; without authentication there is no handshake
         to wait for."""
-        self._transport = cast(asyncio.Transport, transport)
-        self.connected = True
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = peer[0]
-            self.remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
-            self.peer_host = normalize_address(host, 0).rpartition(":")[0]
-        local = transport.get_extra_info("sockname")
-        if isinstance(local, tuple) and len(local) >= 2:
-            self.local_address = normalize_address(str(local[0]), int(local[1]))
+        self._note_transport(transport)
         if self.established:
             self._share.on_established(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Give back the budget, stop the long polls, fail the server's waiting requests and
         leave the books."""
-        self.closed = True
-        self._release_buffer()
-        for task in list(self._polls.values()):
-            task.cancel()
+        self._drop()
         self.outbound.close(f"the connection from {self.remote or '?'} closed")
         if self._on_close is not None:
             self._on_close(self)
@@ -178,7 +151,7 @@ class RemotingConnection(PacedReading):
                     return
             if self._decoder.buffered and not self._guard_first_frame():
                 return
-            self._account_buffer()
+            self._account_buffer(self._decoder.buffered)
         finally:
             if self._joined and not self.closed:
                 self._run_joined()
@@ -235,16 +208,10 @@ class RemotingConnection(PacedReading):
             self._respond(command, Reply(ResponseCode.NO_PERMISSION, remark=remark))
         self._close_after_reply = True
 
-    def _account_buffer(self) -> None:
-        """Count the partly received frame against the port's budget; over it, answer that
-        request ``SYSTEM_BUSY`` and skip the rest of its bytes."""
-        held = self._decoder.buffered
-        if held == self._held:
-            return
-        budget = self._share.budget
-        if budget.change(self._held, held):
-            self._held = held
-            return
+    def _over_budget(self, held: int) -> None:
+        """Answer the partly received request ``SYSTEM_BUSY`` and skip the rest of its
+        bytes."""
+        budget = self._budget
         try:
             partial = self._decoder.abandon_partial()
         except ProtocolError as exc:
@@ -274,11 +241,6 @@ class RemotingConnection(PacedReading):
                     f"({budget.used} of {budget.limit} bytes buffered); back off and retry",
                 ),
             )
-
-    def _release_buffer(self) -> None:
-        if self._held:
-            self._share.budget.change(self._held, 0)
-            self._held = 0
 
     def expire(self, now: float) -> None:
         """Close the connection if it overstayed: no signed request within ``hello_timeout``
@@ -341,16 +303,7 @@ class RemotingConnection(PacedReading):
             return
         self._complete(command, started, result)
 
-    def _run_joined(self) -> None:
-        """Do the joined requests' work in one call and answer each of them."""
-        joined, self._joined = self._joined, []
-        run = self._join_run
-        if run is None or not joined:
-            return
-        try:
-            results: Sequence[object] = run([item for *_, item in joined])
-        except Exception as exc:  # a bug in the runner: each joined request fails alone
-            results = [exc] * len(joined)
+    def _answer_joined(self, joined: list[Any], results: Sequence[object]) -> None:
         for (command, started, _), result in zip(joined, results, strict=True):
             self._complete(command, started, result)
 
@@ -394,11 +347,11 @@ class RemotingConnection(PacedReading):
             pending = cast("Awaitable[Reply | None]", result)
             task = asyncio.ensure_future(self._finish(command, pending, started))
             self.inflight += 1
-            tasks = self._share.tasks
-            tasks.add(task)
+            self._tasks.add(task)
             if command.code in _LONG_POLLS:
                 self._polls[command.opaque] = task
-            task.add_done_callback(lambda done: self._task_done(command.opaque, done))
+                task.add_done_callback(functools.partial(self._poll_done, command.opaque))
+            task.add_done_callback(self._task_done)
 
     async def _finish(
         self, command: RemotingCommand, pending: Awaitable[Reply | None], started: float
@@ -411,13 +364,6 @@ class RemotingConnection(PacedReading):
             result = exc
         self._complete(command, started, result)
 
-    def _task_done(self, opaque: int, task: asyncio.Task[None]) -> None:
-        self.inflight -= 1
-        self.last_seen = self._clock()  # idle time counts from the last answer, too
-        self._share.tasks.discard(task)
-        if self._polls.get(opaque) is task:
-            del self._polls[opaque]
-
     def _observe(self, code: int, response: int, started: float) -> None:
         self._share.latency.observe_key(_labels(code, response), time.perf_counter() - started)
 
@@ -428,21 +374,6 @@ class RemotingConnection(PacedReading):
         )
 
     # -- writing --------------------------------------------------------------------------
-
-    def _write(self, frame: bytes) -> None:
-        if self.closed or self._transport is None:
-            return
-        if self._out is not None:
-            self._out.append(frame)
-            return
-        if not self._later:  # answers finishing in the same loop iteration leave in one write
-            asyncio.get_running_loop().call_soon(self._flush_later)
-        self._later.append(frame)
-
-    def _flush_later(self) -> None:
-        later, self._later = self._later, []
-        if later and self._transport is not None and not self.closed:
-            self._transport.write(b"".join(later) if len(later) > 1 else later[0])
 
     def _respond(self, request: RemotingCommand, reply: Reply) -> None:
         if request.is_oneway:
@@ -510,8 +441,3 @@ class RemotingConnection(PacedReading):
             self._transport.close()
         self.closed = True
         self._release_buffer()
-
-    def close(self) -> None:
-        """Close the connection (the peer sees EOF after the frames already queued)."""
-        if self._transport is not None and not self.closed:
-            self._transport.close()

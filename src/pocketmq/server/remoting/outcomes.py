@@ -10,11 +10,11 @@ above (``TOO_MANY_REQUESTS`` is 530 natively, ``SYSTEM_BUSY`` here).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from pocketmq.errors import BrokerError, Code, PocketMQError, ProtocolError
 from pocketmq.protocol.remoting.codes import ResponseCode
+from pocketmq.server.serving import JOIN_LIMIT, Joined  # a remoting run returns Replies
 
 __all__ = ["JOIN_LIMIT", "Joined", "Reply", "code_of", "response_code"]
 
@@ -28,21 +28,6 @@ class Reply(NamedTuple):
     body: bytes = b""
     remark: str | None = None
 
-
-class Joined(NamedTuple):
-    """A handler's answer that defers its work: the requests one read of the connection brought
-    that return the same ``run`` are done together, by one call of ``run`` with their ``item``
-    values in arrival order, before a request of another code and before the read's answers are
-    written. ``run`` returns one result per item: a :class:`Reply`, an awaitable of one, or the
-    exception that request failed with. Sends use it so a pipelining producer's requests reach
-    the store in one append, as on the native port (docs/design.md, "Sending")."""
-
-    run: Callable[[list[Any]], Sequence[object]]
-    item: Any
-
-
-#: At most this many requests are joined into one call (then the next join starts).
-JOIN_LIMIT: Final = 256
 
 _R = ResponseCode
 _BY_NATIVE_CODE: Final[dict[int, int]] = {

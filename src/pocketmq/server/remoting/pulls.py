@@ -106,18 +106,7 @@ def pull_handler(broker: Broker, store_host: Callable[[], str]) -> PullHandler:
         wait = 0.0  # no long poll: one more look
         if sys_flag & SUSPEND:
             wait = optional_number(request, "suspendTimeoutMillis", 0) / 1000
-        return waiting(group, topic, queue_id, offset, max_count, expression, wait)
-
-    async def waiting(
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        expression: str,
-        wait: float,
-    ) -> Reply:
-        outcome = await broker.pull(
+        pending = broker.pull(
             group,
             topic,
             queue_id,
@@ -126,6 +115,9 @@ def pull_handler(broker: Broker, store_host: Callable[[], str]) -> PullHandler:
             expression=expression,
             max_wait=max(0.0, wait),
         )
-        return answer(outcome)
+        return answered(pending)
+
+    async def answered(pending: Awaitable[PullOutcome]) -> Reply:
+        return answer(await pending)
 
     return pull

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pocketmq import properties as props
 from pocketmq.broker import Broker, InboundMessage, ResetTarget, RetryPolicy
 from pocketmq.broker.overview import DeadLetterRow, dead_letters
+from pocketmq.broker.redrive import report_rows
 from pocketmq.errors import STORED_CODES, InvalidArgumentError, error_from_code
 from pocketmq.ids import new_message_id
 
@@ -67,17 +68,7 @@ async def redrive(
         report = await broker.redrive(
             group, offsets[start : start + chunk], target=target, operator=operator
         )
-        lines += [
-            RedriveLine(
-                offset,
-                message_id,
-                status,
-                outcome.topic if outcome else "",
-                outcome.queue_id if outcome else -1,
-                outcome.queue_offset if outcome else -1,
-            )
-            for offset, message_id, status, outcome in report
-        ]
+        lines += [RedriveLine(*row) for row in report_rows(report)]
     return lines
 
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pocketmq.broker import VERSION, Attempt, Broker, ResetTarget
+from pocketmq.broker.redrive import report_rows
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -201,17 +202,7 @@ class AdminHandlers:
         report = await self._broker.redrive(
             req.group, req.dlq_offsets, target=req.target, operator=operator
         )
-        items = [
-            w.RedriveItem(
-                offset,
-                message_id,
-                status,
-                outcome.topic if outcome else "",
-                outcome.queue_id if outcome else -1,
-                outcome.queue_offset if outcome else -1,
-            )
-            for offset, message_id, status, outcome in report
-        ]
+        items = [w.RedriveItem(*row) for row in report_rows(report)]
         return w.RedriveResponse(items, sorted(self._broker.redriven(req.group)))
 
     def table(self) -> HandlerTable:

@@ -1,0 +1,162 @@
+"""What the native and the remoting connection share, server side: naming the peer, writing
+answers (every answer of one read in one write, answers finishing in one loop iteration in one
+more), joining the requests a handler asked to be done together (:class:`Joined`), the tasks of
+slow handlers and the buffer budget's books (docs/protocol.md, "Limits"; docs/remoting.md,
+"Limits and errors").
+
+Each protocol keeps its own decoding, dispatch and error answers (``server/native/connection.py``,
+``server/remoting/connection.py``, which never import each other: ``tests/test_layering.py``);
+this base holds only what is the same to the letter, and adds no per-message call: the read
+loops keep their own inline code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NamedTuple, cast
+
+from pocketmq.protocol.auth import normalize_address
+from pocketmq.server.listening import Budget
+from pocketmq.server.pacing import PacedReading
+
+__all__ = ["JOIN_LIMIT", "Joined", "ServedConnection"]
+
+#: At most this many joined requests are done in one call (bounds one event-loop turn).
+JOIN_LIMIT: Final = 256
+
+
+class Joined(NamedTuple):
+    """A handler's answer that defers its work: requests that one read of the connection brought
+    and that return the same ``run`` are done together, by one call of ``run`` with their
+    ``item`` values in arrival order, before the next request of another kind and before the
+    read's answers are written. ``run`` returns one result per item: what the protocol's
+    handlers return (a response body, a remoting ``Reply``), an awaitable of one, or the
+    exception that request failed with. Sends use it so a pipelining producer's requests reach
+    the store in one append (docs/design.md "Sending")."""
+
+    run: Callable[[list[Any]], Sequence[object]]
+    item: Any
+
+
+class ServedConnection(PacedReading):
+    """The shared half of a server connection (module doc). A subclass calls this
+    ``__init__`` first, :meth:`_note_transport` from ``connection_made`` and :meth:`_drop` from
+    ``connection_lost``, and answers joined requests in :meth:`_answer_joined`."""
+
+    def __init__(
+        self, clock: Callable[[], float], budget: Budget, tasks: set[asyncio.Task[None]]
+    ) -> None:
+        self._clock = clock
+        self._budget = budget  # the port's, shared by its connections
+        self._tasks = tasks  # the port's tasks of slow handlers (closed with it)
+        self._held = 0  # bytes of partly received frames, as accounted in the budget
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] | None = None  # the answers of the read being served
+        self._later: list[bytes] = []  # answers finished since, written at the next turn
+        self._close_after_reply = False
+        self.connected = False  # connection_made was called (after a TLS handshake, if any)
+        self.closed = False
+        self.remote = ""
+        self.peer_host = ""  # the peer's IP (failed logins are counted by it)
+        self.local_address = ""  # where this connection arrived, normalized (protocol/auth.py)
+        self.state: dict[str, Any] = {}  # the handlers' own per-connection space
+        self.inflight = 0  # requests whose handler still runs (long polls, sync flushes)
+        self.last_seen = 0.0
+        self._polls: dict[int, asyncio.Task[None]] = {}  # long polls waiting, by request
+        # requests of this read whose handlers asked to be done together (see Joined)
+        self._joined: list[Any] = []
+        self._join_run: Callable[[list[Any]], Sequence[object]] | None = None
+
+    def _note_transport(self, transport: asyncio.BaseTransport) -> None:
+        """Remember the transport and name the peer (for logs and per-address checks)."""
+        # a stream transport, though not always an asyncio.Transport subclass (uvloop's is
+        # not): check for what is used, not for the class
+        self._transport = cast(asyncio.Transport, transport)
+        self.connected = True
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            host = peer[0]
+            self.remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+            self.peer_host = normalize_address(host, 0).rpartition(":")[0]
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple) and len(local) >= 2:
+            self.local_address = normalize_address(str(local[0]), int(local[1]))
+
+    def _drop(self) -> None:
+        """The connection is gone: give back its share of the budget and stop its long polls
+        (nobody would receive what they took)."""
+        self.closed = True
+        self._release_buffer()
+        for task in list(self._polls.values()):
+            task.cancel()
+
+    def _account_buffer(self, held: int) -> None:
+        """Count the ``held`` bytes of the partly received frame against the port's budget;
+        over it, :meth:`_over_budget` refuses that request."""
+        if held == self._held:
+            return
+        if self._budget.change(self._held, held):
+            self._held = held
+            return
+        self._over_budget(held)
+
+    def _over_budget(self, held: int) -> None:
+        """Refuse the partly received request the budget had no room for (the protocol's
+        answer), and skip the rest of its bytes."""
+        raise NotImplementedError
+
+    def _release_buffer(self) -> None:
+        if self._held:
+            self._budget.change(self._held, 0)
+            self._held = 0
+
+    # -- joined requests and slow handlers ------------------------------------------------
+
+    def _run_joined(self) -> None:
+        """Do the joined requests' work in one call and answer each of them."""
+        joined, self._joined = self._joined, []
+        run = self._join_run
+        if run is None or not joined:
+            return
+        try:
+            results: Sequence[object] = run([entry[-1] for entry in joined])
+        except Exception as exc:  # a bug in the runner: each joined request fails alone
+            results = [exc] * len(joined)
+        self._answer_joined(joined, results)
+
+    def _answer_joined(self, joined: list[Any], results: Sequence[object]) -> None:
+        """Answer each joined request (an entry of ``_joined``) with its result."""
+        raise NotImplementedError
+
+    def _poll_done(self, key: int, task: asyncio.Task[None]) -> None:
+        if self._polls.get(key) is task:
+            del self._polls[key]
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.inflight -= 1
+        self.last_seen = self._clock()  # idle time counts from the last answer, too
+        self._tasks.discard(task)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _write(self, frame: bytes) -> None:
+        if self.closed or self._transport is None:
+            return
+        if self._out is not None:
+            self._out.append(frame)
+            return
+        # answers finishing in the same loop iteration leave in one write
+        if not self._later:
+            asyncio.get_running_loop().call_soon(self._flush_later)
+        self._later.append(frame)
+
+    def _flush_later(self) -> None:
+        later, self._later = self._later, []
+        if later and self._transport is not None and not self.closed:
+            self._transport.write(b"".join(later) if len(later) > 1 else later[0])
+
+    def close(self) -> None:
+        """Close the connection (the peer sees EOF after the frames already queued)."""
+        if self._transport is not None and not self.closed:
+            self._transport.close()
