@@ -296,3 +296,24 @@ def test_a_slave_etcd_lists_late_is_counted_only_holding_the_confirmed_offset() 
     state.acked("two", 1000, 1000)
     assert [s.broker_id for s in state.in_sync()] == [1, 2]
     assert state.confirmed == 1000
+
+
+def test_the_first_slave_counted_behind_hides_nothing_readers_were_shown() -> None:
+    """With no slave in sync readers read the whole log; the first slave counted, still a little
+    behind (here: once etcd lists it), limits what comes next, not what they could already read."""
+    state, log, clock = timed(max_lag_time=5.0)
+    state.set_isr(frozenset({0}))  # a controller that has not listed the slave yet
+    state.slave_connected("one", 1, "a", 0)
+    for _ in range(10):
+        clock.now += 0.1
+        end = append(state, log)
+        state.acked("one", end - 100, end - 100)
+    assert log.visible_limit is None  # no slave counted: the master alone, all readable
+    state.set_isr(frozenset({0, 1}))
+    assert [s.broker_id for s in state.in_sync()] == [1]
+    assert state.confirmed == 900
+    assert log.visible_limit == 1000  # what readers were shown stays readable
+    end = append(state, log)
+    assert log.visible_limit == 1000  # the new record waits for the slave
+    state.acked("one", end, end)
+    assert log.visible_limit == state.confirmed == end

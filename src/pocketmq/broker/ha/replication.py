@@ -133,6 +133,9 @@ class Replication:
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._unconfirmed: deque[tuple[int, set[tuple[str, int]]]] = deque()
         self.confirmed = -1  # -1: no limit (no slave in sync, or async replication)
+        # the log end readers could read to when the first slave was counted after none: what
+        # they were shown stays readable (readers' limit never moves back)
+        self._shown = -1
         self._growth: asyncio.Future[None] | None = None
         # append time of recent log ends, and the latest append-to-acknowledgement times
         self._appended: deque[tuple[int, float]] = deque()
@@ -407,8 +410,10 @@ class Replication:
             confirmed = -1
         if confirmed == self.confirmed:
             return
+        if confirmed >= 0 and self.confirmed < 0:
+            self._shown = self.store.write_position
         self.confirmed = confirmed
-        self.store.set_visible_limit(confirmed if confirmed >= 0 else None)
+        self.store.set_visible_limit(max(confirmed, self._shown) if confirmed >= 0 else None)
         woken: set[tuple[str, int]] = set()
         while self._unconfirmed and (confirmed < 0 or self._unconfirmed[0][0] <= confirmed):
             woken |= self._unconfirmed.popleft()[1]
