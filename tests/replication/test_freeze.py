@@ -28,6 +28,7 @@ from pocketmq.errors import PocketMQError
 
 from ..integration.conftest import eventually
 from .conftest import FAST_CONTROLLER
+from .freeze_diag import GroupRecorder, loss_report
 from .probes import own_status, role_of, wait_for_master
 from .test_controller import _wait_in_sync
 from .test_group import setup_topic, stored_bodies
@@ -113,6 +114,9 @@ async def freeze_master(
     master = group.master
     await setup_topic(master.address)
     await _wait_in_sync(master, 3)
+    members = {0: master, **{i + 1: slave for i, slave in enumerate(group.slaves)}}
+    recorder = GroupRecorder(etcd.url, {i: b.address for i, b in members.items()})
+    recorder.start()
     traffic = TimedTraffic(group.namesrv.address)
     traffic.start()
     slaves = [slave.address for slave in group.slaves]
@@ -127,6 +131,7 @@ async def freeze_master(
         try:
             successor = await wait_for_master(slaves, timeout=30)
             elected = time.monotonic() - stopped
+            after_election = await recorder.snapshot()
             followed = await _followed(successor, stopped, timeout=max(5.0, seconds))
             await asyncio.sleep(max(0.0, stopped + seconds - time.monotonic()))
         finally:
@@ -139,6 +144,7 @@ async def freeze_master(
         await eventually(lambda: len(traffic.answers) > before + 20, timeout=20)
     finally:
         await traffic.stop()
+        await recorder.stop()
     first_write = traffic.first_after(stopped)
     first_ok = traffic.first_after(stopped, SendStatus.OK)
     assert first_write is not None, traffic.failures[-5:]
@@ -146,7 +152,20 @@ async def freeze_master(
     await eventually(lambda: _confirmed_all(successor), timeout=20)  # readers see it all
     stored = set(await stored_bodies(successor))
     lost = traffic.confirmed() - stored
-    assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:5]}"
+    if lost:
+        report = loss_report(
+            lost=lost,
+            answers=traffic.answers,
+            stopped=stopped,
+            successor=successor,
+            members=members,
+            after_election=after_election,
+            recorder=recorder,
+            stored=stored,
+            elected=elected,
+        )
+        (group.root / "loss_report.txt").write_text(report)
+        raise AssertionError(report)
     failures: dict[str, int] = {}
     for at, name in traffic.failures:
         if at > stopped:
