@@ -193,3 +193,28 @@ def keep_logs(members: dict[int, BrokerProcess], into: Path) -> None:
     into.mkdir(parents=True, exist_ok=True)
     for broker_id, broker in members.items():
         (into / f"broker{broker_id}.log").write_text(broker.log())
+
+
+def election_summary(recorder: GroupRecorder, stopped: float) -> str:
+    """One line on the election, also for runs that lost nothing (near misses): etcd's in-sync
+    set when the master stopped, the master's own last view of its slaves, the candidacies
+    published before the new leader appeared, and who won."""
+    before = [keys for at, keys in recorder.etcd if at <= stopped]
+    isr = before[-1].get("isr") if before else None
+    master = [seen for at, seen in recorder.statuses.get(0, []) if at <= stopped and "role" in seen]
+    last = master[-1] if master else {}
+    epoch = (before[-1].get("epoch") or {}).get("epoch") if before else None
+    candidates: dict[str, Any] = {}
+    winner = None
+    for _, keys in recorder.etcd:
+        new_epoch = (keys.get("epoch") or {}).get("epoch")
+        if new_epoch is not None and epoch is not None and new_epoch > epoch:
+            winner = (keys.get("leader") or {}).get("broker_id")
+            break
+        candidates = {k: v for k, v in keys.items() if k.startswith("candidates/")}
+    return (
+        f"election: etcd isr at the stop {isr}; the master's last status before it "
+        f"(log_end {last.get('log_end')}, in_sync {last.get('in_sync')}, "
+        f"acked {last.get('acked')}); "
+        f"candidacies before the new leader {candidates}; winner {winner}"
+    )

@@ -28,7 +28,7 @@ from pocketmq.errors import PocketMQError
 
 from ..integration.conftest import eventually
 from .conftest import FAST_CONTROLLER
-from .freeze_diag import GroupRecorder, loss_report
+from .freeze_diag import GroupRecorder, election_summary, loss_report
 from .probes import own_status, role_of, wait_for_master
 from .test_controller import _wait_in_sync
 from .test_group import setup_topic, stored_bodies
@@ -154,6 +154,7 @@ async def freeze_master(
     await eventually(lambda: _confirmed_all(successor), timeout=20)  # readers see it all
     stored = set(await stored_bodies(successor))
     lost = traffic.confirmed() - stored
+    print(election_summary(recorder, stopped))
     if lost:
         report = loss_report(
             lost=lost,
