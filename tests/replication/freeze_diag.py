@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import time
 from pathlib import Path
@@ -187,10 +188,12 @@ def loss_report(
     return "\n".join(out)
 
 
-def keep_logs(members: dict[int, BrokerProcess], into: Path) -> None:
-    """Copy the brokers' logs to ``into`` (they live under pytest's tmp_path, kept only for
-    the last few runs)."""
+def keep_logs(members: dict[int, BrokerProcess], report: str, root: Path) -> None:
+    """Copy a loss's report and the brokers' logs to a new directory under ``root`` (pytest
+    keeps only the last few tmp dirs of a test)."""
+    into = root / f"loss-{time.strftime('%H%M%S')}-{os.getpid()}"
     into.mkdir(parents=True, exist_ok=True)
+    (into / "loss_report.txt").write_text(report)
     for broker_id, broker in members.items():
         (into / f"broker{broker_id}.log").write_text(broker.log())
 

@@ -18,6 +18,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from pocketmq.errors import PocketMQError
 
 from ..integration.conftest import eventually
 from .conftest import FAST_CONTROLLER
-from .freeze_diag import GroupRecorder, election_summary, loss_report
+from .freeze_diag import GroupRecorder, election_summary, keep_logs, loss_report
 from .probes import own_status, role_of, wait_for_master
 from .test_controller import _wait_in_sync
 from .test_group import setup_topic, stored_bodies
@@ -168,6 +169,8 @@ async def freeze_master(
             elected=elected,
         )
         (group.root / "loss_report.txt").write_text(report)
+        if os.environ.get("FREEZE_DIAG_KEEP"):  # a directory that outlives pytest's tmp dirs
+            keep_logs(members, report, Path(os.environ["FREEZE_DIAG_KEEP"]))
         raise AssertionError(report)
     failures: dict[str, int] = {}
     for at, name in traffic.failures:
