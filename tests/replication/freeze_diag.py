@@ -147,6 +147,7 @@ def loss_report(
     recorder: GroupRecorder,
     stored: set[bytes],
     elected: float,
+    read: float,
 ) -> str:
     """Everything known about a loss, as text for the assertion message."""
     ids = {broker.address: i for i, broker in members.items()}
@@ -182,6 +183,11 @@ def loss_report(
             for at, seen in history
             if stopped - 1 <= at <= stopped + elected + 1
         ]
+    out.append(f"the successor's status (changes) around the read at {read - stopped:+.3f}:")
+    for broker_id, broker in members.items():
+        if broker.address == successor:
+            history = recorder.statuses[broker_id]
+            out += [f"  {at - stopped:+.3f} {seen}" for at, seen in history if at >= read - 3]
     for broker_id, broker in members.items():
         out.append(f"broker {broker_id}'s log ({broker.log_path}):")
         out += [f"  {line}" for line in failover_lines(broker)]
