@@ -43,6 +43,8 @@ class GroupRecorder:
         self.etcd: list[tuple[float, dict[str, Any]]] = []
         self.statuses: dict[int, list[tuple[float, dict[str, Any]]]] = {i: [] for i in members}
         self._every = (etcd_every, status_every)
+        # (monotonic time, the confirmed offset before, the status): the readers' limit moved back
+        self.went_back: list[tuple[float, int, dict[str, Any]]] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -77,6 +79,23 @@ class GroupRecorder:
             if not history or history[-1][1] != seen:
                 history.append((time.monotonic(), seen))
             await asyncio.sleep(self._every[1])
+
+    def watch_confirmed(self, address: str, every: float = 0.05) -> None:
+        """Note each time ``address``'s confirmed offset (the readers' limit) moves back."""
+        self._tasks.append(asyncio.create_task(self._watch_confirmed(address, every)))
+
+    async def _watch_confirmed(self, address: str, every: float) -> None:
+        last: int | None = None  # -1: no limit
+        while True:
+            with contextlib.suppress(PocketMQError, OSError):
+                seen = _brief(await own_status(address, timeout=1.0))
+                confirmed = int(seen["confirmed"])
+                if last is not None and (
+                    0 <= confirmed < last or last < 0 <= confirmed < int(seen["log_end"])
+                ):
+                    self.went_back.append((time.monotonic(), last, seen))
+                last = confirmed
+            await asyncio.sleep(every)
 
     async def snapshot(self) -> dict[int, dict[str, Any]]:
         """Every member's replication status now (``down``: it did not answer)."""
@@ -227,3 +246,14 @@ def election_summary(recorder: GroupRecorder, stopped: float) -> str:
         f"acked {last.get('acked')}); "
         f"candidacies before the new leader {candidates}; winner {winner}"
     )
+
+
+def went_back_summary(recorder: GroupRecorder, stopped: float) -> str:
+    """One line: when the successor's confirmed offset moved back, from what to what, and its
+    slaves' acknowledgements then."""
+    shown = [
+        f"{at - stopped:+.2f} s {before} -> {seen['confirmed']} (log_end {seen['log_end']}, "
+        f"acked {seen['acked']})"
+        for at, before, seen in recorder.went_back[:5]
+    ]
+    return f"confirmed offset moved back {len(recorder.went_back)} times: {shown}"

@@ -29,7 +29,13 @@ from pocketmq.errors import PocketMQError
 
 from ..integration.conftest import eventually
 from .conftest import FAST_CONTROLLER
-from .freeze_diag import GroupRecorder, election_summary, keep_logs, loss_report
+from .freeze_diag import (
+    GroupRecorder,
+    election_summary,
+    keep_logs,
+    loss_report,
+    went_back_summary,
+)
 from .probes import own_status, role_of, wait_for_master
 from .test_controller import _wait_in_sync
 from .test_group import setup_topic, stored_bodies
@@ -134,6 +140,7 @@ async def freeze_master(
             elected = time.monotonic() - stopped
             # concurrently: a frozen member takes a second to time out
             snapshot = asyncio.create_task(recorder.snapshot())
+            recorder.watch_confirmed(successor)
             followed = await _followed(successor, stopped, timeout=max(5.0, seconds))
             after_election = await snapshot
             await asyncio.sleep(max(0.0, stopped + seconds - time.monotonic()))
@@ -157,6 +164,7 @@ async def freeze_master(
     finally:
         await recorder.stop()
     print(election_summary(recorder, stopped))
+    print(went_back_summary(recorder, stopped))
     if reads:
         print(f"read: {reads}")  # a first read that missed bodies a later one found
     if lost:
