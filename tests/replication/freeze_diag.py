@@ -53,11 +53,14 @@ class GroupRecorder:
         ]
 
     async def stop(self) -> None:
+        """Stop polling; bounded, so a stuck client call never holds the test up."""
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5.0)
         with contextlib.suppress(Exception):
-            await self._etcd.close()
+            async with asyncio.timeout(2.0):
+                await self._etcd.close()
 
     async def _watch_etcd(self) -> None:
         while True:
