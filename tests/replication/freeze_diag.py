@@ -46,6 +46,7 @@ class GroupRecorder:
         # (monotonic time, the confirmed offset before, the status): the readers' limit moved back
         self.went_back: list[tuple[float, int, dict[str, Any]]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._watch_etcd())] + [
@@ -54,6 +55,7 @@ class GroupRecorder:
 
     async def stop(self) -> None:
         """Stop polling; bounded, so a stuck client call never holds the test up."""
+        self._stopping = True  # a loop whose cancellation a client call swallowed ends too
         for task in self._tasks:
             task.cancel()
         if self._tasks:
@@ -63,7 +65,7 @@ class GroupRecorder:
                 await self._etcd.close()
 
     async def _watch_etcd(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(ControllerUnavailable):
                 keys = await self._etcd.prefix(PREFIX)
                 now = {key.removeprefix(PREFIX): value for key, value in keys.items()}
@@ -72,7 +74,7 @@ class GroupRecorder:
             await asyncio.sleep(self._every[0])
 
     async def _watch_status(self, broker_id: int) -> None:
-        while True:
+        while not self._stopping:
             try:
                 got = await own_status(self.members[broker_id], timeout=1.0)
                 seen = _brief(got)
@@ -89,7 +91,7 @@ class GroupRecorder:
 
     async def _watch_confirmed(self, address: str, every: float) -> None:
         last: int | None = None  # -1: no limit
-        while True:
+        while not self._stopping:
             with contextlib.suppress(PocketMQError, OSError):
                 seen = _brief(await own_status(address, timeout=1.0))
                 confirmed = int(seen["confirmed"])
