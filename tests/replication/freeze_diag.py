@@ -95,9 +95,7 @@ class GroupRecorder:
             with contextlib.suppress(PocketMQError, OSError):
                 seen = _brief(await own_status(address, timeout=1.0))
                 confirmed = int(seen["confirmed"])
-                if last is not None and (
-                    0 <= confirmed < last or last < 0 <= confirmed < int(seen["log_end"])
-                ):
+                if last is not None and 0 <= confirmed < last:
                     self.went_back.append((time.monotonic(), last, seen))
                 last = confirmed
             await asyncio.sleep(every)

@@ -408,12 +408,14 @@ class Replication:
             confirmed = min(s.acked for s in in_sync)
         else:
             confirmed = -1
+        if confirmed >= 0:
+            if self.confirmed < 0:
+                self._shown = self.store.write_position
+            confirmed = max(confirmed, self._shown)
         if confirmed == self.confirmed:
             return
-        if confirmed >= 0 and self.confirmed < 0:
-            self._shown = self.store.write_position
         self.confirmed = confirmed
-        self.store.set_visible_limit(max(confirmed, self._shown) if confirmed >= 0 else None)
+        self.store.set_visible_limit(confirmed if confirmed >= 0 else None)
         woken: set[tuple[str, int]] = set()
         while self._unconfirmed and (confirmed < 0 or self._unconfirmed[0][0] <= confirmed):
             woken |= self._unconfirmed.popleft()[1]
