@@ -102,6 +102,7 @@ class BrokerFront:
     send_now = delegate("sending", SendPath.send_now)
     send_now_many = delegate("sending", SendPath.send_now_many)
     settle = delegate("sending", SendPath.settle)
+    sends_wait = delegate("sending", SendPath.sends_wait)
     recall = delegate("sending", SendPath.recall)
     append_internal = delegate("appender", Appender.append_internal)
 

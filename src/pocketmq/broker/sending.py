@@ -97,6 +97,12 @@ class SendPath(BrokerPart):
             raise answer
         return answer
 
+    def sends_wait(self) -> bool:
+        """Whether a send is settled after its append — a sync flush or a ``sync`` slave — so
+        sends arriving meanwhile can share the next append and its wait (a group commit); with
+        neither, an append never suspends and there is nothing to share."""
+        return self._sync_flush or self.replication.mode is ReplicationMode.SYNC
+
     def send_now_many(
         self, batches: Sequence[SendBatch]
     ) -> list[tuple[list[SendOutcome], int] | PocketMQError]:
@@ -144,7 +150,7 @@ class SendPath(BrokerPart):
             answers.append(([], 0))
             slots.append(outcomes)
         results = self._store(to_store) if to_store else []
-        waits = self._sync_flush or self.replication.mode is ReplicationMode.SYNC
+        waits = self.sends_wait()
         taken = 0  # messages of ``to_store`` whose outcome is filled in
         for number, slot in enumerate(slots):
             if slot is None:

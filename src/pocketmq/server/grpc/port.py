@@ -265,9 +265,17 @@ class LocalPort:
     async def send(
         self, messages: list[InboundMessage], producer_group: str, born_host: str
     ) -> list[SendOutcome]:
-        """:meth:`BrokerPort.send`: the calls of one loop turn (and those arriving while a sync
-        flush is awaited) merged into one :meth:`send_many`."""
-        return await self._sends.send(messages, producer_group, born_host)
+        """:meth:`BrokerPort.send`: when sends wait after their append (sync flush, a ``sync``
+        slave), the calls arriving meanwhile merged into one :meth:`send_many`; otherwise each
+        call's own append at once — an append that never suspends leaves nothing to merge but
+        calls of the same loop turn, and merging those cost more than it saved (measured:
+        docs/benchmarks.md, "Issue 30's reshape against the tree before it")."""
+        if self._broker.sends_wait():
+            return await self._sends.send(messages, producer_group, born_host)
+        [answer] = await self.send_many([SendBatch(messages, producer_group, born_host)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     async def send_many(self, batches: list[SendBatch]) -> list[list[SendOutcome] | Exception]:
         """The broker's own send of several batches in one append (``Broker.send_now_many``, as
