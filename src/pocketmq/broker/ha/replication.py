@@ -315,14 +315,16 @@ class Replication:
             and s.acked >= s.missing_until
         )
 
-    def _admit(self) -> None:
+    def _admit(self) -> list[SlaveProgress]:
         """Who joins or leaves the caught-up and the counted sets now: a slave out of the bounds
         leaves both; one within them joins each only holding the confirmed offset (with none,
-        at once), so the offset readers are held to never moves back when a slave joins."""
+        at once), so the offset readers are held to never moves back when a slave joins.
+        Returns the caught-up slaves (:meth:`caught_up_slaves`)."""
         end = self.store.write_position
         oldest = self._clock() - self.max_lag_time
         threshold = self.confirmed
         isr = self.isr
+        caught_up: list[SlaveProgress] = []
         for s in self.slaves.values():
             if not self._within(s, end, oldest):
                 s.admitted = s.counted = False
@@ -333,6 +335,9 @@ class Replication:
                 s.counted = False
             elif not s.counted:
                 s.counted = s.acked >= threshold
+            if s.admitted:
+                caught_up.append(s)
+        return caught_up
 
     def grew(self, end: int = 0) -> None:
         """The log grew to ``end``: wake the senders streaming it to slaves, and note when, for
@@ -390,8 +395,7 @@ class Replication:
     # -- the confirmed offset -------------------------------------------------------------
 
     def _update(self) -> None:
-        self._admit()
-        caught_up = self.caught_up_slaves()
+        caught_up = self._admit()
         self._watch_lag(caught_up)
         ids = frozenset(s.broker_id for s in caught_up)
         if ids != self._caught_up_ids:
@@ -445,14 +449,6 @@ class Replication:
     def _lag_expired(self) -> None:
         self._lag_timer = None
         self._update()
-
-    def next_lag_deadline(self) -> float | None:
-        """When (monotonic) the first caught-up slave falls out of the time bound unless it
-        acknowledges more (the controller writes etcd's in-sync set then, §9)."""
-        caught_up = self.caught_up_slaves()
-        if not caught_up:
-            return None
-        return min(s.caught_up_at for s in caught_up) + self.max_lag_time
 
     def latency_ms(self) -> dict[str, float]:
         """Append-to-acknowledgement time of the recent records (median, p99, max, in ms): how

@@ -153,18 +153,18 @@ class Failover:
 
     async def _pause(self) -> None:
         """Until the next round: a master renews every lease / 6 and writes etcd's in-sync set
-        the moment a slave's time runs out (§3); a slave looks every ``poll``, when its claim
-        delay ends, or at once when etcd's view of the group changes (a watch)."""
+        the moment its caught-up set moves (a slave caught up, or its time ran out: §3); a
+        slave looks every ``poll``, when its claim delay ends, or at once when etcd's view of
+        the group changes (a watch)."""
         now = time.monotonic()
         if self._broker.role is Role.MASTER:
             interval = self.timings.renew if not self._serving_without else 0.2
             if self._leader_value is None or self._serving_without:
                 await asyncio.sleep(interval)
                 return
+            # a slave whose time runs out leaves the caught-up set on replication's own timer,
+            # which sets _isr_due like any other move of the set
             interval = max(0.02, min(interval, self._renew_at - now))
-            deadline = self._broker.ha.replication.next_lag_deadline()
-            if deadline is not None:
-                interval = min(interval, max(0.05, deadline - now + 0.02))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._isr_due.wait()
