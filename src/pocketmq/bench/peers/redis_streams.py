@@ -65,8 +65,15 @@ class RedisPeer(Peer):
              "--logfile", f"{self._directory}/redis.log"],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        # one connection per request in flight (redis-py sends one command per connection)
-        self._client = redis.Redis(host="127.0.0.1", port=port, max_connections=1024)
+        # A bounded, blocking pool, as a Redis user sizes one: redis-py opens a connection per
+        # concurrent command, so the open-loop latency workload's first sends, arriving while
+        # the first connections were still being set up, opened hundreds more (p50 1-3 s in
+        # every round of 2026-11-29, once MaxConnectionsError at 1,024). 64 connections are
+        # plenty at 2,000 msg/s, and a command past them waits for a free one.
+        pool = redis.BlockingConnectionPool(
+            host="127.0.0.1", port=port, max_connections=64, timeout=None
+        )
+        self._client = redis.Redis.from_pool(pool)  # the client owns the pool: aclose() ends it
         for _ in range(100):
             try:
                 await self._client.ping()
