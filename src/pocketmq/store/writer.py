@@ -151,7 +151,7 @@ class Writer:
             if isinstance(prepared, PutResult):
                 batch.results[number] = prepared
                 continue
-            encoded_props, size = prepared
+            encoded_props, size, block = prepared
             # the queue position first: a queue file that cannot be created refuses the
             # message before it is in the log (a logged record is always dispatched)
             queue_offset = self._queue_offset(batch, number, message, pinned)
@@ -160,12 +160,13 @@ class Writer:
             full = batch.segment is None or batch.position + size > batch.segment_end
             if full and not self._make_room(batch, number, size):  # next segment, or lost
                 continue
-            self._encode(batch, number, message, encoded_props, size, queue_offset, now_ms)
+            self._encode(batch, number, message, encoded_props, block, size, queue_offset, now_ms)
         self._finish(batch, now_ms)
         return batch.results  # type: ignore[return-value]  # every slot is filled above
 
-    def _prepare(self, message: StoreMessage) -> tuple[bytes, int] | PutResult:
-        """The encoded properties and record size of ``message``, or why it is refused."""
+    def _prepare(self, message: StoreMessage) -> tuple[bytes, int, bytes] | PutResult:
+        """The encoded properties, record size and topic block of ``message``, or why it is
+        refused."""
         problem = self._validate(message)
         if problem is not None:
             return problem
@@ -182,15 +183,15 @@ class Writer:
                 status=PutStatus.PROPERTIES_TOO_LARGE,
                 reason=f"properties are {len(encoded_props)} bytes, limit {max_props}",
             )
-        topic_size = len(topic_block(message.topic))
-        size = _RECORD_OVERHEAD + topic_size + len(encoded_props) + len(message.body)
+        block = topic_block(message.topic)
+        size = _RECORD_OVERHEAD + len(block) + len(encoded_props) + len(message.body)
         if size > self.config.segment_size:
             return PutResult(
                 status=PutStatus.MESSAGE_TOO_LARGE,
                 reason=f"record of {size} bytes does not fit a "
                 f"{self.config.segment_size}-byte segment",
             )
-        return encoded_props, size
+        return encoded_props, size, block
 
     def _queue_offset(
         self,
@@ -254,6 +255,7 @@ class Writer:
         number: int,
         message: StoreMessage,
         encoded_props: bytes,
+        block: bytes,
         size: int,
         queue_offset: int,
         now_ms: int,
@@ -262,10 +264,11 @@ class Writer:
         props = message.properties
         code = message.tag_code
         if code is None:
-            code = compute_tag_code(props.get(TAGS))
+            tag = props.get(TAGS)
+            code = compute_tag_code(tag) if tag else 0  # no tag: 0, without the call
         store_host = self._store_host
         prefix, meta = encode_record_fast(
-            topic_block(message.topic),
+            block,
             encoded_props,
             message.body,
             message.flags,
