@@ -140,7 +140,7 @@ class SendPath(BrokerPart):
         would answer it: its outcomes and the offset to settle, or the error that refused it
         whole. Batches are stored in the order given."""
         answers: list[tuple[list[SendOutcome], int] | PocketMQError] = []
-        refusal = self._refusal(sum(len(batch.messages) for batch in batches))
+        refusal = self._refusal(batches)
         if refusal is not None:
             return [refusal] * len(batches)
         to_store: list[StoreMessage] = []
@@ -201,8 +201,9 @@ class SendPath(BrokerPart):
             answers[number] = (filled, end if waits else 0)
         return answers
 
-    def _refusal(self, count: int) -> PocketMQError | None:
-        """Why no message may be stored now (shutting down, a slave, fenced, overloaded)."""
+    def _refusal(self, batches: Sequence[SendBatch]) -> PocketMQError | None:
+        """Why no message may be stored now (shutting down, a slave, fenced, overloaded); the
+        batches' messages are counted only when flow control refuses them."""
         if self._shared.closed:
             return ServiceUnavailableError("the broker is shutting down")
         refusal = self.roles.write_refusal("send to its master")
@@ -210,7 +211,7 @@ class SendPath(BrokerPart):
             return refusal
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
-            self.flow.rejected += count
+            self.flow.rejected += sum(len(batch.messages) for batch in batches)
             return TooManyRequestsError(f"flow control: {overload}; back off and retry")
         return None
 

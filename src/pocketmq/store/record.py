@@ -51,6 +51,9 @@ _encode_props = msgspec.msgpack.Encoder().encode
 _decode_props = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 _topic_blocks: dict[str, bytes] = {}
+# the fixed fields, a topic block of n bytes and the properties' length, as one Struct per n
+# (one pack per record instead of two and a longer join; the bytes are the same)
+_metas: dict[int, struct.Struct] = {}
 _host_texts: dict[bytes, str] = {}
 _tag_codes: dict[str, int] = {}
 
@@ -182,9 +185,12 @@ def encode_record_fast(
     Returns ``(header_and_metadata, crc-carrying prefix)`` to be written as
     ``prefix + meta + body``.
     """
+    head = _metas.get(len(topic_block))
+    if head is None:
+        head = _metas[len(topic_block)] = struct.Struct(f"{_TAIL.format}{len(topic_block)}sI")
     meta = b"".join(
         (
-            _TAIL.pack(
+            head.pack(
                 flags,
                 queue_id,
                 queue_offset,
@@ -196,9 +202,9 @@ def encode_record_fast(
                 reconsume_times,
                 prepared_transaction_offset,
                 tag_code,
+                topic_block,
+                len(encoded_properties),
             ),
-            topic_block,
-            _U32.pack(len(encoded_properties)),
             encoded_properties,
             _U32.pack(len(body)),
         )
