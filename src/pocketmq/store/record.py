@@ -110,7 +110,8 @@ def unpack_host(raw: bytes) -> str:
     return text
 
 
-def _topic_block(topic: str) -> bytes:
+def topic_block(topic: str) -> bytes:
+    """The record's topic field (u16 length + UTF-8), cached per topic."""
     block = _topic_blocks.get(topic)
     if block is None:
         raw = topic.encode()
@@ -141,7 +142,7 @@ def encode_record(
 ) -> list[bytes]:
     """The record's bytes as pieces to join; the first 4 bytes are its total size."""
     props = encoded_properties if encoded_properties is not None else _encode_props(properties)
-    block = _topic_block(topic)
+    block = topic_block(topic)
     total = FIXED_HEADER_SIZE + len(block) + 8 + len(props) + len(body)
     prefix, meta = encode_record_fast(
         block,
@@ -210,11 +211,6 @@ def encode_record_fast(
         )
     )
     return _PREFIX.pack(total, MAGIC, zlib.crc32(body, zlib.crc32(meta))), meta
-
-
-def topic_block(topic: str) -> bytes:
-    """The record's topic field (u16 length + UTF-8), cached per topic."""
-    return _topic_block(topic)
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:

@@ -153,14 +153,19 @@ class Writer:
                 continue
             encoded_props, size, block = prepared
             # the queue position first: a queue file that cannot be created refuses the
-            # message before it is in the log (a logged record is always dispatched)
-            queue_offset = self._queue_offset(batch, number, message, pinned)
-            if queue_offset < 0:
-                continue
+            # message before it is in the log (a logged record is always dispatched); a queue
+            # this batch already made ready far enough needs no call
+            key = (message.topic, message.queue_id)
+            queue_offset = batch.next_offsets.get(key, -1)
+            if queue_offset < 0 or queue_offset >= batch.ready_until[key]:
+                queue_offset = self._queue_offset(batch, number, message, pinned)
+                if queue_offset < 0:
+                    continue
             full = batch.segment is None or batch.position + size > batch.segment_end
             if full and not self._make_room(batch, number, size):  # next segment, or lost
                 continue
             self._encode(batch, number, message, encoded_props, block, size, queue_offset, now_ms)
+            batch.next_offsets[key] = queue_offset + 1
         self._finish(batch, now_ms)
         return batch.results  # type: ignore[return-value]  # every slot is filled above
 
@@ -284,7 +289,6 @@ class Writer:
             code,
             size,
         )
-        batch.next_offsets[(message.topic, message.queue_id)] = queue_offset + 1
         batch.pieces += (prefix, meta, message.body)
         batch.pending.append(
             (
@@ -370,8 +374,10 @@ class Writer:
         index_entries: list[tuple[bytes, int]] = []
         pack_entry = ENTRY.pack
         bytes_put = 0
+        answers: list[tuple[int, PutResult]] = []  # given once the entries are written
+        ok = PutStatus.PUT_OK
         for (
-            _number,
+            number,
             topic,
             queue_id,
             queue_offset,
@@ -392,6 +398,12 @@ class Writer:
             if keys:
                 index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
             bytes_put += size
+            answers.append(
+                (
+                    number,
+                    PutResult(ok, topic, queue_id, queue_offset, physical, size, now_ms),
+                )
+            )
         for key, entries in by_queue.items():
             self._state.queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
         if index_entries and not self.index_broken:
@@ -402,10 +414,8 @@ class Writer:
                 # start (the abort file stays), instead of refusing messages.
                 self.index_broken = f"{exc}"
                 log.error("the index stops until the next start, which rebuilds it: %s", exc)
-        for number, topic, queue_id, queue_offset, physical, size, *_ in written:
-            results[number] = PutResult(
-                PutStatus.PUT_OK, topic, queue_id, queue_offset, physical, size, now_ms
-            )
+        for number, result in answers:
+            results[number] = result
         self.messages_put += len(written)
         self.bytes_put += bytes_put
 
