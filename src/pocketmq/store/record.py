@@ -26,6 +26,7 @@ __all__ = [
     "compute_tag_code",
     "decode_record",
     "encode_properties",
+    "encode_properties_fast",
     "encode_record",
     "pack_host",
     "skim_record",
@@ -48,6 +49,9 @@ _U32: Final = struct.Struct("<I")
 _NO_HOST: Final = b"\x00" * 18
 
 _encode_props = msgspec.msgpack.Encoder().encode
+encode_properties_fast: Final = _encode_props
+"""The hot-path form of :func:`encode_properties` (the encoder's own method: no Python frame
+per record)."""
 _decode_props = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 _topic_blocks: dict[str, bytes] = {}

@@ -31,7 +31,7 @@ from pocketmq.store.openfiles import QueueFile
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
     compute_tag_code,
-    encode_properties,
+    encode_properties_fast,
     encode_record_fast,
     pack_host,
     topic_block,
@@ -176,7 +176,7 @@ class Writer:
         if problem is not None:
             return problem
         try:
-            encoded_props = encode_properties(message.properties)
+            encoded_props = encode_properties_fast(message.properties)
             _decode_properties(encoded_props)  # strings only: the record must decode later
         except (TypeError, ValueError, UnicodeError, msgspec.ValidationError) as exc:
             return PutResult(
