@@ -55,7 +55,11 @@ __all__ = ["SendPath"]
 log = logging.getLogger("pocketmq.broker")
 
 
+# members read once: on Python 3.11 every ``Enum.MEMBER`` read goes through the enum
+# type's ``__getattr__`` hook, a cost per message on the send path
 _PUT_OK = PutStatus.PUT_OK
+_SUCCESS = Code.SUCCESS
+_SYNC = ReplicationMode.SYNC
 
 
 class _Call:
@@ -130,7 +134,7 @@ class SendPath(BrokerPart):
         """Whether a send is settled after its append — a sync flush or a ``sync`` slave — so
         sends arriving meanwhile can share the next append and its wait (a group commit); with
         neither, an append never suspends and there is nothing to share."""
-        return self._sync_flush or self.replication.mode is ReplicationMode.SYNC
+        return self._sync_flush or self.replication.mode is _SYNC
 
     def send_now_many(
         self, batches: Sequence[SendBatch]
@@ -412,7 +416,7 @@ class SendPath(BrokerPart):
 
     def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
         status = result.status
-        code = Code.SUCCESS if status is _PUT_OK else PUT_CODES[status]  # no enum hash
+        code = _SUCCESS if status is _PUT_OK else PUT_CODES[status]  # no enum hash
         if stored.topic in HELD_TOPICS:  # delayed or half: the real offset comes later
             message_id = stored.properties.get(props.MESSAGE_ID, "")
             recallable = stored.topic in SCHEDULE_TOPICS and result.status.stored

@@ -52,6 +52,10 @@ _U64_MAX = 2**64 - 1
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _decode_properties = msgspec.msgpack.Decoder(dict[str, str]).decode
+# read once: on Python 3.11 every ``Enum.MEMBER`` read goes through the enum type's
+# ``__getattr__`` hook, and these are read per append
+_PUT_OK = PutStatus.PUT_OK
+_UNKNOWN_ERROR = PutStatus.UNKNOWN_ERROR
 
 
 # (result slot, topic, queue id, queue offset, physical offset, size, tag code, id, keys)
@@ -81,7 +85,7 @@ class _Batch:
         self.written: list[_Written] = []
         self.pending: list[_Written] = []  # encoded into ``pieces``, not yet written
         self.pieces: list[bytes] = []
-        self.failure = (PutStatus.UNKNOWN_ERROR, "")  # why messages after a lost segment fail
+        self.failure = (_UNKNOWN_ERROR, "")  # why messages after a lost segment fail
         self.segment: Segment | None = segment
         self.segment_end = segment.base + segment.size
         self.position = self.chunk_start = position
@@ -375,7 +379,7 @@ class Writer:
         pack_entry = ENTRY.pack
         bytes_put = 0
         answers: list[tuple[int, PutResult]] = []  # given once the entries are written
-        ok = PutStatus.PUT_OK
+        ok = _PUT_OK
         for (
             number,
             topic,
