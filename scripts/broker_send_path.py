@@ -85,6 +85,20 @@ async def _nothing(*_: object) -> None:
     return None
 
 
+def greeted_connection(broker: Broker) -> tuple[ServerConnection, _Transport]:
+    """A native connection to ``broker``'s handlers over a stub transport, its HELLO answered
+    (request id 1): what scripts/profile_workloads.py's lone-send workload feeds too."""
+    handlers = broker_handlers(broker, _nothing, _nothing, _nothing)  # type: ignore[arg-type]
+    transport = _Transport()
+    connection = ServerConnection(handlers, lambda c: None, set())
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    hello = w.HelloRequest(PROTOCOL_VERSION, "send-path", "0")
+    connection.data_received(
+        encode_frame(FrameKind.REQUEST, RequestCode.HELLO, 1, encode_body(hello))
+    )
+    return connection, transport
+
+
 async def run(count: int, per_frame: int, idle: bool) -> None:
     """Feed the warm-up, then (unless ``idle``) ``count`` messages, ``per_frame`` a frame."""
     directory = tempfile.mkdtemp(prefix="pocketmq-send-path-")
@@ -95,14 +109,7 @@ async def run(count: int, per_frame: int, idle: bool) -> None:
     await broker.start()
     try:
         broker.create_topic("path", queues=QUEUES)
-        handlers = broker_handlers(broker, _nothing, _nothing, _nothing)  # type: ignore[arg-type]
-        transport = _Transport()
-        connection = ServerConnection(handlers, lambda c: None, set())
-        connection.connection_made(transport)  # type: ignore[arg-type]
-        hello = w.HelloRequest(PROTOCOL_VERSION, "send-path", "0")
-        connection.data_received(
-            encode_frame(FrameKind.REQUEST, RequestCode.HELLO, 1, encode_body(hello))
-        )
+        connection, transport = greeted_connection(broker)
         warm_up = _frames(WARM_UP, per_frame, 2, "path")
         frames = _frames(count, per_frame, 2 + len(warm_up), "path")
         fed = warm_up if idle else warm_up + frames
