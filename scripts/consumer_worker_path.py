@@ -63,9 +63,7 @@ async def run(count: int, inline: bool) -> None:
     body, me = b"x" * 1024, asyncio.current_task()
     for start in range(0, count, 32):
         pulled = [
-            w.Delivered(
-                "T", 0, n, body, {props.MESSAGE_ID: f"M{n}", props.TAGS: "a"}, 1, 2, n
-            )
+            w.Delivered("T", 0, n, body, {props.MESSAGE_ID: f"M{n}", props.TAGS: "a"}, 1, 2, n)
             for n in range(start, min(count, start + 32))
         ]
         pq.next_offset = start + 32

@@ -182,47 +182,22 @@ async def _peer_workload(name: str, out: Path, rate: int, native: bool, scale: f
 async def _lone_send(out: Path, rate: int, native: bool, count: int) -> None:
     """A real broker and its native handlers behind a connection with a stub transport: one
     SEND of one 1 KiB message per read, as an await-each producer delivers them."""
+    from broker_send_path import greeted_connection  # scripts/, on the path as this script's
+
     from pocketmq.broker import Broker, BrokerConfig
     from pocketmq.client.convert import to_wire
     from pocketmq.client.message import Message
-    from pocketmq.protocol import PROTOCOL_VERSION, FrameKind, RequestCode
+    from pocketmq.protocol import FrameKind, RequestCode
     from pocketmq.protocol import structs as w
     from pocketmq.protocol.body import encode_body
     from pocketmq.protocol.frames import encode_frame
-    from pocketmq.server.native.connection import ServerConnection
-    from pocketmq.server.native.handlers import broker_handlers
-
-    class Transport:
-        written = 0
-
-        def write(self, data: bytes) -> None:
-            self.written += 1
-
-        def pause_reading(self) -> None:
-            pass  # a read of 64 KiB or more yields the loop (never one lone send)
-
-        def resume_reading(self) -> None:
-            pass
-
-        def get_extra_info(self, name: str) -> object:
-            return ("127.0.0.1", 1) if name == "peername" else None
-
-    async def nothing(*_: object) -> None:
-        return None
 
     directory = tempfile.mkdtemp(prefix="pocketmq-profile-", dir=".")
     broker = Broker(BrokerConfig(data_dir=directory))
     await broker.start()
     try:
         broker.create_topic("lone", queues=8)
-        handlers = broker_handlers(broker, nothing, nothing, nothing)  # type: ignore[arg-type]
-        transport = Transport()
-        connection = ServerConnection(handlers, lambda c: None, set())
-        connection.connection_made(transport)  # type: ignore[arg-type]
-        hello = w.HelloRequest(PROTOCOL_VERSION, "profile", "0")
-        connection.data_received(
-            encode_frame(FrameKind.REQUEST, RequestCode.HELLO, 1, encode_body(hello))
-        )
+        connection, transport = greeted_connection(broker)
         body = b"x" * 1024
         frames = []
         for n in range(count):

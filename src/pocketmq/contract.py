@@ -81,6 +81,9 @@ ACCEPTED_KINDS: Final[Mapping[str, frozenset[MessageKind]]] = {
     "transaction": frozenset({MessageKind.TRANSACTION}),
 }
 """Which kinds of message each topic type accepts (docs/semantics.md, "Messages")."""
+_TAKES_EVERY_KIND: Final = "normal"
+"""The type whose topics accept every kind: its check cannot fail, so it is not made (a send's
+hot path; ``kind_of`` and the set's enum hashing cost more than the rest of the contract)."""
 
 
 def kind_of(properties: Mapping[str, str], flags: int = 0) -> MessageKind:
@@ -138,7 +141,7 @@ def check_message(
         violation = _check_delivery_time(due, now_ms, max_delay_ms)
         if violation is not None:
             return violation
-    if topic_type is not None:
+    if topic_type is not None and topic_type != _TAKES_EVERY_KIND:
         kind = kind_of(properties, flags)
         accepted = ACCEPTED_KINDS.get(topic_type, frozenset())
         if kind not in accepted:

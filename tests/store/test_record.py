@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -149,3 +153,57 @@ def test_host_round_trip() -> None:
     for address in ["127.0.0.1:1", "[::1]:2", ""]:
         assert unpack_host(pack_host(address)) == address
     assert unpack_host(pack_host("not-an-ip:80")) == ""
+
+
+@settings(max_examples=200)
+@given(
+    topic=topics,
+    body=st.binary(max_size=256),
+    properties=st.dictionaries(st.text(max_size=10), st.text(max_size=20), max_size=4),
+    fields=st.tuples(u32, u32, u64, u64, u64, u64, u32, u64, u64),
+)
+def test_the_bytes_are_the_documented_layout_field_by_field(
+    topic: str,
+    body: bytes,
+    properties: dict[str, str],
+    fields: tuple[int, int, int, int, int, int, int, int, int],
+) -> None:
+    """docs/storage-format.md §1, packed one field at a time: the encoder's fused packing (one
+    Struct per topic length) writes the same bytes for every topic length."""
+    flags, queue_id, queue_offset, physical, born, stored, reconsume, prepared, code = fields
+    born_host, store_host = pack_host("10.1.2.3:7"), pack_host("[::1]:8081")
+    props = msgspec.msgpack.encode(properties)
+    raw_topic = topic.encode()
+    after_crc = b"".join(
+        [
+            struct.pack("<IIQQQQ", flags, queue_id, queue_offset, physical, born, stored),
+            born_host,
+            store_host,
+            struct.pack("<IQQ", reconsume, prepared, code),
+            struct.pack("<H", len(raw_topic)),
+            raw_topic,
+            struct.pack("<I", len(props)),
+            props,
+            struct.pack("<I", len(body)),
+            body,
+        ]
+    )
+    total = 12 + len(after_crc)
+    expected = struct.pack("<III", total, 0x504D5101, zlib.crc32(after_crc)) + after_crc
+    pieces = encode_record(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical,
+        body=body,
+        properties=properties,
+        flags=flags,
+        born_timestamp=born,
+        store_timestamp=stored,
+        born_host=born_host,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        tag_code=code,
+    )
+    assert b"".join(pieces) == expected

@@ -202,10 +202,12 @@ class Appender:
         """New messages up to log offset ``end`` on these queues: wake the scheduler when
         something was scheduled, and the pulls and pops waiting on them — once readers may read
         them (a replicated master's confirmed offset, docs/replication.md §3)."""
-        if any(key[0] in SCHEDULE_TOPICS for key in touched):
-            schedule = self._shared.schedule
-            if schedule is not None:
-                schedule.notify()
+        for topic, _ in touched:  # a loop, not any(<generator>): once per append
+            if topic in SCHEDULE_TOPICS:
+                schedule = self._shared.schedule
+                if schedule is not None:
+                    schedule.notify()
+                break
         replication = self._shared.replication
         if replication is not None and end:
             replication.grew(end)

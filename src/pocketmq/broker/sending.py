@@ -45,6 +45,7 @@ from pocketmq.model.messages import InboundMessage, SendBatch, SendOutcome
 from pocketmq.routing import queue_for_group
 from pocketmq.store import (
     PutResult,
+    PutStatus,
     StoreMessage,
     pack_host,
 )
@@ -52,6 +53,38 @@ from pocketmq.store import (
 __all__ = ["SendPath"]
 
 log = logging.getLogger("pocketmq.broker")
+
+
+# members read once: on Python 3.11 every ``Enum.MEMBER`` read goes through the enum
+# type's ``__getattr__`` hook, a cost per message on the send path
+_PUT_OK = PutStatus.PUT_OK
+_SUCCESS = Code.SUCCESS
+_SYNC = ReplicationMode.SYNC
+
+
+class _Call:
+    """What one :meth:`SendPath.send_now_many` looks up once instead of per message: the
+    limits of the send contract, the transaction service, and each user topic it names with
+    the type its messages are checked against (None for a system topic). Nothing in one
+    synchronous call changes a user topic, so its config is reused within the call only."""
+
+    __slots__ = ("max_body", "max_delay_ms", "topics", "transactions")
+
+    def __init__(self, path: SendPath) -> None:
+        config = path.config
+        self.max_body = config.store.max_message_size
+        self.max_delay_ms = int(config.max_delay * 1000)
+        self.transactions = path._shared.transactions
+        self.topics: dict[str, tuple[TopicConfig, str | None]] = {}
+
+    def topic(self, path: SendPath, name: str) -> tuple[TopicConfig, str | None]:
+        """The writable topic ``name`` (refused as :meth:`BrokerPart._writable_topic` refuses
+        it) and its type; a user topic is remembered for the rest of the call."""
+        topic = path._writable_topic(name)
+        if topic.system:
+            return topic, None
+        known = self.topics[name] = (topic, topic.topic_type.value)
+        return known
 
 
 class SendPath(BrokerPart):
@@ -101,7 +134,7 @@ class SendPath(BrokerPart):
         """Whether a send is settled after its append — a sync flush or a ``sync`` slave — so
         sends arriving meanwhile can share the next append and its wait (a group commit); with
         neither, an append never suspends and there is nothing to share."""
-        return self._sync_flush or self.replication.mode is ReplicationMode.SYNC
+        return self._sync_flush or self.replication.mode is _SYNC
 
     def send_now_many(
         self, batches: Sequence[SendBatch]
@@ -111,12 +144,13 @@ class SendPath(BrokerPart):
         would answer it: its outcomes and the offset to settle, or the error that refused it
         whole. Batches are stored in the order given."""
         answers: list[tuple[list[SendOutcome], int] | PocketMQError] = []
-        refusal = self._refusal(sum(len(batch.messages) for batch in batches))
+        refusal = self._refusal(batches)
         if refusal is not None:
             return [refusal] * len(batches)
         to_store: list[StoreMessage] = []
         # per batch: its outcomes, None where a prepared message's store result goes
         slots: list[list[SendOutcome | None] | None] = []
+        call = _Call(self)
         for batch in batches:
             messages = batch.messages
             if len(messages) > self.config.max_batch_messages:
@@ -134,7 +168,7 @@ class SendPath(BrokerPart):
             for message in messages:
                 try:
                     to_store.append(
-                        self._prepare(message, host, batch.producer_group, not batch.redrive)
+                        self._prepare(message, host, batch.producer_group, not batch.redrive, call)
                     )
                 except BrokerError as exc:
                     outcomes.append(
@@ -162,14 +196,18 @@ class SendPath(BrokerPart):
                     result = results[taken]
                     outcome = self._outcome(to_store[taken], result)
                     taken += 1
-                    if result.status.stored:
-                        end = max(end, result.physical_offset + result.size)
+                    status = result.status
+                    if status is _PUT_OK or status.stored:
+                        reach = result.physical_offset + result.size
+                        if reach > end:
+                            end = reach
                 filled.append(outcome)
             answers[number] = (filled, end if waits else 0)
         return answers
 
-    def _refusal(self, count: int) -> PocketMQError | None:
-        """Why no message may be stored now (shutting down, a slave, fenced, overloaded)."""
+    def _refusal(self, batches: Sequence[SendBatch]) -> PocketMQError | None:
+        """Why no message may be stored now (shutting down, a slave, fenced, overloaded); the
+        batches' messages are counted only when flow control refuses them."""
         if self._shared.closed:
             return ServiceUnavailableError("the broker is shutting down")
         refusal = self.roles.write_refusal("send to its master")
@@ -177,7 +215,7 @@ class SendPath(BrokerPart):
             return refusal
         overload = self.flow.overload_reason(self.store.busy)
         if overload is not None:
-            self.flow.rejected += count
+            self.flow.rejected += sum(len(batch.messages) for batch in batches)
             return TooManyRequestsError(f"flow control: {overload}; back off and retry")
         return None
 
@@ -191,10 +229,13 @@ class SendPath(BrokerPart):
         stored_count = 0
         traffic = self.traffic
         for stored, result in zip(to_store, results, strict=True):
-            if result.status.stored:
+            status = result.status
+            if status is _PUT_OK or status.stored:  # identity first: no enum hash per message
                 stored_count += 1
                 touched.add((stored.topic, stored.queue_id))
-                end = max(end, result.physical_offset + result.size)
+                reach = result.physical_offset + result.size
+                if reach > end:
+                    end = reach
                 traffic.stored(stored.topic, len(stored.body))
         self._appender.wake(touched, end)
         self.counters["messages_in"] += stored_count
@@ -230,20 +271,27 @@ class SendPath(BrokerPart):
         host: bytes,
         producer_group: str = "",
         check_kind: bool = True,
+        call: _Call | None = None,
     ) -> StoreMessage:
-        topic = self._writable_topic(message.topic)
+        if call is None:
+            call = _Call(self)
+        known = call.topics.get(message.topic)
+        if known is None:
+            known = call.topic(self, message.topic)
+        topic, topic_type = known
         body = message.body
+        properties = message.properties
         now_ms = int(self._clock() * 1000)
         violation = check_message(
             topic.name,
             len(body),
-            message.properties,
+            properties,
             flags=message.flags,
             born_timestamp=message.born_timestamp,
-            max_body=self.config.store.max_message_size,
-            topic_type=topic.topic_type.value if check_kind and not topic.system else None,
+            max_body=call.max_body,
+            topic_type=topic_type if check_kind else None,
             now_ms=now_ms,
-            max_delay_ms=int(self.config.max_delay * 1000),
+            max_delay_ms=call.max_delay_ms,
         )
         if violation is not None:
             error = (
@@ -252,10 +300,11 @@ class SendPath(BrokerPart):
                 else MessageIllegalError
             )
             raise error(violation.text, rule=violation.rule.value)
-        properties = message.properties
         if not properties.get(props.MESSAGE_ID):
             properties = {**properties, props.MESSAGE_ID: new_message_id()}
-        queue_id = self._select_queue(topic, message.queue_id, properties.get(props.MESSAGE_GROUP))
+        queue_id = message.queue_id
+        if not 0 <= queue_id < topic.queues:  # a queue the sender chose is taken as it is
+            queue_id = self._select_queue(topic, queue_id, properties.get(props.MESSAGE_GROUP))
         if self.flow.max_queue_backlog is not None and not topic.system:
             backlog = self._backlog(topic.name, queue_id)
             if self.flow.backlog_exceeded(backlog):
@@ -264,19 +313,24 @@ class SendPath(BrokerPart):
                     f"flow control: queue {topic.name}/{queue_id} holds {backlog} unconsumed "
                     f"messages (cap {self.flow.max_queue_backlog}); back off and retry"
                 )
+        # positional: topic, queue_id, body, properties, flags, born_timestamp, born_host
         stored = StoreMessage(
-            topic=topic.name,
-            queue_id=queue_id,
-            body=body,
-            properties=properties,
-            flags=message.flags,
-            born_timestamp=message.born_timestamp or now_ms,
-            born_host=host,
+            topic.name,
+            queue_id,
+            body,
+            properties,
+            message.flags,
+            message.born_timestamp or now_ms,
+            host,
         )
         if topic.name.startswith(RETRY_PREFIX):
             stored = self._resent_retry(stored)
-        elif self.transactions.is_transactional(stored):
-            return self.transactions.hold(stored, producer_group)  # a half message
+        else:
+            transactions = call.transactions or self.transactions
+            if transactions.is_transactional(stored):
+                return transactions.hold(stored, producer_group)  # a half message
+        if props.DELAY_LEVEL not in properties and props.DELIVER_TIME_MS not in properties:
+            return stored  # what _delay answers for a message that is not delayed
         return self._delay(stored, now_ms)
 
     def _resent_retry(self, message: StoreMessage) -> StoreMessage:
@@ -361,7 +415,8 @@ class SendPath(BrokerPart):
         return turn % topic.queues
 
     def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
-        code = PUT_CODES[result.status]
+        status = result.status
+        code = _SUCCESS if status is _PUT_OK else PUT_CODES[status]  # no enum hash
         if stored.topic in HELD_TOPICS:  # delayed or half: the real offset comes later
             message_id = stored.properties.get(props.MESSAGE_ID, "")
             recallable = stored.topic in SCHEDULE_TOPICS and result.status.stored
@@ -378,14 +433,17 @@ class SendPath(BrokerPart):
                     make_recall_handle(result.physical_offset, message_id) if recallable else ""
                 ),
             )
+        # positional: code, remark, message_id, queue_id, queue_offset, physical_offset,
+        # transaction_id, topic
         return SendOutcome(
-            code=code,
-            remark=result.reason,
-            message_id=stored.properties.get(props.MESSAGE_ID, ""),
-            queue_id=result.queue_id,
-            queue_offset=result.queue_offset,
-            physical_offset=result.physical_offset,
-            topic=stored.topic,
+            code,
+            result.reason,
+            stored.properties.get(props.MESSAGE_ID, ""),
+            result.queue_id,
+            result.queue_offset,
+            result.physical_offset,
+            "",
+            stored.topic,
         )
 
     def recall(self, topic: str, recall_handle: str) -> str:

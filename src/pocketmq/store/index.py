@@ -230,7 +230,8 @@ class IndexService:
         while done < len(entries):
             current = self._writable(entries[done][1])
             room = current.max_entries - current.count
-            chunk = entries[done : done + room]
+            # the whole batch fits (the usual case): no copy of it
+            chunk = entries if not done and room >= len(entries) else entries[done : done + room]
             current.put_many([(crc32(key), physical) for key, physical in chunk])
             done += len(chunk)
 

@@ -31,7 +31,7 @@ from pocketmq.store.openfiles import QueueFile
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
     compute_tag_code,
-    encode_properties,
+    encode_properties_fast,
     encode_record_fast,
     pack_host,
     topic_block,
@@ -52,6 +52,10 @@ _U64_MAX = 2**64 - 1
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _decode_properties = msgspec.msgpack.Decoder(dict[str, str]).decode
+# read once: on Python 3.11 every ``Enum.MEMBER`` read goes through the enum type's
+# ``__getattr__`` hook, and these are read per append
+_PUT_OK = PutStatus.PUT_OK
+_UNKNOWN_ERROR = PutStatus.UNKNOWN_ERROR
 
 
 # (result slot, topic, queue id, queue offset, physical offset, size, tag code, id, keys)
@@ -81,7 +85,7 @@ class _Batch:
         self.written: list[_Written] = []
         self.pending: list[_Written] = []  # encoded into ``pieces``, not yet written
         self.pieces: list[bytes] = []
-        self.failure = (PutStatus.UNKNOWN_ERROR, "")  # why messages after a lost segment fail
+        self.failure = (_UNKNOWN_ERROR, "")  # why messages after a lost segment fail
         self.segment: Segment | None = segment
         self.segment_end = segment.base + segment.size
         self.position = self.chunk_start = position
@@ -151,26 +155,32 @@ class Writer:
             if isinstance(prepared, PutResult):
                 batch.results[number] = prepared
                 continue
-            encoded_props, size = prepared
+            encoded_props, size, block = prepared
             # the queue position first: a queue file that cannot be created refuses the
-            # message before it is in the log (a logged record is always dispatched)
-            queue_offset = self._queue_offset(batch, number, message, pinned)
-            if queue_offset < 0:
-                continue
+            # message before it is in the log (a logged record is always dispatched); a queue
+            # this batch already made ready far enough needs no call
+            key = (message.topic, message.queue_id)
+            queue_offset = batch.next_offsets.get(key, -1)
+            if queue_offset < 0 or queue_offset >= batch.ready_until[key]:
+                queue_offset = self._queue_offset(batch, number, message, pinned)
+                if queue_offset < 0:
+                    continue
             full = batch.segment is None or batch.position + size > batch.segment_end
             if full and not self._make_room(batch, number, size):  # next segment, or lost
                 continue
-            self._encode(batch, number, message, encoded_props, size, queue_offset, now_ms)
+            self._encode(batch, number, message, encoded_props, block, size, queue_offset, now_ms)
+            batch.next_offsets[key] = queue_offset + 1
         self._finish(batch, now_ms)
         return batch.results  # type: ignore[return-value]  # every slot is filled above
 
-    def _prepare(self, message: StoreMessage) -> tuple[bytes, int] | PutResult:
-        """The encoded properties and record size of ``message``, or why it is refused."""
+    def _prepare(self, message: StoreMessage) -> tuple[bytes, int, bytes] | PutResult:
+        """The encoded properties, record size and topic block of ``message``, or why it is
+        refused."""
         problem = self._validate(message)
         if problem is not None:
             return problem
         try:
-            encoded_props = encode_properties(message.properties)
+            encoded_props = encode_properties_fast(message.properties)
             _decode_properties(encoded_props)  # strings only: the record must decode later
         except (TypeError, ValueError, UnicodeError, msgspec.ValidationError) as exc:
             return PutResult(
@@ -182,15 +192,15 @@ class Writer:
                 status=PutStatus.PROPERTIES_TOO_LARGE,
                 reason=f"properties are {len(encoded_props)} bytes, limit {max_props}",
             )
-        topic_size = len(topic_block(message.topic))
-        size = _RECORD_OVERHEAD + topic_size + len(encoded_props) + len(message.body)
+        block = topic_block(message.topic)
+        size = _RECORD_OVERHEAD + len(block) + len(encoded_props) + len(message.body)
         if size > self.config.segment_size:
             return PutResult(
                 status=PutStatus.MESSAGE_TOO_LARGE,
                 reason=f"record of {size} bytes does not fit a "
                 f"{self.config.segment_size}-byte segment",
             )
-        return encoded_props, size
+        return encoded_props, size, block
 
     def _queue_offset(
         self,
@@ -254,6 +264,7 @@ class Writer:
         number: int,
         message: StoreMessage,
         encoded_props: bytes,
+        block: bytes,
         size: int,
         queue_offset: int,
         now_ms: int,
@@ -262,10 +273,11 @@ class Writer:
         props = message.properties
         code = message.tag_code
         if code is None:
-            code = compute_tag_code(props.get(TAGS))
+            tag = props.get(TAGS)
+            code = compute_tag_code(tag) if tag else 0  # no tag: 0, without the call
         store_host = self._store_host
         prefix, meta = encode_record_fast(
-            topic_block(message.topic),
+            block,
             encoded_props,
             message.body,
             message.flags,
@@ -281,7 +293,6 @@ class Writer:
             code,
             size,
         )
-        batch.next_offsets[(message.topic, message.queue_id)] = queue_offset + 1
         batch.pieces += (prefix, meta, message.body)
         batch.pending.append(
             (
@@ -367,8 +378,10 @@ class Writer:
         index_entries: list[tuple[bytes, int]] = []
         pack_entry = ENTRY.pack
         bytes_put = 0
+        answers: list[tuple[int, PutResult]] = []  # given once the entries are written
+        ok = _PUT_OK
         for (
-            _number,
+            number,
             topic,
             queue_id,
             queue_offset,
@@ -389,6 +402,12 @@ class Writer:
             if keys:
                 index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
             bytes_put += size
+            answers.append(
+                (
+                    number,
+                    PutResult(ok, topic, queue_id, queue_offset, physical, size, now_ms),
+                )
+            )
         for key, entries in by_queue.items():
             self._state.queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
         if index_entries and not self.index_broken:
@@ -399,10 +418,8 @@ class Writer:
                 # start (the abort file stays), instead of refusing messages.
                 self.index_broken = f"{exc}"
                 log.error("the index stops until the next start, which rebuilds it: %s", exc)
-        for number, topic, queue_id, queue_offset, physical, size, *_ in written:
-            results[number] = PutResult(
-                PutStatus.PUT_OK, topic, queue_id, queue_offset, physical, size, now_ms
-            )
+        for number, result in answers:
+            results[number] = result
         self.messages_put += len(written)
         self.bytes_put += bytes_put
 

@@ -73,6 +73,13 @@ _REQUEST_NAMES: dict[int, str] = {code.value: code.name for code in RequestCode}
 _RESPONSE_NAMES: dict[int, str] = {code.value: code.name for code in Code}
 
 
+# members read once: on Python 3.11 every ``Enum.MEMBER`` read goes through the enum type's
+# ``__getattr__`` hook, and these are read for every frame
+_RESPONSE = FrameKind.RESPONSE
+_ONEWAY = FrameKind.ONEWAY
+_HELLO = RequestCode.HELLO
+_SUCCESS = Code.SUCCESS
+
 # (request code, response code) -> the latency metric's labels, built once per pair
 _LABELS: dict[tuple[int, int], tuple[str, str, str]] = {}
 
@@ -183,7 +190,7 @@ class ServerConnection(ServedConnection):
                     return
                 data = b""
                 for frame in frames:
-                    if frame.kind == FrameKind.RESPONSE:
+                    if frame.kind == _RESPONSE:
                         continue  # answers to our one-way pushes are not expected
                     self._dispatch(frame.kind, frame.code, frame.request_id, frame.body)
                     if self.closed or self._close_after_reply:
@@ -231,8 +238,8 @@ class ServerConnection(ServedConnection):
     # -- dispatch -------------------------------------------------------------------------
 
     def _dispatch(self, kind: int, code: int, request_id: int, body: bytes) -> None:
-        oneway = kind == FrameKind.ONEWAY
-        if not self.greeted and code != RequestCode.HELLO:
+        oneway = kind == _ONEWAY
+        if not self._greeted and code != _HELLO:  # the field: no property call per frame
             self._fail(LocalProtocolError("the first frame must be HELLO"), request_id)
             return
         if not self.established:
@@ -324,9 +331,9 @@ class ServerConnection(ServedConnection):
         """Answer a handler's result: a response body (or None), an error it raised, or an
         awaitable finished by a task so it never holds up the requests behind it."""
         if result is None or isinstance(result, msgspec.Struct):
-            self._observe(code, Code.SUCCESS, started)
+            self._observe(code, _SUCCESS, started)
             if not oneway:
-                self._respond(request_id, Code.SUCCESS, result)
+                self._respond(request_id, _SUCCESS, result)
         elif isinstance(result, PocketMQError):
             self._observe(code, _wire_code(result), started)
             if not oneway:
@@ -412,7 +419,7 @@ class ServerConnection(ServedConnection):
                     "frame limit: ask for fewer results"
                 )
             )
-        self._write(encode_frame(FrameKind.RESPONSE, code, request_id, payload))
+        self._write(encode_frame(_RESPONSE, code, request_id, payload))
 
     def _respond_error(self, request_id: int, code: int, remark: str) -> None:
         self._respond(request_id, code, ErrorBody(remark))
