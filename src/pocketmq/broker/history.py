@@ -14,9 +14,9 @@ second in a crash is accepted (documented in docs/semantics.md).
 Successes arrive in bulk (push consumers report them about every 256 messages or once a second):
 they wait in a bounded intake that a background task records :data:`_SLICE` at a time, yielding
 to the event loop between slices, and appends :data:`_WRITE_AT` at a time, so a report of
-thousands of entries never holds deliveries up for more than a fraction of a millisecond. When the intake is full, further reports are counted
-(:attr:`AttemptHistory.dropped`, a metric) but not stored: the history degrades, deliveries do not
-wait (docs/semantics.md, "Attempt history").
+thousands of entries never holds deliveries up for more than a fraction of a millisecond. When
+the intake is full, further reports are counted (:attr:`AttemptHistory.dropped`, a metric) but
+not stored: the history degrades, deliveries do not wait (docs/semantics.md, "Attempt history").
 """
 
 from __future__ import annotations
