@@ -83,9 +83,7 @@ def _frame(kind: FrameKind, code: RequestCode, number: int, body: w.Body) -> byt
 
 async def prepare(directory: Path, count: int) -> None:
     """The backlog of ``count`` messages in ``directory/data`` and the consumer's frames for it
-    in ``directory/frames.pickle`` (one list of frames per block)."""
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+    in ``directory/frames.pickle`` (one list of frames per block); ``directory`` is new."""
     broker = Broker(BrokerConfig(data_dir=str(directory / "data")))
     await broker.start()
     ids: dict[int, list[str]] = {q: [] for q in range(QUEUES)}
@@ -143,7 +141,8 @@ async def consume(directory: Path, count: int) -> None:
             for frame in frames:
                 connection.data_received(frame)
                 await asyncio.sleep(0)
-            while history._intake:  # the broker's intake task records a slice per turn
+            # the broker's intake task records a slice per turn: turns are what is wanted
+            while history._intake:  # noqa: ASYNC110
                 await asyncio.sleep(0)
         history.flush()
         consumed = len(blocks) * BLOCK
@@ -157,4 +156,7 @@ async def consume(directory: Path, count: int) -> None:
 
 if __name__ == "__main__":
     step, where, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    if step == "prepare":
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True)
     asyncio.run(prepare(where, n) if step == "prepare" else consume(where, n))
