@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -18,6 +19,7 @@ from pocketmq.store.record import (
     decode_record,
     encode_record,
     pack_host,
+    skim_record,
     unpack_host,
 )
 
@@ -132,6 +134,33 @@ def test_every_truncation_is_detected() -> None:
 def test_a_record_read_at_the_wrong_place_is_rejected() -> None:
     with pytest.raises(RecordError, match="misplaced"):
         decode_record(_sample(), expected_physical_offset=0)
+
+
+def _verdict(check: Callable[[], object]) -> str:
+    try:
+        check()
+    except RecordError as exc:
+        return exc.reason
+    return "valid"
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_decode_and_skim_judge_every_damage_alike(data: st.DataObject) -> None:
+    """decode_record writes out skim_record's checks (_parse) for speed: the same record, cut,
+    flipped or read at another place, gets the same verdict from both, inside a larger buffer
+    too."""
+    raw = bytearray(b"\x00" * 7 + _sample() + b"\x00" * 5)
+    for _ in range(data.draw(st.integers(0, 3))):
+        bit = data.draw(st.integers(0, len(raw) * 8 - 1))
+        raw[bit // 8] ^= 1 << (bit % 8)
+    buf = bytes(raw[: data.draw(st.integers(0, len(raw)))])
+    place = data.draw(st.sampled_from([4096, 0]))
+    decoded = _verdict(lambda: decode_record(buf, 7, expected_physical_offset=place))
+    assert decoded == _verdict(lambda: skim_record(buf, 7, place))
+    if decoded == "valid":
+        record, skim = decode_record(buf, 7), skim_record(buf, 7, place)
+        assert (record.topic, record.size, record.body) == (skim.topic, skim.size, bytes(skim.body))
 
 
 def test_topic_rule() -> None:

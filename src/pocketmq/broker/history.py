@@ -13,10 +13,10 @@ second in a crash is accepted (documented in docs/semantics.md).
 
 Successes arrive in bulk (push consumers report them about every 256 messages or once a second):
 they wait in a bounded intake that a background task records :data:`_SLICE` at a time, yielding
-to the event loop between slices, so a report of thousands of entries never holds deliveries up
-for more than a fraction of a millisecond. When the intake is full, further reports are counted
-(:attr:`AttemptHistory.dropped`, a metric) but not stored: the history degrades, deliveries do not
-wait (docs/semantics.md, "Attempt history").
+to the event loop between slices, and appends :data:`_WRITE_AT` at a time, so a report of
+thousands of entries never holds deliveries up for more than a fraction of a millisecond. When
+the intake is full, further reports are counted (:attr:`AttemptHistory.dropped`, a metric) but
+not stored: the history degrades, deliveries do not wait (docs/semantics.md, "Attempt history").
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -37,9 +38,13 @@ from pocketmq.store import MessageStore, StoreMessage
 __all__ = ["HISTORY_TOPIC", "AttemptHistory", "Outcome", "decode_attempts"]
 
 _FLUSH_AT = 256
-_SLICE = 32  # reported entries recorded and written per event-loop turn (about 0.5 ms)
+_SLICE = 32  # reported entries recorded per event-loop turn
 _ERROR_LIMIT = 2000  # characters of an attempt's error text kept
 _PACK = 32  # attempts per record: one store record, indexed under each attempt's message id
+# recorded attempts the intake task writes in one append (one record): 128 (4 records) saved
+# ~2 % of the broker's instructions per consumed message but held the loop ~0.5 ms per append
+# instead of ~0.17 ms, which the latency tail would show (benchmarks.md, "Broker consume path")
+_WRITE_AT = 32
 _INTAKE_LIMIT = 200_000  # reported entries waiting; beyond it they are counted, not stored
 
 
@@ -58,6 +63,8 @@ class Outcome(enum.Enum):
 _encode = msgspec.msgpack.Encoder().encode
 _decode_one = msgspec.msgpack.Decoder(Attempt).decode
 _decode_packed = msgspec.msgpack.Decoder(list[Attempt]).decode
+_outcome_of = operator.attrgetter("outcome")
+_message_id_of = operator.attrgetter("message_id")
 
 
 def decode_attempts(body: bytes) -> list[Attempt]:
@@ -81,57 +88,96 @@ class AttemptHistory:
         self._buffer: list[Attempt] = []
         self.recorded = 0
         self.outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, group) -> attempts
-        self._intake: collections.deque[tuple[str, str, Attempt]] = collections.deque()
+        # reports waiting, as they came: (group, consumer, attempts); the first of them is
+        # recorded from ``_taken`` on, and ``_waiting`` attempts are left in all
+        self._intake: collections.deque[tuple[str, str, Sequence[Attempt]]] = collections.deque()
+        self._taken = 0
+        self._waiting = 0
         self._arrived = asyncio.Event()
         self.dropped = 0  # reported entries not stored because the intake was full
 
     def report(self, group: str, consumer: str, attempts: Sequence[Attempt]) -> None:
         """Queue attempts a consumer reported (module doc): :meth:`drain_forever` records them
         a slice at a time; beyond the intake's bound they are only counted."""
-        room = max(_INTAKE_LIMIT - len(self._intake), 0) if self.enabled else 0
+        room = max(_INTAKE_LIMIT - self._waiting, 0) if self.enabled else 0
         kept, counted_only = attempts[:room], attempts[room:]
         for attempt in counted_only:  # kept ones are counted when recorded
             self.outcomes[(attempt.outcome, group)] += 1
         if self.enabled:
             self.dropped += len(counted_only)
         if kept:
-            self._intake.extend((group, consumer, attempt) for attempt in kept)
+            self._intake.append((group, consumer, kept))  # the report as it came, not per entry
+            self._waiting += len(kept)
             self._arrived.set()
 
     async def drain_forever(self) -> None:
-        """Record the intake :data:`_SLICE` entries per event-loop turn (broker task)."""
+        """Record the intake :data:`_SLICE` entries per event-loop turn (broker task), and
+        append them :data:`_WRITE_AT` at a time or when the intake is empty."""
         while True:
             await self._arrived.wait()
             self._arrived.clear()
             while self._intake:
                 self._record_reported(_SLICE)
-                self._write()
+                if len(self._buffer) >= _WRITE_AT or not self._intake:
+                    self._write()
                 await asyncio.sleep(0)
 
     def _record_reported(self, limit: int | None = None) -> None:
-        """Move reported attempts from the intake to the write buffer: as they are, unless the
-        group or reporting consumer differs or the error text is too long."""
-        intake, buffer, outcomes = self._intake, self._buffer, self.outcomes
-        for _ in range(len(intake) if limit is None else min(limit, len(intake))):
-            group, consumer, attempt = intake.popleft()
-            outcomes[(attempt.outcome, group)] += 1
-            if not attempt.message_id or not self.enabled:  # off since (a demoted master)
-                continue
-            if (
-                attempt.group != group
-                or (consumer and attempt.consumer != consumer)
-                or len(attempt.error) > _ERROR_LIMIT
-            ):
-                attempt = msgspec.structs.replace(
+        """Move up to ``limit`` reported attempts (all: None) from the intake to the write
+        buffer, a report's slice at a time."""
+        intake = self._intake
+        budget = self._waiting if limit is None else min(limit, self._waiting)
+        self._waiting -= budget
+        while budget:
+            group, consumer, attempts = intake[0]
+            start = self._taken
+            end = min(len(attempts), start + budget)
+            if end == len(attempts):
+                intake.popleft()
+                self._taken = 0
+            else:
+                self._taken = end
+            budget -= end - start
+            self._take(group, consumer, attempts[start:end])
+        if len(self._buffer) >= _FLUSH_AT:
+            self._write()
+
+    def _take(self, group: str, consumer: str, attempts: Sequence[Attempt]) -> None:
+        """Count ``attempts`` and buffer them: as they are, unless the group or reporting
+        consumer differs or the error text is too long; an attempt without a message id is only
+        counted. Checked for the whole slice first: a consumer's report is all alike, and a
+        loop per entry was a tenth of the broker's time per consumed message (docs/benchmarks.md,
+        "Broker consume path (issue 32, third slice)")."""
+        outcomes = self.outcomes
+        kinds = set(map(_outcome_of, attempts))
+        if len(kinds) == 1:  # a consumer's report: all successes
+            outcomes[(kinds.pop(), group)] += len(attempts)
+        else:
+            for attempt in attempts:
+                outcomes[(attempt.outcome, group)] += 1
+        if not self.enabled:  # off since (a demoted master)
+            return
+        alike = [
+            attempt
+            for attempt in attempts
+            if attempt.message_id
+            and attempt.group == group
+            and (not consumer or attempt.consumer == consumer)
+            and len(attempt.error) <= _ERROR_LIMIT
+        ]
+        if len(alike) < len(attempts):
+            alike = [
+                msgspec.structs.replace(
                     attempt,
                     group=group,
                     consumer=consumer or attempt.consumer,
                     error=attempt.error[:_ERROR_LIMIT],
                 )
-            buffer.append(attempt)
-            self.recorded += 1
-        if len(buffer) >= _FLUSH_AT:
-            self._write()
+                for attempt in attempts
+                if attempt.message_id
+            ]
+        self._buffer += alike
+        self.recorded += len(alike)
 
     def record(
         self,
@@ -194,7 +240,7 @@ class AttemptHistory:
                         queue_id=0,
                         body=_encode(chunk),
                         properties={
-                            props.KEYS: " ".join(dict.fromkeys(a.message_id for a in chunk))
+                            props.KEYS: " ".join(dict.fromkeys(map(_message_id_of, chunk)))
                         },
                     )
                     for chunk in (buffer[i : i + _PACK] for i in range(0, len(buffer), _PACK))

@@ -14,7 +14,7 @@ from pocketmq.broker.parts import BrokerPart
 from pocketmq.errors import (
     InvalidArgumentError,
 )
-from pocketmq.model.messages import PullOutcome, PullStatus
+from pocketmq.model.messages import Delivered, PullOutcome, PullStatus
 from pocketmq.store import (
     GetResult,
     GetStatus,
@@ -48,7 +48,7 @@ class PullPath(BrokerPart):
             topic, queue_id, offset, max_count=max(1, min(max_count, 1024)), tags=tags
         )
         if got.status is GetStatus.FOUND:
-            return self._found(group, got)
+            return self._found(group, topic, got)
         return None
 
     def _check_pull(
@@ -61,11 +61,34 @@ class PullPath(BrokerPart):
             raise InvalidArgumentError(f"topic {topic!r} has no queue {queue_id}")
         return parse_tag_expression(expression)
 
-    def _found(self, group: str, got: GetResult) -> PullOutcome:
-        """Messages were read: deliver them and count them."""
-        delivered = [self._deliver(m) for m in got.messages]
+    def _found(self, group: str, topic: str, got: GetResult) -> PullOutcome:
+        """Messages were read: deliver them and count them. What :meth:`_deliver` does, written
+        out for a whole pull (positional fields, the broker's name looked up once) and counted
+        once per pull: every consumed message passes here (docs/benchmarks.md, "Broker consume
+        path (issue 32, third slice)")."""
+        name = self.config.broker_name
+        delivered = [
+            Delivered(
+                m.topic,
+                m.queue_id,
+                m.queue_offset,
+                m.body,
+                m.properties,
+                m.born_timestamp,
+                m.store_timestamp,
+                m.physical_offset,
+                m.reconsume_times + 1,
+                "",
+                m.born_host,
+                name,
+            )
+            for m in got.messages
+        ]
         self.counters["messages_out"] += len(delivered)
-        self.traffic.delivered(group, delivered)
+        # one queue's messages: all of ``topic``
+        self.traffic.delivered_from(
+            topic, group, len(delivered), sum([len(m.body) for m in delivered])
+        )
         return PullOutcome(
             PullStatus.FOUND, got.next_offset, got.min_offset, got.max_offset, delivered
         )
@@ -94,7 +117,7 @@ class PullPath(BrokerPart):
             got = self.store.get_messages(topic, queue_id, offset, max_count=max_count, tags=tags)
             status = got.status
             if status is GetStatus.FOUND:
-                return self._found(group, got)
+                return self._found(group, topic, got)
             waiting = status is GetStatus.OFFSET_OVERFLOW_ONE or (
                 status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
             )

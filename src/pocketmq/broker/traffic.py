@@ -62,3 +62,10 @@ class Traffic:
             key = (message.topic, group)
             self.messages_out[key] += 1
             self.bytes_out[key] += len(message.body)
+
+    def delivered_from(self, topic: str, group: str, count: int, size: int) -> None:
+        """``count`` messages of ``topic`` with ``size`` body bytes in all went out to a consumer
+        of ``group`` (a pull: one queue's messages, counted once, not one by one)."""
+        key = (topic, group)
+        self.messages_out[key] += count
+        self.bytes_out[key] += size

@@ -58,12 +58,15 @@ class ConsumeHandlers:
         return self._pull_response(outcome)
 
     def _pull_response(self, outcome: PullOutcome) -> w.PullResponse:
+        # a pulled message carries the broker's name already (broker/pulling.py): compared
+        # here, not passed to to_wire, since every consumed message comes this way
+        name = self._name
         return w.PullResponse(
             outcome.status,
             outcome.next_offset,
             outcome.min_offset,
             outcome.max_offset,
-            [to_wire(m, self._name) for m in outcome.messages],
+            [m if m.broker_name == name else to_wire(m, name) for m in outcome.messages],
         )
 
     def pop(
