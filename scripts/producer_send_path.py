@@ -34,7 +34,7 @@ from pocketmq import Message
 from pocketmq.bench.broker import in_flight
 from pocketmq.client import Producer
 from pocketmq.client.connection import ClientConnection
-from pocketmq.client.routes import Route, QueueRef
+from pocketmq.client.routes import QueueRef, Route
 from pocketmq.errors import Code
 from pocketmq.protocol import FrameKind, RequestCode, encode_body, encode_frame
 from pocketmq.protocol import structs as w
@@ -63,7 +63,8 @@ class CannedBroker:
         answers, position = [], 0
         while position < len(data):
             length, kind, _flags, code, request_id = _HEADER.unpack_from(data, position)
-            assert kind == FrameKind.REQUEST and code == RequestCode.SEND, (kind, code)
+            assert kind == FrameKind.REQUEST, kind
+            assert code == RequestCode.SEND, code
             count = _message_count(data, position + HEADER_SIZE)
             answers.append(
                 encode_frame(FrameKind.RESPONSE, Code.SUCCESS, request_id, self._answer(count))
