@@ -16,13 +16,15 @@ from typing import Final
 
 __all__ = ["new_message_id"]
 
-_PROCESS: Final = f"{(int.from_bytes(os.urandom(4), 'big') ^ os.getpid()) & 0xFFFFFFFF:08X}"
+_PROCESS: Final = (int.from_bytes(os.urandom(4), "big") ^ os.getpid()) & 0xFFFFFFFF
 _counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
 _MASK: Final = 0xFFFFFFFFFFFF
+_PROCESS_BITS: Final = _PROCESS << 48  # the process's 32 bits, above the counter's 48
 
 
 def new_message_id() -> str:
     """A fresh id for a message about to be sent: time first so ids sort by creation, then the
-    process and a counter so two producers (or two threads) never collide."""
+    process and a counter so two producers (or two threads) never collide. The three fields are
+    one 128-bit number formatted once (every send makes an id)."""
     millis = (time.time_ns() // 1_000_000) & _MASK
-    return f"{millis:012X}{_PROCESS}{next(_counter) & _MASK:012X}"
+    return f"{millis << 80 | _PROCESS_BITS | next(_counter) & _MASK:032X}"
