@@ -24,12 +24,13 @@ The sender also counts what it did, for :class:`~pocketmq.client.producer.Produc
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pocketmq.client.connection import ClientConnection, SlowWatch
+from pocketmq.client.connection import SlowWatch
 from pocketmq.client.message import SendResult
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.producer.config import ProducerConfig, ProducerStatistics
@@ -232,14 +233,14 @@ class Sender:
     async def _exchange(self, request: Request[Any], queue: QueueRef, timeout: float) -> Any:
         """One attempt: the broker's answer, or :class:`AttemptFailed` saying how it failed."""
         try:
-            connection: ClientConnection = await self.pool.get(queue.address)
+            connection = self.pool.open(queue.address) or await self.pool.get(queue.address)
             if request.prepare is not None:
                 await request.prepare(queue, connection)
         except BrokerConnectionError as exc:  # the request never left
             raise AttemptFailed(exc, Failure.NOT_SENT) from exc
         slow: SlowWatch | None = None
         if request.fixed is None:  # a topic's queue: watch the route while it is unanswered
-            slow = (WATCH_AFTER, self._watch_route(request.topic, queue))
+            slow = (WATCH_AFTER, functools.partial(self._start_watch, request.topic, queue))
         try:
             answer = await connection.request(
                 request.code, request.body(queue), request.reply, timeout, slow=slow
@@ -267,15 +268,18 @@ class Sender:
             return False
         return until is not None
 
-    def _watch_route(
-        self, topic: str, queue: QueueRef
-    ) -> Callable[[asyncio.Future[Any], Callable[[BaseException], None]], None]:
-        def start(answer: asyncio.Future[Any], abort: Callable[[BaseException], None]) -> None:
-            task = asyncio.ensure_future(self._until_moved(topic, queue, answer, abort))
-            self._watchers.add(task)
-            task.add_done_callback(self._watchers.discard)
-
-        return start
+    def _start_watch(
+        self,
+        topic: str,
+        queue: QueueRef,
+        answer: asyncio.Future[Any],
+        abort: Callable[[BaseException], None],
+    ) -> None:
+        """A send to ``queue`` is late: watch ``topic``'s route until it is answered (bound to
+        its topic and queue with ``functools.partial`` per request: cheaper than a closure)."""
+        task = asyncio.ensure_future(self._until_moved(topic, queue, answer, abort))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
 
     async def _until_moved(
         self,
