@@ -168,7 +168,9 @@ class Sender:
                         if route is None:
                             raise
                     refresh = False
-                queue = await self._pick(request, route, avoid)
+                queue = self.selector.pick(route, request.group, avoid)
+                if self._suspects and self._suspected(queue.address):
+                    queue = await self._repick(request, queue, avoid)
             try:
                 response = await self._exchange(request, queue, timeout)
                 if counted:
@@ -207,17 +209,14 @@ class Sender:
                 self._unknown += counted
         raise error
 
-    async def _pick(self, request: Request[Any], route: Route, avoid: set[str]) -> QueueRef:
-        """The queue for the next attempt; when its broker left a send unanswered (suspect),
-        from the route as it is now: the group may have another master by now."""
-        queue = self.selector.pick(route, request.group, avoid)
-        if queue.address in self._suspects and self._suspected(queue.address):
-            try:
-                route = await self.routes.fresh(request.topic, NO_MASTER_POLL)
-            except BrokerConnectionError:
-                return queue
-            queue = self.selector.pick(route, request.group, avoid)
-        return queue
+    async def _repick(self, request: Request[Any], queue: QueueRef, avoid: set[str]) -> QueueRef:
+        """``queue``'s broker left a send unanswered (suspect): pick again from the route as it
+        is now, the group may have another master by now."""
+        try:
+            route = await self.routes.fresh(request.topic, NO_MASTER_POLL)
+        except BrokerConnectionError:
+            return queue
+        return self.selector.pick(route, request.group, avoid)
 
     async def _writable_route(self, topic: str, deadline: float) -> Route:
         """A fresh route of ``topic``. While it has no writable queue (its groups have no
