@@ -42,6 +42,9 @@ def _check_text(value: str, what: str) -> None:
 
 
 _BYTES: Final = (bytes, bytearray, memoryview)
+# topics already found storable (and valid text): a producer sends to few topics, each often
+_STORABLE_TOPICS: Final[set[str]] = set()
+_MAX_REMEMBERED: Final = 4096
 
 
 def validate_message(message: Message, max_size: int | None = None) -> None:
@@ -85,7 +88,10 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
         raise InvalidArgumentError(
             f"delivery_time must be epoch seconds (a finite, non-negative number), got {delivery!r}"
         )
-    validate_stored_topic(topic)
+    if type(topic) is not str or topic not in _STORABLE_TOPICS:  # a str subclass: each time
+        validate_stored_topic(topic)
+        if type(topic) is str and len(_STORABLE_TOPICS) < _MAX_REMEMBERED:
+            _STORABLE_TOPICS.add(topic)
     _check_texts(tag, group, message_id, keys, properties)
     violation = (
         (check_keys(keys) if keys else None)
