@@ -32,7 +32,7 @@ from .test_connection_writes import RecordingTransport
 _MAX_DELIVERY_TIME = (2**63 - 1) / 1000
 
 
-def reference_validate(message: Any, max_size: int | None = None) -> None:  # noqa: C901
+def reference_validate(message: Any, max_size: int | None = None) -> None:
     """``validate_message`` as it was before it was made cheaper (commit e9b3978)."""
     if not isinstance(message, Message):
         raise InvalidArgumentError(f"expected a pocketmq.Message, got {type(message).__name__}")
@@ -195,7 +195,7 @@ async def test_a_late_request_starts_its_watch_and_still_expires_at_its_timeout(
         started.append(loop.time() - begun)
         assert not future.done()
 
-    with pytest.raises(RequestTimeoutError, match="no answer in 0.2s"):
+    with pytest.raises(RequestTimeoutError, match=r"no answer in 0\.2s"):
         await connection.request(
             RequestCode.GET_ROUTE, w.GetRouteRequest("t"), w.RouteResponse, 0.2, slow=(0.05, watch)
         )
@@ -265,3 +265,17 @@ def test_properties_may_be_any_mapping() -> None:
     message = Message(topic="t", body=b"x", properties=Frozen())
     validate_message(message)
     reference_validate(message)
+
+
+def test_a_send_result_built_for_less_is_the_same_value() -> None:
+    from dataclasses import fields
+
+    from pocketmq.client.message import SendResult, SendStatus
+    from pocketmq.client.producer.handlers import _send_result
+
+    values = ("m", "t", 3, 9, "b", SendStatus.FLUSH_DISK_TIMEOUT, "tx")
+    built = _send_result(*values)
+    expected = SendResult(**{f.name: v for f, v in zip(fields(SendResult), values, strict=True)})
+    assert built == expected
+    assert hash(built) == hash(expected)
+    assert repr(built) == repr(expected)
