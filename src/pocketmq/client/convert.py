@@ -92,7 +92,8 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
         validate_stored_topic(topic)
         if type(topic) is str and len(_STORABLE_TOPICS) < _MAX_REMEMBERED:
             _STORABLE_TOPICS.add(topic)
-    _check_texts(tag, group, message_id, keys, properties)
+    if tag or group or message_id or keys or properties:
+        _check_texts(tag, group, message_id, keys, properties)
     violation = (
         (check_keys(keys) if keys else None)
         or (check_user_properties(properties) if properties else None)
@@ -145,8 +146,9 @@ def to_wire(message: Message, message_id: str | None = None) -> w.InboundMessage
     """``message`` as the wire carries it: id, tag, keys, group and delivery time become
     properties; the id is assigned here once, so retries keep it.
     """
+    born = time.time_ns() // 1_000_000  # one clock reading for the id and the born time
     properties = dict(message.properties)
-    properties[_MESSAGE_ID] = message_id or message.message_id or new_message_id()
+    properties[_MESSAGE_ID] = message_id or message.message_id or new_message_id(born)
     if message.tag:
         properties[_TAGS] = message.tag
     if message.keys:
@@ -155,6 +157,4 @@ def to_wire(message: Message, message_id: str | None = None) -> w.InboundMessage
         properties[_MESSAGE_GROUP] = message.message_group
     if message.delivery_time is not None:
         properties[_DELIVER_TIME_MS] = str(int(message.delivery_time * 1000))
-    return w.InboundMessage(
-        message.topic, bytes(message.body), properties, -1, 0, int(time.time() * 1000)
-    )
+    return w.InboundMessage(message.topic, bytes(message.body), properties, -1, 0, born)
