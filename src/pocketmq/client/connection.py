@@ -303,12 +303,9 @@ class ClientConnection(asyncio.Protocol):
         # costs one timer, not two
         timers: list[asyncio.TimerHandle] = []
         if slow is not None and slow[0] < timeout:
-            expires = loop.time() + timeout
-            timers.append(
-                loop.call_later(
-                    slow[0], self._late, timers, request_id, code, timeout, expires, slow[1], future
-                )
-            )
+            now = loop.time()
+            late = (timers, request_id, code, timeout, now + timeout, slow[1], future)
+            timers.append(loop.call_at(now + slow[0], self._late, *late))
         else:
             timers.append(loop.call_later(timeout, self._expire, request_id, code, timeout))
         try:

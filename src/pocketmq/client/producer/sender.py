@@ -132,7 +132,8 @@ class Sender:
         fail raise at once: without a route there is nothing to retry."""
         config = self.config
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + config.send_timeout
+        started = loop.time()
+        deadline = started + config.send_timeout
         counted = request.messages
         schedule = None  # created at the first flow-control refusal
         next_retry_at = first_attempt_at = 0.0
@@ -146,7 +147,7 @@ class Sender:
                 wait = min(retry_at, deadline) - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
-            now = loop.time()
+            now = loop.time() if attempt else started  # nothing ran in between
             if now >= deadline:
                 break
             if not attempt:
