@@ -136,7 +136,7 @@ class Sender:
         deadline = started + config.send_timeout
         counted = request.messages
         schedule = None  # created at the first flow-control refusal
-        next_retry_at = first_attempt_at = 0.0
+        next_retry_at = 0.0
         avoid: set[str] = set()
         refresh = False  # ask for the route again before the next attempt
         unknown = False
@@ -150,15 +150,12 @@ class Sender:
             now = loop.time() if attempt else started  # nothing ran in between
             if now >= deadline:
                 break
-            if not attempt:
-                first_attempt_at = now
-            elif counted:
+            if attempt and counted:
                 self._retries += 1
+            timeout = deadline - now
             if schedule is not None:
                 next_retry_at, attempt_deadline = schedule.start_attempt(now)
                 timeout = min(deadline, attempt_deadline) - now
-            else:
-                timeout = deadline - now
             queue = request.fixed
             if queue is None:
                 route = self.routes.cached(request.topic)
@@ -191,9 +188,7 @@ class Sender:
                         self._backoffs += 1
                     if schedule is None:  # the first attempt's deadline: its start + 1 s
                         schedule = config.backoff.schedule(self._rng)
-                        next_retry_at, _ = schedule.start_attempt(
-                            first_attempt_at if attempt == 0 else now
-                        )
+                        next_retry_at, _ = schedule.start_attempt(started if attempt == 0 else now)
                     retry_at = next_retry_at
                 elif step is Next.ELSEWHERE or step is Next.ISOLATE:
                     avoid.add(queue.broker_name)
