@@ -267,15 +267,24 @@ def test_properties_may_be_any_mapping() -> None:
     reference_validate(message)
 
 
-def test_a_send_result_built_for_less_is_the_same_value() -> None:
-    from dataclasses import fields
-
+def test_a_send_result_is_an_immutable_hashable_value() -> None:
     from pocketmq.client.message import SendResult, SendStatus
-    from pocketmq.client.producer.handlers import _send_result
 
-    values = ("m", "t", 3, 9, "b", SendStatus.FLUSH_DISK_TIMEOUT, "tx")
-    built = _send_result(*values)
-    expected = SendResult(**{f.name: v for f, v in zip(fields(SendResult), values, strict=True)})
-    assert built == expected
-    assert hash(built) == hash(expected)
-    assert repr(built) == repr(expected)
+    def build() -> SendResult:
+        return SendResult(
+            message_id="m", topic="t", queue_id=3, queue_offset=9, broker_name="b",
+            status=SendStatus.FLUSH_DISK_TIMEOUT, transaction_id="tx",
+        )  # fmt: skip
+
+    result = build()
+    assert result == build()
+    assert hash(result) == hash(build())
+    assert result.status is SendStatus.FLUSH_DISK_TIMEOUT
+    assert (
+        SendResult(message_id="m", topic="t", queue_id=0, queue_offset=0, broker_name="b").status
+        is SendStatus.OK
+    )
+    with pytest.raises(AttributeError):
+        result.queue_id = 4  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        SendResult("m", "t", 3, 9, "b")  # type: ignore[misc]  # keyword-only, as before

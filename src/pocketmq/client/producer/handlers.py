@@ -18,7 +18,6 @@ the difference decides what a retry may do (docs/semantics.md, "Producer" and "T
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Final, Generic, TypeVar
@@ -154,45 +153,6 @@ _STORED: Final[dict[int, SendStatus]] = {
 }
 
 
-_FIELDS: Final = tuple(field.name for field in dataclasses.fields(SendResult))
-assert _FIELDS == (  # the order _send_result takes them in
-    "message_id",
-    "topic",
-    "queue_id",
-    "queue_offset",
-    "broker_name",
-    "status",
-    "transaction_id",
-)
-_SETTERS: Final[tuple[Any, ...]] = tuple(vars(SendResult)[name].__set__ for name in _FIELDS)
-
-
-def _send_result(
-    message_id: str,
-    topic: str,
-    queue_id: int,
-    queue_offset: int,
-    broker_name: str,
-    status: SendStatus,
-    transaction_id: str | None,
-    _new: Any = object.__new__,
-    _set: tuple[Any, ...] = _SETTERS,
-) -> SendResult:
-    """``SendResult(message_id=..., ...)``, the same object built for less: each pipelined
-    message gets one, and the frozen dataclass's keyword ``__init__`` (every field through
-    ``object.__setattr__``) costs twice what setting its slots does (docs/benchmarks.md,
-    "Producer send path")."""
-    result: SendResult = _new(SendResult)
-    _set[0](result, message_id)
-    _set[1](result, topic)
-    _set[2](result, queue_id)
-    _set[3](result, queue_offset)
-    _set[4](result, broker_name)
-    _set[5](result, status)
-    _set[6](result, transaction_id)
-    return result
-
-
 class SendMessages(Request[list[SendResult]]):
     """SEND of one or more messages of one topic, as one request to one queue.
 
@@ -243,14 +203,14 @@ class SendMessages(Request[list[SendResult]]):
                 kind = Failure.UNKNOWN if item.code == Code.STORAGE_FAILED else Failure.REFUSED
                 raise AttemptFailed(error_from_code(item.code, item.remark), kind)
             results.append(
-                _send_result(
-                    item.message_id or wire.properties.get(message_id, ""),
-                    wire.topic,
-                    item.queue_id,
-                    item.queue_offset,
-                    broker_name,
-                    status,
-                    item.transaction_id or None,
+                SendResult(
+                    message_id=item.message_id or wire.properties.get(message_id, ""),
+                    topic=wire.topic,
+                    queue_id=item.queue_id,
+                    queue_offset=item.queue_offset,
+                    broker_name=broker_name,
+                    status=status,
+                    transaction_id=item.transaction_id or None,
                 )
             )
         return results
