@@ -128,19 +128,20 @@ def check_message(
         return Violation(
             Rule.FIELD_RANGE, f"born_timestamp {born_timestamp} is not an epoch time in ms"
         )
-    if "" in properties:
-        return Violation(Rule.PROPERTY, "a property name must not be empty")
-    tag = properties.get(props.TAGS)
-    if tag is not None and "||" in tag:
-        return Violation(Rule.TAG, f"tag {tag!r} must not contain '||' (it separates tags)")
-    keys = properties.get(props.KEYS)
-    if keys is not None and not keys.split():
-        return Violation(Rule.KEY, "keys must not be blank")
-    due = properties.get(props.DELIVER_TIME_MS)
-    if due is not None:
-        violation = _check_delivery_time(due, now_ms, max_delay_ms)
-        if violation is not None:
-            return violation
+    if properties:  # none: an SDK's plain message (no tag), nothing below to look up
+        if "" in properties:
+            return Violation(Rule.PROPERTY, "a property name must not be empty")
+        tag = properties.get(props.TAGS)
+        if tag is not None and "||" in tag:
+            return Violation(Rule.TAG, f"tag {tag!r} must not contain '||' (it separates tags)")
+        keys = properties.get(props.KEYS)
+        if keys is not None and not keys.split():
+            return Violation(Rule.KEY, "keys must not be blank")
+        due = properties.get(props.DELIVER_TIME_MS)
+        if due is not None:
+            violation = _check_delivery_time(due, now_ms, max_delay_ms)
+            if violation is not None:
+                return violation
     if topic_type is not None and topic_type != _TAKES_EVERY_KIND:
         kind = kind_of(properties, flags)
         accepted = ACCEPTED_KINDS.get(topic_type, frozenset())

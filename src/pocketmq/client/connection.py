@@ -298,12 +298,16 @@ class ClientConnection(asyncio.Protocol):
         future = self.send_request(code, body, reply)
         request_id = self._last_id
         loop = asyncio.get_running_loop()
-        timer = loop.call_later(timeout, self._expire, request_id, code, timeout)
+        # one timer per request at a time (the last of ``timers``): with ``slow``, the watch's,
+        # which sets the expiry's when it fires; an answer in time, nearly every one, then
+        # costs one timer, not two
+        timers: list[asyncio.TimerHandle] = []
         if slow is not None and slow[0] < timeout:
-            abort = functools.partial(self._abort, request_id)
-            watch: asyncio.TimerHandle | None = loop.call_later(slow[0], slow[1], future, abort)
+            now = loop.time()
+            late = (timers, request_id, code, timeout, now + timeout, slow[1], future)
+            timers.append(loop.call_at(now + slow[0], self._late, *late))
         else:
-            watch = None
+            timers.append(loop.call_later(timeout, self._expire, request_id, code, timeout))
         try:
             return await future
         except asyncio.CancelledError:
@@ -314,9 +318,23 @@ class ClientConnection(asyncio.Protocol):
                 self.oneway(RequestCode.CANCEL, w.CancelRequest(request_id))
             raise
         finally:
-            timer.cancel()
-            if watch is not None:
-                watch.cancel()
+            timers[-1].cancel()
+
+    def _late(
+        self,
+        timers: list[asyncio.TimerHandle],
+        request_id: int,
+        code: RequestCode,
+        timeout: float,
+        expires: float,
+        start: Callable[[asyncio.Future[Any], Callable[[BaseException], None]], None],
+        future: asyncio.Future[Any],
+    ) -> None:
+        """A request's answer is late (:data:`SlowWatch`): set its expiry, then start the
+        watch with a way to abort the request."""
+        loop = asyncio.get_running_loop()
+        timers.append(loop.call_at(expires, self._expire, request_id, code, timeout))
+        start(future, functools.partial(self._abort, request_id))
 
     def _abort(self, request_id: int, error: BaseException) -> None:
         waiting = self._pending.pop(request_id, None)

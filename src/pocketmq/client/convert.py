@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from pocketmq import properties as props
@@ -40,33 +41,44 @@ def _check_text(value: str, what: str) -> None:
             ) from None
 
 
+_BYTES: Final = (bytes, bytearray, memoryview)
+# topics already found storable (and valid text): a producer sends to few topics, each often
+_STORABLE_TOPICS: Final[set[str]] = set()
+_MAX_REMEMBERED: Final = 4096
+
+
 def validate_message(message: Message, max_size: int | None = None) -> None:
     """Refuse a message the broker would refuse, before anything is sent: a clear
     :class:`InvalidArgumentError` instead of a failure deep in a send.
 
     The Python-level checks (types, text the wire can carry) are the SDK's; the rules after
     them are the broker's own send contract (pocketmq.contract), checked again on arrival.
+    Every send goes through here: each field is read once, and the fields a plain message
+    leaves empty cost a test each (docs/benchmarks.md, "Producer send path").
     """
     if not isinstance(message, Message):
         raise InvalidArgumentError(f"expected a pocketmq.Message, got {type(message).__name__}")
-    if not isinstance(message.topic, str) or not message.topic:
+    topic, body, tag = message.topic, message.body, message.tag
+    keys, properties = message.keys, message.properties
+    group, message_id = message.message_group, message.message_id
+    if not isinstance(topic, str) or not topic:
         raise InvalidArgumentError("message topic must be a non-empty string")
-    if not isinstance(message.body, bytes | bytearray | memoryview):
+    if not isinstance(body, _BYTES):
         raise InvalidArgumentError(
-            f"message body must be bytes, got {type(message.body).__name__} "
-            "(encode text with .encode())"
+            f"message body must be bytes, got {type(body).__name__} (encode text with .encode())"
         )
-    if message.tag is not None and not isinstance(message.tag, str):
+    if tag is not None and not isinstance(tag, str):
         raise InvalidArgumentError("tag must be a string")
-    for key in message.keys:
+    for key in keys:
         if not isinstance(key, str):
             raise InvalidArgumentError(f"key {key!r} must be a string")
-    for name, value in message.properties.items():
+    for name, value in properties.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise InvalidArgumentError("properties must map strings to strings")
-    for text, what in ((message.message_group, "message group"), (message.message_id, "id")):
-        if text is not None and not isinstance(text, str):
-            raise InvalidArgumentError(f"message {what} must be a string")
+    if group is not None and not isinstance(group, str):
+        raise InvalidArgumentError("message message group must be a string")
+    if message_id is not None and not isinstance(message_id, str):
+        raise InvalidArgumentError("message id must be a string")
     delivery = message.delivery_time
     if delivery is not None and (
         isinstance(delivery, bool)
@@ -76,45 +88,73 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
         raise InvalidArgumentError(
             f"delivery_time must be epoch seconds (a finite, non-negative number), got {delivery!r}"
         )
-    validate_stored_topic(message.topic)
-    for text, what in (
-        (message.tag, "tag"),
-        (message.message_group, "message group"),
-        (message.message_id, "message id"),
-        *((key, "key") for key in message.keys),
-        *((name, "property name") for name in message.properties),
-        *((value, f"property {name!r}") for name, value in message.properties.items()),
-    ):
-        if text:
-            _check_text(text, what)
+    if type(topic) is not str or topic not in _STORABLE_TOPICS:  # a str subclass: each time
+        validate_stored_topic(topic)
+        if type(topic) is str and len(_STORABLE_TOPICS) < _MAX_REMEMBERED:
+            _STORABLE_TOPICS.add(topic)
+    if tag or group or message_id or keys or properties:
+        _check_texts(tag, group, message_id, keys, properties)
     violation = (
-        check_keys(message.keys)
-        or check_user_properties(message.properties)
+        (check_keys(keys) if keys else None)
+        or (check_user_properties(properties) if properties else None)
         or check_message(
-            message.topic,
-            len(message.body),
-            {props.TAGS: message.tag} if message.tag else {},
-            max_body=max_size if max_size is not None else len(message.body),
+            topic,
+            len(body),
+            {props.TAGS: tag} if tag else {},
+            max_body=max_size if max_size is not None else len(body),
         )
     )
     if violation is not None:
         raise InvalidArgumentError(violation.text)
 
 
+def _check_texts(
+    tag: str | None,
+    group: str | None,
+    message_id: str | None,
+    keys: Iterable[str],
+    properties: Mapping[str, str],
+) -> None:
+    """The text of a message's strings, in the order their errors are reported: tag, group, id,
+    keys, property names, property values (empty strings are the contract's business)."""
+    if tag:
+        _check_text(tag, "tag")
+    if group:
+        _check_text(group, "message group")
+    if message_id:
+        _check_text(message_id, "message id")
+    for key in keys:
+        if key:
+            _check_text(key, "key")
+    if properties:
+        for name in properties:
+            if name:
+                _check_text(name, "property name")
+        for name, value in properties.items():
+            if value:
+                _check_text(value, f"property {name!r}")
+
+
+_MESSAGE_ID: Final = props.MESSAGE_ID
+_TAGS: Final = props.TAGS
+_KEYS: Final = props.KEYS
+_MESSAGE_GROUP: Final = props.MESSAGE_GROUP
+_DELIVER_TIME_MS: Final = props.DELIVER_TIME_MS
+
+
 def to_wire(message: Message, message_id: str | None = None) -> w.InboundMessage:
     """``message`` as the wire carries it: id, tag, keys, group and delivery time become
     properties; the id is assigned here once, so retries keep it.
     """
+    born = time.time_ns() // 1_000_000  # one clock reading for the id and the born time
     properties = dict(message.properties)
-    properties[props.MESSAGE_ID] = message_id or message.message_id or new_message_id()
+    properties[_MESSAGE_ID] = message_id or message.message_id or new_message_id(born)
     if message.tag:
-        properties[props.TAGS] = message.tag
+        properties[_TAGS] = message.tag
     if message.keys:
-        properties[props.KEYS] = " ".join(message.keys)
+        properties[_KEYS] = " ".join(message.keys)
     if message.message_group:
-        properties[props.MESSAGE_GROUP] = message.message_group
+        properties[_MESSAGE_GROUP] = message.message_group
     if message.delivery_time is not None:
-        properties[props.DELIVER_TIME_MS] = str(int(message.delivery_time * 1000))
-    return w.InboundMessage(
-        message.topic, bytes(message.body), properties, -1, 0, int(time.time() * 1000)
-    )
+        properties[_DELIVER_TIME_MS] = str(int(message.delivery_time * 1000))
+    return w.InboundMessage(message.topic, bytes(message.body), properties, -1, 0, born)

@@ -35,6 +35,12 @@ class ConnectionPool:
         self._connections: dict[str, ClientConnection] = {}
         self._connecting: dict[str, asyncio.Task[ClientConnection]] = {}
 
+    def open(self, address: str) -> ClientConnection | None:
+        """The open connection to ``address`` without I/O, or None (then :meth:`get` it): a
+        send's hot path tries this first, as routes try their cache."""
+        connection = self._connections.get(address)
+        return connection if connection is not None and connection.is_open else None
+
     async def get(self, address: str) -> ClientConnection:
         """The open connection to ``address``, connecting (once, however many ask) if needed."""
         connection = self._connections.get(address)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from pocketmq.client.message import SendResult
 from pocketmq.client.producer.config import ProducerConfig
@@ -31,10 +30,8 @@ __all__ = ["Accumulator"]
 SendBatch = Callable[[str, list[w.InboundMessage]], Awaitable[list[SendResult]]]
 
 
-@dataclass(slots=True)
-class _Pending:
-    wire: w.InboundMessage
-    future: asyncio.Future[SendResult]
+_Pending = tuple[w.InboundMessage, "asyncio.Future[SendResult]"]
+"""A held message and its caller's future (a tuple: one is made per message)."""
 
 
 class Accumulator:
@@ -51,15 +48,24 @@ class Accumulator:
         self.in_flight: set[asyncio.Future[None]] = set()
         """Batches being sent (a flush waits for them)."""
 
-    async def add(self, wire: w.InboundMessage) -> SendResult:
-        """Hold ``wire`` for the next batch of its topic; returns its own result once sent."""
+    def add(self, wire: w.InboundMessage) -> Awaitable[SendResult]:
+        """Hold ``wire`` for the next batch of its topic; the awaitable returned gives its own
+        result once sent (await it: a lone message is sent by awaiting it). A plain function,
+        not a coroutine: the message is held (or marked as being sent) when ``add`` returns,
+        and a held message's caller awaits its future directly, one coroutine less per
+        message on the pipelined path (docs/benchmarks.md, "Producer send path")."""
         topic = wire.topic
-        if self._adaptive and not self._sending.get(topic) and topic not in self._buffers:
-            return await self._send_alone(topic, wire)
         loop = asyncio.get_running_loop()
+        if self._adaptive and not self._sending.get(topic) and topic not in self._buffers:
+            self._sending[topic] = 1
+            done: asyncio.Future[None] = loop.create_future()
+            self.in_flight.add(done)
+            return self._send_alone(topic, wire, done)
         future: asyncio.Future[SendResult] = loop.create_future()
-        buffer = self._buffers.setdefault(topic, [])
-        buffer.append(_Pending(wire, future))
+        buffer = self._buffers.get(topic)
+        if buffer is None:
+            buffer = self._buffers[topic] = []
+        buffer.append((wire, future))
         size = self._buffer_bytes.get(topic, 0) + len(wire.body)
         self._buffer_bytes[topic] = size
         config = self._config
@@ -71,16 +77,15 @@ class Accumulator:
         elif topic not in self._flushers:
             assert config.linger is not None
             self._flushers[topic] = loop.call_later(config.linger, self._flush_topic, topic)
-        return await future
+        return future
 
-    async def _send_alone(self, topic: str, wire: w.InboundMessage) -> SendResult:
+    async def _send_alone(
+        self, topic: str, wire: w.InboundMessage, done: asyncio.Future[None]
+    ) -> SendResult:
         """Adaptive batching with nothing of ``topic`` in flight: the message leaves at once,
         sent from the caller's own task (no task, future or event-loop turn of its own); what
-        arrives meanwhile waits for it, as behind any batch. ``in_flight`` holds a future for
+        arrives meanwhile waits for it, as behind any batch. ``in_flight`` holds ``done`` for
         it, so a flush still waits for it."""
-        self._sending[topic] = 1
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.in_flight.add(done)
         try:
             [result] = await self._send_batch(topic, [wire])
             return result
@@ -125,14 +130,14 @@ class Accumulator:
 
     async def _send_and_settle(self, topic: str, batch: list[_Pending]) -> None:
         try:
-            results = await self._send_batch(topic, [p.wire for p in batch])
+            results = await self._send_batch(topic, [wire for wire, _ in batch])
         except BaseException as exc:
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        for pending, result in zip(batch, results, strict=True):
-            if not pending.future.done():
-                pending.future.set_result(result)
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)

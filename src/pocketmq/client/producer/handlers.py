@@ -182,21 +182,29 @@ class SendMessages(Request[list[SendResult]]):
     def body(self, queue: QueueRef) -> w.SendRequest:
         """The messages, addressed to ``queue``."""
         queue_id = queue.queue_id
-        return w.SendRequest([with_queue(m, queue_id) for m in self.wires], self.producer_group)
+        inbound = w.InboundMessage  # with_queue, inlined: one per message per attempt
+        return w.SendRequest(
+            [
+                inbound(m.topic, m.body, m.properties, queue_id, m.flags, m.born_timestamp)
+                for m in self.wires
+            ],
+            self.producer_group,
+        )
 
     def outcome(self, response: w.SendResponse, queue: QueueRef) -> list[SendResult]:
         """One result per message; a message the broker did not store fails the attempt."""
         results: list[SendResult] = []
         broker_name = response.broker_name or queue.broker_name
+        stored, message_id = _STORED, props.MESSAGE_ID
         for wire, item in zip(self.wires, response.results, strict=True):
-            status = _STORED.get(item.code)
+            status = stored.get(item.code)
             if status is None:
                 # STORAGE_FAILED: written before the broker's fsync failed, maybe durable
                 kind = Failure.UNKNOWN if item.code == Code.STORAGE_FAILED else Failure.REFUSED
                 raise AttemptFailed(error_from_code(item.code, item.remark), kind)
             results.append(
                 SendResult(
-                    message_id=item.message_id or wire.properties.get(props.MESSAGE_ID, ""),
+                    message_id=item.message_id or wire.properties.get(message_id, ""),
                     topic=wire.topic,
                     queue_id=item.queue_id,
                     queue_offset=item.queue_offset,

@@ -76,11 +76,12 @@ class Producer(ClientBase):
 
     async def send(self, message: Message) -> SendResult:
         """Send and wait for the broker's acknowledgement (retrying as configured)."""
-        self._check_open()
-        validate_message(message, self.config.max_message_size)
+        if self._closed or not self._started:
+            self._check_open()  # raises
+        config = self.config
+        validate_message(message, config.max_message_size)
         wire = to_wire(message)
         group = message.message_group
-        config = self.config
         if not group and (config.batching or config.linger is not None):
             return await self._accumulator.add(wire)
         [result] = await self.sender.send(message.topic, [wire], group=group)

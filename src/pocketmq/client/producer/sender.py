@@ -24,12 +24,13 @@ The sender also counts what it did, for :class:`~pocketmq.client.producer.Produc
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pocketmq.client.connection import ClientConnection, SlowWatch
+from pocketmq.client.connection import SlowWatch
 from pocketmq.client.message import SendResult
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.producer.config import ProducerConfig, ProducerStatistics
@@ -131,10 +132,11 @@ class Sender:
         fail raise at once: without a route there is nothing to retry."""
         config = self.config
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + config.send_timeout
+        started = loop.time()
+        deadline = started + config.send_timeout
         counted = request.messages
         schedule = None  # created at the first flow-control refusal
-        next_retry_at = first_attempt_at = 0.0
+        next_retry_at = 0.0
         avoid: set[str] = set()
         refresh = False  # ask for the route again before the next attempt
         unknown = False
@@ -145,18 +147,15 @@ class Sender:
                 wait = min(retry_at, deadline) - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
-            now = loop.time()
+            now = loop.time() if attempt else started  # nothing ran in between
             if now >= deadline:
                 break
-            if not attempt:
-                first_attempt_at = now
-            elif counted:
+            if attempt and counted:
                 self._retries += 1
+            timeout = deadline - now
             if schedule is not None:
                 next_retry_at, attempt_deadline = schedule.start_attempt(now)
                 timeout = min(deadline, attempt_deadline) - now
-            else:
-                timeout = deadline - now
             queue = request.fixed
             if queue is None:
                 route = self.routes.cached(request.topic)
@@ -167,7 +166,9 @@ class Sender:
                         if route is None:
                             raise
                     refresh = False
-                queue = await self._pick(request, route, avoid)
+                queue = self.selector.pick(route, request.group, avoid)
+                if self._suspects and self._suspected(queue.address):
+                    queue = await self._repick(request, queue, avoid)
             try:
                 response = await self._exchange(request, queue, timeout)
                 if counted:
@@ -187,9 +188,7 @@ class Sender:
                         self._backoffs += 1
                     if schedule is None:  # the first attempt's deadline: its start + 1 s
                         schedule = config.backoff.schedule(self._rng)
-                        next_retry_at, _ = schedule.start_attempt(
-                            first_attempt_at if attempt == 0 else now
-                        )
+                        next_retry_at, _ = schedule.start_attempt(started if attempt == 0 else now)
                     retry_at = next_retry_at
                 elif step is Next.ELSEWHERE or step is Next.ISOLATE:
                     avoid.add(queue.broker_name)
@@ -206,17 +205,14 @@ class Sender:
                 self._unknown += counted
         raise error
 
-    async def _pick(self, request: Request[Any], route: Route, avoid: set[str]) -> QueueRef:
-        """The queue for the next attempt; when its broker left a send unanswered (suspect),
-        from the route as it is now: the group may have another master by now."""
-        queue = self.selector.pick(route, request.group, avoid)
-        if queue.address in self._suspects and self._suspected(queue.address):
-            try:
-                route = await self.routes.fresh(request.topic, NO_MASTER_POLL)
-            except BrokerConnectionError:
-                return queue
-            queue = self.selector.pick(route, request.group, avoid)
-        return queue
+    async def _repick(self, request: Request[Any], queue: QueueRef, avoid: set[str]) -> QueueRef:
+        """``queue``'s broker left a send unanswered (suspect): pick again from the route as it
+        is now, the group may have another master by now."""
+        try:
+            route = await self.routes.fresh(request.topic, NO_MASTER_POLL)
+        except BrokerConnectionError:
+            return queue
+        return self.selector.pick(route, request.group, avoid)
 
     async def _writable_route(self, topic: str, deadline: float) -> Route:
         """A fresh route of ``topic``. While it has no writable queue (its groups have no
@@ -232,14 +228,14 @@ class Sender:
     async def _exchange(self, request: Request[Any], queue: QueueRef, timeout: float) -> Any:
         """One attempt: the broker's answer, or :class:`AttemptFailed` saying how it failed."""
         try:
-            connection: ClientConnection = await self.pool.get(queue.address)
+            connection = self.pool.open(queue.address) or await self.pool.get(queue.address)
             if request.prepare is not None:
                 await request.prepare(queue, connection)
         except BrokerConnectionError as exc:  # the request never left
             raise AttemptFailed(exc, Failure.NOT_SENT) from exc
         slow: SlowWatch | None = None
         if request.fixed is None:  # a topic's queue: watch the route while it is unanswered
-            slow = (WATCH_AFTER, self._watch_route(request.topic, queue))
+            slow = (WATCH_AFTER, functools.partial(self._start_watch, request.topic, queue))
         try:
             answer = await connection.request(
                 request.code, request.body(queue), request.reply, timeout, slow=slow
@@ -267,15 +263,18 @@ class Sender:
             return False
         return until is not None
 
-    def _watch_route(
-        self, topic: str, queue: QueueRef
-    ) -> Callable[[asyncio.Future[Any], Callable[[BaseException], None]], None]:
-        def start(answer: asyncio.Future[Any], abort: Callable[[BaseException], None]) -> None:
-            task = asyncio.ensure_future(self._until_moved(topic, queue, answer, abort))
-            self._watchers.add(task)
-            task.add_done_callback(self._watchers.discard)
-
-        return start
+    def _start_watch(
+        self,
+        topic: str,
+        queue: QueueRef,
+        answer: asyncio.Future[Any],
+        abort: Callable[[BaseException], None],
+    ) -> None:
+        """A send to ``queue`` is late: watch ``topic``'s route until it is answered (bound to
+        its topic and queue with ``functools.partial`` per request: cheaper than a closure)."""
+        task = asyncio.ensure_future(self._until_moved(topic, queue, answer, abort))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
 
     async def _until_moved(
         self,
