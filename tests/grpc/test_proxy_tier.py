@@ -132,17 +132,21 @@ def test_the_broker_counts_the_official_clients_behind_its_workers(
         clients.shutdown_all()
 
 
-def _ack_with_patience(consumer: Any, received: Any) -> None:
-    """Ack as a user would after a dropped connection: retry a transport failure."""
-    for _ in range(20):
+def _ack_with_patience(consumer: Any, received: Any, patience: float = 30.0) -> None:
+    """Ack as a user would after a dropped connection: retry a transport failure. The new
+    workers may take seconds to listen on a loaded machine (5 s of retries once ran out at load
+    5: "Connection refused"), so the retries are bounded by time, not by count."""
+    deadline = time.monotonic() + patience
+    while True:
         try:
             consumer.ack(received)
             return
         except Exception as exc:  # the channel to the killed worker may fail one call
             if "INVALID_RECEIPT_HANDLE" in str(exc) or "Code.INVALID" in str(exc):
                 raise
+            if time.monotonic() > deadline:
+                raise
             time.sleep(0.25)
-    consumer.ack(received)
 
 
 def test_receipts_survive_every_worker_being_killed(
