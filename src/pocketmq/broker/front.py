@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from pocketmq.broker.catalog import Catalog
@@ -28,8 +28,9 @@ from pocketmq.broker.sendback import SendBack
 from pocketmq.broker.sending import SendPath
 from pocketmq.broker.topics import TopicConfig, TopicManager
 from pocketmq.broker.transactions import TransactionService
-from pocketmq.errors import ServiceUnavailableError
+from pocketmq.errors import PocketMQError, ServiceUnavailableError
 from pocketmq.model.groups import GroupConfig
+from pocketmq.model.messages import SendBatch, SendOutcome
 from pocketmq.store import MessageStore, StoreStatistics
 
 __all__ = ["BrokerFront", "delegate", "on_master"]
@@ -54,7 +55,8 @@ def delegate(part: str, function: Method[P, R]) -> Method[P, R]:
 
     @functools.wraps(function)
     def forward(front: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return cast("R", getattr(getattr(front, part), name)(*args, **kwargs))
+        # no typing.cast: on Python 3.11 it is a Python function, a frame per call
+        return getattr(getattr(front, part), name)(*args, **kwargs)  # type: ignore[no-any-return]
 
     return forward
 
@@ -100,7 +102,15 @@ class BrokerFront:
 
     send = delegate("sending", SendPath.send)
     send_now = delegate("sending", SendPath.send_now)
-    send_now_many = delegate("sending", SendPath.send_now_many)
+
+    def send_now_many(
+        self, batches: Sequence[SendBatch]
+    ) -> list[tuple[list[SendOutcome], int] | PocketMQError]:
+        """:meth:`SendPath.send_now_many` (written out, not :func:`delegate`: it is called once
+        per SEND request, and a lone send is most of its cost per request: docs/benchmarks.md,
+        "A lone send's per-request cost (issue 32)")."""
+        return self.sending.send_now_many(batches)
+
     settle = delegate("sending", SendPath.settle)
     sends_wait = delegate("sending", SendPath.sends_wait)
     recall = delegate("sending", SendPath.recall)

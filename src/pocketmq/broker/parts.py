@@ -217,6 +217,8 @@ class Appender:
 
     def wake_readers(self, touched: set[tuple[str, int]]) -> None:
         """Wake the pulls waiting on each queue and the pops waiting on each topic."""
+        if not self.arrivals.waiters:  # nobody waits (a producer-only broker): no notify calls
+            return
         topics = set()
         for key in touched:
             self.arrivals.notify(key)

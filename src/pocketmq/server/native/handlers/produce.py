@@ -19,6 +19,8 @@ from pocketmq.server.native.validation import timestamp_problem
 
 __all__ = ["ProduceHandlers"]
 
+_new_tuple = tuple.__new__
+
 
 class ProduceHandlers:
     """Sends, transactions and send-backs. ``may_relay``: whether a connection may name the
@@ -36,7 +38,10 @@ class ProduceHandlers:
         """One sender's batch, joined with the other sends of the same read."""
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         born_host = req.born_host if req.born_host and self._may_relay(conn) else conn.remote
-        return Joined(self._join_sends, SendBatch(req.messages, req.producer_group, born_host))
+        # tuple.__new__: what the named tuple's generated ``__new__`` does, without its frame
+        return _new_tuple(
+            Joined, (self._join_sends, SendBatch(req.messages, req.producer_group, born_host))
+        )
 
     def send_joined(self, batches: list[SendBatch]) -> list[object]:
         """The answers to the sends one read brought, stored in one append; each message is
@@ -52,6 +57,8 @@ class ProduceHandlers:
         return answers
 
     def _send_response(self, outcomes: list[SendOutcome]) -> w.SendResponse:
+        if len(outcomes) == 1:  # a lone message: no list comprehension's frame
+            return w.SendResponse([send_result_to_wire(outcomes[0])], self._name)
         return w.SendResponse([send_result_to_wire(o) for o in outcomes], self._name)
 
     async def _send_after_flush(self, outcomes: list[SendOutcome], end: int) -> w.SendResponse:
