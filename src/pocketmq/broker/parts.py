@@ -213,7 +213,8 @@ class Appender:
             replication.grew(end)
             if replication.defer(end, touched):
                 return
-        self.wake_readers(touched)
+        if self.arrivals.waiters:  # wake_readers' own first check, without its frame
+            self.wake_readers(touched)
 
     def wake_readers(self, touched: set[tuple[str, int]]) -> None:
         """Wake the pulls waiting on each queue and the pops waiting on each topic."""

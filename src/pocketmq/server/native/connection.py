@@ -211,7 +211,7 @@ class ServerConnection(ServedConnection):
         finally:
             out, self._out = self._out, None
             if out and self._transport is not None and not self.closed:
-                self._transport.write(b"".join(out))
+                self._transport.write(out[0] if len(out) == 1 else b"".join(out))
             if self._close_after_reply:
                 self.close()
         if size >= YIELD_AFTER_BYTES and not self.closed:

@@ -52,13 +52,13 @@ class ProduceHandlers:
                 answers.append(answer)
             elif answer[1]:  # sync flush or replication: answer once the disk/slave has it
                 answers.append(self._send_after_flush(*answer))
+            elif len(answer[0]) == 1:  # a lone message: _send_response without its frames
+                answers.append(w.SendResponse([send_result_to_wire(answer[0][0])], self._name))
             else:
                 answers.append(self._send_response(answer[0]))
         return answers
 
     def _send_response(self, outcomes: list[SendOutcome]) -> w.SendResponse:
-        if len(outcomes) == 1:  # a lone message: no list comprehension's frame
-            return w.SendResponse([send_result_to_wire(outcomes[0])], self._name)
         return w.SendResponse([send_result_to_wire(o) for o in outcomes], self._name)
 
     async def _send_after_flush(self, outcomes: list[SendOutcome], end: int) -> w.SendResponse:
