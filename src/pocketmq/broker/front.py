@@ -3,9 +3,11 @@
 Each method is declared here in one line that names the concept method doing the work
 (:func:`delegate`: its signature, types and docstring are the concept's) and the role rule
 that applies (broker/roles.py), so "go to definition" from an adapter lands on both
-(docs/design.md, "The broker's front"). :class:`pocketmq.broker.Broker` builds the
-concepts and inherits these methods; what the servers read besides (topics, groups, the store's
-figures) is in the query section at the end, so no adapter reaches into the broker's parts.
+(docs/design.md, "The broker's front"). One exception: ``send_now_many``, called once per SEND
+request, is written out (no forwarding frame, ``getattr`` or argument packing per request).
+:class:`pocketmq.broker.Broker` builds the concepts and inherits these methods; what the servers
+read besides (topics, groups, the store's figures) is in the query section at the end, so no
+adapter reaches into the broker's parts.
 """
 
 from __future__ import annotations
