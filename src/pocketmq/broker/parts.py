@@ -314,7 +314,7 @@ class BrokerPart:
             raise TopicNotFoundError(
                 f"topic {name!r} does not exist; create it with `pocketmq topic create {name}`"
             )
-        if not topic.writable:
+        if not topic.perm & PERM_WRITE:  # TopicConfig.writable, without its property's frame
             raise NoPermissionError(f"topic {name!r} is not writable")
         return topic
 
