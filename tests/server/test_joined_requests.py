@@ -129,3 +129,21 @@ async def test_at_most_join_limit_requests_run_in_one_call(served: tuple[RawClie
     runs = [entry for entry in log if isinstance(entry, list)]
     assert [t for run in runs for t in run] == [f"t{n}" for n in range(count)]
     assert max(len(run) for run in runs) == JOIN_LIMIT  # the frames fit one read: split by the cap
+
+
+async def test_a_bad_body_after_good_ones_is_refused_with_its_reason(
+    served: tuple[RawClient, Log],
+) -> None:
+    """The connection keeps a decoder per request code once one decoded; a body it cannot decode
+    is still answered with decode_body's reason, alone, and the connection serves on."""
+    client, log = served
+    await client.send(_joined("first", 30))
+    assert (await client.answer(30)).code == Code.SUCCESS
+    bad = b"\xc1"  # a byte MessagePack never uses
+    await client.send(encode_frame(FrameKind.REQUEST, RequestCode.GET_ROUTE, 31, bad))
+    answer = await client.answer(31)
+    assert answer.code != Code.SUCCESS
+    assert "GetRouteRequest" in decode_body(answer.body, w.ErrorBody).remark
+    await client.send(_joined("after", 32))
+    assert (await client.answer(32)).code == Code.SUCCESS
+    assert log[-1] == ["after"]

@@ -17,7 +17,9 @@ class ArrivalNotifier:
     """Long-poll waiters per key (module doc): a queue for pulls, a topic for pops."""
 
     def __init__(self) -> None:
-        self._waiters: dict[Hashable, list[asyncio.Future[bool]]] = {}
+        # waiters by key; always this one dict (emptied, never replaced), so a caller with many
+        # keys to notify may first check that anyone waits at all (broker/parts.py, wake_readers)
+        self.waiters: dict[Hashable, list[asyncio.Future[bool]]] = {}
 
     async def wait(self, key: Hashable, max_wait: float) -> bool:
         """Wait until something arrives for ``key`` (True) or ``max_wait`` passes (False)."""
@@ -25,23 +27,23 @@ class ArrivalNotifier:
             return False
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        waiters = self._waiters.setdefault(key, [])
+        waiters = self.waiters.setdefault(key, [])
         waiters.append(future)
         timer = loop.call_later(max_wait, _expire, future)
         try:
             return await future
         finally:
             timer.cancel()
-            current = self._waiters.get(key)
+            current = self.waiters.get(key)
             if current is not None and future in current:
                 current.remove(future)
                 if not current:
-                    del self._waiters[key]
+                    del self.waiters[key]
 
     def notify(self, key: Hashable) -> None:
         """Wake everyone waiting on ``key``: a message arrived (or a pop state changed) that they
         may now get."""
-        waiters = self._waiters.pop(key, None)
+        waiters = self.waiters.pop(key, None)
         if waiters:
             for future in waiters:
                 if not future.done():
@@ -49,8 +51,9 @@ class ArrivalNotifier:
 
     def notify_all(self) -> None:
         """Wake every waiter (shutdown), so no long poll outlives the broker."""
-        waiters, self._waiters = self._waiters, {}
-        for futures in waiters.values():
+        waiters = list(self.waiters.values())
+        self.waiters.clear()
+        for futures in waiters:
             for future in futures:
                 if not future.done():
                     future.set_result(True)

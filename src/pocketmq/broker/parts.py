@@ -213,10 +213,13 @@ class Appender:
             replication.grew(end)
             if replication.defer(end, touched):
                 return
-        self.wake_readers(touched)
+        if self.arrivals.waiters:  # wake_readers' own first check, without its frame
+            self.wake_readers(touched)
 
     def wake_readers(self, touched: set[tuple[str, int]]) -> None:
         """Wake the pulls waiting on each queue and the pops waiting on each topic."""
+        if not self.arrivals.waiters:  # nobody waits (a producer-only broker): no notify calls
+            return
         topics = set()
         for key in touched:
             self.arrivals.notify(key)
@@ -311,7 +314,7 @@ class BrokerPart:
             raise TopicNotFoundError(
                 f"topic {name!r} does not exist; create it with `pocketmq topic create {name}`"
             )
-        if not topic.writable:
+        if not topic.perm & PERM_WRITE:  # TopicConfig.writable, without its property's frame
             raise NoPermissionError(f"topic {name!r} is not writable")
         return topic
 

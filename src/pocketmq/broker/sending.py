@@ -83,7 +83,8 @@ class _Call:
         topic = path._writable_topic(name)
         if topic.system:
             return topic, None
-        known = self.topics[name] = (topic, topic.topic_type.value)
+        # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame a call
+        known = self.topics[name] = (topic, topic.topic_type._value_)
         return known
 
 
@@ -184,7 +185,8 @@ class SendPath(BrokerPart):
             answers.append(([], 0))
             slots.append(outcomes)
         results = self._store(to_store) if to_store else []
-        waits = self.sends_wait()
+        replication = self._shared.replication  # sends_wait(), without its calls
+        waits = self._sync_flush or (replication is not None and replication.mode is _SYNC)
         taken = 0  # messages of ``to_store`` whose outcome is filled in
         for number, slot in enumerate(slots):
             if slot is None:
@@ -210,7 +212,9 @@ class SendPath(BrokerPart):
         batches' messages are counted only when flow control refuses them."""
         if self._shared.closed:
             return ServiceUnavailableError("the broker is shutting down")
-        refusal = self.roles.write_refusal("send to its master")
+        roles = self._shared.roles  # the ``roles`` property's check, without its frame
+        assert roles is not None
+        refusal = roles.write_refusal("send to its master")
         if refusal is not None:
             return refusal
         overload = self.flow.overload_reason(self.store.busy)
@@ -223,7 +227,9 @@ class SendPath(BrokerPart):
         """One store append for every prepared message, then what follows it: transaction
         bookkeeping, traffic counters, waking the queues' readers."""
         results = self.store.append(to_store)
-        self.transactions.stored(to_store, results)
+        transactions = self._shared.transactions  # the property's check, without its frame
+        assert transactions is not None
+        transactions.stored(to_store, results)
         touched: set[tuple[str, int]] = set()
         end = 0
         stored_count = 0

@@ -120,7 +120,9 @@ class ServedConnection(PacedReading):
         if run is None or not joined:
             return
         try:
-            results: Sequence[object] = run([entry[-1] for entry in joined])
+            # a lone request (an await-each producer) without a list comprehension's frame
+            items = [joined[0][-1]] if len(joined) == 1 else [entry[-1] for entry in joined]
+            results: Sequence[object] = run(items)
         except Exception as exc:  # a bug in the runner: each joined request fails alone
             results = [exc] * len(joined)
         self._answer_joined(joined, results)

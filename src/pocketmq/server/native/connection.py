@@ -80,6 +80,12 @@ _ONEWAY = FrameKind.ONEWAY
 _HELLO = RequestCode.HELLO
 _SUCCESS = Code.SUCCESS
 
+# a request body's decoder by request code, made at the first request of the code that decoded
+# (protocol.body.decode_body makes the same; it is called again only to name what is wrong)
+_DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {}
+# protocol.body.encode_body's encoder (a default msgpack Encoder), without its frame per answer
+_encode_body = msgspec.msgpack.Encoder().encode
+
 # (request code, response code) -> the latency metric's labels, built once per pair
 _LABELS: dict[tuple[int, int], tuple[str, str, str]] = {}
 
@@ -199,11 +205,13 @@ class ServerConnection(ServedConnection):
                     break
             if self._joined:
                 self._run_joined()
-            self._account_buffer(decoder.buffered)
+            held = decoder.buffered
+            if held != self._held:  # no call when nothing changed (most reads)
+                self._account_buffer(held)
         finally:
             out, self._out = self._out, None
             if out and self._transport is not None and not self.closed:
-                self._transport.write(b"".join(out))
+                self._transport.write(out[0] if len(out) == 1 else b"".join(out))
             if self._close_after_reply:
                 self.close()
         if size >= YIELD_AFTER_BYTES and not self.closed:
@@ -286,7 +294,15 @@ class ServerConnection(ServedConnection):
             return
         started = time.perf_counter()
         try:
-            request = decode_body(body, request_type)
+            decoder = _DECODERS.get(code)
+            if decoder is None:  # the first of its kind: decode_body checks it, then cache
+                request = decode_body(body, request_type)
+                _DECODERS[code] = msgspec.msgpack.Decoder(request_type)
+            else:
+                try:
+                    request = decoder.decode(body)
+                except Exception:  # decode_body names what is wrong (LocalProtocolError)
+                    request = decode_body(body, request_type)
             result = handler(self, request)
         except Exception as exc:
             self._complete(code, request_id, oneway, started, exc)
@@ -322,6 +338,10 @@ class ServerConnection(ServedConnection):
         self._check_established()
 
     def _answer_joined(self, joined: list[Any], results: Sequence[object]) -> None:
+        if len(joined) == 1 and len(results) == 1:  # a lone request: no zip, no unpacking loop
+            code, request_id, oneway, started, _ = joined[0]
+            self._complete(code, request_id, oneway, started, results[0])
+            return
         for (code, request_id, oneway, started, _), result in zip(joined, results, strict=True):
             self._complete(code, request_id, oneway, started, result)
 
@@ -331,7 +351,8 @@ class ServerConnection(ServedConnection):
         """Answer a handler's result: a response body (or None), an error it raised, or an
         awaitable finished by a task so it never holds up the requests behind it."""
         if result is None or isinstance(result, msgspec.Struct):
-            self._observe(code, _SUCCESS, started)
+            if self._latency is not None:
+                self._observe(code, _SUCCESS, started)
             if not oneway:
                 self._respond(request_id, _SUCCESS, result)
         elif isinstance(result, PocketMQError):
@@ -402,7 +423,7 @@ class ServerConnection(ServedConnection):
     # -- writing --------------------------------------------------------------------------
 
     def _respond(self, request_id: int, code: int, body: msgspec.Struct | None) -> None:
-        payload = encode_body(body) if body is not None else b""
+        payload = _encode_body(body) if body is not None else b""
         if len(payload) > MAX_FRAME_BODY:
             # handlers page what grows with the data; should one still overflow, this request
             # fails alone, instead of the connection and every request pipelined on it
@@ -419,7 +440,12 @@ class ServerConnection(ServedConnection):
                     "frame limit: ask for fewer results"
                 )
             )
-        self._write(encode_frame(_RESPONSE, code, request_id, payload))
+        frame = encode_frame(_RESPONSE, code, request_id, payload)
+        out = self._out
+        if out is not None and not self.closed and self._transport is not None:
+            out.append(frame)  # an answer to the read being served: what _write does, inline
+        else:
+            self._write(frame)
 
     def _respond_error(self, request_id: int, code: int, remark: str) -> None:
         self._respond(request_id, code, ErrorBody(remark))

@@ -19,6 +19,8 @@ from pocketmq.server.native.validation import timestamp_problem
 
 __all__ = ["ProduceHandlers"]
 
+_new_tuple = tuple.__new__
+
 
 class ProduceHandlers:
     """Sends, transactions and send-backs. ``may_relay``: whether a connection may name the
@@ -36,7 +38,10 @@ class ProduceHandlers:
         """One sender's batch, joined with the other sends of the same read."""
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         born_host = req.born_host if req.born_host and self._may_relay(conn) else conn.remote
-        return Joined(self._join_sends, SendBatch(req.messages, req.producer_group, born_host))
+        # tuple.__new__: what the named tuple's generated ``__new__`` does, without its frame
+        return _new_tuple(
+            Joined, (self._join_sends, SendBatch(req.messages, req.producer_group, born_host))
+        )
 
     def send_joined(self, batches: list[SendBatch]) -> list[object]:
         """The answers to the sends one read brought, stored in one append; each message is
@@ -47,6 +52,8 @@ class ProduceHandlers:
                 answers.append(answer)
             elif answer[1]:  # sync flush or replication: answer once the disk/slave has it
                 answers.append(self._send_after_flush(*answer))
+            elif len(answer[0]) == 1:  # a lone message: _send_response without its frames
+                answers.append(w.SendResponse([send_result_to_wire(answer[0][0])], self._name))
             else:
                 answers.append(self._send_response(answer[0]))
         return answers
