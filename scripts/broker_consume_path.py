@@ -27,54 +27,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+from broker_send_path import greeted_connection  # scripts/, on the path as this script's
+
 from pocketmq.broker import Broker, BrokerConfig, GroupConfig
 from pocketmq.client.convert import to_wire
 from pocketmq.client.message import Message
-from pocketmq.protocol import PROTOCOL_VERSION, FrameKind, RequestCode
+from pocketmq.protocol import FrameKind, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.body import encode_body
 from pocketmq.protocol.frames import encode_frame
-from pocketmq.server.native.connection import ServerConnection
-from pocketmq.server.native.handlers import broker_handlers
 
 TOPIC = GROUP = "backlog"
 QUEUES = 8
 PULL = 32
 BLOCK = PULL * QUEUES  # messages per report (the SDK's REPORT_AT)
-
-
-class _Transport:
-    """Takes the answers (their bytes are counted, not sent)."""
-
-    written = 0
-
-    def write(self, data: bytes) -> None:
-        self.written += len(data)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str) -> object:
-        return ("127.0.0.1", 1) if name == "peername" else None
-
-
-async def _nothing(*_: object) -> None:
-    return None
-
-
-def _connect(broker: Broker) -> tuple[ServerConnection, _Transport]:
-    handlers = broker_handlers(broker, _nothing, _nothing, _nothing)  # type: ignore[arg-type]
-    transport = _Transport()
-    connection = ServerConnection(handlers, lambda c: None, set())
-    connection.connection_made(transport)  # type: ignore[arg-type]
-    hello = w.HelloRequest(PROTOCOL_VERSION, "consume-path", "0")
-    connection.data_received(
-        encode_frame(FrameKind.REQUEST, RequestCode.HELLO, 1, encode_body(hello))
-    )
-    return connection, transport
 
 
 def _frame(kind: FrameKind, code: RequestCode, number: int, body: w.Body) -> bytes:
@@ -90,7 +56,7 @@ async def prepare(directory: Path, count: int) -> None:
     try:
         broker.create_topic(TOPIC, queues=QUEUES)
         broker.create_group(GroupConfig(GROUP))
-        connection, _ = _connect(broker)
+        connection, _ = greeted_connection(broker)
         body = b"x" * 1024
         for n, start in enumerate(range(0, count, PULL)):
             queue = n % QUEUES
@@ -135,7 +101,7 @@ async def consume(directory: Path, count: int) -> None:
     broker = Broker(BrokerConfig(data_dir=str(scratch / "data")))
     await broker.start()
     try:
-        connection, transport = _connect(broker)
+        connection, transport = greeted_connection(broker)
         history = broker.history
         for frames in blocks:
             for frame in frames:
@@ -148,7 +114,7 @@ async def consume(directory: Path, count: int) -> None:
         consumed = len(blocks) * BLOCK
         assert history.recorded == consumed, (history.recorded, consumed)
         assert broker.traffic.messages_out[(TOPIC, GROUP)] == consumed
-        assert transport.written >= consumed * 1024
+        assert transport.bytes_written >= consumed * 1024
     finally:
         await broker.close()
         shutil.rmtree(scratch, ignore_errors=True)

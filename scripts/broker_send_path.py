@@ -43,12 +43,14 @@ WARM_UP = 512
 
 
 class _Transport:
-    """Counts the writes (one per answered read)."""
+    """Counts the writes (one per answered read) and their bytes."""
 
     written = 0
+    bytes_written = 0
 
     def write(self, data: bytes) -> None:
         self.written += 1
+        self.bytes_written += len(data)
 
     def pause_reading(self) -> None:
         """Never called: a read of one frame stays under the yield threshold."""
@@ -87,7 +89,8 @@ async def _nothing(*_: object) -> None:
 
 def greeted_connection(broker: Broker) -> tuple[ServerConnection, _Transport]:
     """A native connection to ``broker``'s handlers over a stub transport, its HELLO answered
-    (request id 1): what scripts/profile_workloads.py's lone-send workload feeds too."""
+    (request id 1): what scripts/profile_workloads.py's lone-send workload and
+    scripts/broker_consume_path.py feed too."""
     handlers = broker_handlers(broker, _nothing, _nothing, _nothing)  # type: ignore[arg-type]
     transport = _Transport()
     connection = ServerConnection(handlers, lambda c: None, set())
