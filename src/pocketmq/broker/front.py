@@ -101,7 +101,6 @@ class BrokerFront:
 
     send = delegate("sending", SendPath.send)
     send_now = delegate("sending", SendPath.send_now)
-
     send_now_many = delegate("sending", SendPath.send_now_many)
     settle = delegate("sending", SendPath.settle)
     sends_wait = delegate("sending", SendPath.sends_wait)

@@ -13,7 +13,7 @@ second in a crash is accepted (documented in docs/semantics.md).
 
 Successes arrive in bulk (push consumers report them about every 256 messages or once a second):
 they wait in a bounded intake that a background task records :data:`_SLICE` at a time, yielding
-to the event loop between slices, and appends :data:`_WRITE_AT` at a time, so a report of
+to the event loop between slices, each slice appended as it is recorded, so a report of
 thousands of entries never holds deliveries up for more than a fraction of a millisecond. When
 the intake is full, further reports are counted (:attr:`AttemptHistory.dropped`, a metric) but
 not stored: the history degrades, deliveries do not wait (docs/semantics.md, "Attempt history").
@@ -41,10 +41,6 @@ _FLUSH_AT = 256
 _SLICE = 32  # reported entries recorded per event-loop turn
 _ERROR_LIMIT = 2000  # characters of an attempt's error text kept
 _PACK = 32  # attempts per record: one store record, indexed under each attempt's message id
-# recorded attempts the intake task writes in one append (one record): 128 (4 records) saved
-# ~2 % of the broker's instructions per consumed message but held the loop ~0.5 ms per append
-# instead of ~0.17 ms, which the latency tail would show (benchmarks.md, "Broker consume path")
-_WRITE_AT = 32
 _INTAKE_LIMIT = 200_000  # reported entries waiting; beyond it they are counted, not stored
 
 
@@ -111,15 +107,14 @@ class AttemptHistory:
             self._arrived.set()
 
     async def drain_forever(self) -> None:
-        """Record the intake :data:`_SLICE` entries per event-loop turn (broker task), and
-        append them :data:`_WRITE_AT` at a time or when the intake is empty."""
+        """Record the intake :data:`_SLICE` entries per event-loop turn (broker task), each
+        slice appended in the turn that records it (one record of :data:`_PACK`)."""
         while True:
             await self._arrived.wait()
             self._arrived.clear()
             while self._intake:
                 self._record_reported(_SLICE)
-                if len(self._buffer) >= _WRITE_AT or not self._intake:
-                    self._write()
+                self._write()
                 await asyncio.sleep(0)
 
     def _record_reported(self, limit: int | None = None) -> None:

@@ -185,8 +185,7 @@ class SendPath(BrokerPart):
             answers.append(([], 0))
             slots.append(outcomes)
         results = self._store(to_store) if to_store else []
-        replication = self._shared.replication  # sends_wait(), without its calls
-        waits = self._sync_flush or (replication is not None and replication.mode is _SYNC)
+        waits = self.sends_wait()
         taken = 0  # messages of ``to_store`` whose outcome is filled in
         for number, slot in enumerate(slots):
             if slot is None:

@@ -7,13 +7,21 @@ never a half-built request. New fields go at the end with a default so older pee
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from pocketmq.errors import LocalProtocolError
 
-__all__ = ["Body", "Empty", "ErrorBody", "decode_body", "encode_body"]
+__all__ = [
+    "DECODERS",
+    "Body",
+    "Empty",
+    "ErrorBody",
+    "decode_body",
+    "encode_body",
+    "encode_body_fast",
+]
 
 
 class Body(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -33,7 +41,13 @@ class ErrorBody(Body, frozen=True):
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoders: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
+encode_body_fast: Final = _encoder.encode
+""":func:`encode_body` itself, the encoder's own method: no Python frame per answer on a
+server's per-frame path (docs/benchmarks.md, "A lone send's per-request cost")."""
+DECODERS: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
+""":func:`decode_body`'s decoder per body type, made at the first decode of the type: a per-frame
+path may decode with one directly and call :func:`decode_body` for a type not seen yet, or
+again to name what is wrong with a body its decoder refused."""
 
 
 def encode_body(body: msgspec.Struct) -> bytes:
@@ -47,9 +61,9 @@ T = TypeVar("T")
 
 def decode_body(data: bytes, kind: type[T]) -> T:
     """Decode ``data`` as ``kind``; a mismatch is a :class:`ProtocolError` that names the field."""
-    decoder = _decoders.get(kind)
+    decoder = DECODERS.get(kind)
     if decoder is None:
-        decoder = _decoders[kind] = msgspec.msgpack.Decoder(kind)
+        decoder = DECODERS[kind] = msgspec.msgpack.Decoder(kind)
     try:
         return decoder.decode(data)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:

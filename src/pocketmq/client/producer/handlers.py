@@ -133,16 +133,13 @@ class Request(Generic[R]):
         raise NotImplementedError
 
 
+_replace: Final = msgspec.structs.replace
+
+
 def with_queue(message: w.InboundMessage, queue_id: int) -> w.InboundMessage:
-    """``message`` addressed to ``queue_id`` (positional construction: the send hot path)."""
-    return w.InboundMessage(
-        message.topic,
-        message.body,
-        message.properties,
-        queue_id,
-        message.flags,
-        message.born_timestamp,
-    )
+    """``message`` addressed to ``queue_id`` (``msgspec.structs.replace``: a copy made in C, the
+    cheapest on the send hot path)."""
+    return _replace(message, queue_id=queue_id)
 
 
 _STORED: Final[dict[int, SendStatus]] = {
@@ -182,13 +179,9 @@ class SendMessages(Request[list[SendResult]]):
     def body(self, queue: QueueRef) -> w.SendRequest:
         """The messages, addressed to ``queue``."""
         queue_id = queue.queue_id
-        inbound = w.InboundMessage  # with_queue, inlined: one per message per attempt
+        # with_queue's copy without its Python frame: one per message per attempt
         return w.SendRequest(
-            [
-                inbound(m.topic, m.body, m.properties, queue_id, m.flags, m.born_timestamp)
-                for m in self.wires
-            ],
-            self.producer_group,
+            [_replace(m, queue_id=queue_id) for m in self.wires], self.producer_group
         )
 
     def outcome(self, response: w.SendResponse, queue: QueueRef) -> list[SendResult]:

@@ -41,6 +41,7 @@ from pocketmq.protocol import (
     encode_body,
     encode_frame,
 )
+from pocketmq.protocol.body import DECODERS, encode_body_fast
 from pocketmq.protocol.structs import REQUESTS, ErrorBody, decode_body
 from pocketmq.server.auth.credential import Credential
 from pocketmq.server.auth.failures import count as count_failure
@@ -79,12 +80,6 @@ _RESPONSE = FrameKind.RESPONSE
 _ONEWAY = FrameKind.ONEWAY
 _HELLO = RequestCode.HELLO
 _SUCCESS = Code.SUCCESS
-
-# a request body's decoder by request code, made at the first request of the code that decoded
-# (protocol.body.decode_body makes the same; it is called again only to name what is wrong)
-_DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {}
-# protocol.body.encode_body's encoder (a default msgpack Encoder), without its frame per answer
-_encode_body = msgspec.msgpack.Encoder().encode
 
 # (request code, response code) -> the latency metric's labels, built once per pair
 _LABELS: dict[tuple[int, int], tuple[str, str, str]] = {}
@@ -294,10 +289,9 @@ class ServerConnection(ServedConnection):
             return
         started = time.perf_counter()
         try:
-            decoder = _DECODERS.get(code)
-            if decoder is None:  # the first of its kind: decode_body checks it, then cache
+            decoder = DECODERS.get(request_type)  # decode_body's own, without its frame
+            if decoder is None:  # the first of its type: decode_body makes it
                 request = decode_body(body, request_type)
-                _DECODERS[code] = msgspec.msgpack.Decoder(request_type)
             else:
                 try:
                     request = decoder.decode(body)
@@ -423,7 +417,7 @@ class ServerConnection(ServedConnection):
     # -- writing --------------------------------------------------------------------------
 
     def _respond(self, request_id: int, code: int, body: msgspec.Struct | None) -> None:
-        payload = _encode_body(body) if body is not None else b""
+        payload = encode_body_fast(body) if body is not None else b""
         if len(payload) > MAX_FRAME_BODY:
             # handlers page what grows with the data; should one still overflow, this request
             # fails alone, instead of the connection and every request pipelined on it
