@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -71,23 +70,16 @@ def _attach(pid: int, args: argparse.Namespace) -> subprocess.Popen[bytes] | Non
 
 
 async def _drain(args: argparse.Namespace) -> dict[str, Any]:
+    from side_by_side import (  # scripts/, on the path as this script's
+        counting_listener,
+        start_broker,
+    )
+
     from pocketmq import compiled
     from pocketmq.bench.broker import in_flight
-    from pocketmq.client import (
-        Admin,
-        ConsumeStatus,
-        Message,
-        MessageView,
-        Producer,
-        PushConsumer,
-    )
-    from pocketmq.testing import BrokerProcess
+    from pocketmq.client import Admin, Message, Producer, PushConsumer
 
-    directory = tempfile.mkdtemp(prefix="consume-drain-")
-    broker = await asyncio.to_thread(
-        BrokerProcess, Path(directory), http_port=0, extra_args=("--log-level", "warning")
-    )
-    assert broker.process is not None
+    directory, broker = await asyncio.to_thread(start_broker, "consume-drain-")
     pid, address, backlog = broker.process.pid, broker.address, args.backlog
     try:
         async with Admin(servers=address) as admin:
@@ -100,14 +92,7 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
         tracer = _attach(pid, args)
         if tracer is not None:
             await asyncio.sleep(1.5)  # the tracer attaches
-        done, seen = asyncio.Event(), [0]
-
-        async def listener(messages: list[MessageView]) -> ConsumeStatus:
-            seen[0] += len(messages)
-            if seen[0] >= backlog:
-                done.set()
-            return ConsumeStatus.SUCCESS
-
+        done, listener = counting_listener(backlog)
         requests = _requests(broker.http) if broker.http else {}
         began, client, server = time.perf_counter(), _own_cpu(), _proc_cpu(pid)
         async with PushConsumer("drain", "drain", listener, servers=address):

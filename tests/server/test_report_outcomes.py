@@ -103,7 +103,6 @@ def test_the_one_pass_check_refuses_what_the_named_check_refuses(
     numbers: list[tuple[int, int, int]],
 ) -> None:
     records = [
-        _attempt(n, attempt=a, delivered_at=d, finished_at=f)
-        for n, (a, d, f) in enumerate(numbers)
+        _attempt(n, attempt=a, delivered_at=d, finished_at=f) for n, (a, d, f) in enumerate(numbers)
     ]
     assert attempts_out_of_range(records) == [r for r in records if attempt_problem(r)]
