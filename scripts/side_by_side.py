@@ -27,25 +27,45 @@ from pathlib import Path
 from typing import Any
 
 
+def start_broker(prefix: str) -> tuple[str, Any]:
+    """A broker process with the defaults (and its HTTP port, for metrics) in a new temporary
+    directory: ``(directory, BrokerProcess)``; the caller stops it and removes the directory."""
+    from pocketmq.testing import BrokerProcess
+
+    directory = tempfile.mkdtemp(prefix=prefix)
+    broker = BrokerProcess(Path(directory), http_port=0, extra_args=("--log-level", "warning"))
+    assert broker.process is not None
+    return directory, broker
+
+
+def counting_listener(count: int) -> tuple[asyncio.Event, Any]:
+    """A push consumer's listener that succeeds and sets the event once ``count`` messages
+    came: ``(event, listener)``."""
+    from pocketmq.client import ConsumeStatus, MessageView
+
+    done, seen = asyncio.Event(), [0]
+
+    async def listener(messages: list[MessageView]) -> ConsumeStatus:
+        seen[0] += len(messages)
+        if seen[0] >= count:
+            done.set()
+        return ConsumeStatus.SUCCESS
+
+    return done, listener
+
+
 async def _workloads(backlog: int, each: int) -> dict[str, Any]:
     from pocketmq import compiled
     from pocketmq.bench.broker import in_flight, own_cpu, process_cpu
     from pocketmq.client import (
         Admin,
-        ConsumeStatus,
         Message,
-        MessageView,
         Producer,
         PushConsumer,
         PushConsumerConfig,
     )
-    from pocketmq.testing import BrokerProcess
 
-    directory = tempfile.mkdtemp(prefix="side-by-side-")
-    broker = await asyncio.to_thread(
-        BrokerProcess, Path(directory), http_port=0, extra_args=("--log-level", "warning")
-    )
-    assert broker.process is not None
+    directory, broker = await asyncio.to_thread(start_broker, "side-by-side-")
     pid, address, out = broker.process.pid, broker.address, {}
     body = b"x" * 1024
 
@@ -59,14 +79,7 @@ async def _workloads(backlog: int, each: int) -> dict[str, Any]:
         }
 
     async def consume(topic: str, batch: int) -> None:
-        done, seen = asyncio.Event(), [0]
-
-        async def listener(messages: list[MessageView]) -> ConsumeStatus:
-            seen[0] += len(messages)
-            if seen[0] >= backlog:
-                done.set()
-            return ConsumeStatus.SUCCESS
-
+        done, listener = counting_listener(backlog)
         config = PushConsumerConfig(batch_size=batch)
         async with PushConsumer(topic, topic, listener, servers=address, config=config):
             await asyncio.wait_for(done.wait(), 600)

@@ -12,6 +12,7 @@ import logging
 import mmap
 import os
 import struct
+import sys
 import zlib
 from typing import Final
 
@@ -26,7 +27,7 @@ from pocketmq.store.files import (
 
 log = logging.getLogger("pocketmq.store")
 
-__all__ = ["IndexFile", "IndexService", "id_key", "topic_key"]
+__all__ = ["IndexFile", "IndexService", "id_hash", "id_key", "key_hashes", "topic_key"]
 
 INDEX_MAGIC: Final = 0x504D5149
 _HEADER: Final = struct.Struct("<IIIIIQQ")  # magic, version, slots, max_entries, count, min, max
@@ -46,6 +47,61 @@ def id_key(message_id: str) -> bytes:
 def topic_key(topic: str, key: str) -> bytes:
     """The index key of a business key within a topic (the same key in two topics is two keys)."""
     return b"k" + topic.encode() + b"#" + key.encode()
+
+
+# The hashes of those keys without building them: CRC-32 runs on from a prefix's CRC
+# (``crc32(b, crc32(a)) == crc32(a + b)``), so a key's hash is its text's CRC seeded with its
+# prefix's. A store writes one per message id and one per business key (the attempt history:
+# 32 per record), and building each key was a third of its index slot's cost
+# (docs/benchmarks.md, "Broker CPU per consumed message, wall clock").
+_ID_SEED: Final = zlib.crc32(b"i")
+_topic_seeds: dict[str, int] = {}
+
+
+def id_hash(message_id: str) -> int:
+    """``zlib.crc32(id_key(message_id))``, the key not built."""
+    return zlib.crc32(message_id.encode(), _ID_SEED)
+
+
+def key_hashes(topic: str, keys: str) -> list[int]:
+    """``zlib.crc32(topic_key(topic, k))`` of each space-separated key of ``keys`` (the ``KEYS``
+    property), the keys not built."""
+    seed = _topic_seeds.get(topic)
+    if seed is None:
+        seed = zlib.crc32(b"k" + topic.encode() + b"#")
+        if len(_topic_seeds) > 65536:
+            _topic_seeds.clear()
+        _topic_seeds[topic] = seed
+    crc32 = zlib.crc32
+    return [crc32(key.encode(), seed) for key in keys.split()]
+
+
+class _PackedSlots:
+    """The slot table read and written one little-endian u32 at a time, for a big-endian host,
+    where a memoryview cast to ``I`` would read the table's bytes in the wrong order."""
+
+    def __init__(self, mm: mmap.mmap, at: int) -> None:
+        self._mm = mm
+        self._at = at
+
+    def __getitem__(self, slot: int) -> int:
+        value: int = _U32.unpack_from(self._mm, self._at + slot * 4)[0]
+        return value
+
+    def __setitem__(self, slot: int, value: int) -> None:
+        _U32.pack_into(self._mm, self._at + slot * 4, value)
+
+    def release(self) -> None:
+        """Nothing to let go of (a memoryview's counterpart)."""
+
+
+def _slot_table(mm: mmap.mmap, slots: int, little_endian: bool) -> memoryview | _PackedSlots:
+    """The slot table as ``slots`` u32 values indexed in place: a memoryview of the map (one
+    subscript per read or write instead of a ``struct`` call and a tuple) where the host's byte
+    order is the format's."""
+    if little_endian:
+        return memoryview(mm)[HEADER_SIZE : HEADER_SIZE + slots * 4].cast("I")
+    return _PackedSlots(mm, HEADER_SIZE)
 
 
 class IndexFile:
@@ -98,6 +154,7 @@ class IndexFile:
         self.min_physical = min_physical
         self.max_physical = max_physical
         self._entries_at = HEADER_SIZE + slots * 4
+        self._slots = _slot_table(self._mm, slots, sys.byteorder == "little")
 
     @property
     def full(self) -> bool:
@@ -126,21 +183,21 @@ class IndexFile:
     def put_many(self, hashed: list[tuple[int, int]]) -> None:
         """Insert ``(key_hash, physical_offset)`` pairs; the header is updated once."""
         mm = self._mm
+        slots = self._slots
         slot_count = self.slot_count
-        entries_at = self._entries_at
-        unpack_slot = _U32.unpack_from
-        pack_slot = _U32.pack_into
         pack_entry = _ENTRY.pack_into
         number = self.count
+        at = self._entries_at + number * ENTRY_SIZE
         highest = self.max_physical
         for key_hash, physical_offset in hashed:
-            slot_at = HEADER_SIZE + (key_hash % slot_count) * 4
-            head = unpack_slot(mm, slot_at)[0]
-            if head > number:
+            slot = key_hash % slot_count
+            head = slots[slot]
+            if head > number:  # a pointer from beyond the trusted entries: end of chain
                 head = 0
-            pack_entry(mm, entries_at + number * ENTRY_SIZE, key_hash, physical_offset, head)
+            pack_entry(mm, at, key_hash, physical_offset, head)
+            at += ENTRY_SIZE
             number += 1
-            pack_slot(mm, slot_at, number)
+            slots[slot] = number
             if physical_offset > highest:
                 highest = physical_offset
         self.count = number
@@ -173,8 +230,9 @@ class IndexFile:
         msync(self._mm, "index")
 
     def close(self) -> None:
-        """Unmap the file."""
+        """Unmap the file (the slot table's view first: a map with a view cannot close)."""
         if not self._mm.closed:
+            self._slots.release()
             self._mm.close()
 
 
@@ -224,15 +282,20 @@ class IndexService:
         self._writable(physical_offset).put(zlib.crc32(key), physical_offset)
 
     def put_many(self, entries: list[tuple[bytes, int]]) -> None:
-        """Index a batch, splitting it where a file fills up."""
+        """Index a batch of ``(key, physical_offset)``."""
         crc32 = zlib.crc32
+        self.put_hashed([(crc32(key), physical) for key, physical in entries])
+
+    def put_hashed(self, entries: list[tuple[int, int]]) -> None:
+        """Index a batch of ``(key hash, physical_offset)`` (:func:`id_hash`,
+        :func:`key_hashes`), splitting it where a file fills up."""
         done = 0
         while done < len(entries):
             current = self._writable(entries[done][1])
             room = current.max_entries - current.count
             # the whole batch fits (the usual case): no copy of it
             chunk = entries if not done and room >= len(entries) else entries[done : done + room]
-            current.put_many([(crc32(key), physical) for key, physical in chunk])
+            current.put_many(chunk)
             done += len(chunk)
 
     def lookup(self, key: bytes, limit: int = 64) -> list[int]:

@@ -21,7 +21,7 @@ from pocketmq.names import TOMBSTONE_TOPIC
 from pocketmq.properties import KEYS, MESSAGE_ID
 from pocketmq.store.consumequeue import ENTRY
 from pocketmq.store.files import atomic_write, fsync_directory
-from pocketmq.store.index import id_key, topic_key
+from pocketmq.store.index import id_hash, key_hashes
 from pocketmq.store.quarantine import QuarantinedRange
 from pocketmq.store.record import (
     BLANK_MAGIC,
@@ -104,7 +104,7 @@ class ReplicaWriter:
     def _dispatch(self, records: list[RecordSkim]) -> None:
         store = self._state
         runs: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
-        index_entries: list[tuple[bytes, int]] = []
+        index_entries: list[tuple[int, int]] = []  # (key hash, physical offset)
 
         def flush_runs() -> None:
             for (topic, queue_id), (first, entries) in runs.items():
@@ -126,15 +126,14 @@ class ReplicaWriter:
                 runs[key] = (record.queue_offset, [entry])
             message_id = record.properties.get(MESSAGE_ID, "")
             if message_id:
-                index_entries.append((id_key(message_id), record.physical_offset))
+                index_entries.append((id_hash(message_id), record.physical_offset))
             keys = record.properties.get(KEYS, "")
             if keys:
-                index_entries.extend(
-                    (topic_key(record.topic, k), record.physical_offset) for k in keys.split()
-                )
+                physical = record.physical_offset
+                index_entries += [(h, physical) for h in key_hashes(record.topic, keys)]
         flush_runs()
         if index_entries:
-            store.index.put_many(index_entries)
+            store.index.put_hashed(index_entries)
 
     def cut(self, offset: int, reason: str) -> QuarantinedRange | None:
         """Drop the log from ``offset`` on (a suffix the new master never had): its bytes go to

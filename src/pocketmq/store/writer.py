@@ -21,7 +21,7 @@ from pocketmq.properties import KEYS, MESSAGE_ID, TAGS
 from pocketmq.store.commitlog import Segment
 from pocketmq.store.consumequeue import ENTRY, GROW_MAX, ConsumeQueue
 from pocketmq.store.files import SyncError
-from pocketmq.store.index import id_key, topic_key
+from pocketmq.store.index import id_hash, key_hashes
 from pocketmq.store.lograte import LogRate
 from pocketmq.store.message import (
     PutResult,
@@ -375,7 +375,7 @@ class Writer:
     ) -> None:
         by_queue: dict[tuple[str, int], list[bytes]] = {}
         first_offsets: dict[tuple[str, int], int] = {}
-        index_entries: list[tuple[bytes, int]] = []
+        index_entries: list[tuple[int, int]] = []  # (key hash, physical offset)
         pack_entry = ENTRY.pack
         bytes_put = 0
         answers: list[tuple[int, PutResult]] = []  # given once the entries are written
@@ -398,9 +398,9 @@ class Writer:
                 first_offsets[key] = queue_offset
             entries.append(pack_entry(physical, size, code))
             if message_id:
-                index_entries.append((id_key(message_id), physical))
+                index_entries.append((id_hash(message_id), physical))
             if keys:
-                index_entries.extend((topic_key(topic, k), physical) for k in keys.split())
+                index_entries += [(h, physical) for h in key_hashes(topic, keys)]
             bytes_put += size
             answers.append(
                 (
@@ -412,7 +412,7 @@ class Writer:
             self._state.queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
         if index_entries and not self.index_broken:
             try:
-                self._state.index.put_many(index_entries)
+                self._state.index.put_hashed(index_entries)
             except OSError as exc:
                 # The index is derived from the log: stop indexing and re-index on the next
                 # start (the abort file stays), instead of refusing messages.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pocketmq.broker import VERSION, Attempt, Broker, ResetTarget
+from pocketmq.broker import VERSION, Broker, ResetTarget
 from pocketmq.broker.redrive import report_rows
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.protocol import RequestCode
@@ -20,7 +20,7 @@ from pocketmq.protocol.paging import (
 )
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.convert import group_from_spec, group_to_spec, to_wire, topic_spec
-from pocketmq.server.native.validation import attempt_problem
+from pocketmq.server.native.validation import attempt_problem, attempts_out_of_range
 
 __all__ = ["AdminHandlers"]
 
@@ -150,29 +150,19 @@ class AdminHandlers:
         return w.QueryMessageResponse(fitted, len(fitted) < len(page))
 
     def report_outcomes(self, conn: ServerConnection, req: w.ReportOutcomesRequest) -> w.Empty:
-        """Record how consumers' attempts ended; bad records are refused, the rest kept."""
+        """Record how consumers' attempts ended; bad records are refused, the rest kept.
+
+        The records go to the history as they came: it sets each one's group to the report's
+        and its consumer to the reporter's where they differ (broker/history.py, ``_take``),
+        so none is rebuilt here (docs/benchmarks.md, "Broker CPU per consumed message, wall
+        clock")."""
         reporter = req.consumer or conn.client_id
-        accepted: list[Attempt] = []
+        accepted = req.attempts
         problems: list[str] = []
-        for a in req.attempts:
-            problem = attempt_problem(a)
-            if problem is not None:
-                problems.append(problem)
-                continue
-            accepted.append(
-                Attempt(
-                    a.message_id,
-                    req.group,
-                    a.topic,
-                    a.attempt,
-                    reporter or a.consumer,
-                    a.outcome,
-                    a.error,
-                    a.delivered_at,
-                    a.finished_at,
-                    a.message_group,
-                )
-            )
+        if attempts_out_of_range(accepted):
+            checked = [(a, attempt_problem(a)) for a in accepted]
+            problems = [problem for _, problem in checked if problem is not None]
+            accepted = [a for a, problem in checked if problem is None]
         self._broker.report_outcomes(req.group, reporter, accepted)
         if problems:  # the others are recorded
             raise InvalidArgumentError(
