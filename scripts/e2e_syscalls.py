@@ -21,9 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from pocketmq.client import ConsumeStatus, Message, MessageView, Producer, PushConsumer
 from pocketmq.bench.broker import BODY, _topic
-from pocketmq.client import PushConsumerConfig  # noqa: I001
+from pocketmq.client import (
+    ConsumeStatus,
+    Message,
+    MessageView,
+    Producer,
+    PushConsumer,
+    PushConsumerConfig,
+)
 from pocketmq.testing.process import BrokerProcess
 
 _CALLS = "write sendto sendmsg read recvfrom epoll_wait epoll_pwait pwrite64 pread64 getpid futex"
@@ -70,8 +76,8 @@ async def _run(
             await asyncio.sleep(interval)
         await asyncio.sleep(0.5)
         tracers = [
-            _attach(broker_pid, out / "broker.strace", trace),
-            _attach(os.getpid(), out / "client.strace", trace),
+            _attach(broker_pid, out / "broker.perf", trace),
+            _attach(os.getpid(), out / "client.perf", trace),
         ]
         await asyncio.sleep(1.5)  # attached (strace prints nothing when ready: give it time)
         start = time.perf_counter()
@@ -128,8 +134,8 @@ def main() -> None:
         finally:
             broker.stop()
         if not args.trace:
-            print(_summary(out / "broker.strace", args.count))
-            print(_summary(out / "client.strace", args.count))
+            print(_summary(out / "broker.perf", args.count))
+            print(_summary(out / "client.perf", args.count))
 
 
 if __name__ == "__main__":
