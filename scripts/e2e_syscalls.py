@@ -4,8 +4,9 @@ per delivered message (issue 32)").
 Runs ``pocketmq bench latency``'s workload — a paced producer and the default push consumer in
 this one process, against a broker process started here — and, after the warm-up, attaches
 ``perf stat`` to the broker and to this process for exactly ``--count`` messages, then prints
-each side's system calls per delivered message. ``--trace DIR`` keeps a full sequence trace
-(``strace -f -tt``, the read/write/epoll calls) of both sides instead, for reading by eye.
+each side's system calls per delivered message. ``--trace DIR`` keeps a sequence trace of
+both sides instead (``perf trace``, the read/write/epoll calls), for reading by eye: it slows
+both sides, so more messages share a write than untraced.
 
     PYTHONPATH=src python scripts/e2e_syscalls.py --rate 2000 --count 4000
 """
@@ -79,7 +80,7 @@ async def _run(
             _attach(broker_pid, out / "broker.perf", trace),
             _attach(os.getpid(), out / "client.perf", trace),
         ]
-        await asyncio.sleep(1.5)  # attached (strace prints nothing when ready: give it time)
+        await asyncio.sleep(1.5)  # attached (perf prints nothing when ready: give it time)
         start = time.perf_counter()
         pending: set[asyncio.Task[object]] = set()
         for n in range(count):

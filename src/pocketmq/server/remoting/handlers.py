@@ -60,7 +60,7 @@ def broker_remoting_handlers(side: BrokerSide) -> RemotingHandlerTable:
     when there is one (module doc)."""
     table: RemotingHandlerTable = {}
     # a long poll woken by a send is answered in the send's loop turn (server/serving.py)
-    side.broker.arrivals.on_wake = answers_expected
+    side.broker.on_long_poll_wake(answers_expected)
     for family in FAMILIES:
         table |= family(side)
     return remoting_authorized(table, side)

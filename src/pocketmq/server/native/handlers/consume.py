@@ -28,7 +28,7 @@ class ConsumeHandlers:
         self._broker = broker
         self._name = broker.name
         # a long poll woken by a send is answered in the send's loop turn (server/serving.py)
-        broker.arrivals.on_wake = answers_expected
+        broker.on_long_poll_wake(answers_expected)
         store = broker.config.store
         self._pop_bytes = pop_byte_budget(store.max_message_size, store.max_properties_size)
 
