@@ -29,6 +29,7 @@ from pocketmq.protocol import (
 from pocketmq.protocol import structs as w
 from pocketmq.server.native.connection import ServerConnection
 from pocketmq.server.native.handlers import broker_handlers
+from pocketmq.server.serving import answers_expected
 from tests.server.conftest import FakeTransport
 
 
@@ -103,3 +104,7 @@ async def test_the_pulls_a_send_wakes_on_one_connection_leave_in_one_write(
     await asyncio.sleep(0)
     assert len(to_consumer.written) == 1
     assert sorted(_answered(to_consumer.written)) == [100, 101]
+
+
+def test_a_wake_up_outside_a_running_loop_queues_nothing() -> None:
+    answers_expected()  # no loop, so no handler to answer: nothing to write, no error

@@ -56,7 +56,7 @@ class WriteBehind:
     waker that has just queued the wake-ups of handlers about to answer calls :meth:`expect`:
     the flush then runs behind them, in the same turn, so a long poll woken by a send is
     answered in the send's turn instead of after one more poll of the loop (docs/design.md,
-    "Long polling"; docs/benchmarks.md, "Writes per delivered message (issue 32)"). Only the
+    "One message's path"; docs/benchmarks.md, "Writes per delivered message (issue 32)"). Only the
     last flush queued does the work, so wake-ups queued one after another (one send waking
     the pulls of several queues) still leave in one write per connection."""
 
@@ -108,8 +108,11 @@ def write_behind(loop: asyncio.AbstractEventLoop | None = None) -> WriteBehind:
 def answers_expected() -> None:
     """Handlers were just woken that will answer: their answers leave in this loop turn (the
     running loop's :meth:`WriteBehind.expect`). The broker's long-poll notifier calls it after
-    each wake-up (``ArrivalNotifier.on_wake``, set by the handlers that answer long polls)."""
-    write_behind().expect()
+    each wake-up (``ArrivalNotifier.on_wake``, set by the handlers that answer long polls);
+    outside a running loop nothing is queued, so nothing is to be written."""
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        write_behind(loop).expect()
 
 
 class ServedConnection(PacedReading):
