@@ -209,6 +209,11 @@ class BrokerFront:
         record = self.store.read_message(physical_offset)
         return record.message_id if record is not None and record.message_id else None
 
+    def on_long_poll_wake(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` after each wake-up of waiting pulls and pops, their wake-ups queued:
+        the server that answers them queues the answers' write behind (broker/longpoll.py)."""
+        self._shared.arrivals.on_wake = hook
+
     def store_statistics(self) -> StoreStatistics:
         """The store's figures and health (failure, refusing writes, positions, disk)."""
         return self.store.statistics()

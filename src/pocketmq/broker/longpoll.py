@@ -3,12 +3,16 @@
 A pull waits on its queue (``(topic, queue_id)``): a message for another queue of the topic does
 not wake it. A pop waits on its topic (any queue will do). A waiter is a bare future with one
 timer, not a task: at thousands of arrivals per second the wake-up is on the hot path.
+
+A server that writes the woken handlers' answers sets :attr:`ArrivalNotifier.on_wake`: called
+after each notify that woke someone, it may queue their answers' write behind the wake-ups, so
+they leave in the arrival's loop turn (server/serving.py, ``WriteBehind``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 __all__ = ["ArrivalNotifier"]
 
@@ -20,6 +24,8 @@ class ArrivalNotifier:
         # waiters by key; always this one dict (emptied, never replaced), so a caller with many
         # keys to notify may first check that anyone waits at all (broker/parts.py, wake_readers)
         self.waiters: dict[Hashable, list[asyncio.Future[bool]]] = {}
+        self.on_wake: Callable[[], None] | None = None
+        """Called after a notify woke waiters, their wake-ups queued (module doc)."""
 
     async def wait(self, key: Hashable, max_wait: float) -> bool:
         """Wait until something arrives for ``key`` (True) or ``max_wait`` passes (False)."""
@@ -48,6 +54,8 @@ class ArrivalNotifier:
             for future in waiters:
                 if not future.done():
                     future.set_result(True)
+            if self.on_wake is not None:
+                self.on_wake()
 
     def notify_all(self) -> None:
         """Wake every waiter (shutdown), so no long poll outlives the broker."""

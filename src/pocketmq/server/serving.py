@@ -13,6 +13,7 @@ loops keep their own inline code.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, cast
 
@@ -20,7 +21,14 @@ from pocketmq.protocol.auth import normalize_address
 from pocketmq.server.listening import Budget
 from pocketmq.server.pacing import PacedReading
 
-__all__ = ["JOIN_LIMIT", "Joined", "ServedConnection"]
+__all__ = [
+    "JOIN_LIMIT",
+    "Joined",
+    "ServedConnection",
+    "WriteBehind",
+    "answers_expected",
+    "write_behind",
+]
 
 #: At most this many joined requests are done in one call (bounds one event-loop turn).
 JOIN_LIMIT: Final = 256
@@ -39,6 +47,74 @@ class Joined(NamedTuple):
     item: Any
 
 
+class WriteBehind:
+    """One loop's answers finished outside a read (a woken long poll, a sync flush done): each
+    connection's are written together once the handlers' callbacks of this loop turn have run.
+
+    By default the flush is queued when a connection's first such answer is, and so runs one
+    loop turn later (asyncio and uvloop run what is queued during a turn in the next one). A
+    waker that has just queued the wake-ups of handlers about to answer calls :meth:`expect`:
+    the flush then runs behind them, in the same turn, so a long poll woken by a send is
+    answered in the send's turn instead of after one more poll of the loop (docs/design.md,
+    "One message's path"; docs/benchmarks.md, "Writes per delivered message (issue 32)"). Only the
+    last flush queued does the work, so wake-ups queued one after another (one send waking
+    the pulls of several queues) still leave in one write per connection."""
+
+    __slots__ = ("__weakref__", "_dirty", "_latest", "_loop", "_queued")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._dirty: list[ServedConnection] = []
+        self._queued = False  # a flush is queued that will write what is added now
+        self._latest = 0  # the number of the last flush queued: the others do nothing
+
+    def expect(self) -> None:
+        """Queue the flush behind the callbacks queued so far (the wake-ups of handlers that
+        will answer): their answers leave in this loop turn."""
+        self._latest += 1
+        self._queued = True
+        self._loop.call_soon(self._flush, self._latest)
+
+    def add(self, connection: ServedConnection) -> None:
+        """``connection`` has answers waiting: written by the flush already queued, if any,
+        else by one queued now."""
+        self._dirty.append(connection)
+        if not self._queued:
+            self.expect()
+
+    def _flush(self, number: int) -> None:
+        if number != self._latest:
+            return  # a flush queued later writes it all
+        self._queued = False
+        dirty, self._dirty = self._dirty, []
+        for connection in dirty:
+            connection._flush_later()
+
+
+_WRITE_BEHIND: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WriteBehind] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def write_behind(loop: asyncio.AbstractEventLoop | None = None) -> WriteBehind:
+    """The :class:`WriteBehind` of ``loop`` (the running loop by default)."""
+    loop = loop or asyncio.get_running_loop()
+    behind = _WRITE_BEHIND.get(loop)
+    if behind is None:
+        behind = _WRITE_BEHIND[loop] = WriteBehind(loop)
+    return behind
+
+
+def answers_expected() -> None:
+    """Handlers were just woken that will answer: their answers leave in this loop turn (the
+    running loop's :meth:`WriteBehind.expect`). The broker's long-poll notifier calls it after
+    each wake-up (``ArrivalNotifier.on_wake``, set by the handlers that answer long polls);
+    outside a running loop nothing is queued, so nothing is to be written."""
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        write_behind(loop).expect()
+
+
 class ServedConnection(PacedReading):
     """The shared half of a server connection (module doc). A subclass calls this
     ``__init__`` first, :meth:`_note_transport` from ``connection_made`` and :meth:`_drop` from
@@ -53,7 +129,8 @@ class ServedConnection(PacedReading):
         self._held = 0  # bytes of partly received frames, as accounted in the budget
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] | None = None  # the answers of the read being served
-        self._later: list[bytes] = []  # answers finished since, written at the next turn
+        self._later: list[bytes] = []  # answers finished since, written by a WriteBehind
+        self._behind: WriteBehind | None = None  # the loop's, found at the first such answer
         self._close_after_reply = False
         self.connected = False  # connection_made was called (after a TLS handshake, if any)
         self.closed = False
@@ -148,9 +225,12 @@ class ServedConnection(PacedReading):
         if self._out is not None:
             self._out.append(frame)
             return
-        # answers finishing in the same loop iteration leave in one write
+        # answers finishing in the same loop iteration leave in one write (WriteBehind)
         if not self._later:
-            asyncio.get_running_loop().call_soon(self._flush_later)
+            behind = self._behind
+            if behind is None:
+                behind = self._behind = write_behind()
+            behind.add(self)
         self._later.append(frame)
 
     def _flush_later(self) -> None:

@@ -24,6 +24,7 @@ from pocketmq.server.remoting.context import BrokerSide
 from pocketmq.server.remoting.permissions import remoting_authorized
 from pocketmq.server.remoting.produce import produce_handlers
 from pocketmq.server.remoting.transactions import producer_hook, transaction_handlers
+from pocketmq.server.serving import answers_expected
 
 __all__ = ["CLOSE_HOOKS", "FAMILIES", "broker_remoting_handlers", "connection_closed"]
 
@@ -58,6 +59,8 @@ def broker_remoting_handlers(side: BrokerSide) -> RemotingHandlerTable:
     """The broker's remoting table: every family's handlers, each checked against the ACL
     when there is one (module doc)."""
     table: RemotingHandlerTable = {}
+    # a long poll woken by a send is answered in the send's loop turn (server/serving.py)
+    side.broker.on_long_poll_wake(answers_expected)
     for family in FAMILIES:
         table |= family(side)
     return remoting_authorized(table, side)

@@ -16,6 +16,7 @@ from pocketmq.protocol import structs as w
 from pocketmq.protocol.paging import pop_byte_budget
 from pocketmq.server.native.connection import HandlerTable, ServerConnection
 from pocketmq.server.native.convert import to_wire
+from pocketmq.server.serving import answers_expected
 
 __all__ = ["ConsumeHandlers"]
 
@@ -26,6 +27,8 @@ class ConsumeHandlers:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._name = broker.name
+        # a long poll woken by a send is answered in the send's loop turn (server/serving.py)
+        broker.on_long_poll_wake(answers_expected)
         store = broker.config.store
         self._pop_bytes = pop_byte_budget(store.max_message_size, store.max_properties_size)
 
