@@ -110,9 +110,11 @@ def answers_expected() -> None:
     running loop's :meth:`WriteBehind.expect`). The broker's long-poll notifier calls it after
     each wake-up (``ArrivalNotifier.on_wake``, set by the handlers that answer long polls);
     outside a running loop nothing is queued, so nothing is to be written."""
-    loop = asyncio._get_running_loop()
-    if loop is not None:
-        write_behind(loop).expect()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    write_behind(loop).expect()
 
 
 class ServedConnection(PacedReading):
