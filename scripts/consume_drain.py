@@ -92,9 +92,8 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
         if args.pin:  # "split": the broker on core 0, this client on core 1; "same": both on 0
             cores = {"split": ("0", "1"), "same": ("0", "0")}[args.pin]
             for task, core in ((pid, cores[0]), (os.getpid(), cores[1])):
-                subprocess.run(
-                    ["taskset", "-a", "-cp", core, str(task)], check=True, capture_output=True
-                )
+                command = ["taskset", "-a", "-cp", core, str(task)]
+                await asyncio.to_thread(subprocess.run, command, check=True, capture_output=True)
         tracer = _attach(pid, args)
         if tracer is not None:
             await asyncio.sleep(1.5)  # the tracer attaches

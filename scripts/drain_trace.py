@@ -13,6 +13,7 @@ Redis").
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import statistics
 import threading
@@ -112,7 +113,7 @@ class DrainTrace:
                 gaps.append((sent - last[queue]) * 1e3)
             last[queue] = answered
         answers = sorted(p[2] for p in pulls)
-        quiet = [(b - a) * 1e3 for a, b in zip(answers, answers[1:], strict=False)]
+        quiet = [(b - a) * 1e3 for a, b in itertools.pairwise(answers)]
         stalls = [g for g in quiet if g > 5]
         inside = [s for s in self.samples if began <= s[0] <= ended]
         cpu = [c for c in self.cpu if began <= c[0] <= ended]
