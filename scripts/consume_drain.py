@@ -11,6 +11,11 @@ per consumed message, wall clock"):
 
     python scripts/consume_drain.py --rounds 3 before=/work/main/src after=src
     PYTHONPATH=src python scripts/consume_drain.py --one --strace /tmp/drain.strace
+
+``--trace`` adds what paces the drain (``scripts/drain_trace.py``: pull round trips, pulls in
+flight, the consumer's flow-control waits, each process's busy share, whether they shared a
+core, what other processes used); ``--pin split|same`` runs the drain with the broker and the
+client on separate cores or on one (docs/benchmarks.md, "Consume rate against Redis").
 """
 
 from __future__ import annotations
