@@ -11,6 +11,11 @@ per consumed message, wall clock"):
 
     python scripts/consume_drain.py --rounds 3 before=/work/main/src after=src
     PYTHONPATH=src python scripts/consume_drain.py --one --strace /tmp/drain.strace
+
+``--trace`` adds what paces the drain (``scripts/drain_trace.py``: pull round trips, pulls in
+flight, the consumer's flow-control waits, each process's busy share, whether they shared a
+core, what other processes used); ``--pin split|same`` runs the drain with the broker and the
+client on separate cores or on one (docs/benchmarks.md, "Consume rate against Redis").
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
     from pocketmq.bench.broker import in_flight
     from pocketmq.client import Admin, Message, Producer, PushConsumer
 
-    directory, broker = await asyncio.to_thread(start_broker, "consume-drain-")
+    directory, broker = await asyncio.to_thread(start_broker, "consume-drain-", *args.serve.split())
     pid, address, backlog = broker.process.pid, broker.address, args.backlog
     try:
         async with Admin(servers=address) as admin:
@@ -89,13 +94,25 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
             message = Message(topic="drain", body=b"x" * 1024)
             await in_flight(backlog, 1024, lambda: producer.send(message))
         await asyncio.sleep(1.0)  # the broker's flush and dispatch settle
+        if args.pin:  # "split": the broker on core 0, this client on core 1; "same": both on 0
+            cores = {"split": ("0", "1"), "same": ("0", "0")}[args.pin]
+            for task, core in ((pid, cores[0]), (os.getpid(), cores[1])):
+                command = ["taskset", "-a", "-cp", core, str(task)]
+                await asyncio.to_thread(subprocess.run, command, check=True, capture_output=True)
         tracer = _attach(pid, args)
         if tracer is not None:
             await asyncio.sleep(1.5)  # the tracer attaches
         done, listener = counting_listener(backlog)
+        trace = None
+        if args.trace:
+            from drain_trace import DrainTrace  # scripts/, on the path as this script's
+
+            trace = DrainTrace(pid)
         requests = _requests(broker.http) if broker.http else {}
         began, client, server = time.perf_counter(), _own_cpu(), _proc_cpu(pid)
-        async with PushConsumer("drain", "drain", listener, servers=address):
+        async with PushConsumer("drain", "drain", listener, servers=address) as consumer:
+            if trace is not None:
+                trace.start(consumer)
             await asyncio.wait_for(done.wait(), 900)
         seconds, client_end, server_end = time.perf_counter() - began, _own_cpu(), _proc_cpu(pid)
         await asyncio.sleep(1.0)  # what the broker still does for the drain (history intake)
@@ -118,6 +135,7 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
             "requests": {code: n for code, n in sorted(answered.items()) if n},
             "compiled": len(compiled.COMPILED),
             "load": round(os.getloadavg()[0], 1),
+            **(trace.stop() if trace is not None else {}),
         }
     finally:
         await asyncio.to_thread(broker.stop)
@@ -134,6 +152,9 @@ def main() -> None:
     parser.add_argument("--strace", help="strace -c -f the broker during the drain, to this file")
     parser.add_argument("--pyspy", help="py-spy record the broker during the drain, raw, here")
     parser.add_argument("--native", action="store_true", help="py-spy --native")
+    parser.add_argument("--serve", default="", help="more pocketmq serve arguments, one string")
+    parser.add_argument("--pin", choices=("split", "same"), help="CPU affinity for the drain")
+    parser.add_argument("--trace", action="store_true", help="stamp pulls, sample the consumer")
     parser.add_argument("--rate", type=int, default=400, help="py-spy samples per second")
     args = parser.parse_args()
     if args.one:
@@ -144,6 +165,9 @@ def main() -> None:
             name, path = args.trees[(n + round_) % len(args.trees)].split("=", 1)
             env = {**os.environ, "PYTHONPATH": path}
             command = [sys.executable, __file__, "--one", "--backlog", str(args.backlog)]
+            command += ["--trace"] if args.trace else []
+            command += ["--pin", args.pin] if args.pin else []
+            command += [f"--serve={args.serve}"] if args.serve else []
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             result = (
                 json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-300:]}

@@ -27,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 
-def start_broker(prefix: str) -> tuple[str, Any]:
+def start_broker(prefix: str, *extra: str) -> tuple[str, Any]:
     """A broker process with the defaults (and its HTTP port, for metrics) in a new temporary
-    directory: ``(directory, BrokerProcess)``; the caller stops it and removes the directory."""
+    directory: ``(directory, BrokerProcess)``; the caller stops it and removes the directory.
+    ``extra``: more ``pocketmq serve`` arguments (``--loop asyncio``)."""
     from pocketmq.testing import BrokerProcess
 
     directory = tempfile.mkdtemp(prefix=prefix)
-    broker = BrokerProcess(Path(directory), http_port=0, extra_args=("--log-level", "warning"))
+    broker = BrokerProcess(
+        Path(directory), http_port=0, extra_args=("--log-level", "warning", *extra)
+    )
     assert broker.process is not None
     return directory, broker
 
