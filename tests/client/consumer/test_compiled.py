@@ -173,8 +173,6 @@ def _process_queue_run(module: ModuleType, seed: int) -> list[Any]:
         elif choice < 0.7 and pq.messages:
             done = rng.sample(sorted(pq.messages), rng.randint(1, len(pq.messages)))
             pq.remove([*done, rng.randint(0, pulled)])
-        elif choice < 0.72:  # dropped: everything forgotten
-            pq.clear()
         elif choice < 0.8 and pq.messages:
             held = rng.choice(sorted(pq.messages))
             pq.local_attempts[held] = rng.randint(1, 3)

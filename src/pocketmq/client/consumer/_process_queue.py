@@ -110,15 +110,6 @@ class ProcessQueue:
         self.held_bytes = size
         self.space.set()
 
-    def clear(self) -> None:
-        """Forget everything held: the queue was dropped (its commit offset already marked) and
-        a later owner consumes what was not finished."""
-        self.messages.clear()
-        self.local_attempts.clear()
-        self._order = collections.deque()
-        self.held_bytes = 0
-        self.space.set()
-
     def view(self, message: w.Delivered) -> MessageView:
         """``message`` as the listener sees it, its delivery attempt counting local retries."""
         view = to_view(message)

@@ -132,7 +132,6 @@ class Rebalancer:
             await self._orderly[1].wait([pq], state.config.close_timeout)
         pq.dropped = True
         self._offsets.mark(pq)
-        pq.clear()  # what it held unfinished is the next owner's now: no longer counted here
         await self._offsets.persist(only={key})
         if self._orderly is not None:
             await self._orderly[0].unlock(pq)
