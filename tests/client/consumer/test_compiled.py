@@ -3,7 +3,7 @@ paths"): the same random batches, listeners and broker answers given to the pure
 (``client/_views.py``, ``client/consumer/_work.py``, ``_process_queue.py``, ``_listener.py``,
 ``_reports.py``, ``_consumption.py``, ``_concurrent.py``) and to their compiled twins give the
 same views to the listener, the same verdicts, counters, hand-backs, retries, commit offsets and
-reported attempts."""
+reported attempts, and the same bytes held."""
 
 from __future__ import annotations
 
@@ -50,7 +50,15 @@ def _message(rng: random.Random, offset: int) -> w.Delivered:
     if rng.random() < 0.2:  # a retry, which the listener sees under its original topic
         topic, properties[props.RETRY_TOPIC] = "%RETRY%g", "T"
     return w.Delivered(
-        topic, 0, offset, rng.randbytes(3), properties, 1, 2, offset, rng.randint(1, 4)
+        topic,
+        0,
+        offset,
+        rng.randbytes(rng.randint(0, 9)),
+        properties,
+        1,
+        2,
+        offset,
+        rng.randint(1, 4),
     )
 
 
@@ -136,7 +144,8 @@ async def _consume_run(modules: dict[str, ModuleType], seed: int) -> list[Any]:
     reports.flush()
     counters = state.counters
     totals = (counters.consumed, counters.failed, counters.broadcast_drops)
-    return [seen, totals, retry.calls, sorted(pq.messages), marked, connection.sent]
+    held = (sorted(pq.messages), pq.held_bytes)
+    return [seen, totals, retry.calls, held, marked, connection.sent]
 
 
 def test_the_same_random_batches_are_consumed_the_same_way() -> None:
@@ -169,7 +178,7 @@ def _process_queue_run(module: ModuleType, seed: int) -> list[Any]:
             pq.local_attempts[held] = rng.randint(1, 3)
             trace.append(_seen(pq.view(pq.messages[held])))
             trace.append(pq.view(pq.messages[held]).delivery_attempt)
-        trace.append((pq.commit_offset(), pq.span(), sorted(pq.messages)))
+        trace.append((pq.commit_offset(), pq.span(), sorted(pq.messages), pq.held_bytes))
     return trace
 
 

@@ -62,3 +62,27 @@ def test_finished_offsets_behind_a_stuck_first_message_are_not_kept() -> None:
         assert pq.commit_offset() == 0
     assert pq.messages.keys() == {0}
     assert len(pq._order or ()) <= 2 * len(pq.messages) + 64 + 32
+
+
+def test_the_bytes_held_are_the_bodies_held_whatever_is_added_twice_or_removed_twice() -> None:
+    """What the pull loop's byte bound reads (``max_cached_bytes_per_queue``): bodies only,
+    each counted once however often it is pulled or finished."""
+    rng = random.Random(3)
+    pq = _queue()
+    bodies = {n: rng.randbytes(rng.randint(0, 300)) for n in range(400)}
+    held: set[int] = set()
+    for _ in range(300):
+        choice = rng.random()
+        if choice < 0.45:
+            offsets = rng.sample(range(400), rng.randint(1, 40))
+            pq.add([w.Delivered("T", 0, n, bodies[n], {"k": "v" * n}, 0, 0, n) for n in offsets])
+            held.update(offsets)
+        else:
+            done = rng.sample(range(400), rng.randint(1, 60))  # some never held, some twice
+            pq.space.clear()
+            pq.remove(done)
+            assert pq.space.is_set()  # a waiting pull loop looks at the bounds again
+            held.difference_update(done)
+        assert pq.held_bytes == sum(len(bodies[n]) for n in held)
+    pq.remove(list(range(400)))
+    assert pq.held_bytes == 0

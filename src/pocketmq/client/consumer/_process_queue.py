@@ -28,7 +28,10 @@ class ProcessQueue:
     """One owned queue: its messages in hand, its pull position and its orderly lanes.
 
     ``local_attempts`` counts re-consumes done here (a message that could not be handed back,
-    an orderly retry), which the broker's delivery attempt does not include.
+    an orderly retry), which the broker's delivery attempt does not include. ``held_bytes`` is
+    the sum of the bodies held (properties not counted, as RocketMQ's ``msgSize``), which the
+    pull loop bounds by ``max_cached_bytes_per_queue`` (docs/semantics.md, "A push consumer
+    stops pulling a queue").
     """
 
     key: QueueKey
@@ -43,6 +46,7 @@ class ProcessQueue:
     lanes: dict[str, collections.deque[w.Delivered]] = field(default_factory=dict)
     lane_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    held_bytes: int = 0
     # The offsets held, in the rising order they were pulled, finished ones dropped from the
     # front lazily: the commit offset is then found without scanning what is held (up to
     # ``max_cached_per_queue`` messages, after every finished message). None while the queue
@@ -56,14 +60,17 @@ class ProcessQueue:
         held = self.messages
         fresh = [m for m in messages if m.queue_offset not in held]
         order = self._order
+        size = self.held_bytes
         for message in fresh:
             offset = message.queue_offset
+            size += len(message.body)
             if order is not None:
                 if order and offset < order[-1]:
                     self._order = order = None
                 else:
                     order.append(offset)
             held[offset] = message
+        self.held_bytes = size
         if order is not None and len(order) > 2 * len(held) + 64:
             # finished offsets behind an unfinished first one: keep only what is held
             self._order = collections.deque(held)
@@ -92,9 +99,15 @@ class ProcessQueue:
 
     def remove(self, offsets: Sequence[int]) -> None:
         """Forget finished messages, waking a pull loop that waits for room."""
+        held, attempts = self.messages, self.local_attempts
+        size = self.held_bytes
         for offset in offsets:
-            self.messages.pop(offset, None)
-            self.local_attempts.pop(offset, None)
+            message = held.pop(offset, None)
+            if message is not None:  # finished after a drop cleared it: counted once only
+                size -= len(message.body)
+            if attempts:  # usually empty: no call (pays for the count, benchmarks.md)
+                attempts.pop(offset, None)
+        self.held_bytes = size
         self.space.set()
 
     def view(self, message: w.Delivered) -> MessageView:

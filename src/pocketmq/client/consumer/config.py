@@ -41,11 +41,12 @@ class PushConsumerConfig:
     Defaults follow RocketMQ's push consumer (docs/semantics.md, "Consumer retry, delays and
     dead letters" and "Ordered messages"): ``batch_size`` messages per listener call,
     ``concurrency`` listener calls at once, ``pull_batch`` messages per pull, long polls of
-    ``long_poll`` seconds, at most ``max_cached_per_queue`` messages held per queue and at most
-    ``max_span`` offsets between the first unfinished message and the next to pull, offsets
-    committed every ``offset_persist_interval`` seconds, a rebalance every
-    ``rebalance_interval`` seconds (and at once when the group changes), failed messages that
-    cannot be handed back consumed again after ``local_retry_delay`` seconds.
+    ``long_poll`` seconds, at most ``max_cached_per_queue`` messages and
+    ``max_cached_bytes_per_queue`` bytes of bodies held per queue and at most ``max_span``
+    offsets between the first unfinished message and the next to pull, offsets committed every
+    ``offset_persist_interval`` seconds, a rebalance every ``rebalance_interval`` seconds (and
+    at once when the group changes), failed messages that cannot be handed back consumed again
+    after ``local_retry_delay`` seconds.
     ``orderly`` consumes each queue under its broker lock, one message group at a time.
     """
 
@@ -56,6 +57,10 @@ class PushConsumerConfig:
     long_poll: float = 15.0
     consume_timeout: float = 900.0
     max_cached_per_queue: int = 1000
+    max_cached_bytes_per_queue: int = 100 * 1024 * 1024
+    """RocketMQ's ``pullThresholdSizeForQueue``: a queue stops being pulled while the bodies it
+    holds (pulled, not yet finished; properties not counted, as in RocketMQ) add up to this many
+    bytes. The pull that crosses it is kept, so a queue may hold this plus one pull's bodies."""
     max_span: int = 2000
     """RocketMQ's ``consumeConcurrentlyMaxSpan``: a message that does not finish holds the
     committed offset back, and a restart redelivers everything after it; past this many
@@ -97,7 +102,7 @@ class ConsumerStatistics:
     """Counts since the consumer started, to see where messages went: consumed, failed
     (listener verdicts), sent back to the broker, re-sent to the retry topic, kept for a local
     re-consume, dropped (broadcasting never retries), dead-lettered by an orderly consumer; and
-    the queues owned and messages held now."""
+    the queues owned and the messages and bytes of bodies held now."""
 
     consumed: int
     failed: int
@@ -108,6 +113,7 @@ class ConsumerStatistics:
     dead_lettered: int
     queues: int
     cached: int
+    cached_bytes: int
 
 
 def normalize_subscriptions(

@@ -4,11 +4,13 @@ Each owned queue has one loop. It starts at the offset store's initial offset, a
 for up to ``pull_batch`` messages, waiting up to ``long_poll`` seconds for new ones (the broker
 answers as soon as one arrives), and hands what it got on: to the workers in batches of
 ``batch_size`` (concurrent consumers), or to the message groups' lanes (orderly consumers).
-It stops pulling while ``max_cached_per_queue`` messages are in hand, so a slow listener bounds
-the memory it costs, and while more than ``max_span`` offsets separate the first unfinished
-message from the next to pull, so one stuck message bounds what a restart redelivers. A
-failed pull is tried again after a second; one that cannot reach its broker asks for a
-rebalance, which fetches the route again (a slave may serve the queue now).
+It stops pulling while ``max_cached_per_queue`` messages or ``max_cached_bytes_per_queue`` bytes
+of bodies are in hand, so a slow listener bounds the memory it costs (a pull that brings the
+queue over the byte bound is kept, as in RocketMQ: the next one waits), and while more than
+``max_span`` offsets separate the first unfinished message from the next to pull, so one stuck
+message bounds what a restart redelivers. A failed pull is tried again after a second; one that
+cannot reach its broker asks for a rebalance, which fetches the route again (a slave may serve
+the queue now).
 """
 
 from __future__ import annotations
@@ -58,7 +60,11 @@ class Puller:
             try:
                 if pq.next_offset < 0:
                     pq.next_offset = await self._offsets.initial_offset(pq)
-                if len(pq.messages) >= config.max_cached_per_queue or pq.span() > config.max_span:
+                if (
+                    len(pq.messages) >= config.max_cached_per_queue
+                    or pq.held_bytes >= config.max_cached_bytes_per_queue
+                    or pq.span() > config.max_span
+                ):
                     pq.space.clear()
                     await pq.space.wait()
                     continue

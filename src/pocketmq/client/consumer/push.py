@@ -97,6 +97,8 @@ class PushConsumer(ClientBase):
             raise InvalidArgumentError("batch_size and concurrency must be at least 1")
         if self.config.max_span < self.config.pull_batch:
             raise InvalidArgumentError("max_span must be at least pull_batch")
+        if self.config.max_cached_bytes_per_queue < 1:
+            raise InvalidArgumentError("max_cached_bytes_per_queue must be positive")
         self.subscriptions = normalize_subscriptions(subscriptions)
         if not self.subscriptions:
             raise InvalidArgumentError("subscribe to at least one topic")
@@ -210,6 +212,7 @@ class PushConsumer(ClientBase):
             dead_lettered=counters.dead_lettered,
             queues=len(queues),
             cached=sum(len(pq.messages) for pq in queues.values()),
+            cached_bytes=sum(pq.held_bytes for pq in queues.values()),
         )
 
     @property
