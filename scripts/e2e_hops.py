@@ -239,6 +239,24 @@ def _install_client(marks: dict[str, Any]) -> None:
     asyncio.BaseEventLoop._run_once = counted  # type: ignore[attr-defined]
 
 
+def _gc_pauses() -> dict[int, list[int]]:
+    """This process's garbage collections from now on: their durations by generation (a
+    collection stops the loop; the broker freezes its heap at start, ``pocketmq serve``)."""
+    import gc
+
+    pauses: dict[int, list[int]] = defaultdict(list)
+    began = [0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = _now()
+        else:
+            pauses[info["generation"]].append(_now() - began[0])
+
+    gc.callbacks.append(timed)
+    return pauses
+
+
 def _percentile(values: list[int], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] / 1e6
@@ -261,6 +279,7 @@ def main() -> None:
         "held": set(),
     }
     _install_client(marks)
+    pauses = _gc_pauses()
     with tempfile.TemporaryDirectory(prefix="e2e-hops-") as directory:
         hook = Path(directory, "hook")
         hook.mkdir()
@@ -326,6 +345,11 @@ def main() -> None:
         )
         print(
             f"{name:48} {_percentile(values, 0.5):7.3f} {_percentile(values, 0.99):7.3f} {turn:>14}"
+        )
+    for generation, times_ns in sorted(pauses.items()):
+        print(
+            f"client GC generation {generation}: {len(times_ns)} collections, "
+            f"max {max(times_ns) / 1e6:.3f} ms, total {sum(times_ns) / 1e6:.1f} ms"
         )
     held = sum(1 for n in range(total) if n in marks["held"])
     print(f"held by adaptive batching (a send of the topic in flight): {held / total:.1%}")
