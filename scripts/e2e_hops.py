@@ -46,8 +46,10 @@ class _TimedTransport:
         self._key = key
 
     def write(self, data: Any) -> None:
-        self._sink.append((_now(), self._key, "out", bytes(data), _TURNS[0]))
+        began = _now()
+        self._sink.append((began, self._key, "out", bytes(data), _TURNS[0]))
         self._inner.write(data)
+        self._sink.append((began, self._key, "took", _now() - began, 0))
 
     def writelines(self, chunks: Any) -> None:
         self.write(b"".join(chunks))
@@ -350,6 +352,15 @@ def main() -> None:
         print(
             f"client GC generation {generation}: {len(times_ns)} collections, "
             f"max {max(times_ns) / 1e6:.3f} ms, total {sum(times_ns) / 1e6:.1f} ms"
+        )
+    for side, records in (
+        ("client", marks["client"][marks["start"] :]),
+        ("broker", broker_records),
+    ):
+        took = [data for _, _, what, data, _ in records if what == "took"]
+        print(
+            f"{side} transport.write() calls: {len(took)}, p50 {_percentile(took, 0.5):.3f} ms, "
+            f"p99 {_percentile(took, 0.99):.3f} ms"
         )
     held = sum(1 for n in range(total) if n in marks["held"])
     print(f"held by adaptive batching (a send of the topic in flight): {held / total:.1%}")
