@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pocketmq.client.message import ConsumeStatus
+from pocketmq.errors import InvalidArgumentError
 from pocketmq.names import validate_stored_topic
+from pocketmq.settings import check_positive
 
 __all__ = [
     "ConsumeContext",
@@ -78,6 +81,37 @@ class PushConsumerConfig:
     pulling. ``False`` calls it on the event loop instead — no thread hop, task, future or await
     per message, several times cheaper — for listeners that never block; its consume timeout
     is then judged when it returns (a running function cannot be stopped)."""
+
+    def __post_init__(self) -> None:
+        """Refuse a setting that would make the consumer spin or silently never consume (a
+        ``max_cached_per_queue`` of 0 stops every pull for good), at construction, naming it."""
+        check_positive(
+            self,
+            "batch_size",
+            "concurrency",
+            "pull_batch",
+            "long_poll",
+            "consume_timeout",
+            "max_cached_per_queue",
+            "max_cached_bytes_per_queue",
+            "max_span",
+            "offset_persist_interval",
+            "rebalance_interval",
+        )
+        for name in ("local_retry_delay", "close_timeout"):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise InvalidArgumentError(
+                    f"{name} must be a finite, non-negative number, not {value!r}"
+                )
+        if self.max_reconsume_times < -1:
+            raise InvalidArgumentError(
+                "max_reconsume_times must be -1 (the group's own limit) or more, "
+                f"not {self.max_reconsume_times!r}"
+            )
+        if self.max_span < self.pull_batch:
+            raise InvalidArgumentError("max_span must be at least pull_batch")
+
     orderly: bool = False
     suspend_time: float = 1.0
     lock_renew_interval: float = 20.0

@@ -93,12 +93,6 @@ class PushConsumer(ClientBase):
         validate_group_name(group)
         self.group = group
         self.config = config or PushConsumerConfig()
-        if self.config.batch_size < 1 or self.config.concurrency < 1:
-            raise InvalidArgumentError("batch_size and concurrency must be at least 1")
-        if self.config.max_span < self.config.pull_batch:
-            raise InvalidArgumentError("max_span must be at least pull_batch")
-        if self.config.max_cached_bytes_per_queue < 1:
-            raise InvalidArgumentError("max_cached_bytes_per_queue must be positive")
         self.subscriptions = normalize_subscriptions(subscriptions)
         if not self.subscriptions:
             raise InvalidArgumentError("subscribe to at least one topic")
