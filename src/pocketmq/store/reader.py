@@ -95,20 +95,29 @@ class Reader:
         assert queue is not None
         low, high = queue.min_offset, queue.max_offset
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
-        log_min = self._commitlog.min_offset
+        commitlog = self._commitlog
+        log_min = commitlog.min_offset
+        segment_size = commitlog.segment_size
         quarantine = self._quarantine if self._quarantine.skipping else None
         limit = self.visible_limit
         messages: list[StoredMessage] = []
+        append = messages.append
         size_total = 0
         cursor = offset
         scanned = 0
         removed = False
         held = False  # stopped at a record not visible yet
+        full = False  # the byte budget is spent: later records are read, not kept
         while cursor < high and len(messages) < max_count and scanned < max_scan and not held:
             raw = queue.read_raw(cursor, min(max_scan - scanned, max(max_count * 2, 64)))
             if not raw:
                 break
+            # the entries to read, as runs of physically adjacent records (one read each)
+            room = max_count - len(messages)
             batch: list[tuple[int, int, int]] = []
+            runs: list[tuple[int, int, int, int]] = []  # first, stop (in batch), start, end
+            first = 0
+            start = end = segment_end = -1
             for physical, size, code in ENTRY.iter_unpack(raw):
                 if limit is not None and size and physical + size > limit:
                     held = True
@@ -123,59 +132,54 @@ class Reader:
                     continue
                 if codes is not None and code not in codes:
                     continue
+                if (
+                    physical != end
+                    or end - start >= _MAX_COALESCED_READ
+                    or physical + size > segment_end
+                ):
+                    if end >= 0:
+                        runs.append((first, len(batch), start, end))
+                    first = len(batch)
+                    start = physical
+                    segment_end = start - start % segment_size + segment_size
+                end = physical + size
                 batch.append((cursor - 1, physical, size))
-                if len(messages) + len(batch) >= max_count or size_total + size > max_bytes:
+                if len(batch) >= room or size_total + size > max_bytes:
                     break
-            records = self._read_records(batch, topic, queue_id)
-            if len(records) < len(batch):
-                removed = True
-            for record in records:
-                if tags is not None and record.tag not in tags:
+            if batch:
+                runs.append((first, len(batch), start, end))
+            # read and verify each run's records, keeping what the filter and budget allow
+            for first, stop, start, end in runs:
+                data = commitlog.read(start, end - start)
+                if data is None:
+                    removed = True  # gone under the read (retention)
                     continue
-                if messages and size_total + record.size > max_bytes:
-                    cursor = record.queue_offset
-                    break
-                messages.append(record)
-                size_total += record.size
-            if size_total >= max_bytes:
+                for queue_offset, physical, size in batch[first:stop]:
+                    try:
+                        record = decode_record(
+                            data, physical - start, expected_physical_offset=physical
+                        )
+                    except RecordError as exc:
+                        repaired = self._unreadable_entry(
+                            topic, queue_id, queue_offset, physical, size, exc.reason
+                        )
+                        if repaired is None:
+                            removed = True
+                            continue
+                        record = repaired
+                    if full or (tags is not None and record.tag not in tags):
+                        continue
+                    if messages and size_total + record.size > max_bytes:
+                        cursor = record.queue_offset
+                        full = True
+                        continue
+                    append(record)
+                    size_total += record.size
+            if full or size_total >= max_bytes:
                 break
         if messages:
             return GetResult(GetStatus.FOUND, messages, cursor, low, high)
         return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
-
-    def _read_records(
-        self, batch: list[tuple[int, int, int]], topic: str, queue_id: int
-    ) -> list[StoredMessage]:
-        """Read records, coalescing physically adjacent ones into one read; a record that
-        fails verification is set aside (and left out) rather than failing the read."""
-        out: list[StoredMessage] = []
-        i = 0
-        commitlog = self._commitlog
-        while i < len(batch):
-            _, start, size = batch[i]
-            end = start + size
-            j = i + 1
-            segment_end = start - start % commitlog.segment_size + commitlog.segment_size
-            while j < len(batch) and batch[j][1] == end and end - start < _MAX_COALESCED_READ:
-                if batch[j][1] + batch[j][2] > segment_end:
-                    break
-                end += batch[j][2]
-                j += 1
-            data = commitlog.read(start, end - start)
-            if data is not None:
-                for queue_offset, physical, entry_size in batch[i:j]:
-                    try:
-                        out.append(
-                            decode_record(data, physical - start, expected_physical_offset=physical)
-                        )
-                    except RecordError as exc:
-                        repaired = self._unreadable_entry(
-                            topic, queue_id, queue_offset, physical, entry_size, exc.reason
-                        )
-                        if repaired is not None:
-                            out.append(repaired)
-            i = j
-        return out
 
     def _unreadable_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
