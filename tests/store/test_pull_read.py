@@ -258,3 +258,22 @@ def test_damaged_records_and_entries_are_met_as_before(
                 entries = [store.read_queue("t", q, 0, 64) for q in range(3)]
                 answers.append((seen, quarantined, entries, reader.damaged_reads))
         assert answers[0] == answers[1]
+
+
+def test_a_record_past_the_byte_budget_is_read_once(tmp_path: Path) -> None:
+    """The budget's stop ends the read: before, a stop below ``max_bytes`` went round the loop
+    again from the record that did not fit, reading it once per entry of ``max_scan``."""
+    with MessageStore.open(str(tmp_path / "s"), SMALL) as store:
+        store.put([StoreMessage(topic="t", queue_id=0, body=b"x" * 1000) for _ in range(40)])
+        commitlog = store._reader._commitlog
+        reads: list[tuple[int, int]] = []
+        read = commitlog.read
+
+        def counted(offset: int, size: int) -> bytes | None:
+            reads.append((offset, size))
+            return read(offset, size)
+
+        commitlog.read = counted  # type: ignore[method-assign]
+        got = store.get_messages("t", 0, 0, max_count=8, max_bytes=2500)
+        assert (got.status, len(got.messages), got.next_offset) == (GetStatus.FOUND, 2, 2)
+        assert len(reads) == 1  # the first 8 records, adjacent in the first segment
