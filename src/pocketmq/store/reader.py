@@ -101,13 +101,11 @@ class Reader:
         quarantine = self._quarantine if self._quarantine.skipping else None
         limit = self.visible_limit
         messages: list[StoredMessage] = []
-        append = messages.append
         size_total = 0
         cursor = offset
         scanned = 0
         removed = False
         held = False  # stopped at a record not visible yet
-        full = False  # the byte budget is spent: later records are read, not kept
         while cursor < high and len(messages) < max_count and scanned < max_scan and not held:
             raw = queue.read_raw(cursor, min(max_scan - scanned, max(max_count * 2, 64)))
             if not raw:
@@ -117,7 +115,7 @@ class Reader:
             batch: list[tuple[int, int, int]] = []
             runs: list[tuple[int, int, int, int]] = []  # first, stop (in batch), start, end
             first = 0
-            start = end = segment_end = -1
+            start = end = segment_end = cap = -1
             for physical, size, code in ENTRY.iter_unpack(raw):
                 if limit is not None and size and physical + size > limit:
                     held = True
@@ -132,15 +130,10 @@ class Reader:
                     continue
                 if codes is not None and code not in codes:
                     continue
-                if (
-                    physical != end
-                    or end - start >= _MAX_COALESCED_READ
-                    or physical + size > segment_end
-                ):
+                if physical != end or physical >= cap or physical + size > segment_end:
                     if end >= 0:
                         runs.append((first, len(batch), start, end))
-                    first = len(batch)
-                    start = physical
+                    first, start, cap = len(batch), physical, physical + _MAX_COALESCED_READ
                     segment_end = start - start % segment_size + segment_size
                 end = physical + size
                 batch.append((cursor - 1, physical, size))
@@ -148,38 +141,65 @@ class Reader:
                     break
             if batch:
                 runs.append((first, len(batch), start, end))
-            # read and verify each run's records, keeping what the filter and budget allow
-            for first, stop, start, end in runs:
-                data = commitlog.read(start, end - start)
-                if data is None:
-                    removed = True  # gone under the read (retention)
-                    continue
-                for queue_offset, physical, size in batch[first:stop]:
-                    try:
-                        record = decode_record(
-                            data, physical - start, expected_physical_offset=physical
-                        )
-                    except RecordError as exc:
-                        repaired = self._unreadable_entry(
-                            topic, queue_id, queue_offset, physical, size, exc.reason
-                        )
-                        if repaired is None:
-                            removed = True
-                            continue
-                        record = repaired
-                    if full or (tags is not None and record.tag not in tags):
-                        continue
-                    if messages and size_total + record.size > max_bytes:
-                        cursor = record.queue_offset
-                        full = True
-                        continue
-                    append(record)
-                    size_total += record.size
-            if full or size_total >= max_bytes:
+            size_total, stopped_at, lost = self._read_runs(
+                topic, queue_id, batch, runs, tags, messages, size_total, max_bytes
+            )
+            removed = removed or lost
+            if stopped_at >= 0 or size_total >= max_bytes:
+                cursor = stopped_at if stopped_at >= 0 else cursor
                 break
         if messages:
             return GetResult(GetStatus.FOUND, messages, cursor, low, high)
         return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
+
+    def _read_runs(
+        self,
+        topic: str,
+        queue_id: int,
+        batch: list[tuple[int, int, int]],
+        runs: list[tuple[int, int, int, int]],
+        tags: frozenset[str] | None,
+        messages: list[StoredMessage],
+        size_total: int,
+        max_bytes: int,
+    ) -> tuple[int, int, bool]:
+        """Read each run of adjacent records with one read, verify its records and append to
+        ``messages`` what the filter and the byte budget allow, in the same pass.
+
+        Returns the bytes kept, the queue offset of the first record past the budget (-1: none)
+        and whether an entry's record was lost (set aside, or gone under the read). The records
+        after the budget's stop are verified all the same, as every read record is: a damaged one
+        is set aside now, as the read that picked it always did."""
+        commitlog = self._commitlog
+        append = messages.append
+        stopped_at = -1
+        lost = False
+        for first, stop, start, end in runs:
+            data = commitlog.read(start, end - start)
+            if data is None:
+                lost = True  # gone under the read (retention)
+                continue
+            for queue_offset, physical, size in batch[first:stop]:
+                try:
+                    record = decode_record(
+                        data, physical - start, expected_physical_offset=physical
+                    )
+                except RecordError as exc:
+                    repaired = self._unreadable_entry(
+                        topic, queue_id, queue_offset, physical, size, exc.reason
+                    )
+                    if repaired is None:
+                        lost = True
+                        continue
+                    record = repaired
+                if stopped_at >= 0 or (tags is not None and record.tag not in tags):
+                    continue
+                if messages and size_total + record.size > max_bytes:
+                    stopped_at = record.queue_offset
+                    continue
+                append(record)
+                size_total += record.size
+        return size_total, stopped_at, lost
 
     def _unreadable_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
