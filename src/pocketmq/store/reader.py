@@ -95,7 +95,9 @@ class Reader:
         assert queue is not None
         low, high = queue.min_offset, queue.max_offset
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
-        log_min = self._commitlog.min_offset
+        commitlog = self._commitlog
+        log_min = commitlog.min_offset
+        segment_size = commitlog.segment_size
         quarantine = self._quarantine if self._quarantine.skipping else None
         limit = self.visible_limit
         messages: list[StoredMessage] = []
@@ -108,7 +110,12 @@ class Reader:
             raw = queue.read_raw(cursor, min(max_scan - scanned, max(max_count * 2, 64)))
             if not raw:
                 break
+            # the entries to read, as runs of physically adjacent records (one read each)
+            room = max_count - len(messages)
             batch: list[tuple[int, int, int]] = []
+            runs: list[tuple[int, int, int, int]] = []  # first, stop (in batch), start, end
+            first = 0
+            start = end = segment_end = cap = -1
             for physical, size, code in ENTRY.iter_unpack(raw):
                 if limit is not None and size and physical + size > limit:
                     held = True
@@ -123,59 +130,76 @@ class Reader:
                     continue
                 if codes is not None and code not in codes:
                     continue
+                if physical != end or physical >= cap or physical + size > segment_end:
+                    if end >= 0:
+                        runs.append((first, len(batch), start, end))
+                    first, start, cap = len(batch), physical, physical + _MAX_COALESCED_READ
+                    segment_end = start - start % segment_size + segment_size
+                end = physical + size
                 batch.append((cursor - 1, physical, size))
-                if len(messages) + len(batch) >= max_count or size_total + size > max_bytes:
+                if len(batch) >= room or size_total + size > max_bytes:
                     break
-            records = self._read_records(batch, topic, queue_id)
-            if len(records) < len(batch):
-                removed = True
-            for record in records:
-                if tags is not None and record.tag not in tags:
-                    continue
-                if messages and size_total + record.size > max_bytes:
-                    cursor = record.queue_offset
-                    break
-                messages.append(record)
-                size_total += record.size
-            if size_total >= max_bytes:
+            if batch:
+                runs.append((first, len(batch), start, end))
+            size_total, stopped_at, lost = self._read_runs(
+                topic, queue_id, batch, runs, tags, messages, size_total, max_bytes
+            )
+            removed = removed or lost
+            if stopped_at >= 0 or size_total >= max_bytes:
+                cursor = stopped_at if stopped_at >= 0 else cursor
                 break
         if messages:
             return GetResult(GetStatus.FOUND, messages, cursor, low, high)
         return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
 
-    def _read_records(
-        self, batch: list[tuple[int, int, int]], topic: str, queue_id: int
-    ) -> list[StoredMessage]:
-        """Read records, coalescing physically adjacent ones into one read; a record that
-        fails verification is set aside (and left out) rather than failing the read."""
-        out: list[StoredMessage] = []
-        i = 0
+    def _read_runs(
+        self,
+        topic: str,
+        queue_id: int,
+        batch: list[tuple[int, int, int]],
+        runs: list[tuple[int, int, int, int]],
+        tags: frozenset[str] | None,
+        messages: list[StoredMessage],
+        size_total: int,
+        max_bytes: int,
+    ) -> tuple[int, int, bool]:
+        """Read each run of adjacent records with one read, verify its records and append to
+        ``messages`` what the filter and the byte budget allow, in the same pass.
+
+        Returns the bytes kept, the queue offset of the first record past the budget (-1: none)
+        and whether an entry's record was lost (set aside, or gone under the read). The records
+        after the budget's stop are verified all the same, as every read record is: a damaged one
+        is set aside now, as the read that picked it always did."""
         commitlog = self._commitlog
-        while i < len(batch):
-            _, start, size = batch[i]
-            end = start + size
-            j = i + 1
-            segment_end = start - start % commitlog.segment_size + commitlog.segment_size
-            while j < len(batch) and batch[j][1] == end and end - start < _MAX_COALESCED_READ:
-                if batch[j][1] + batch[j][2] > segment_end:
-                    break
-                end += batch[j][2]
-                j += 1
+        append = messages.append
+        stopped_at = -1
+        lost = False
+        for first, stop, start, end in runs:
             data = commitlog.read(start, end - start)
-            if data is not None:
-                for queue_offset, physical, entry_size in batch[i:j]:
-                    try:
-                        out.append(
-                            decode_record(data, physical - start, expected_physical_offset=physical)
-                        )
-                    except RecordError as exc:
-                        repaired = self._unreadable_entry(
-                            topic, queue_id, queue_offset, physical, entry_size, exc.reason
-                        )
-                        if repaired is not None:
-                            out.append(repaired)
-            i = j
-        return out
+            if data is None:
+                lost = True  # gone under the read (retention)
+                continue
+            for queue_offset, physical, size in batch[first:stop]:
+                try:
+                    record = decode_record(
+                        data, physical - start, expected_physical_offset=physical
+                    )
+                except RecordError as exc:
+                    repaired = self._unreadable_entry(
+                        topic, queue_id, queue_offset, physical, size, exc.reason
+                    )
+                    if repaired is None:
+                        lost = True
+                        continue
+                    record = repaired
+                if stopped_at >= 0 or (tags is not None and record.tag not in tags):
+                    continue
+                if messages and size_total + record.size > max_bytes:
+                    stopped_at = record.queue_offset
+                    continue
+                append(record)
+                size_total += record.size
+        return size_total, stopped_at, lost
 
     def _unreadable_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str

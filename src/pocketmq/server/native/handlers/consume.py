@@ -61,15 +61,16 @@ class ConsumeHandlers:
         return self._pull_response(outcome)
 
     def _pull_response(self, outcome: PullOutcome) -> w.PullResponse:
-        # a pulled message carries the broker's name already (broker/pulling.py): compared
-        # here, not passed to to_wire, since every consumed message comes this way
+        # a pull's messages are built together and carry the broker's name already
+        # (broker/pulling.py): the first one's is compared, and the list passed on as it is,
+        # since every consumed message comes this way (docs/benchmarks.md, "Broker pull path,
+        # fused (issue 32)")
         name = self._name
+        messages = outcome.messages
+        if messages and messages[0].broker_name != name:
+            messages = [to_wire(m, name) for m in messages]
         return w.PullResponse(
-            outcome.status,
-            outcome.next_offset,
-            outcome.min_offset,
-            outcome.max_offset,
-            [m if m.broker_name == name else to_wire(m, name) for m in outcome.messages],
+            outcome.status, outcome.next_offset, outcome.min_offset, outcome.max_offset, messages
         )
 
     def pop(
