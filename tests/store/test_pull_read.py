@@ -210,6 +210,8 @@ def _flip_entry(directory: Path, queue_id: int, offset: int) -> None:
     per_file = SMALL.consume_queue_entries_per_file
     base = offset - offset % per_file
     path = directory / "consumequeue" / "t" / str(queue_id) / f"{base:020d}"
+    if not path.exists() or path.stat().st_size <= (offset - base) * ENTRY.size:
+        return  # the random fill gave this queue no message there: nothing to damage
     with open(path, "r+b") as handle:
         handle.seek((offset - base) * ENTRY.size)
         byte = handle.read(1)[0]
