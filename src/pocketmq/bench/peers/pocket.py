@@ -12,7 +12,15 @@ from pathlib import Path
 
 from pocketmq.bench.broker import in_flight
 from pocketmq.bench.peers.workload import LatencyProbe, Peer, RedeliveryProbe, paced, stamped_body
-from pocketmq.client import Admin, ConsumeStatus, Message, MessageView, Producer, PushConsumer
+from pocketmq.client import (
+    Admin,
+    ConsumeStatus,
+    Message,
+    MessageView,
+    Producer,
+    PushConsumer,
+    PushConsumerConfig,
+)
 from pocketmq.testing import BrokerProcess
 
 __all__ = ["PocketPeer"]
@@ -21,6 +29,8 @@ __all__ = ["PocketPeer"]
 class PocketPeer(Peer):
     """A broker process in a temporary directory, started with ``--flush async`` (the default)
     or ``--flush sync``; each workload uses a topic and group of its own."""
+
+    listener_batches = True
 
     def __init__(self, flush: str = "async") -> None:
         self.flush = flush
@@ -114,6 +124,13 @@ class PocketPeer(Peer):
 
     async def consume(self, count: int) -> None:
         """The default ``PushConsumer``: one message per listener call, outcomes reported."""
+        await self._drain(count, None)
+
+    async def consume_listener_batch(self, count: int, batch: int) -> None:
+        """The ``PushConsumer`` with ``batch_size=batch``, everything else its default."""
+        await self._drain(count, PushConsumerConfig(batch_size=batch))
+
+    async def _drain(self, count: int, config: PushConsumerConfig | None) -> None:
         done = asyncio.Event()
         consumed = 0
 
@@ -124,7 +141,9 @@ class PocketPeer(Peer):
                 done.set()
             return ConsumeStatus.SUCCESS
 
-        async with PushConsumer(self._backlog, self._backlog, listener, servers=self._address):
+        async with PushConsumer(
+            self._backlog, self._backlog, listener, servers=self._address, config=config
+        ):
             await asyncio.wait_for(done.wait(), 600)
 
     async def latency(self, rate: int, seconds: float) -> list[float]:

@@ -6,6 +6,10 @@ pocketmq's async flush (the default) is compared with the peers that acknowledge
 (Redis with AOF everysec, JetStream with file storage); its sync flush with the one that
 acknowledges after (RabbitMQ's quorum queue). A peer that is not reachable is reported and left
 out; nothing else is skipped.
+
+pocketmq's consume is also measured with ``PushConsumerConfig(batch_size=32)`` (issue 32's
+target); the peers have no listener batch to set, so that row's ratio divides by the best
+peer's "consume + ack a backlog" of the same run (:data:`PEER_BASIS`).
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from pocketmq.bench.broker import Meter
-from pocketmq.bench.peers.workload import Peer, Scale
+from pocketmq.bench.peers.workload import LISTENER_BATCH, Peer, Scale
 
-__all__ = ["SYSTEMS", "Figure", "main", "run_peers"]
+__all__ = ["PEER_BASIS", "SYSTEMS", "Figure", "main", "report", "run_peers"]
 
 
 def _pocketmq(flush: str) -> Callable[[], Peer]:
@@ -67,16 +71,24 @@ SYSTEMS: dict[str, Callable[[], Peer]] = {
 #: Which peers each pocketmq configuration is compared with (same durability promise).
 COMPARED = {"pocketmq-async": ("redis", "jetstream"), "pocketmq-sync": ("rabbitmq",)}
 
-#: Workload -> (unit, whether a higher figure is better).
+CONSUME = "consume + ack a backlog"
+BATCHED = f"{CONSUME}, listener batch {LISTENER_BATCH}"
+
+#: Workload -> (unit, whether a higher figure is better), in the report's order.
 WORKLOADS: dict[str, tuple[str, bool]] = {
     "publish, await each ack": ("msg/s", True),
     "publish, 256 in flight": ("msg/s", True),
-    "consume + ack a backlog": ("msg/s", True),
+    CONSUME: ("msg/s", True),
+    BATCHED: ("msg/s", True),  # systems with Peer.listener_batches only
     "e2e latency p50": ("ms", False),
     "e2e latency p99": ("ms", False),
     "redelivery after 1 s, error p50": ("ms", False),
     "redelivery after 1 s, error p99": ("ms", False),
 }
+#: Workload -> the peers' workload its ratio divides by, where the peers have no figure of
+#: their own: their idiomatic consume (XREADGROUP 256, fetch 256, prefetch 256) is batched
+#: already, so pocketmq's listener batch is set against their one consume figure.
+PEER_BASIS = {BATCHED: CONSUME}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +124,10 @@ async def _throughput(
 
 
 async def measure(system: str, peer: Peer, scale: Scale, round_: int) -> list[Figure]:
-    """Every workload on one started system, in the order of :data:`WORKLOADS`, after an untimed
-    warm-up (connections, routes, a server's first allocations)."""
+    """Every workload on one started system after an untimed warm-up (connections, routes, a
+    server's first allocations). The listener-batch consume runs last, on a backlog of its own,
+    so the workloads before it run as they always did (their figures stay comparable with the
+    records before it was added)."""
     await peer.publish_each(max(10, scale.publish_each // 10))
     figures = [
         await _throughput(
@@ -128,10 +142,9 @@ async def measure(system: str, peer: Peer, scale: Scale, round_: int) -> list[Fi
     await peer.fill(scale.backlog)
     figures.append(
         await _throughput(
-            system, "consume + ack a backlog", round_, peer, scale.backlog,
-            lambda: peer.consume(scale.backlog),
+            system, CONSUME, round_, peer, scale.backlog, lambda: peer.consume(scale.backlog)
         )
-    )  # fmt: skip
+    )
     latencies = await peer.latency(scale.latency_rate, scale.latency_seconds)
     errors = await peer.redelivery(
         scale.redeliveries, scale.redelivery_rate, scale.redelivery_delay
@@ -143,6 +156,14 @@ async def measure(system: str, peer: Peer, scale: Scale, round_: int) -> list[Fi
         ("redelivery after 1 s, error p99", errors, 0.99),
     ):
         figures.append(Figure(system, workload, _percentile(values, fraction) * 1000, round_))
+    if peer.listener_batches:
+        await peer.fill(scale.backlog)
+        figures.append(
+            await _throughput(
+                system, BATCHED, round_, peer, scale.backlog,
+                lambda: peer.consume_listener_batch(scale.backlog, LISTENER_BATCH),
+            )
+        )  # fmt: skip
     return figures
 
 
@@ -184,11 +205,20 @@ def _ratio(workload: str, ours: float, theirs: list[float]) -> float:
     return max(min(abs(t) for t in theirs), floor) / max(abs(ours), floor)
 
 
+def _rate_or_time(unit: str, value: float) -> str:
+    return f"{value:,.{0 if unit == 'msg/s' else 2}f}"
+
+
 def report(figures: list[Figure], systems: list[str]) -> tuple[Table, Table]:
-    """The figures (median, min–max over rounds) with the ratios, and the CPU per message."""
+    """The figures (median, min–max over rounds) with the ratios, and the CPU per message.
+
+    A system without figures for a workload (a peer on the listener-batch row) shows "—"; a
+    workload in :data:`PEER_BASIS` is compared with the peers' figures for its basis, marked
+    with "*" and said in the caption."""
     by: dict[tuple[str, str], list[Figure]] = defaultdict(list)
     for figure in figures:
         by[(figure.system, figure.workload)].append(figure)
+    median = {key: statistics.median(f.value for f in found) for key, found in by.items()}
     present = [s for s in systems if any(f.system == s for f in figures)]
     comparisons = [(ours, [p for p in peers if p in present])
                    for ours, peers in COMPARED.items() if ours in present]  # fmt: skip
@@ -196,17 +226,29 @@ def report(figures: list[Figure], systems: list[str]) -> tuple[Table, Table]:
     table = Table("workload", *present, *(f"{ours} ÷ best of {', '.join(peers)}"
                                           for ours, peers in comparisons))  # fmt: skip
     cpu = Table("workload", *(f"{s} client / server µs/msg" for s in present))
+    note = ""
     for workload, (unit, _) in WORKLOADS.items():
-        medians = {s: statistics.median(f.value for f in by[(s, workload)]) for s in present}
+        if not any(f.workload == workload for f in figures):
+            continue  # a run of peers only has no listener-batch row
         cells = []
         for system in present:
             values = [f.value for f in by[(system, workload)]]
             spread = f" ({min(values):,.1f}–{max(values):,.1f})" if len(values) > 1 else ""
-            cells.append(f"{medians[system]:,.{0 if unit == 'msg/s' else 2}f}{spread}")
-        ratios = [
-            f"{_ratio(workload, medians[ours], [medians[p] for p in peers]):.2f}"
-            for ours, peers in comparisons
-        ]
+            cells.append(f"{_rate_or_time(unit, median[(system, workload)])}{spread}"
+                         if values else "—")  # fmt: skip
+        basis = PEER_BASIS.get(workload, workload)
+        mark = "*" if basis != workload else ""
+        ratios = []
+        for ours, peers in comparisons:
+            theirs = [median[(p, basis)] for p in peers if (p, basis) in median]
+            if (ours, workload) in median and theirs:
+                ratios.append(f"{_ratio(workload, median[(ours, workload)], theirs):.2f}{mark}")
+                if mark:
+                    note = (f"* {workload}: the peers have no listener batch to set (their "
+                            f"consume is batched already), hence —; the ratio divides by the "
+                            f"best peer's \"{basis}\" of this run")  # fmt: skip
+            else:
+                ratios.append("—")
         table.add_row(f"{workload} ({unit})", *cells, *ratios)
         if unit == "msg/s":
             cpu.add_row(
@@ -214,9 +256,13 @@ def report(figures: list[Figure], systems: list[str]) -> tuple[Table, Table]:
                 *(
                     f"{statistics.median(f.client_cpu_us for f in by[(s, workload)]):.0f} / "
                     f"{statistics.median(f.server_cpu_us for f in by[(s, workload)]):.0f}"
+                    if by[(s, workload)]
+                    else "—"
                     for s in present
                 ),
             )
+    if note:
+        table.caption = note
     return table, cpu
 
 

@@ -6,7 +6,8 @@ own Python client on the same event loop; the runner measures the same five work
 
 * publish, awaiting each acknowledgement;
 * publish with 256 requests in flight;
-* consume and acknowledge a backlog;
+* consume and acknowledge a backlog (for pocketmq also with :data:`LISTENER_BATCH` messages per
+  listener call; the peers' clients have no such knob, their idiomatic consume is batched already);
 * end-to-end latency at a steady rate (the body carries its send time);
 * redelivery after a requested one second: the consumer refuses each message once and asks for it
   again in a second; the error is the actual redelivery time minus the requested one.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "BODY_SIZE",
+    "LISTENER_BATCH",
     "LatencyProbe",
     "Peer",
     "RedeliveryProbe",
@@ -34,6 +36,9 @@ __all__ = [
 ]
 
 BODY_SIZE = 1024
+#: Messages per listener call in the "listener batch" consume row: issue 32's target is
+#: pocketmq with ``PushConsumerConfig(batch_size=32)`` against Redis (docs/benchmarks.md).
+LISTENER_BATCH = 32
 _FILLER = os.urandom(BODY_SIZE)
 _STAMP = struct.Struct("<dQ")  # send time (perf_counter) and a sequence number: 16 bytes
 
@@ -177,6 +182,10 @@ class Peer(abc.ABC):
     name: str
     #: Which pocketmq configuration or peer it is compared with (docs/benchmarks.md).
     durability: str
+    #: Whether the client hands a listener several messages per call on request, so the runner
+    #: also measures :meth:`consume_listener_batch` (pocketmq only: the peers' consume loops
+    #: take 256 at a time already and have no listener to batch for).
+    listener_batches: bool = False
 
     @property
     @abc.abstractmethod
@@ -206,6 +215,11 @@ class Peer(abc.ABC):
     @abc.abstractmethod
     async def consume(self, count: int) -> None:
         """Receive and acknowledge the ``count`` messages :meth:`fill` stored."""
+
+    async def consume_listener_batch(self, count: int, batch: int) -> None:
+        """Like :meth:`consume`, the listener handed ``batch`` messages per call; only where
+        :attr:`listener_batches` says the client has that knob."""
+        raise NotImplementedError(f"{self.name} has no listener batch size")
 
     @abc.abstractmethod
     async def latency(self, rate: int, seconds: float) -> list[float]:
