@@ -11,6 +11,7 @@ that turn.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,10 @@ from pocketmq.protocol import (
     encode_frame,
 )
 from pocketmq.protocol import structs as w
+from pocketmq.server import serving
 from pocketmq.server.native.connection import ServerConnection
 from pocketmq.server.native.handlers import broker_handlers
-from pocketmq.server.serving import answers_expected
+from pocketmq.server.serving import answers_expected, write_behind
 from tests.server.conftest import FakeTransport
 
 
@@ -108,3 +110,75 @@ async def test_the_pulls_a_send_wakes_on_one_connection_leave_in_one_write(
 
 def test_a_wake_up_outside_a_running_loop_queues_nothing() -> None:
     answers_expected()  # no loop, so no handler to answer: nothing to write, no error
+
+
+class _Answering:
+    """What ``WriteBehind`` asks of a connection: write what it holds (or fail to)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.flushes = 0
+        self.fail = fail
+
+    def _flush_later(self) -> None:
+        self.flushes += 1
+        if self.fail:
+            raise RuntimeError("unable to perform operation: the handler is closed")
+
+
+async def test_a_waiting_answer_leaves_in_one_turn_however_often_a_newer_flush_is_queued() -> None:
+    """Wake-ups queued ahead of the pending flush, each calling ``answers_expected``, used to
+    postpone a waiting answer once per wake-up (a chain of 1,000: 1,000 turns)."""
+    loop = asyncio.get_running_loop()
+    behind = write_behind(loop)
+    remaining = 1000
+    chain_done = asyncio.Event()
+
+    def wake_up() -> None:  # a step that wakes the next one, then notifies
+        nonlocal remaining
+        remaining -= 1
+        if remaining:
+            loop.call_soon(wake_up)
+            answers_expected()
+        else:
+            chain_done.set()
+
+    loop.call_soon(wake_up)
+    waiting = _Answering()
+    behind.add(waiting)  # type: ignore[arg-type]
+    turns = 0
+    while not waiting.flushes:
+        await asyncio.sleep(0)
+        turns += 1
+    assert turns <= 2
+    await chain_done.wait()
+
+
+async def test_one_connection_s_failed_write_does_not_hold_back_the_others() -> None:
+    loop = asyncio.get_running_loop()
+    failures: list[BaseException] = []
+    loop.set_exception_handler(lambda _, context: failures.append(context["exception"]))
+    try:
+        behind = write_behind(loop)
+        broken, healthy = _Answering(fail=True), _Answering()
+        behind.add(broken)  # type: ignore[arg-type]
+        behind.add(healthy)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert (broken.flushes, healthy.flushes) == (1, 1)
+        assert [type(e) for e in failures] == [RuntimeError]
+        behind.add(healthy)  # type: ignore[arg-type]  # its next answer: a new flush
+        await asyncio.sleep(0)
+        assert healthy.flushes == 2
+    finally:
+        loop.set_exception_handler(None)
+
+
+def test_a_finished_loop_is_not_kept_alive_by_its_write_behind() -> None:
+    async def answer_once() -> None:
+        answers_expected()
+        await asyncio.sleep(0)
+
+    before = len(serving._WRITE_BEHIND)
+    for _ in range(5):
+        asyncio.run(answer_once())
+    gc.collect()
+    assert len(serving._WRITE_BEHIND) <= before

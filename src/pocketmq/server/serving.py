@@ -56,39 +56,57 @@ class WriteBehind:
     waker that has just queued the wake-ups of handlers about to answer calls :meth:`expect`:
     the flush then runs behind them, in the same turn, so a long poll woken by a send is
     answered in the send's turn instead of after one more poll of the loop (docs/design.md,
-    "One message's path"; docs/benchmarks.md, "Writes per delivered message (issue 32)"). Only the
-    last flush queued does the work, so wake-ups queued one after another (one send waking
-    the pulls of several queues) still leave in one write per connection."""
+    "One message's path"; docs/benchmarks.md, "Writes per delivered message (issue 32)").
+    A flush that a later one supersedes writes only the connections that were waiting when it
+    was queued, and leaves the rest to the later one: wake-ups queued one after another (one
+    send waking the pulls of several queues) still leave in one write per connection, and no
+    answer waits longer than the first flush queued after it. One connection's failed write
+    does not keep the others' answers back.
 
-    __slots__ = ("__weakref__", "_dirty", "_latest", "_loop", "_queued")
+    It holds no reference to its loop (the loop's own callbacks hold it), so a loop that ends
+    is not kept alive by :func:`write_behind`'s table."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    __slots__ = ("__weakref__", "_added", "_dirty", "_latest", "_queued", "_written")
+
+    def __init__(self) -> None:
         self._dirty: list[ServedConnection] = []
         self._queued = False  # a flush is queued that will write what is added now
-        self._latest = 0  # the number of the last flush queued: the others do nothing
+        self._latest = 0  # the number of the last flush queued
+        self._added = 0  # connections ever added to ``_dirty``
+        self._written = 0  # of them, those taken out of it by a flush
 
     def expect(self) -> None:
         """Queue the flush behind the callbacks queued so far (the wake-ups of handlers that
         will answer): their answers leave in this loop turn."""
         self._latest += 1
         self._queued = True
-        self._loop.call_soon(self._flush, self._latest)
+        asyncio.get_running_loop().call_soon(self._flush, self._latest, self._added)
 
     def add(self, connection: ServedConnection) -> None:
         """``connection`` has answers waiting: written by the flush already queued, if any,
         else by one queued now."""
         self._dirty.append(connection)
+        self._added += 1
         if not self._queued:
             self.expect()
 
-    def _flush(self, number: int) -> None:
-        if number != self._latest:
-            return  # a flush queued later writes it all
-        self._queued = False
-        dirty, self._dirty = self._dirty, []
+    def _flush(self, number: int, waiting_when_queued: int) -> None:
+        if number == self._latest:
+            self._queued = False
+            take = len(self._dirty)
+        else:  # a later flush writes what came since; what waited already leaves now
+            take = waiting_when_queued - self._written
+            if take <= 0:
+                return
+        dirty, self._dirty = self._dirty[:take], self._dirty[take:]
+        self._written += take
         for connection in dirty:
-            connection._flush_later()
+            try:
+                connection._flush_later()
+            except Exception as exc:  # a transport that refuses a write: its own problem
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "an answer's write failed", "exception": exc}
+                )
 
 
 _WRITE_BEHIND: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WriteBehind] = (
@@ -101,7 +119,7 @@ def write_behind(loop: asyncio.AbstractEventLoop | None = None) -> WriteBehind:
     loop = loop or asyncio.get_running_loop()
     behind = _WRITE_BEHIND.get(loop)
     if behind is None:
-        behind = _WRITE_BEHIND[loop] = WriteBehind(loop)
+        behind = _WRITE_BEHIND[loop] = WriteBehind()
     return behind
 
 

@@ -60,3 +60,9 @@ def test_the_span_must_hold_one_pull() -> None:
 def test_the_defaults_pass_their_own_checks() -> None:
     config = PushConsumerConfig()
     assert (config.batch_size, config.pull_batch, config.max_cached_per_queue) == (1, 32, 1000)
+
+
+@pytest.mark.parametrize("name", ["local_retry_delay", "close_timeout"])
+def test_a_delay_that_is_not_a_number_is_refused_by_name(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=name):
+        PushConsumerConfig(**{name: None})

@@ -86,3 +86,15 @@ def test_the_bytes_held_are_the_bodies_held_whatever_is_added_twice_or_removed_t
         assert pq.held_bytes == sum(len(bodies[n]) for n in held)
     pq.remove(list(range(400)))
     assert pq.held_bytes == 0
+
+
+def test_an_offset_twice_in_one_answer_is_held_handed_on_and_counted_once() -> None:
+    """A peer that repeats an offset in one pull answer must not leave bytes counted that no
+    finish takes back: the byte bound would then stop the queue's pulls for good."""
+    pq = _queue()
+    twice = w.Delivered("T", 0, 5, b"x" * 100, {}, 0, 0, 5)
+    fresh = pq.add([twice, twice])
+    assert [m.queue_offset for m in fresh] == [5]
+    assert pq.held_bytes == 100
+    pq.remove([5])
+    assert (pq.held_bytes, pq.messages) == (0, {})

@@ -58,11 +58,14 @@ class ProcessQueue:
     def add(self, messages: Sequence[w.Delivered]) -> list[w.Delivered]:
         """Hold the pulled ``messages`` not held already; returns those (in pull order)."""
         held = self.messages
-        fresh = [m for m in messages if m.queue_offset not in held]
+        fresh: list[w.Delivered] = []
         order = self._order
         size = self.held_bytes
-        for message in fresh:
+        for message in messages:
             offset = message.queue_offset
+            if offset in held:  # held already, or twice in one answer: held and counted once
+                continue
+            fresh.append(message)
             size += len(message.body)
             if order is not None:
                 if order and offset < order[-1]:

@@ -100,6 +100,8 @@ class PushConsumerConfig:
         )
         for name in ("local_retry_delay", "close_timeout"):
             value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidArgumentError(f"{name} must be a number of seconds, not {value!r}")
             if not 0 <= value < math.inf:
                 raise InvalidArgumentError(
                     f"{name} must be a finite, non-negative number, not {value!r}"
