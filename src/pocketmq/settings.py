@@ -19,7 +19,7 @@ from typing import Any
 
 from pocketmq.errors import InvalidArgumentError
 
-__all__ = ["check_numbers", "check_ports", "check_positive"]
+__all__ = ["check_non_negative", "check_numbers", "check_ports", "check_positive"]
 
 MAX_PORT = 65535
 
@@ -51,6 +51,17 @@ def check_positive(config: Any, *names: str, key: Callable[[str], str] = _same) 
         value = getattr(config, name)
         if not (_is_number(value) and 0 < value < math.inf):
             raise InvalidArgumentError(f"{key(name)} must be a positive number, not {value!r}")
+
+
+def check_non_negative(config: Any, *names: str, key: Callable[[str], str] = _same) -> None:
+    """Refuse a negative, infinite or NaN value of the fields ``names``, or one that is not a
+    number at all: a delay of 0 is allowed (at once), a missing one is not."""
+    for name in names:
+        value = getattr(config, name)
+        if not (_is_number(value) and 0 <= value < math.inf):
+            raise InvalidArgumentError(
+                f"{key(name)} must be a finite, non-negative number, not {value!r}"
+            )
 
 
 def check_ports(config: Any, *names: str, key: Callable[[str], str] = _same) -> None:

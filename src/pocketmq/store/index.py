@@ -281,11 +281,6 @@ class IndexService:
         """Index ``key`` for the record at ``physical_offset``, in the newest file with room."""
         self._writable(physical_offset).put(zlib.crc32(key), physical_offset)
 
-    def put_many(self, entries: list[tuple[bytes, int]]) -> None:
-        """Index a batch of ``(key, physical_offset)``."""
-        crc32 = zlib.crc32
-        self.put_hashed([(crc32(key), physical) for key, physical in entries])
-
     def put_hashed(self, entries: list[tuple[int, int]]) -> None:
         """Index a batch of ``(key hash, physical_offset)`` (:func:`id_hash`,
         :func:`key_hashes`), splitting it where a file fills up."""

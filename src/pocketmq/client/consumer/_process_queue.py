@@ -106,7 +106,7 @@ class ProcessQueue:
         size = self.held_bytes
         for offset in offsets:
             message = held.pop(offset, None)
-            if message is not None:  # finished after a drop cleared it: counted once only
+            if message is not None:  # not held (finished twice, never held): nothing to take
                 size -= len(message.body)
             if attempts:  # usually empty: no call (pays for the count, benchmarks.md)
                 attempts.pop(offset, None)

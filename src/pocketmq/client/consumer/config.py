@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pocketmq.client.message import ConsumeStatus
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.names import validate_stored_topic
-from pocketmq.settings import check_positive
+from pocketmq.settings import check_non_negative, check_positive
 
 __all__ = [
     "ConsumeContext",
@@ -98,14 +97,7 @@ class PushConsumerConfig:
             "offset_persist_interval",
             "rebalance_interval",
         )
-        for name in ("local_retry_delay", "close_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InvalidArgumentError(f"{name} must be a number of seconds, not {value!r}")
-            if not 0 <= value < math.inf:
-                raise InvalidArgumentError(
-                    f"{name} must be a finite, non-negative number, not {value!r}"
-                )
+        check_non_negative(self, "local_retry_delay", "close_timeout")
         if self.max_reconsume_times < -1:
             raise InvalidArgumentError(
                 "max_reconsume_times must be -1 (the group's own limit) or more, "
