@@ -96,7 +96,10 @@ class ListenerCall:
             except Exception as exc:
                 return _raised(exc)
         # the watchdog (below) cancels the task of a call past its deadline
-        self._deadlines[task] = loop.time() + self._timeout
+        # time.monotonic(), not loop.time(): the same clock on asyncio's loop, without a
+        # Python method call per message (docs/benchmarks.md, "The push consumer's client CPU
+        # per message"); the watchdog reads the same clock
+        self._deadlines[task] = time.monotonic() + self._timeout
         if self._watchdog is None:
             self._watchdog = loop.create_task(self._watch(), name="pocketmq-consume-timeout")
         try:
@@ -144,14 +147,13 @@ class ListenerCall:
         """Cancel the calls past their deadline; stop after a tick with no call running (not
         sooner: a listener that returns at once would otherwise start a new watchdog task for
         every message, which cost more than the rest of the call)."""
-        loop = asyncio.get_running_loop()
         every = min(1.0, self._timeout / 10)
         try:
             while True:
                 await asyncio.sleep(every)
                 if not self._deadlines:
                     return
-                now = loop.time()
+                now = time.monotonic()
                 for task, deadline in list(self._deadlines.items()):
                     if deadline <= now and task not in self._expired:
                         self._expired.add(task)

@@ -79,6 +79,17 @@ class ProcessQueue:
             self._order = collections.deque(held)
         return fresh
 
+    def batches(
+        self, messages: list[w.Delivered], size: int
+    ) -> list[tuple[ProcessQueue, list[w.Delivered]]]:
+        """``messages`` as the work queue's items, ``size`` messages each: built here, where
+        the build compiles it, and not by a generator in the (pure) pull loop, which cost ~3 %
+        of a default consumer's CPU (docs/benchmarks.md, "The push consumer's client CPU per
+        message")."""
+        if size == 1:  # the default: a listener call per message
+            return [(self, [message]) for message in messages]
+        return [(self, messages[start : start + size]) for start in range(0, len(messages), size)]
+
     def commit_offset(self) -> int:
         """The offset that may be committed: the first unfinished message, else the next one
         to pull (-1 before the first pull)."""
