@@ -3,8 +3,8 @@
 A batch's messages up to ``ConsumeContext.ack_index`` succeeded when the listener returns
 SUCCESS; the rest failed (docs/semantics.md, "batch semantics"). Failures are handed back to the
 broker (clustering) or logged and dropped (broadcasting never retries). Either way a message
-leaves its process queue only once it is finished, and the offset store then learns the new
-commit offset.
+leaves its process queue only once it is finished; the offset store takes the queue's new commit
+offset when it persists (client/consumer/offsets.py).
 """
 
 from __future__ import annotations
@@ -102,5 +102,4 @@ class ConcurrentConsumer(Consumption):
                     self._retry.later(pq, kept)
         if pq.dropped:
             return
-        pq.remove(finished)
-        self._offsets.mark(pq)
+        pq.remove(finished)  # flags pq for the offset store's next persist

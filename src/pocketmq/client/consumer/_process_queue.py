@@ -47,6 +47,9 @@ class ProcessQueue:
     lane_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     held_bytes: int = 0
+    # messages finished since the offset store last took this queue's commit offset: the
+    # store takes it when it persists (OffsetStore.mark), not once per finished message
+    unmarked: bool = False
     # The offsets held, in the rising order they were pulled, finished ones dropped from the
     # front lazily: the commit offset is then found without scanning what is held (up to
     # ``max_cached_per_queue`` messages, after every finished message). None while the queue
@@ -122,6 +125,7 @@ class ProcessQueue:
             if attempts:  # usually empty: no call (pays for the count, benchmarks.md)
                 attempts.pop(offset, None)
         self.held_bytes = size
+        self.unmarked = True
         self.space.set()
 
     def view(self, message: w.Delivered) -> MessageView:
