@@ -85,7 +85,14 @@ def main() -> None:
         for n in counts:
             target = out / f"callgrind.{n}"
             command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={target}"]
-            command += [sys.executable, __file__, "drain", broker.address, f"drain{n}", str(n)]
+            command += [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "drain",
+                broker.address,
+                f"drain{n}",
+                str(n),
+            ]
             command += ["--batch", str(args.batch)]
             subprocess.run(command, check=True, capture_output=True, env=os.environ)
             totals.append(_instructions(target))

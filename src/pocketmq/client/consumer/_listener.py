@@ -64,22 +64,26 @@ class ListenerCall:
         self.inline = not self._async and not in_thread
         """A plain function called on the loop, without a thread or an await (call_inline)."""
         try:
-            self._wants_context = len(inspect.signature(listener).parameters) >= 2
+            wants_context = len(inspect.signature(listener).parameters) >= 2
         except (TypeError, ValueError):
-            self._wants_context = False
+            wants_context = False
+        self.wants_context = wants_context
+        """Whether the listener takes a :class:`ConsumeContext`: a caller makes none for one
+        that does not (nothing could change it)."""
 
     async def __call__(
         self,
         views: list[MessageView],
-        context: ConsumeContext,
+        context: ConsumeContext | None,
         task: asyncio.Task[Any] | None = None,
     ) -> Verdict:
         """Call the listener with ``views`` (and ``context``) and judge what it did. ``task``:
         the caller's own task when it knows it (finding it costs more than the rest of a
-        call's timeout bookkeeping on Python 3.11)."""
+        call's timeout bookkeeping on Python 3.11). ``context`` may be None only for a
+        listener that does not take one (:attr:`wants_context`)."""
         if self.inline:
             return self.call_inline(views, context)
-        args: tuple[Any, ...] = (views, context) if self._wants_context else (views,)
+        args: tuple[Any, ...] = (views, context) if self.wants_context else (views,)
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -117,14 +121,14 @@ class ListenerCall:
                 task.uncancel()
         return self._judge(result)
 
-    def call_inline(self, views: list[MessageView], context: ConsumeContext) -> Verdict:
+    def call_inline(self, views: list[MessageView], context: ConsumeContext | None) -> Verdict:
         """Call a plain function listener here and now. It cannot be stopped, so a call that
         ran past the consume timeout is judged a timeout when it returns (its messages are
         retried whatever it returned)."""
         call = cast(Callable[..., ConsumeStatus | None], self._listener)
         began = time.monotonic()
         try:
-            result = call(views, context) if self._wants_context else call(views)
+            result = call(views, context) if self.wants_context else call(views)
         except Exception as exc:
             return _raised(exc)
         if time.monotonic() - began > self._timeout:
