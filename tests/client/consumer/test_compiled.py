@@ -92,9 +92,9 @@ class _Connection:
         self.sent += [(a.message_id, a.topic, a.attempt, a.outcome) for a in body.attempts]
 
 
-def _listener(script: random.Random, seen: list[Any], is_async: bool) -> Any:
+def _listener(script: random.Random, seen: list[Any], is_async: bool, context: bool) -> Any:
     """A listener doing what the script says: a status, ``None``, a wrong value, raising, or
-    moving the context's ack index."""
+    moving the context's ack index (``context``: it takes one; else it is given none)."""
 
     def decide(views: list[MessageView], context: ConsumeContext) -> Any:
         seen.append([_seen(v) for v in views])
@@ -114,6 +114,14 @@ def _listener(script: random.Random, seen: list[Any], is_async: bool) -> Any:
     async def call_async(views: list[MessageView], context: ConsumeContext) -> Any:
         return decide(views, context)
 
+    def without(views: list[MessageView]) -> Any:
+        return decide(views, ConsumeContext(len(views) - 1))  # its changes go nowhere
+
+    async def without_async(views: list[MessageView]) -> Any:
+        return without(views)
+
+    if not context:
+        return without_async if is_async else without
     return call_async if is_async else decide
 
 
@@ -124,11 +132,11 @@ async def _consume_run(modules: dict[str, ModuleType], seed: int) -> list[Any]:
     connection, seen, marked = _Connection(), [], []
     state = detached_state(connection, clustering)
     call = modules["_listener"].ListenerCall(
-        _listener(script, seen, is_async), consume_timeout=30, in_thread=False
+        _listener(script, seen, is_async, seed % 3 != 0), consume_timeout=30, in_thread=False
     )
     reports = modules["_reports"].OutcomeReports(state)
     retry = _Retry([rng.random() < 0.7 for _ in range(2000)])
-    offsets = SimpleNamespace(mark=lambda pq: marked.append(pq.commit_offset()))
+    offsets = SimpleNamespace()  # finishing flags the process queue; the store takes it later
     consumer = modules["_concurrent"].ConcurrentConsumer(state, call, reports, retry, offsets)
     pq = modules["_process_queue"].ProcessQueue(("b", "T", 0), connection.address, "*")
     offset = 0
@@ -141,6 +149,9 @@ async def _consume_run(modules: dict[str, ModuleType], seed: int) -> list[Any]:
             size = rng.choice([1, 1, 2, 32])
             batch, fresh = fresh[:size], fresh[size:]
             await consumer.consume(pq, batch)
+            if pq.unmarked:  # what OffsetStore.mark would take now
+                pq.unmarked = False
+                marked.append(pq.commit_offset())
     reports.flush()
     counters = state.counters
     totals = (counters.consumed, counters.failed, counters.broadcast_drops)
@@ -224,6 +235,6 @@ def test_the_twins_refuse_a_foreign_process_queue_as_typed() -> None:
     """What mypyc adds: a compiled function checks its declared argument types (docs/design.md
     "Compiled hot paths"); nothing in pocketmq passes anything else (mypy --strict)."""
     _, fast = _both()
-    reports = fast["_reports"].OutcomeReports(SimpleNamespace())
+    reports = fast["_reports"].OutcomeReports(detached_state(_Connection()))
     with pytest.raises(TypeError):
         reports.record(SimpleNamespace(address="b:1"), [], 0.0)

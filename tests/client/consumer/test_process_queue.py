@@ -98,3 +98,15 @@ def test_an_offset_twice_in_one_answer_is_held_handed_on_and_counted_once() -> N
     assert pq.held_bytes == 100
     pq.remove([5])
     assert (pq.held_bytes, pq.messages) == (0, {})
+
+
+def test_a_pull_becomes_the_work_queues_batches_in_order() -> None:
+    pq = _queue()
+    pulled = _messages(range(7))
+    assert pq.batches(pulled, 1) == [(pq, [m]) for m in pulled]
+    assert [[m.queue_offset for m in batch] for q, batch in pq.batches(pulled, 3) if q is pq] == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6],
+    ]
+    assert pq.batches([], 1) == []

@@ -1,6 +1,7 @@
 """The push consumer's work queue (client/consumer/work.py): FIFO, bounded, a pull's batches put
 together, the puller woken only once the queue drained to half its bound, ``join`` after every
-item was marked done, and no wake-up lost to a cancelled waiter."""
+item was marked done, idle getters woken one at a time and each in turn while items remain, and
+no wake-up lost to a cancelled waiter."""
 
 from __future__ import annotations
 
@@ -24,6 +25,55 @@ async def test_items_come_out_in_order_and_a_getter_waits_for_them() -> None:
     await queue.put_many([1, 2, 3])
     assert await getter == 1
     assert [await queue.get(), await queue.get()] == [2, 3]
+
+
+async def test_every_waiting_getter_gets_an_item_of_one_put() -> None:
+    """Woken in turn, not at once: a listener that awaits still has a worker per batch."""
+    queue: WorkQueue[int] = WorkQueue(8)
+    getters = [asyncio.ensure_future(queue.get()) for _ in range(4)]
+    await _settle()
+    await queue.put_many([1, 2, 3])
+    await _settle()
+    assert [g.result() for g in getters[:3]] == [1, 2, 3]
+    assert not getters[3].done()
+    await queue.put_many([4])
+    assert await getters[3] == 4
+
+
+async def test_a_worker_that_takes_the_whole_put_costs_the_others_no_wake_up() -> None:
+    """One idle worker is woken per put, the next only while items remain after it took its
+    own: a woken worker that finds nothing waits again on a new future, which is counted
+    (benchmarks.md, "The push consumer's client CPU per message")."""
+    queue: WorkQueue[int] = WorkQueue(8)
+    loop = asyncio.get_running_loop()
+    waits = [0]
+    create_future = loop.create_future
+
+    def counted() -> asyncio.Future[None]:
+        waits[0] += 1
+        return create_future()
+
+    async def worker() -> None:
+        while True:
+            item: int | None = await queue.get()
+            while item is not None:  # a listener that never awaits: the rest in this turn
+                item = queue.take()
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(4)]
+    await _settle()
+    loop.create_future = counted  # type: ignore[method-assign]
+    try:
+        await queue.put_many(range(8))
+        await _settle()
+    finally:
+        del loop.create_future  # type: ignore[method-assign]
+    assert len(queue) == 0
+    # the first woken took all 8 and waits again; the second, woken by it, found nothing
+    # (one per item put, as before, would have woken all four)
+    assert waits[0] == 2
+    for task in workers:
+        task.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
 
 
 async def test_a_full_queue_holds_the_putter_until_it_drained_to_half() -> None:

@@ -3,8 +3,8 @@
 A batch's messages up to ``ConsumeContext.ack_index`` succeeded when the listener returns
 SUCCESS; the rest failed (docs/semantics.md, "batch semantics"). Failures are handed back to the
 broker (clustering) or logged and dropped (broadcasting never retries). Either way a message
-leaves its process queue only once it is finished, and the offset store then learns the new
-commit offset.
+leaves its process queue only once it is finished; the offset store takes the queue's new commit
+offset when it persists (client/consumer/offsets.py).
 """
 
 from __future__ import annotations
@@ -62,15 +62,20 @@ class ConcurrentConsumer(Consumption):
         state = self._state
         counters = state.counters
         views = [pq.view(m) for m in batch]
-        context = ConsumeContext(ack_index=len(batch) - 1, queue=pq.key)
-        started = time.time()
+        size = len(batch)
         listener = self._listener
+        # a listener without a context argument cannot move the ack index or pick a delay:
+        # no context is made for it (an interpreted dataclass __init__ per message, ~5 % of a
+        # default consumer's CPU: docs/benchmarks.md, "The push consumer's client CPU per
+        # message")
+        context = ConsumeContext(size - 1, queue=pq.key) if listener.wants_context else None
+        started = time.time()
         if listener.inline:  # a plain function that never blocks: no await round
             status, outcome, error = listener.call_inline(views, context)
         else:
             status, outcome, error = await listener(views, context, task)
-        size = len(batch)
-        cut = max(-1, min(context.ack_index, size - 1)) + 1 if status is _SUCCESS else 0
+        ack_index = size - 1 if context is None else context.ack_index
+        cut = max(-1, min(ack_index, size - 1)) + 1 if status is _SUCCESS else 0
         if cut == size:  # the usual case: every message succeeded, nothing to slice
             succeeded, failed, reported = batch, batch[:0], views
         else:
@@ -92,9 +97,10 @@ class ConcurrentConsumer(Consumption):
                 finished += [m.queue_offset for m in failed]
             else:
                 kept: list[w.Delivered] = []
+                delay_level = 0 if context is None else context.delay_level
                 for message in failed:
                     attempt = FailedAttempt(message, outcome, error, started)
-                    if await self._retry.hand_back(pq, attempt, context.delay_level):
+                    if await self._retry.hand_back(pq, attempt, delay_level):
                         finished.append(message.queue_offset)
                     else:
                         kept.append(message)
@@ -102,5 +108,4 @@ class ConcurrentConsumer(Consumption):
                     self._retry.later(pq, kept)
         if pq.dropped:
             return
-        pq.remove(finished)
-        self._offsets.mark(pq)
+        pq.remove(finished)  # flags pq for the offset store's next persist

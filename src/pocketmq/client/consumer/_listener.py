@@ -41,6 +41,8 @@ class Verdict(NamedTuple):
 
 
 _VERDICTS = {status: Verdict(status, status.value, "") for status in ConsumeStatus}
+_SUCCESS = ConsumeStatus.SUCCESS
+_SUCCEEDED = _VERDICTS[_SUCCESS]
 
 
 class ListenerCall:
@@ -64,22 +66,26 @@ class ListenerCall:
         self.inline = not self._async and not in_thread
         """A plain function called on the loop, without a thread or an await (call_inline)."""
         try:
-            self._wants_context = len(inspect.signature(listener).parameters) >= 2
+            wants_context = len(inspect.signature(listener).parameters) >= 2
         except (TypeError, ValueError):
-            self._wants_context = False
+            wants_context = False
+        self.wants_context = wants_context
+        """Whether the listener takes a :class:`ConsumeContext`: a caller makes none for one
+        that does not (nothing could change it)."""
 
     async def __call__(
         self,
         views: list[MessageView],
-        context: ConsumeContext,
+        context: ConsumeContext | None,
         task: asyncio.Task[Any] | None = None,
     ) -> Verdict:
         """Call the listener with ``views`` (and ``context``) and judge what it did. ``task``:
         the caller's own task when it knows it (finding it costs more than the rest of a
-        call's timeout bookkeeping on Python 3.11)."""
+        call's timeout bookkeeping on Python 3.11). ``context`` may be None only for a
+        listener that does not take one (:attr:`wants_context`)."""
         if self.inline:
             return self.call_inline(views, context)
-        args: tuple[Any, ...] = (views, context) if self._wants_context else (views,)
+        args: tuple[Any, ...] = (views, context) if self.wants_context else (views,)
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -96,7 +102,10 @@ class ListenerCall:
             except Exception as exc:
                 return _raised(exc)
         # the watchdog (below) cancels the task of a call past its deadline
-        self._deadlines[task] = loop.time() + self._timeout
+        # time.monotonic(), not loop.time(): the same clock on asyncio's loop, without a
+        # Python method call per message (docs/benchmarks.md, "The push consumer's client CPU
+        # per message"); the watchdog reads the same clock
+        self._deadlines[task] = time.monotonic() + self._timeout
         if self._watchdog is None:
             self._watchdog = loop.create_task(self._watch(), name="pocketmq-consume-timeout")
         try:
@@ -114,14 +123,14 @@ class ListenerCall:
                 task.uncancel()
         return self._judge(result)
 
-    def call_inline(self, views: list[MessageView], context: ConsumeContext) -> Verdict:
+    def call_inline(self, views: list[MessageView], context: ConsumeContext | None) -> Verdict:
         """Call a plain function listener here and now. It cannot be stopped, so a call that
         ran past the consume timeout is judged a timeout when it returns (its messages are
         retried whatever it returned)."""
         call = cast(Callable[..., ConsumeStatus | None], self._listener)
         began = time.monotonic()
         try:
-            result = call(views, context) if self._wants_context else call(views)
+            result = call(views, context) if self.wants_context else call(views)
         except Exception as exc:
             return _raised(exc)
         if time.monotonic() - began > self._timeout:
@@ -144,14 +153,13 @@ class ListenerCall:
         """Cancel the calls past their deadline; stop after a tick with no call running (not
         sooner: a listener that returns at once would otherwise start a new watchdog task for
         every message, which cost more than the rest of the call)."""
-        loop = asyncio.get_running_loop()
         every = min(1.0, self._timeout / 10)
         try:
             while True:
                 await asyncio.sleep(every)
                 if not self._deadlines:
                     return
-                now = loop.time()
+                now = time.monotonic()
                 for task, deadline in list(self._deadlines.items()):
                     if deadline <= now and task not in self._expired:
                         self._expired.add(task)
@@ -162,6 +170,8 @@ class ListenerCall:
 
 def _judge(result: object) -> Verdict:
     """What the listener returned, as a verdict (anything but a status is a failure)."""
+    if result is _SUCCESS:  # nearly every call: no dictionary lookup, whose hash of an enum
+        return _SUCCEEDED  # member is a Python-level Enum.__hash__ call (benchmarks.md)
     if isinstance(result, ConsumeStatus):
         return _VERDICTS[result]
     if result is not None:

@@ -7,6 +7,14 @@ and a future per consumed message. Here a pull's batches go in with one :meth:`W
 once the queue has room, and the waiting puller is woken only when the queue has drained to half
 its bound. What it holds stays bounded (``bound + one pull``), and the process queues keep
 bounding what a consumer holds in memory (``max_cached_per_queue``).
+
+Idle workers are woken one at a time, each woken one waking the next while items remain (as
+it takes its own), not one per item put as ``asyncio.Queue`` does: a listener that returns
+without awaiting lets one worker take a whole pull in one turn, and the other workers woken
+for it found nothing — up to ``concurrency`` wake-ups per pull that a profile put at a tenth of
+a default consumer's CPU (docs/benchmarks.md, "The push consumer's client CPU per message").
+A listener that awaits still has every batch taken by a worker of its own, one loop turn
+later per worker.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ class WorkQueue(Generic[T]):
         self._getters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._putters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._unfinished = 0
+        self._woken = 0  # getters woken that have not run yet: they wake the next in turn
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -62,8 +71,8 @@ class WorkQueue(Generic[T]):
         if added:
             self._unfinished += added
             self._idle.clear()
-            for _ in range(min(added, len(self._getters))):
-                self._wake(self._getters)
+            if self._getters and not self._woken:
+                self._wake_getter()
 
     def take(self) -> T | None:
         """The oldest item, or None when there is none (:meth:`get` without waiting, and
@@ -85,15 +94,20 @@ class WorkQueue(Generic[T]):
             try:
                 await waiter
             except asyncio.CancelledError:
-                if not waiter.cancelled() and items:  # woken, then cancelled: pass it on
-                    self._wake(self._getters)
+                if not waiter.cancelled():  # woken, then cancelled: pass it on
+                    self._woken -= 1
+                    if items and self._getters and not self._woken:
+                        self._wake_getter()
                 raise
             finally:
                 if waiter in self._getters:
                     self._getters.remove(waiter)
+            self._woken -= 1
         item = items.popleft()
         if self._putters and len(items) <= self._bound // 2:
             self._wake(self._putters)
+        if items and self._getters and not self._woken:  # the next idle worker, in turn
+            self._wake_getter()
         return item
 
     def task_done(self) -> None:
@@ -108,10 +122,16 @@ class WorkQueue(Generic[T]):
         """Wait until every item put was taken and marked done."""
         await self._idle.wait()
 
+    def _wake_getter(self) -> None:
+        if self._wake(self._getters):
+            self._woken += 1
+
     @staticmethod
-    def _wake(waiters: collections.deque[asyncio.Future[None]]) -> None:
+    def _wake(waiters: collections.deque[asyncio.Future[None]]) -> bool:
+        """Wake the first waiter not cancelled; whether there was one."""
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
+                return True
+        return False

@@ -99,10 +99,7 @@ class Puller:
                 if self._lanes is not None:
                     self._lanes(pq, fresh)
                     continue
-                size = config.batch_size
-                await work.put_many(
-                    (pq, fresh[start : start + size]) for start in range(0, len(fresh), size)
-                )
+                await work.put_many(pq.batches(fresh, config.batch_size))
             else:
                 if reply.status == "OFFSET_ILLEGAL":
                     log.warning(
