@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -39,8 +39,11 @@ from pocketmq.store.record import _host_texts as _hosts
 __all__ = ["decode_at", "decode_run"]
 
 _HEADER: Final = struct.Struct("<IIIIIQQQQ18s18sIQQ")
-_U16: Final = struct.Struct("<H")
-_U32: Final = struct.Struct("<I")
+# bound once: a compiled call then skips the method's lookup by name
+_unpack_header: Final = _HEADER.unpack_from
+_unpack_u16: Final = struct.Struct("<H").unpack_from
+_unpack_u32: Final = struct.Struct("<I").unpack_from
+_crc32: Final = zlib.crc32
 _decode_props: Final = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 #: what the reader does with an entry whose record fails: (topic, queue id, queue offset,
@@ -52,9 +55,30 @@ def decode_at(buf: bytes, pos: int, expected_physical_offset: int) -> StoredMess
     """Decode and validate the record at ``buf[pos:]``, which must sit at log offset
     ``expected_physical_offset``; raises :class:`RecordError` exactly where
     :func:`pocketmq.store.record.decode_record` does."""
+    return _decode(buf, pos, expected_physical_offset)[0]
+
+
+def _decode(buf: bytes, pos: int, expected_physical_offset: int) -> tuple[StoredMessage, int]:
+    """:func:`decode_at`, and the record's size (kept as a machine integer when compiled)."""
     available = len(buf) - pos
     if available < FIXED_HEADER_SIZE:
         raise RecordError("truncated header")
+    # the fields compared or added are declared ``int`` (machine integers when compiled), the
+    # rest only passed on (``Any``: a compiled module hands the objects on as they are)
+    total: int
+    magic: int
+    crc: int
+    physical_offset: int
+    flags: Any
+    queue_id: Any
+    queue_offset: Any
+    born_ts: Any
+    store_ts: Any
+    born: Any
+    stored: Any
+    reconsume_times: Any
+    prepared_offset: Any
+    code: Any
     (
         total,
         magic,
@@ -65,12 +89,12 @@ def decode_at(buf: bytes, pos: int, expected_physical_offset: int) -> StoredMess
         physical_offset,
         born_ts,
         store_ts,
-        born_host,
-        store_host,
+        born,
+        stored,
         reconsume_times,
         prepared_offset,
         code,
-    ) = _HEADER.unpack_from(buf, pos)
+    ) = _unpack_header(buf, pos)
     if magic != MAGIC:
         raise RecordError("bad magic")
     if total < MIN_RECORD_SIZE:
@@ -78,28 +102,29 @@ def decode_at(buf: bytes, pos: int, expected_physical_offset: int) -> StoredMess
     if total > available:
         raise RecordError("truncated record")
     end = pos + total
-    if zlib.crc32(buf[pos + 12 : end]) != crc:
+    if _crc32(buf[pos + 12 : end]) != crc:
         raise RecordError("crc mismatch")
     if physical_offset != expected_physical_offset:
         raise RecordError("misplaced record")
     cursor = pos + FIXED_HEADER_SIZE + 2
-    (topic_len,) = _U16.unpack_from(buf, cursor - 2)
+    topic_len: int = _unpack_u16(buf, cursor - 2)[0]
     if cursor + topic_len + 4 > end:
         raise RecordError("bad topic length")
     topic = str(buf[cursor : cursor + topic_len], "utf-8")
     cursor += topic_len
-    (props_len,) = _U32.unpack_from(buf, cursor)
+    props_len: int = _unpack_u32(buf, cursor)[0]
     cursor += 4
     if cursor + props_len + 4 > end:
         raise RecordError("bad properties length")
     props = _decode_props(buf[cursor : cursor + props_len]) if props_len else {}
     cursor += props_len
-    (body_len,) = _U32.unpack_from(buf, cursor)
+    body_len: int = _unpack_u32(buf, cursor)[0]
     cursor += 4
     if cursor + body_len != end:
         raise RecordError("bad body length")
-    hosts = _hosts
-    return StoredMessage(
+    born_host = _hosts.get(born)
+    store_host = _hosts.get(stored)
+    record = StoredMessage(
         topic,
         queue_id,
         queue_offset,
@@ -110,12 +135,13 @@ def decode_at(buf: bytes, pos: int, expected_physical_offset: int) -> StoredMess
         flags,
         born_ts,
         store_ts,
-        hosts[born_host] if born_host in hosts else unpack_host(born_host),
-        hosts[store_host] if store_host in hosts else unpack_host(store_host),
+        unpack_host(born) if born_host is None else born_host,
+        unpack_host(stored) if store_host is None else store_host,
         reconsume_times,
         prepared_offset,
         code,
     )
+    return record, total
 
 
 def decode_run(
@@ -140,18 +166,18 @@ def decode_run(
     lost = False
     for queue_offset, physical, size in entries:
         try:
-            record = decode_at(data, physical - start, physical)
+            record, kept = _decode(data, physical - start, physical)
         except RecordError as exc:
             repaired = unreadable(topic, queue_id, queue_offset, physical, size, exc.reason)
             if repaired is None:
                 lost = True
                 continue
-            record = repaired
+            record, kept = repaired, repaired.size
         if stopped_at >= 0 or (tags is not None and record.tag not in tags):
             continue
-        if messages and size_total + record.size > max_bytes:
+        if messages and size_total + kept > max_bytes:
             stopped_at = record.queue_offset
             continue
         messages.append(record)
-        size_total += record.size
+        size_total += kept
     return size_total, stopped_at, lost
