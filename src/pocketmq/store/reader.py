@@ -168,7 +168,12 @@ class Reader:
         Returns the bytes kept, the queue offset of the first record past the budget (-1: none)
         and whether an entry's record was lost (set aside, or gone under the read). The records
         after the budget's stop are verified all the same, as every read record is: a damaged one
-        is set aside now, as the read that picked it always did."""
+        is set aside now, as the read that picked it always did.
+
+        The per-record pass is ``store/_readpass.py``'s ``decode_run``, compiled by the build
+        (docs/benchmarks.md, "Compiled read pass (issue 32)"); what happens to a record that
+        fails stays here, in :meth:`_unreadable_entry`, pure, so a test patching it sees every
+        call."""
         commitlog = self._commitlog
         unreadable = self._unreadable_entry  # looked up here: a test patching it is seen
         stopped_at = -1
