@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -63,22 +63,12 @@ def _decode(buf: bytes, pos: int, expected_physical_offset: int) -> tuple[Stored
     available = len(buf) - pos
     if available < FIXED_HEADER_SIZE:
         raise RecordError("truncated header")
-    # the fields compared or added are declared ``int`` (machine integers when compiled), the
-    # rest only passed on (``Any``: a compiled module hands the objects on as they are)
+    # the fields compared or added are declared ``int`` (machine integers when compiled); the
+    # rest, only passed on, are ``Any``: a compiled module hands the objects on as they are
     total: int
     magic: int
     crc: int
     physical_offset: int
-    flags: Any
-    queue_id: Any
-    queue_offset: Any
-    born_ts: Any
-    store_ts: Any
-    born: Any
-    stored: Any
-    reconsume_times: Any
-    prepared_offset: Any
-    code: Any
     (
         total,
         magic,
