@@ -12,6 +12,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
+from pocketmq.compiled import load
 from pocketmq.store.consumequeue import ENTRY, ConsumeQueue
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.message import (
@@ -20,16 +21,14 @@ from pocketmq.store.message import (
     StoredMessage,
 )
 from pocketmq.store.quarantine import LostEntry, QuarantinedRange
-from pocketmq.store.record import (
-    MAGIC,
-    RecordError,
-    compute_tag_code,
-    decode_record,
-)
+from pocketmq.store.record import MAGIC, compute_tag_code
 from pocketmq.store.status import GetStatus
 
 if TYPE_CHECKING:
+    from pocketmq.store._readpass import decode_run
     from pocketmq.store.state import StoreState
+else:  # compiled, the per-record pass (docs/design.md "Compiled hot paths")
+    decode_run = load("pocketmq.store._readpass").decode_run
 
 __all__ = ["Reader"]
 
@@ -169,9 +168,14 @@ class Reader:
         Returns the bytes kept, the queue offset of the first record past the budget (-1: none)
         and whether an entry's record was lost (set aside, or gone under the read). The records
         after the budget's stop are verified all the same, as every read record is: a damaged one
-        is set aside now, as the read that picked it always did."""
+        is set aside now, as the read that picked it always did.
+
+        The per-record pass is ``store/_readpass.py``'s ``decode_run``, compiled by the build
+        (docs/benchmarks.md, "Compiled read pass (issue 32)"); what happens to a record that
+        fails stays here, in :meth:`_unreadable_entry`, pure, so a test patching it sees every
+        call."""
         commitlog = self._commitlog
-        append = messages.append
+        unreadable = self._unreadable_entry  # looked up here: a test patching it is seen
         stopped_at = -1
         lost = False
         for first, stop, start, end in runs:
@@ -179,26 +183,20 @@ class Reader:
             if data is None:
                 lost = True  # gone under the read (retention)
                 continue
-            for queue_offset, physical, size in batch[first:stop]:
-                try:
-                    record = decode_record(
-                        data, physical - start, expected_physical_offset=physical
-                    )
-                except RecordError as exc:
-                    repaired = self._unreadable_entry(
-                        topic, queue_id, queue_offset, physical, size, exc.reason
-                    )
-                    if repaired is None:
-                        lost = True
-                        continue
-                    record = repaired
-                if stopped_at >= 0 or (tags is not None and record.tag not in tags):
-                    continue
-                if messages and size_total + record.size > max_bytes:
-                    stopped_at = record.queue_offset
-                    continue
-                append(record)
-                size_total += record.size
+            size_total, stopped_at, run_lost = decode_run(
+                data,
+                start,
+                batch[first:stop],
+                tags,
+                messages,
+                size_total,
+                max_bytes,
+                stopped_at,
+                topic,
+                queue_id,
+                unreadable,
+            )
+            lost = lost or run_lost
         return size_total, stopped_at, lost
 
     def _unreadable_entry(
