@@ -137,7 +137,7 @@ def compile_for(root: Path, version: str, build_data: dict[str, Any], out: Path)
     _say(f"compiled {', '.join(MODULES)} in {time.monotonic() - started:.0f} s")
     for relative in built:
         if version == "editable":
-            shutil.copy2(out / relative, root / "src" / relative)
+            install_file(out / relative, root / "src" / relative)
         else:
             build_data["force_include"][str(out / relative)] = relative
     build_data["pure_python"] = False
@@ -160,6 +160,16 @@ class CompiledHotPaths(BuildHookInterface):  # type: ignore[misc,valid-type]
         shutil.rmtree(self._out, ignore_errors=True)
 
 
+def install_file(built: Path, target: Path) -> None:
+    """Put ``built`` at ``target`` under a new inode: copied beside it, then renamed over it. A
+    process that has the old shared library loaded (``--if-stale`` imports the twins to check
+    them) keeps its mapping; copying over the file in place rewrote pages it had mapped, and
+    such a process could crash (it did once, at exit, after a finished build)."""
+    partial = target.with_name(target.name + ".partial")
+    shutil.copy2(built, partial)
+    os.replace(partial, target)
+
+
 def stale(root: Path) -> list[str]:
     """The modules of :data:`GROUPS` that would run pure from ``root``'s sources: not built, or
     built from other sources (``make install`` then builds; a fresh build is left alone)."""
@@ -180,5 +190,5 @@ if __name__ == "__main__":
     here = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory(prefix="pocketmq-ext-") as directory:
         for relative in build(here, Path(directory)):
-            shutil.copy2(Path(directory) / relative, here / "src" / relative)
+            install_file(Path(directory) / relative, here / "src" / relative)
             _say(f"built src/{relative}")

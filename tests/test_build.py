@@ -48,3 +48,20 @@ def test_a_failing_compiler_leaves_a_pure_build_with_a_warning(
     assert (
         "WARNING: compiling the hot paths failed, installing pure Python" in capsys.readouterr().err
     )
+
+
+def test_a_built_file_replaces_a_loaded_one_under_a_new_inode(tmp_path: Path) -> None:
+    # a process with the old library mapped keeps it: the file it mapped is not rewritten
+    target = tmp_path / "twin.so"
+    target.write_bytes(b"old build")
+    before = target.stat().st_ino
+    held = target.open("rb")  # as a loaded library holds the old file
+    built = tmp_path / "out" / "twin.so"
+    built.parent.mkdir()
+    built.write_bytes(b"new build")
+    _hook().install_file(built, target)
+    assert target.read_bytes() == b"new build"
+    assert target.stat().st_ino != before
+    assert held.read() == b"old build"
+    held.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "twin.so"]
