@@ -1,11 +1,12 @@
 """The broker's front: every operation a protocol adapter asks for, as a method.
 
 Each method is declared here in one line that names the concept method doing the work
-(:func:`delegate`: its signature, types and docstring are the concept's) and the role rule
-that applies (broker/roles.py), so "go to definition" from an adapter lands on both
-(docs/design.md, "The broker's front"). :class:`pocketmq.broker.Broker` builds the
-concepts and inherits these methods; what the servers read besides (topics, groups, the store's
-figures) is in the query section at the end, so no adapter reaches into the broker's parts.
+(:func:`handed`, or :func:`delegate` under a role rule: its signature, types and docstring are
+the concept's) and the role rule that applies (broker/roles.py), so "go to definition" from an
+adapter lands on both (docs/design.md, "The broker's front"). :class:`pocketmq.broker.Broker`
+builds the concepts and inherits these methods; what the servers read besides (topics, groups,
+the store's figures) is in the query section at the end, so no adapter reaches into the
+broker's parts.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ def handed(part: str, function: Method[P, R]) -> Method[P, R]:
     the attribute gives the concept's bound method itself (looked up per read, so a concept
     rebuilt at a promotion is used), by a C ``property`` over a C ``attrgetter``. A forwarding
     function costs ~2,300 instructions per call on 3.11 (its frame, ``*args``/``**kwargs``
-    repacked, two ``getattr``), ~1 % of a lone send (docs/benchmarks.md, "A lone send, both
-    sides (issue 32)"); the role guards wrap :func:`delegate`'s function instead."""
+    repacked, two ``getattr``); without it a lone send costs the broker 0.7 % less
+    (docs/benchmarks.md, "A lone send, both sides (issue 32)"). The role guards wrap
+    :func:`delegate`'s function instead."""
     read = operator.attrgetter(f"{part}.{function.__name__}")
     return cast("Method[P, R]", property(read, doc=function.__doc__))
 
