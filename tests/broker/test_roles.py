@@ -118,5 +118,22 @@ def test_the_front_has_no_operation_bound_at_runtime(tmp_path: Path) -> None:
         broker.store.close()
 
 
+def test_an_operation_under_no_rule_is_the_current_concepts_own_method(tmp_path: Path) -> None:
+    """``handed`` hands out the concept's bound method, read per access: a concept replaced
+    (as a promotion may rebuild one) is the one called, and no forwarding frame is left."""
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    try:
+        first = broker.sending
+        assert broker.send_now_many.__self__ is first
+        assert broker.send_now_many.__func__ is type(first).send_now_many
+        assert BrokerFront.send_now_many.__doc__ == type(first).send_now_many.__doc__
+        replacement = type(first).__new__(type(first))
+        broker.sending = replacement
+        assert broker.send_now_many.__self__ is replacement
+        assert broker.pull_now.__self__ is broker.pulls
+    finally:
+        broker.store.close()
+
+
 def _batch(message: InboundMessage) -> SendBatch:
     return SendBatch(messages=[message])

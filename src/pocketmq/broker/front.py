@@ -1,17 +1,19 @@
 """The broker's front: every operation a protocol adapter asks for, as a method.
 
 Each method is declared here in one line that names the concept method doing the work
-(:func:`delegate`: its signature, types and docstring are the concept's) and the role rule
-that applies (broker/roles.py), so "go to definition" from an adapter lands on both
-(docs/design.md, "The broker's front"). :class:`pocketmq.broker.Broker` builds the
-concepts and inherits these methods; what the servers read besides (topics, groups, the store's
-figures) is in the query section at the end, so no adapter reaches into the broker's parts.
+(:func:`handed`, or :func:`delegate` under a role rule: its signature, types and docstring are
+the concept's) and the role rule that applies (broker/roles.py), so "go to definition" from an
+adapter lands on both (docs/design.md, "The broker's front"). :class:`pocketmq.broker.Broker`
+builds the concepts and inherits these methods; what the servers read besides (topics, groups,
+the store's figures) is in the query section at the end, so no adapter reaches into the
+broker's parts.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -32,7 +34,7 @@ from pocketmq.errors import ServiceUnavailableError
 from pocketmq.model.groups import GroupConfig
 from pocketmq.store import MessageStore, StoreStatistics
 
-__all__ = ["BrokerFront", "delegate", "on_master"]
+__all__ = ["BrokerFront", "delegate", "handed", "on_master"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -58,6 +60,18 @@ def delegate(part: str, function: Method[P, R]) -> Method[P, R]:
         return getattr(getattr(front, part), name)(*args, **kwargs)  # type: ignore[no-any-return]
 
     return forward
+
+
+def handed(part: str, function: Method[P, R]) -> Method[P, R]:
+    """:func:`delegate` for an operation under no role rule, without a frame of its own: reading
+    the attribute gives the concept's bound method itself (looked up per read, so a concept
+    rebuilt at a promotion is used), by a C ``property`` over a C ``attrgetter``. A forwarding
+    function costs ~2,300 instructions per call on 3.11 (its frame, ``*args``/``**kwargs``
+    repacked, two ``getattr``); without it a lone send costs the broker 0.7 % less
+    (docs/benchmarks.md, "A lone send, both sides (issue 32)"). The role guards wrap
+    :func:`delegate`'s function instead."""
+    read = operator.attrgetter(f"{part}.{function.__name__}")
+    return cast("Method[P, R]", property(read, doc=function.__doc__))
 
 
 def on_master(part: str, function: Method[P, R], action: str) -> Method[P, R]:
@@ -99,13 +113,13 @@ class BrokerFront:
 
     # -- sending (sending.py, SendPath) --
 
-    send = delegate("sending", SendPath.send)
-    send_now = delegate("sending", SendPath.send_now)
-    send_now_many = delegate("sending", SendPath.send_now_many)
-    settle = delegate("sending", SendPath.settle)
-    sends_wait = delegate("sending", SendPath.sends_wait)
-    recall = delegate("sending", SendPath.recall)
-    append_internal = delegate("appender", Appender.append_internal)
+    send = handed("sending", SendPath.send)
+    send_now = handed("sending", SendPath.send_now)
+    send_now_many = handed("sending", SendPath.send_now_many)
+    settle = handed("sending", SendPath.settle)
+    sends_wait = handed("sending", SendPath.sends_wait)
+    recall = handed("sending", SendPath.recall)
+    append_internal = handed("appender", Appender.append_internal)
 
     # -- send_backs (sendback.py, SendBack) --
 
@@ -113,10 +127,10 @@ class BrokerFront:
 
     # -- pulls (pulling.py, PullPath) --
 
-    pull = delegate("pulls", PullPath.pull)
-    pull_now = delegate("pulls", PullPath.pull_now)
-    commit_offsets = delegate("pulls", PullPath.commit_offsets)
-    query_offset = delegate("pulls", PullPath.query_offset)
+    pull = handed("pulls", PullPath.pull)
+    pull_now = handed("pulls", PullPath.pull_now)
+    commit_offsets = handed("pulls", PullPath.commit_offsets)
+    query_offset = handed("pulls", PullPath.query_offset)
 
     # -- pops (popping.py, PopPath) --
 
@@ -132,7 +146,7 @@ class BrokerFront:
         "dead_letters", DeadLetters.forward_to_dead_letter, "forward to dead letter"
     )
     redrive = on_master("dead_letters", DeadLetters.redrive, "redrive")
-    redriven = delegate("dead_letters", DeadLetters.redriven)
+    redriven = handed("dead_letters", DeadLetters.redriven)
 
     # -- catalog (catalog.py, Catalog) --
 
@@ -141,23 +155,23 @@ class BrokerFront:
     delete_topic = on_master("catalog", Catalog.delete_topic, "delete topic")
     create_group = on_master("catalog", Catalog.create_group, "create group")
     delete_group = on_master("catalog", Catalog.delete_group, "delete group")
-    require_group = delegate("catalog", Catalog.require_group)
-    report_outcomes = delegate("catalog", Catalog.report_outcomes)
-    message_history = delegate("catalog", Catalog.message_history)
-    browse = delegate("catalog", Catalog.browse)
-    query_messages = delegate("catalog", Catalog.query_messages)
-    queue_status = delegate("catalog", Catalog.queue_status)
-    status = delegate("catalog", Catalog.status)
+    require_group = handed("catalog", Catalog.require_group)
+    report_outcomes = handed("catalog", Catalog.report_outcomes)
+    message_history = handed("catalog", Catalog.message_history)
+    browse = handed("catalog", Catalog.browse)
+    query_messages = handed("catalog", Catalog.query_messages)
+    queue_status = handed("catalog", Catalog.queue_status)
+    status = handed("catalog", Catalog.status)
 
     # -- membership (membership.py, Membership) --
 
-    heartbeat = delegate("membership", Membership.heartbeat)
-    unregister = delegate("membership", Membership.unregister)
-    lock_queues = delegate("membership", Membership.lock_queues)
-    unlock_queues = delegate("membership", Membership.unlock_queues)
-    consumer_ids = delegate("membership", Membership.consumer_ids)
-    heartbeat_producer = delegate("membership", Membership.heartbeat_producer)
-    unregister_producer = delegate("membership", Membership.unregister_producer)
+    heartbeat = handed("membership", Membership.heartbeat)
+    unregister = handed("membership", Membership.unregister)
+    lock_queues = handed("membership", Membership.lock_queues)
+    unlock_queues = handed("membership", Membership.unlock_queues)
+    consumer_ids = handed("membership", Membership.consumer_ids)
+    heartbeat_producer = handed("membership", Membership.heartbeat_producer)
+    unregister_producer = handed("membership", Membership.unregister_producer)
 
     # -- resets (resets.py, OffsetResets) --
 
@@ -170,7 +184,7 @@ class BrokerFront:
             delegate("transactions", TransactionService.end)
         )
     )
-    transaction_state = delegate("transactions", TransactionService.state)
+    transaction_state = handed("transactions", TransactionService.state)
 
     # -- what the servers read (no adapter reaches into the parts: tests/test_front.py) --
 

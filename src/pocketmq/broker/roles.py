@@ -25,6 +25,10 @@ from pocketmq.errors import ServiceUnavailableError
 
 __all__ = ["Guarded", "RoleGate", "master_only", "pops_while_master_away"]
 
+# read once: on Python 3.11 every ``Enum.MEMBER`` read goes through the enum type's
+# ``__getattr__`` hook (~900 instructions), and every send asks :meth:`RoleGate.write_refusal`
+_SLAVE = Role.SLAVE
+
 log = logging.getLogger("pocketmq.broker")
 
 P = ParamSpec("P")
@@ -43,7 +47,7 @@ class RoleGate:
         """Why this broker may not write now, or None: a slave refuses (``action`` tells the
         client where to go instead), and so does a master that is starting or fenced."""
         replication = self.replication
-        if replication.role is Role.SLAVE:
+        if replication.role is _SLAVE:
             return ServiceUnavailableError(f"broker {self.name!r} is a slave: {action}")
         refusal = replication.write_refusal()
         if refusal:

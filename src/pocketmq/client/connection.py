@@ -44,6 +44,7 @@ from pocketmq.protocol import (
 )
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.auth import ClientHandshake, normalize_address
+from pocketmq.protocol.body import DECODERS, encode_body_fast
 from pocketmq.version import VERSION
 
 __all__ = ["ClientConnection", "PushHandler", "SlowWatch", "connect"]
@@ -59,6 +60,12 @@ once with ``error``."""
 
 CLIENT_VERSION: Final = VERSION
 _LONG_POLLS: Final = frozenset({RequestCode.PULL, RequestCode.POP})
+# members read once: on Python 3.11 every ``Enum.MEMBER`` read goes through the enum type's
+# ``__getattr__`` hook (~900 instructions), and these are read for every request and answer
+# (docs/benchmarks.md, "A lone send, both sides")
+_REQUEST: Final = FrameKind.REQUEST
+_RESPONSE: Final = FrameKind.RESPONSE
+_SUCCESS: Final = Code.SUCCESS
 # what answers in these protocols on a pocketmq machine (docs/cli.md, "Errors")
 _FOREIGN_PORTS: Final = {
     "HTTP/1.x": "like a broker's metrics and dashboard port (--http-port, 5557)",
@@ -141,30 +148,40 @@ class ClientConnection(asyncio.Protocol):
         if frames:
             self._first_bytes = None
         for frame in frames:
-            if frame.kind == FrameKind.RESPONSE:
+            if frame.kind == _RESPONSE:
                 waiting = self._pending.pop(frame.request_id, None)
                 if waiting is None:
-                    if frame.request_id == 0 and frame.code != Code.SUCCESS:
+                    if frame.request_id == 0 and frame.code != _SUCCESS:
                         # about the connection (docs/protocol.md "Errors"): the broker closes it
                         self._refusal = error_from_code(frame.code, _remark(frame.body))
                         self._fail_all(self._refusal)
                         continue
-                    if frame.code != Code.SUCCESS:
+                    if frame.code != _SUCCESS:
                         remark = _remark(frame.body)
                         log.error("broker %s: %s", self.address, remark or frame.code)
                     continue
                 future, reply = waiting
                 if future.done():  # timed out or cancelled meanwhile
                     continue
-                if frame.code != Code.SUCCESS:
+                if frame.code != _SUCCESS:
                     future.set_exception(error_from_code(frame.code, _remark(frame.body)))
                 elif reply is None:
                     future.set_result(None)
                 else:
+                    # decode_body's cached decoder, without its frame; decode_body for a type
+                    # not decoded yet, or again to name what is wrong with a refused body
+                    decoder = DECODERS.get(reply)
                     try:
-                        future.set_result(decode_body(frame.body, reply))
-                    except ProtocolError as exc:
-                        future.set_exception(exc)
+                        answer = decoder.decode(frame.body) if decoder is not None else None
+                    except Exception:
+                        decoder = None
+                    if decoder is None:
+                        try:
+                            answer = decode_body(frame.body, reply)
+                        except ProtocolError as exc:
+                            future.set_exception(exc)
+                            continue
+                    future.set_result(answer)
             elif self._on_push is not None:
                 try:
                     self._on_push(self, frame.code, frame.body)
@@ -267,7 +284,8 @@ class ClientConnection(asyncio.Protocol):
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
         assert self._transport is not None
         request_id = self._last_id = self._next_id()
-        frame = encode_frame(FrameKind.REQUEST, code, request_id, encode_body(body))  # may raise
+        # encode_body's own encoder method, without its frame
+        frame = encode_frame(_REQUEST, code, request_id, encode_body_fast(body))  # may raise
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._write_now(frame)
         self._pending[request_id] = (future, reply)

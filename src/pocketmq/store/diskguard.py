@@ -66,6 +66,11 @@ class DiskGuard:
     def refusal(self) -> str:
         """ "" when writes may go on, else why not (reads the free space when it is due)."""
         now = self._clock()
+        if now - self._checked_at < _RECHECK:
+            # not due (nearly every append): no lock. Appends ask under the store's lock, as
+            # the writer's no_space runs, so an append never reads a half-made engagement; a
+            # status read from another thread may see the reason of a moment before
+            return self.reason
         with self._lock:
             if now - self._checked_at >= _RECHECK:
                 self._checked_at = now

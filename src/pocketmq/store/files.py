@@ -72,6 +72,14 @@ def pwrite_full(
 ) -> None:
     """Write all of ``data`` at ``offset`` (``os.pwrite`` may write less than asked)."""
     _check("write", target)
+    if data:  # nearly always written whole by the first call: no view, no loop
+        written = os.pwrite(fd, data, offset)
+        if written == len(data):
+            return
+        if written <= 0:
+            raise OSError(errno.EIO, "pwrite wrote nothing")
+        data = memoryview(data)[written:]
+        offset += written
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)

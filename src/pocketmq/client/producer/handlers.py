@@ -179,10 +179,12 @@ class SendMessages(Request[list[SendResult]]):
     def body(self, queue: QueueRef) -> w.SendRequest:
         """The messages, addressed to ``queue``."""
         queue_id = queue.queue_id
-        # with_queue's copy without its Python frame: one per message per attempt
-        return w.SendRequest(
-            [_replace(m, queue_id=queue_id) for m in self.wires], self.producer_group
-        )
+        wires = self.wires
+        # with_queue's copy without its Python frame: one per message per attempt; a lone
+        # message (an await-each producer) without the list comprehension's frame either
+        if len(wires) == 1:
+            return w.SendRequest([_replace(wires[0], queue_id=queue_id)], self.producer_group)
+        return w.SendRequest([_replace(m, queue_id=queue_id) for m in wires], self.producer_group)
 
     def outcome(self, response: w.SendResponse, queue: QueueRef) -> list[SendResult]:
         """One result per message; a message the broker did not store fails the attempt."""
