@@ -30,7 +30,6 @@ from pocketmq.client.consumer.hotpath import (
     ProcessQueue,
     WorkQueue,
 )
-from pocketmq.client.consumer.offsets import OffsetStore
 from pocketmq.client.message import ConsumeStatus, MessageView
 from pocketmq.protocol import structs as w
 
@@ -57,7 +56,7 @@ async def run(count: int, inline: bool) -> None:
     connection = _Connection()
     state = detached_state(connection)
     call = ListenerCall(_listener(inline), 30, in_thread=False)
-    consumer = ConcurrentConsumer(state, call, OutcomeReports(state), None, OffsetStore(state))
+    consumer = ConcurrentConsumer(state, call, OutcomeReports(state), None)
     work: WorkQueue[tuple[ProcessQueue, list[w.Delivered]]] = WorkQueue(64)
     pq = ProcessQueue(("b", "T", 0), connection.address, "*")
     body, me = b"x" * 1024, asyncio.current_task()

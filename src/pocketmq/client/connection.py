@@ -168,19 +168,18 @@ class ClientConnection(asyncio.Protocol):
                 elif reply is None:
                     future.set_result(None)
                 else:
-                    # decode_body's cached decoder, without its frame; decode_body for a type
-                    # not decoded yet, or again to name what is wrong with a refused body
-                    decoder = DECODERS.get(reply)
+                    decoder = DECODERS.get(reply)  # decode_body's own, without its frame
                     try:
-                        answer = decoder.decode(frame.body) if decoder is not None else None
-                    except Exception:
-                        decoder = None
-                    if decoder is None:
-                        try:
+                        if decoder is None:  # the first of its type: decode_body makes it
                             answer = decode_body(frame.body, reply)
-                        except ProtocolError as exc:
-                            future.set_exception(exc)
-                            continue
+                        else:
+                            try:
+                                answer = decoder.decode(frame.body)
+                            except Exception:  # decode_body names what is wrong
+                                answer = decode_body(frame.body, reply)
+                    except ProtocolError as exc:
+                        future.set_exception(exc)
+                        continue
                     future.set_result(answer)
             elif self._on_push is not None:
                 try:

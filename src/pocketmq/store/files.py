@@ -72,20 +72,14 @@ def pwrite_full(
 ) -> None:
     """Write all of ``data`` at ``offset`` (``os.pwrite`` may write less than asked)."""
     _check("write", target)
-    if data:  # nearly always written whole by the first call: no view, no loop
-        written = os.pwrite(fd, data, offset)
-        if written == len(data):
+    rest = data  # nearly always written whole by the first call: a view only for a short one
+    while rest:
+        written = os.pwrite(fd, rest, offset)
+        if written == len(rest):
             return
         if written <= 0:
             raise OSError(errno.EIO, "pwrite wrote nothing")
-        data = memoryview(data)[written:]
-        offset += written
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        if written <= 0:
-            raise OSError(errno.EIO, "pwrite wrote nothing")
-        view = view[written:]
+        rest = memoryview(rest)[written:]
         offset += written
 
 

@@ -136,8 +136,7 @@ async def _consume_run(modules: dict[str, ModuleType], seed: int) -> list[Any]:
     )
     reports = modules["_reports"].OutcomeReports(state)
     retry = _Retry([rng.random() < 0.7 for _ in range(2000)])
-    offsets = SimpleNamespace()  # finishing flags the process queue; the store takes it later
-    consumer = modules["_concurrent"].ConcurrentConsumer(state, call, reports, retry, offsets)
+    consumer = modules["_concurrent"].ConcurrentConsumer(state, call, reports, retry)
     pq = modules["_process_queue"].ProcessQueue(("b", "T", 0), connection.address, "*")
     offset = 0
     for _ in range(rng.randint(1, 30)):

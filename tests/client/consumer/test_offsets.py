@@ -39,7 +39,7 @@ async def test_a_persist_commits_what_the_workers_finished_since_the_last(tmp_pa
     state.queues = {pq.key: pq}
     store = LocalOffsetStore(state, tmp_path / "offsets.json")
     consumer = ConcurrentConsumer(
-        state, ListenerCall(_succeed, 30), OutcomeReports(state), SimpleNamespace(), store
+        state, ListenerCall(_succeed, 30), OutcomeReports(state), SimpleNamespace()
     )
     pq.next_offset = 4
     pulled = pq.add([w.Delivered("T", 0, n, b"x", {}, 0, 0, n) for n in range(4)])

@@ -1,13 +1,13 @@
 """What both ways of consuming (concurrent workers, orderly lanes) are made of: the listener to
-call, and what follows its verdict — successes reported, failures handed back, the process
-queue's new commit offset given to the offset store."""
+call, and what follows its verdict — successes reported, failures handed back. Finished
+messages leave their process queue, which flags it for the offset store's next persist
+(client/consumer/offsets.py): no offset store is called per message."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from pocketmq.client.consumer.offsets import OffsetStore
 from pocketmq.client.consumer.retry import RetryHandBack
 from pocketmq.client.consumer.state import ConsumerState
 
@@ -39,10 +39,8 @@ class Consumption:
         listener: ListenerCall,
         reports: OutcomeReports,
         retry: RetryHandBack,
-        offsets: OffsetStore,
     ) -> None:
         self._state = state
         self._listener = listener
         self._reports = reports
         self._retry = retry
-        self._offsets = offsets

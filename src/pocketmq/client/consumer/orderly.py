@@ -128,8 +128,7 @@ class Lanes(Consumption):
                     finished = await self._consume(pq, message)
                 if finished:
                     lane.popleft()
-                    pq.remove([message.queue_offset])
-                    self._offsets.mark(pq)
+                    pq.remove([message.queue_offset])  # flags pq for the next persist
                 else:  # suspend this lane only; a close or rebalance cuts the wait short
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(pq.stopping.wait(), self._state.config.suspend_time)

@@ -110,10 +110,10 @@ class PushConsumer(ClientBase):
             listener, self.config.consume_timeout, in_thread=self.config.listener_thread
         )
         self._membership = Membership(state, topics, self.subscriptions)
-        self._workers = ConcurrentConsumer(state, call, self._reports, retry, self._offsets)
+        self._workers = ConcurrentConsumer(state, call, self._reports, retry)
         orderly: tuple[QueueLocks, Lanes] | None = None
         if self.config.orderly:
-            orderly = (QueueLocks(state), Lanes(state, call, self._reports, retry, self._offsets))
+            orderly = (QueueLocks(state), Lanes(state, call, self._reports, retry))
         self._locks: QueueLocks | None = orderly[0] if orderly else None
         self._lanes: Lanes | None = orderly[1] if orderly else None
         puller = Puller(state, self._offsets, orderly[1].dispatch if orderly else None)
