@@ -244,9 +244,20 @@ class Sender:
         if request.fixed is None:  # a topic's queue: watch the route while it is unanswered
             slow = (WATCH_AFTER, functools.partial(self._start_watch, request.topic, queue))
         try:
-            answer = await connection.request(
-                request.code, request.body(queue), request.reply, timeout, slow=slow
-            )
+            if connection.paused:  # the socket's buffer is full: request() waits for it
+                answer = await connection.request(
+                    request.code, request.body(queue), request.reply, timeout, slow=slow
+                )
+            else:  # the request's own future, without request()'s coroutine level
+                future = connection.begin(
+                    request.code, request.body(queue), request.reply, timeout, slow
+                )
+                request_id = connection.last_id
+                try:
+                    answer = await future
+                except asyncio.CancelledError:
+                    connection.forget(request_id, request.code)
+                    raise
         except BrokerConnectionError as exc:  # lost after writing, or no answer in time
             if isinstance(exc, RequestTimeoutError):
                 self._suspect(queue.address)
