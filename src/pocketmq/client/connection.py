@@ -50,7 +50,7 @@ from pocketmq.protocol.auth import ClientHandshake, normalize_address
 from pocketmq.protocol.body import DECODERS, encode_body_fast
 from pocketmq.version import VERSION
 
-__all__ = ["ClientConnection", "PushHandler", "SlowWatch", "connect"]
+__all__ = ["ClientConnection", "PushHandler", "SlowWatch", "clock_of", "connect"]
 
 log = logging.getLogger("pocketmq.client")
 
@@ -104,7 +104,9 @@ class ClientConnection(asyncio.Protocol):
         self._closed: asyncio.Future[None] | None = None
         self._can_write: asyncio.Event = asyncio.Event()
         self._can_write.set()
-        self._paused = False  # _can_write cleared: a plain attribute to test per request
+        self.paused = False
+        """The socket's buffer is full (``_can_write`` cleared): :meth:`request` waits for it
+        to drain, and a caller of :meth:`begin` should await :meth:`request` instead."""
         self._clock: Callable[[], float] = time.monotonic  # the loop's clock (connection_made)
         # one timer for every waiting request's slow watch and expiry, at the earliest due
         self._watchdog: asyncio.TimerHandle | None = None
@@ -128,7 +130,7 @@ class ClientConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
         self._closed = loop.create_future()
-        self._clock = _clock_of(loop)
+        self._clock = clock_of(loop)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """asyncio: the socket closed; every waiting request fails at once, with the broker's
@@ -152,12 +154,12 @@ class ClientConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """asyncio: the socket buffer is full; new requests wait (backpressure)."""
-        self._paused = True
+        self.paused = True
         self._can_write.clear()
 
     def resume_writing(self) -> None:
         """asyncio: the socket buffer drained."""
-        self._paused = False
+        self.paused = False
         self._can_write.set()
 
     def data_received(self, data: bytes) -> None:
@@ -339,12 +341,6 @@ class ClientConnection(asyncio.Protocol):
             self._arm(due)
         return future
 
-    @property
-    def paused(self) -> bool:
-        """Whether the socket's buffer is full: :meth:`request` waits for it to drain, and a
-        caller of :meth:`begin` should await :meth:`request` instead."""
-        return self._paused
-
     async def request(
         self,
         code: RequestCode,
@@ -358,7 +354,7 @@ class ClientConnection(asyncio.Protocol):
         error answer raises its typed error, no answer :class:`RequestTimeoutError`. ``slow``:
         what to start when the answer is late (:data:`SlowWatch`).
         """
-        if self._paused:
+        if self.paused:
             try:  # a peer that reads nothing (frozen) must not hold the caller for ever
                 async with asyncio.timeout(timeout):
                     await self._can_write.wait()
@@ -462,7 +458,7 @@ class ClientConnection(asyncio.Protocol):
             await self._closed
 
 
-def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+def clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     """``loop.time`` itself, or ``time.monotonic`` where that is all it does (asyncio's own
     loops): the same clock without a Python frame per reading (a request reads it once, an
     answer once)."""

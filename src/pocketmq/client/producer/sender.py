@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from pocketmq.client.connection import SlowWatch
+from pocketmq.client.connection import SlowWatch, clock_of
 from pocketmq.client.message import SendResult
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.producer.config import ProducerConfig, ProducerStatistics
@@ -92,6 +92,9 @@ class Sender:
         self._unknown = self._batches = 0
         self._suspects: dict[str, float] = {}  # address -> until (monotonic)
         self._watchers: set[asyncio.Task[None]] = set()
+        # the running loop's clock, read without a Python frame where it can be (clock_of)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock: Callable[[], float] = time.monotonic
 
     # -- the requests producers make ------------------------------------------------------
 
@@ -139,7 +142,10 @@ class Sender:
         fail raise at once: without a route there is nothing to retry."""
         config = self.config
         loop = asyncio.get_running_loop()
-        started = loop.time()
+        if loop is not self._loop:
+            self._loop, self._clock = loop, clock_of(loop)
+        clock = self._clock
+        started = clock()
         deadline = started + config.send_timeout
         counted = request.messages
         schedule = None  # created at the first flow-control refusal
@@ -151,10 +157,10 @@ class Sender:
         retry_at: float | None = None
         for attempt in range(config.retries + 1):
             if retry_at is not None:  # flow control: wait out the backoff deadline
-                wait = min(retry_at, deadline) - loop.time()
+                wait = min(retry_at, deadline) - clock()
                 if wait > 0:
                     await asyncio.sleep(wait)
-            now = loop.time() if attempt else started  # nothing ran in between
+            now = clock() if attempt else started  # nothing ran in between
             if now >= deadline:
                 break
             if attempt and counted:
