@@ -141,10 +141,7 @@ class Sender:
         stop; raises the handler's :meth:`~Request.give_up` error then. Route lookups that
         fail raise at once: without a route there is nothing to retry."""
         config = self.config
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._loop, self._clock = loop, clock_of(loop)
-        clock = self._clock
+        clock = self._clock if asyncio.get_running_loop() is self._loop else self._new_clock()
         started = clock()
         deadline = started + config.send_timeout
         counted = request.messages
@@ -217,6 +214,12 @@ class Sender:
             if isinstance(error, SendOutcomeUnknownError):
                 self._unknown += counted
         raise error
+
+    def _new_clock(self) -> Callable[[], float]:
+        """The running loop's clock (:func:`clock_of`), remembered with its loop."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._clock = clock_of(loop)
+        return self._clock
 
     async def _repick(self, request: Request[Any], queue: QueueRef, avoid: set[str]) -> QueueRef:
         """``queue``'s broker left a send unanswered (suspect): pick again from the route as it
