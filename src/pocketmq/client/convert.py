@@ -73,7 +73,7 @@ def validate_message(message: Message, max_size: int | None = None) -> None:
             and type(message.properties) is dict
             and not message.properties
             and topic in _STORABLE_TOPICS
-            and 0 < len(body)
+            and len(body) > 0
             and (max_size is None or len(body) <= max_size)
         ):
             return
