@@ -165,11 +165,12 @@ class SendMessages(Request[list[SendResult]]):
         self,
         topic: str,
         wires: list[w.InboundMessage],
-        *,
         producer_group: str,
         group: str | None = None,
         queue: QueueRef | None = None,
     ) -> None:
+        # positional or keyword: one is built per send, and a call with keywords cost 4,010
+        # instructions against ~2,300 (docs/benchmarks.md, "Producer send path, fewer levels")
         self.topic = topic
         self.messages = len(wires)
         self.group = group

@@ -106,7 +106,7 @@ class Sender:
         function handing back :meth:`run`'s coroutine: one coroutine less per send, created,
         passed through at each resumption and freed (docs/benchmarks.md, "A lone send, both
         sides")."""
-        request = SendMessages(topic, wires, producer_group=self.config.group, group=group)
+        request = SendMessages(topic, wires, self.config.group, group)  # positional: cheaper
         if group:
             return self._send_in_order(request, group)
         return self.run(request)
