@@ -218,17 +218,70 @@ async def test_a_watch_may_abort_the_request() -> None:
     assert _live_timers() == 0
 
 
-async def test_an_answered_request_leaves_no_timer_behind() -> None:
+async def test_answered_requests_leave_one_timer_that_ends_by_itself() -> None:
+    """One timer per connection, not per request (docs/benchmarks.md, "Producer send path,
+    fewer levels"): however many requests were answered, at most the connection's watchdog is
+    left, and it ends when it fires with nothing waiting, starting no watch."""
     connection = _connection()
-    task = asyncio.ensure_future(
+    started: list[Any] = []
+    for n in range(1, 51):
+        task = asyncio.ensure_future(
+            connection.request(
+                RequestCode.GET_ROUTE,
+                w.GetRouteRequest("t"),
+                None,
+                5,
+                slow=(0.05, lambda f, a: started.append(f)),
+            )
+        )
+        await asyncio.sleep(0)
+        assert _live_timers() == 1  # the watchdog, at the first request's watch
+        connection._pending[n][0].set_result(None)
+        await task
+    assert _live_timers() <= 1
+    await asyncio.sleep(0.1)
+    assert _live_timers() == 0
+    assert started == []
+
+
+async def test_a_watchdog_serves_each_request_at_its_own_time() -> None:
+    """A request behind others with later due times still starts its watch and expires at
+    its own times; one answered meanwhile is left alone."""
+    connection = _connection()
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    watched: dict[str, float] = {}
+
+    def watch(name: str) -> Any:
+        return lambda future, abort: watched.setdefault(name, loop.time() - begun)
+
+    slow = asyncio.ensure_future(
         connection.request(
-            RequestCode.GET_ROUTE, w.GetRouteRequest("t"), None, 5, slow=(1, lambda f, a: None)
+            RequestCode.GET_ROUTE, w.GetRouteRequest("s"), None, 0.5, slow=(0.3, watch("slow"))
+        )
+    )
+    answered = asyncio.ensure_future(
+        connection.request(
+            RequestCode.GET_ROUTE, w.GetRouteRequest("a"), None, 0.5, slow=(0.05, watch("a"))
+        )
+    )
+    quick = asyncio.ensure_future(
+        connection.request(
+            RequestCode.GET_ROUTE, w.GetRouteRequest("q"), None, 0.15, slow=(0.1, watch("quick"))
         )
     )
     await asyncio.sleep(0)
-    assert _live_timers() == 1  # the watch's: the expiry's is set only if it fires
-    connection._pending[1][0].set_result(None)
-    await task
+    connection._pending[2][0].set_result(None)
+    await answered
+    with pytest.raises(RequestTimeoutError, match=r"no answer in 0\.1s"):
+        await quick
+    assert 0.15 <= loop.time() - begun < 0.3
+    with pytest.raises(RequestTimeoutError, match=r"no answer in 0\.5s"):
+        await slow
+    assert 0.5 <= loop.time() - begun < 1.0
+    assert set(watched) == {"quick", "slow"}
+    assert 0.1 <= watched["quick"] < 0.15
+    assert 0.3 <= watched["slow"] < 0.5
     assert _live_timers() == 0
 
 

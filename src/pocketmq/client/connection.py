@@ -19,7 +19,10 @@ import contextlib
 import functools
 import itertools
 import logging
+import math
 import ssl
+import time
+from asyncio.base_events import BaseEventLoop
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
@@ -47,7 +50,7 @@ from pocketmq.protocol.auth import ClientHandshake, normalize_address
 from pocketmq.protocol.body import DECODERS, encode_body_fast
 from pocketmq.version import VERSION
 
-__all__ = ["ClientConnection", "PushHandler", "SlowWatch", "connect"]
+__all__ = ["ClientConnection", "PushHandler", "SlowWatch", "clock_of", "connect"]
 
 log = logging.getLogger("pocketmq.client")
 
@@ -66,6 +69,20 @@ _LONG_POLLS: Final = frozenset({RequestCode.PULL, RequestCode.POP})
 _REQUEST: Final = FrameKind.REQUEST
 _RESPONSE: Final = FrameKind.RESPONSE
 _SUCCESS: Final = Code.SUCCESS
+_Waiting = tuple[
+    "asyncio.Future[Any]",
+    "type[Any] | None",
+    float,
+    RequestCode,
+    float,
+    float,
+    "Callable[[asyncio.Future[Any], Callable[[BaseException], None]], None] | None",
+]
+"""A request waiting for its answer: ``(future, reply type, due, code, timeout, expires,
+start)``. ``due`` is when the connection's watchdog next looks at it: its slow watch's time
+while ``start`` is set (the watch not started yet), else its expiry (``expires``)."""
+
+
 # what answers in these protocols on a pocketmq machine (docs/cli.md, "Errors")
 _FOREIGN_PORTS: Final = {
     "HTTP/1.x": "like a broker's metrics and dashboard port (--http-port, 5557)",
@@ -82,13 +99,21 @@ class ClientConnection(asyncio.Protocol):
         self._on_push = on_push
         self._decoder = FrameDecoder()
         self._transport: asyncio.Transport | None = None
-        self._pending: dict[int, tuple[asyncio.Future[Any], type[Any] | None]] = {}
+        self._pending: dict[int, _Waiting] = {}
         self._ids = itertools.count(1)
         self._closed: asyncio.Future[None] | None = None
         self._can_write: asyncio.Event = asyncio.Event()
         self._can_write.set()
+        self.paused = False
+        """The socket's buffer is full (``_can_write`` cleared): :meth:`request` waits for it
+        to drain, and a caller of :meth:`begin` should await :meth:`request` instead."""
+        self._clock: Callable[[], float] = time.monotonic  # the loop's clock (connection_made)
+        # one timer for every waiting request's slow watch and expiry, at the earliest due
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_at = math.inf
         self._outgoing: list[bytes] = []
-        self._last_id = 0
+        self.last_id = 0
+        """The id of the request written last (:meth:`begin`'s caller forgets it by id)."""
         self._last_active = 0.0
         self._idle_check: asyncio.TimerHandle | None = None
         self._refusal: Exception | None = None  # the broker's reason for closing, if it gave one
@@ -103,7 +128,9 @@ class ClientConnection(asyncio.Protocol):
         # a stream transport, though not always an asyncio.Transport subclass (uvloop's is
         # not): check for what is used, not for the class
         self._transport = cast(asyncio.Transport, transport)
-        self._closed = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._closed = loop.create_future()
+        self._clock = clock_of(loop)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """asyncio: the socket closed; every waiting request fails at once, with the broker's
@@ -112,6 +139,9 @@ class ClientConnection(asyncio.Protocol):
         if self._idle_check is not None:
             self._idle_check.cancel()
             self._idle_check = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog, self._watchdog_at = None, math.inf
         self._fail_all(
             self._refusal
             or self._not_native()
@@ -124,15 +154,17 @@ class ClientConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """asyncio: the socket buffer is full; new requests wait (backpressure)."""
+        self.paused = True
         self._can_write.clear()
 
     def resume_writing(self) -> None:
         """asyncio: the socket buffer drained."""
+        self.paused = False
         self._can_write.set()
 
     def data_received(self, data: bytes) -> None:
         """asyncio: bytes arrived; complete frames answer requests or go to the push handler."""
-        self._last_active = asyncio.get_running_loop().time()
+        self._last_active = self._clock()
         if self._first_bytes is not None and len(self._first_bytes) < 16:
             self._first_bytes += data[: 16 - len(self._first_bytes)]
         try:
@@ -160,7 +192,7 @@ class ClientConnection(asyncio.Protocol):
                         remark = _remark(frame.body)
                         log.error("broker %s: %s", self.address, remark or frame.code)
                     continue
-                future, reply = waiting
+                future, reply = waiting[0], waiting[1]
                 if future.done():  # timed out or cancelled meanwhile
                     continue
                 if frame.code != _SUCCESS:
@@ -212,22 +244,10 @@ class ClientConnection(asyncio.Protocol):
     def _write(self, frame: bytes) -> None:
         """Queue a frame; everything queued in one loop iteration leaves in one write."""
         loop = asyncio.get_running_loop()
-        self._last_active = loop.time()
+        self._last_active = self._clock()
         if not self._outgoing:
             loop.call_soon(self._flush)
         self._outgoing.append(frame)
-
-    def _write_now(self, frame: bytes) -> None:
-        """Write a frame at once when it would be the only one in flight: nothing queued, no
-        request waiting for an answer. Coalescing frames of one loop iteration pays off only
-        when others are in flight; a lone request would lose an event-loop turn to it
-        (docs/design.md "Clients")."""
-        if self._outgoing or self._pending:
-            self._write(frame)
-            return
-        assert self._transport is not None  # is_open was checked by the caller
-        self._last_active = asyncio.get_running_loop().time()
-        self._transport.write(frame)
 
     def close_when_idle(self, server_idle_timeout: float) -> None:
         """Close this connection once it has been unused for half ``server_idle_timeout`` with
@@ -277,17 +297,48 @@ class ClientConnection(asyncio.Protocol):
         self, code: RequestCode, body: msgspec.Struct, reply: type[T] | None
     ) -> asyncio.Future[T]:
         """Queue the request and return the future of its response (no timeout)."""
-        if not self.is_open:
+        return self.begin(code, body, reply, math.inf)
+
+    def begin(
+        self,
+        code: RequestCode,
+        body: msgspec.Struct,
+        reply: type[T] | None,
+        timeout: float,
+        slow: SlowWatch | None = None,
+    ) -> asyncio.Future[T]:
+        """Write the request and return the future of its answer, which fails with
+        :class:`RequestTimeoutError` after ``timeout`` (``slow``: :data:`SlowWatch`). What
+        :meth:`request` does without its coroutine, for a caller that awaits the future itself
+        (the producer's send: docs/benchmarks.md, "Producer send path, fewer levels"); it does
+        not wait while the connection is paused for writing (see :attr:`paused`).
+
+        The frame leaves at once when it is the only one in flight (nothing queued, no request
+        waiting for an answer); else it is queued, and everything queued in one loop iteration
+        leaves in one write. Coalescing pays off only when others are in flight; a lone request
+        would lose an event-loop turn to it (docs/design.md "Clients")."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
             if self._refusal is not None:
                 raise self._refusal
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
-        assert self._transport is not None
-        request_id = self._last_id = self._next_id()
+        request_id = self.last_id = next(self._ids) & 0xFFFFFFFF or next(self._ids) & 0xFFFFFFFF
         # encode_body's own encoder method, without its frame
         frame = encode_frame(_REQUEST, code, request_id, encode_body_fast(body))  # may raise
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._write_now(frame)
-        self._pending[request_id] = (future, reply)
+        now = self._last_active = self._clock()
+        if self._outgoing or self._pending:
+            self._write(frame)
+        else:
+            transport.write(frame)
+        if slow is not None and slow[0] < timeout:
+            due = now + slow[0]
+            self._pending[request_id] = (future, reply, due, code, timeout, now + timeout, slow[1])
+        else:
+            due = now + timeout
+            self._pending[request_id] = (future, reply, due, code, timeout, due, None)
+        if due < self._watchdog_at:
+            self._arm(due)
         return future
 
     async def request(
@@ -303,7 +354,7 @@ class ClientConnection(asyncio.Protocol):
         error answer raises its typed error, no answer :class:`RequestTimeoutError`. ``slow``:
         what to start when the answer is late (:data:`SlowWatch`).
         """
-        if not self._can_write.is_set():
+        if self.paused:
             try:  # a peer that reads nothing (frozen) must not hold the caller for ever
                 async with asyncio.timeout(timeout):
                     await self._can_write.wait()
@@ -312,46 +363,70 @@ class ClientConnection(asyncio.Protocol):
                     f"{code.name} to {self.address}: the connection took nothing in {timeout:.1f}s",
                     address=self.address,
                 ) from None
-        future = self.send_request(code, body, reply)
-        request_id = self._last_id
-        loop = asyncio.get_running_loop()
-        # one timer per request at a time (the last of ``timers``): with ``slow``, the watch's,
-        # which sets the expiry's when it fires; an answer in time, nearly every one, then
-        # costs one timer, not two
-        timers: list[asyncio.TimerHandle] = []
-        if slow is not None and slow[0] < timeout:
-            now = loop.time()
-            late = (timers, request_id, code, timeout, now + timeout, slow[1], future)
-            timers.append(loop.call_at(now + slow[0], self._late, *late))
-        else:
-            timers.append(loop.call_later(timeout, self._expire, request_id, code, timeout))
+        future = self.begin(code, body, reply, timeout, slow)
+        request_id = self.last_id
         try:
             return await future
         except asyncio.CancelledError:
-            # a long poll given up on: the broker stops waiting instead of taking messages
-            # for nobody (docs/protocol.md, CANCEL)
-            self._pending.pop(request_id, None)
-            if code in _LONG_POLLS and self.is_open:
-                self.oneway(RequestCode.CANCEL, w.CancelRequest(request_id))
+            self.forget(request_id, code)
             raise
-        finally:
-            timers[-1].cancel()
 
-    def _late(
-        self,
-        timers: list[asyncio.TimerHandle],
-        request_id: int,
-        code: RequestCode,
-        timeout: float,
-        expires: float,
-        start: Callable[[asyncio.Future[Any], Callable[[BaseException], None]], None],
-        future: asyncio.Future[Any],
-    ) -> None:
-        """A request's answer is late (:data:`SlowWatch`): set its expiry, then start the
-        watch with a way to abort the request."""
-        loop = asyncio.get_running_loop()
-        timers.append(loop.call_at(expires, self._expire, request_id, code, timeout))
-        start(future, functools.partial(self._abort, request_id))
+    def forget(self, request_id: int, code: RequestCode) -> None:
+        """The caller stopped waiting for request ``request_id`` (cancelled): drop it; a long
+        poll given up on is cancelled at the broker too, which then stops waiting instead of
+        taking messages for nobody (docs/protocol.md, CANCEL)."""
+        self._pending.pop(request_id, None)
+        if code in _LONG_POLLS and self.is_open:
+            self.oneway(RequestCode.CANCEL, w.CancelRequest(request_id))
+
+    # -- the watchdog: slow watches and expiries ------------------------------------------
+    #
+    # One timer per connection, at the earliest due time of the requests waiting, instead of
+    # one per request: a timer per request (a Python ``TimerHandle``, its heap push and pop
+    # through Python's ``__lt__``, its cancel) was ~10 % of a lone send's client instructions
+    # (docs/benchmarks.md, "Producer send path, fewer levels"). An answered request leaves the
+    # timer armed; when it fires with nothing due it re-arms at the next due time, or, with
+    # nothing waiting, is gone. Each request still starts its watch and expires at its own
+    # time.
+
+    def _arm(self, due: float) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog_at = due
+        self._watchdog = asyncio.get_running_loop().call_at(due, self._on_watchdog)
+
+    def _on_watchdog(self) -> None:
+        """Start the watches and expire the requests now due; re-arm at the next due time."""
+        # a timer runs when its time is within the clock's resolution: what was due at the
+        # armed time is due now
+        now = max(self._clock(), self._watchdog_at)
+        self._watchdog, self._watchdog_at = None, math.inf
+        pending = self._pending
+        for request_id, waiting in list(pending.items()):
+            if waiting[2] > now or pending.get(request_id) is not waiting:
+                continue  # not due, or answered or aborted meanwhile (by a watch)
+            future, reply, _, code, timeout, expires, start = waiting
+            if future.done():  # ended without its answer being read (cancelled, set)
+                del pending[request_id]
+                continue
+            if start is not None:  # late: from now on it waits for its expiry
+                pending[request_id] = (future, reply, expires, code, timeout, expires, None)
+                try:
+                    start(future, functools.partial(self._abort, request_id))
+                except Exception:
+                    log.exception("watching a late %s to %s failed", code.name, self.address)
+                continue
+            del pending[request_id]
+            future.set_exception(
+                RequestTimeoutError(
+                    f"{code.name} to {self.address} got no answer in {timeout:.1f}s",
+                    address=self.address,
+                )
+            )
+        if pending:
+            due = min(waiting[2] for waiting in pending.values())
+            if due < self._watchdog_at:  # (a watch may have made a request meanwhile)
+                self._arm(due)
 
     def _abort(self, request_id: int, error: BaseException) -> None:
         waiting = self._pending.pop(request_id, None)
@@ -366,21 +441,11 @@ class ClientConnection(asyncio.Protocol):
         request_id = self._next_id()
         self._write(encode_frame(FrameKind.ONEWAY, code, request_id, encode_body(body)))
 
-    def _expire(self, request_id: int, code: RequestCode, timeout: float) -> None:
-        waiting = self._pending.pop(request_id, None)
-        if waiting is not None and not waiting[0].done():
-            waiting[0].set_exception(
-                RequestTimeoutError(
-                    f"{code.name} to {self.address} got no answer in {timeout:.1f}s",
-                    address=self.address,
-                )
-            )
-
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
-        for future, _ in pending.values():
-            if not future.done():
-                future.set_exception(error)
+        for waiting in pending.values():
+            if not waiting[0].done():
+                waiting[0].set_exception(error)
 
     def close(self) -> None:
         """Close the socket; waiting requests fail with a connection error."""
@@ -391,6 +456,15 @@ class ClientConnection(asyncio.Protocol):
         """Wait until the socket is closed."""
         if self._closed is not None:
             await self._closed
+
+
+def clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """``loop.time`` itself, or ``time.monotonic`` where that is all it does (asyncio's own
+    loops): the same clock without a Python frame per reading (a request reads it once, an
+    answer once)."""
+    if getattr(loop.time, "__func__", None) is BaseEventLoop.time:
+        return time.monotonic
+    return loop.time
 
 
 def _remark(body: bytes) -> str:

@@ -39,14 +39,30 @@ class Accumulator:
 
     def __init__(self, config: ProducerConfig, send_batch: SendBatch) -> None:
         self._config = config
-        self._send_batch = send_batch
+        self.send_batch = send_batch
+        """Sends one batch of a topic (the producer's sender)."""
         self._buffers: dict[str, list[_Pending]] = {}
         self._buffer_bytes: dict[str, int] = {}
         self._flushers: dict[str, asyncio.TimerHandle] = {}
         self._adaptive = config.linger is None
         self._sending: dict[str, int] = {}  # per topic: batches in flight
-        self.in_flight: set[asyncio.Future[None]] = set()
-        """Batches being sent (a flush waits for them)."""
+        self._tasks: set[asyncio.Task[None]] = set()  # batches being sent
+        # per topic: the lone send in flight (at most one: it leaves only when nothing of its
+        # topic is in flight), and the future a flush waits on, made when one asks
+        self._alone: dict[str, asyncio.Future[None] | None] = {}
+
+    @property
+    def in_flight(self) -> set[asyncio.Future[None]]:
+        """Batches and lone sends being sent (a flush waits for them): a lone send's future is
+        made here, when asked, not per send (docs/benchmarks.md, "Producer send path, fewer
+        levels")."""
+        waiting: set[asyncio.Future[None]] = set(self._tasks)
+        alone = self._alone
+        for topic, done in alone.items():
+            if done is None or done.done():  # (a waiter may have cancelled it)
+                done = alone[topic] = asyncio.get_running_loop().create_future()
+            waiting.add(done)
+        return waiting
 
     def add(self, wire: w.InboundMessage) -> Awaitable[SendResult]:
         """Hold ``wire`` for the next batch of its topic; the awaitable returned gives its own
@@ -55,12 +71,33 @@ class Accumulator:
         and a held message's caller awaits its future directly, one coroutine less per
         message on the pipelined path (docs/benchmarks.md, "Producer send path")."""
         topic = wire.topic
-        loop = asyncio.get_running_loop()
+        if self.alone(topic):
+            return self._send_alone(topic, wire)
+        return self.hold(wire)
+
+    def alone(self, topic: str) -> bool:
+        """Whether a message of ``topic`` leaves at once, alone: adaptive batching with nothing
+        of ``topic`` in flight or held. Then it is marked in flight from now on: the caller
+        sends it (:attr:`send_batch`) from its own task and calls :meth:`sent_alone` when that
+        ends, however it ends; what arrives meanwhile waits for it, as behind any batch."""
         if self._adaptive and not self._sending.get(topic) and topic not in self._buffers:
             self._sending[topic] = 1
-            done: asyncio.Future[None] = loop.create_future()
-            self.in_flight.add(done)
-            return self._send_alone(topic, wire, done)
+            self._alone[topic] = None
+            return True
+        return False
+
+    def sent_alone(self, topic: str) -> None:
+        """The lone send of ``topic`` ended (see :meth:`alone`)."""
+        self._sent(topic)  # first: whatever else fails, the topic must not stay "sending"
+        done = self._alone.pop(topic, None)
+        if done is not None and not done.done():
+            done.set_result(None)
+
+    def hold(self, wire: w.InboundMessage) -> asyncio.Future[SendResult]:
+        """Hold ``wire`` for the next batch of its topic (when :meth:`alone` said no); the
+        future gives its own result once sent."""
+        topic = wire.topic
+        loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult] = loop.create_future()
         buffer = self._buffers.get(topic)
         if buffer is None:
@@ -79,21 +116,14 @@ class Accumulator:
             self._flushers[topic] = loop.call_later(config.linger, self._flush_topic, topic)
         return future
 
-    async def _send_alone(
-        self, topic: str, wire: w.InboundMessage, done: asyncio.Future[None]
-    ) -> SendResult:
-        """Adaptive batching with nothing of ``topic`` in flight: the message leaves at once,
-        sent from the caller's own task (no task, future or event-loop turn of its own); what
-        arrives meanwhile waits for it, as behind any batch. ``in_flight`` holds ``done`` for
-        it, so a flush still waits for it."""
+    async def _send_alone(self, topic: str, wire: w.InboundMessage) -> SendResult:
+        """A message :meth:`alone` let leave at once, sent from the caller's own task (no
+        task, future or event-loop turn of its own)."""
         try:
-            [result] = await self._send_batch(topic, [wire])
+            [result] = await self.send_batch(topic, [wire])
             return result
         finally:
-            self._sent(topic)  # first: whatever else fails, the topic must not stay "sending"
-            self.in_flight.discard(done)
-            if not done.done():  # a waiter may have cancelled it
-                done.set_result(None)
+            self.sent_alone(topic)
 
     def send_all(self) -> None:
         """Start sending everything held, without waiting for the linger time."""
@@ -110,8 +140,8 @@ class Accumulator:
             return
         self._sending[topic] = self._sending.get(topic, 0) + 1
         task = asyncio.ensure_future(self._send(topic, batch))
-        self.in_flight.add(task)
-        task.add_done_callback(self.in_flight.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _sent(self, topic: str) -> None:
         left = self._sending.get(topic, 1) - 1
@@ -130,7 +160,7 @@ class Accumulator:
 
     async def _send_and_settle(self, topic: str, batch: list[_Pending]) -> None:
         try:
-            results = await self._send_batch(topic, [wire for wire, _ in batch])
+            results = await self.send_batch(topic, [wire for wire, _ in batch])
         except BaseException as exc:
             for _, future in batch:
                 if not future.done():

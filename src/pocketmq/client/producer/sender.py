@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from pocketmq.client.connection import SlowWatch
+from pocketmq.client.connection import SlowWatch, clock_of
 from pocketmq.client.message import SendResult
 from pocketmq.client.pool import ConnectionPool
 from pocketmq.client.producer.config import ProducerConfig, ProducerStatistics
@@ -92,6 +92,9 @@ class Sender:
         self._unknown = self._batches = 0
         self._suspects: dict[str, float] = {}  # address -> until (monotonic)
         self._watchers: set[asyncio.Task[None]] = set()
+        # the running loop's clock, read without a Python frame where it can be (clock_of)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock: Callable[[], float] = time.monotonic
 
     # -- the requests producers make ------------------------------------------------------
 
@@ -103,7 +106,7 @@ class Sender:
         function handing back :meth:`run`'s coroutine: one coroutine less per send, created,
         passed through at each resumption and freed (docs/benchmarks.md, "A lone send, both
         sides")."""
-        request = SendMessages(topic, wires, producer_group=self.config.group, group=group)
+        request = SendMessages(topic, wires, self.config.group, group)  # positional: cheaper
         if group:
             return self._send_in_order(request, group)
         return self.run(request)
@@ -138,8 +141,8 @@ class Sender:
         stop; raises the handler's :meth:`~Request.give_up` error then. Route lookups that
         fail raise at once: without a route there is nothing to retry."""
         config = self.config
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        clock = self._clock if asyncio.get_running_loop() is self._loop else self._new_clock()
+        started = clock()
         deadline = started + config.send_timeout
         counted = request.messages
         schedule = None  # created at the first flow-control refusal
@@ -151,10 +154,10 @@ class Sender:
         retry_at: float | None = None
         for attempt in range(config.retries + 1):
             if retry_at is not None:  # flow control: wait out the backoff deadline
-                wait = min(retry_at, deadline) - loop.time()
+                wait = min(retry_at, deadline) - clock()
                 if wait > 0:
                     await asyncio.sleep(wait)
-            now = loop.time() if attempt else started  # nothing ran in between
+            now = clock() if attempt else started  # nothing ran in between
             if now >= deadline:
                 break
             if attempt and counted:
@@ -212,6 +215,12 @@ class Sender:
                 self._unknown += counted
         raise error
 
+    def _new_clock(self) -> Callable[[], float]:
+        """The running loop's clock (:func:`clock_of`), remembered with its loop."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._clock = clock_of(loop)
+        return self._clock
+
     async def _repick(self, request: Request[Any], queue: QueueRef, avoid: set[str]) -> QueueRef:
         """``queue``'s broker left a send unanswered (suspect): pick again from the route as it
         is now, the group may have another master by now."""
@@ -244,9 +253,20 @@ class Sender:
         if request.fixed is None:  # a topic's queue: watch the route while it is unanswered
             slow = (WATCH_AFTER, functools.partial(self._start_watch, request.topic, queue))
         try:
-            answer = await connection.request(
-                request.code, request.body(queue), request.reply, timeout, slow=slow
-            )
+            if connection.paused:  # the socket's buffer is full: request() waits for it
+                answer = await connection.request(
+                    request.code, request.body(queue), request.reply, timeout, slow=slow
+                )
+            else:  # the request's own future, without request()'s coroutine level
+                future = connection.begin(
+                    request.code, request.body(queue), request.reply, timeout, slow
+                )
+                request_id = connection.last_id
+                try:
+                    answer = await future
+                except asyncio.CancelledError:
+                    connection.forget(request_id, request.code)
+                    raise
         except BrokerConnectionError as exc:  # lost after writing, or no answer in time
             if isinstance(exc, RequestTimeoutError):
                 self._suspect(queue.address)
