@@ -13,6 +13,7 @@ import errno
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from zlib import crc32
 
 import msgspec
 
@@ -21,7 +22,7 @@ from pocketmq.properties import KEYS, MESSAGE_ID, TAGS
 from pocketmq.store.commitlog import Segment
 from pocketmq.store.consumequeue import ENTRY, GROW_MAX, ConsumeQueue
 from pocketmq.store.files import SyncError
-from pocketmq.store.index import id_hash, key_hashes
+from pocketmq.store.index import ID_HASH_SEED, key_hashes
 from pocketmq.store.lograte import LogRate
 from pocketmq.store.message import (
     PutResult,
@@ -127,18 +128,6 @@ class Writer:
         """Append ``messages`` (the caller holds the state's lock); the results line up with
         them. Every queue file the batch writes is opened and pinned before its message is
         logged, and released when the batch is done."""
-        pinned: list[tuple[ConsumeQueue, QueueFile]] = []
-        try:
-            return self._append(messages, pinned)
-        finally:
-            for queue, queue_file in pinned:
-                queue.unpin(queue_file)
-
-    def _append(
-        self,
-        messages: Sequence[StoreMessage],
-        pinned: list[tuple[ConsumeQueue, QueueFile]],
-    ) -> list[PutResult]:
         refusal = self._refusal()
         if refusal is not None:
             self.put_failures += len(messages)
@@ -149,6 +138,21 @@ class Writer:
             segment = commitlog.active_segment()
         except OSError as exc:
             return self._fail_all(messages, exc, needed=self.config.segment_size)
+        pinned: list[tuple[ConsumeQueue, QueueFile]] = []
+        try:
+            return self._append(messages, pinned, now_ms, segment)
+        finally:
+            for queue, queue_file in pinned:
+                queue.unpin(queue_file)
+
+    def _append(
+        self,
+        messages: Sequence[StoreMessage],
+        pinned: list[tuple[ConsumeQueue, QueueFile]],
+        now_ms: int,
+        segment: Segment,
+    ) -> list[PutResult]:
+        commitlog = self._commitlog
         batch = _Batch(len(messages), segment, commitlog.write_position)
         store_host = self._store_host
         next_offsets = batch.next_offsets
@@ -330,9 +334,11 @@ class Writer:
         """Write what is encoded since the chunk began (one ``pwrite``): its messages become
         written, or are answered with the error, which is returned (the log's end stays at
         the chunk's start)."""
-        assert batch.segment is not None
+        segment = batch.segment
+        assert segment is not None
         try:
-            self._write_pieces(batch.segment, batch.chunk_start, batch.pieces)
+            if batch.pieces:
+                segment.write(batch.chunk_start - segment.base, b"".join(batch.pieces))
             batch.written.extend(batch.pending)
         except OSError as exc:
             self._fail_pending(batch.pending, batch.results, exc)
@@ -382,11 +388,6 @@ class Writer:
             self._errors.error("queue-file", "cannot prepare a consume-queue file: %s", exc)
         return PutResult(status=status, reason=f"cannot prepare a consume-queue file: {exc}")
 
-    @staticmethod
-    def _write_pieces(segment: Segment, start: int, pieces: list[bytes]) -> None:
-        if pieces:
-            segment.write(start - segment.base, b"".join(pieces))
-
     def _dispatch(
         self, written: list[_Written], now_ms: int, results: list[PutResult | None]
     ) -> None:
@@ -413,8 +414,8 @@ class Writer:
                 entries = by_queue[key] = []
                 first_offsets[key] = queue_offset
             entries.append(pack_entry(physical, size, code))
-            if message_id:
-                index_entries.append((id_hash(message_id), physical))
+            if message_id:  # id_hash(message_id), without its frame
+                index_entries.append((crc32(message_id.encode(), ID_HASH_SEED), physical))
             if keys:
                 index_entries += [(h, physical) for h in key_hashes(topic, keys)]
             bytes_put += size
