@@ -236,19 +236,19 @@ class SendPath(BrokerPart):
         transactions.stored(to_store, results)
         touched: set[tuple[str, int]] = set()
         end = 0
-        stored_count = 0
-        traffic = self.traffic
+        counted: list[tuple[str, int]] = []  # (topic, body size) of each stored message
         for stored, result in zip(to_store, results, strict=True):
             status = result.status
             if status is _PUT_OK or status.stored:  # identity first: no enum hash per message
-                stored_count += 1
-                touched.add((stored.topic, stored.queue_id))
+                topic = stored.topic
+                touched.add((topic, stored.queue_id))
                 reach = result.physical_offset + result.size
                 if reach > end:
                     end = reach
-                traffic.stored(stored.topic, len(stored.body))
+                counted.append((topic, len(stored.body)))
+        self.traffic.stored_many(counted)
         self._appender.wake(touched, end)
-        self.counters["messages_in"] += stored_count
+        self.counters["messages_in"] += len(counted)
         return results
 
     async def settle(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:

@@ -152,7 +152,9 @@ class ConsumeQueue:
             assert queue_file is not None
             room = queue_file.base + self.entries_per_file - target
             chunk = min(room, count - done)
-            data = entries[done * ENTRY_SIZE : (done + chunk) * ENTRY_SIZE]
+            # all of them in one file (nearly always): written without a copy
+            end = (done + chunk) * ENTRY_SIZE
+            data = entries if not done and end == len(entries) else entries[done * ENTRY_SIZE : end]
             position = (target - queue_file.base) * ENTRY_SIZE
             if pinned and queue_file.fd >= 0:
                 pwrite_full(queue_file.fd, data, position, "consumequeue")

@@ -422,8 +422,10 @@ class Writer:
             # answered now: should a queue write below fail, _finish answers every written
             # message STORE_FAILED over this
             results[number] = PutResult(ok, topic, queue_id, queue_offset, physical, size, now_ms)
+        queues = self._state.queues
         for key, entries in by_queue.items():
-            self._state.queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
+            packed = entries[0] if len(entries) == 1 else b"".join(entries)
+            queues[key].put(first_offsets[key], packed, pinned=True)
         if index_entries and not self.index_broken:
             try:
                 self._state.index.put_hashed(index_entries)
