@@ -1,4 +1,4 @@
-"""The store's compiled group (consume queue, index, commit log: docs/design.md, "Compiled hot
+"""The store's compiled group (consume queue and commit log: docs/design.md, "Compiled hot
 paths") against its pure modules: the same random appends, reads, lookups, restarts and
 retention give the same answers and the same bytes in every file. One child process runs each
 implementation (a process uses one or the other for all its stores); skipped without a
@@ -33,7 +33,7 @@ config = StoreConfig(
     checkpoint_interval=3600.0,
 )
 rng = random.Random(32)
-group = ("pocketmq.store._commitlog", "pocketmq.store._consumequeue", "pocketmq.store._index")
+group = ("pocketmq.store._commitlog", "pocketmq.store._consumequeue")
 answers = [sorted(n for n in COMPILED if n in group)]
 
 
@@ -99,22 +99,18 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_the_compiled_group_answers_and_writes_what_the_pure_modules_do(tmp_path: Path) -> None:
-    for module in ("_consumequeue", "_index", "_commitlog"):
+    for module in ("_consumequeue", "_commitlog"):
         compiled_twin("pocketmq.store." + module)
     pure = _run(tmp_path / "pure", pure=True)
     fast = _run(tmp_path / "fast", pure=False)
     assert pure[0] == [], "the pure run loaded a compiled module"
-    assert fast[0] == [
-        "pocketmq.store._commitlog",
-        "pocketmq.store._consumequeue",
-        "pocketmq.store._index",
-    ]
+    assert fast[0] == ["pocketmq.store._commitlog", "pocketmq.store._consumequeue"]
     assert fast[1:] == pure[1:]
     assert any(status == "PUT_OK" for batch in pure[1:61] for status, *_ in batch)  # type: ignore[attr-defined]
     assert _files(tmp_path / "fast") == _files(tmp_path / "pure")
 
 
-@pytest.mark.parametrize("name", ["consumequeue", "index", "commitlog"])
+@pytest.mark.parametrize("name", ["consumequeue", "commitlog"])
 def test_the_public_module_exports_the_private_modules_names(name: str) -> None:
     """What importers use is there whichever implementation was loaded."""
     import importlib

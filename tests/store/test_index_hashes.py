@@ -3,7 +3,6 @@ must be the bytes the key-by-key path writes (docs/storage-format.md §3), on ei
 
 from __future__ import annotations
 
-import sys
 import zlib
 from pathlib import Path
 
@@ -66,7 +65,7 @@ def test_a_big_endian_host_writes_the_same_file(tmp_path: Path, monkeypatch) -> 
     little = IndexFile(str(tmp_path / "le"), max_entries=64, create=True)
     little.put_many(hashed)
     little.close()
-    monkeypatch.setattr(sys, "byteorder", "big")
+    monkeypatch.setattr(index_module.sys, "byteorder", "big")
     big = IndexFile(str(tmp_path / "be"), max_entries=64, create=True)
     assert isinstance(big._slots, index_module._PackedSlots)
     big.put_many(hashed)

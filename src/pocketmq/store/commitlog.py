@@ -1,7 +1,7 @@
 """The commit log: fixed-size segment files holding every record back to back.
 
 The code is in the private module ``_commitlog``, compiled by the build with ``_consumequeue``
-and ``_index`` as one group (docs/design.md, "Compiled hot paths"); this module exports the
+as one group (docs/design.md, "Compiled hot paths"); this module exports the
 compiled twin when it was built from the same sources and ``POCKETMQ_NO_EXTENSIONS`` is not
 set, else the pure module.
 """

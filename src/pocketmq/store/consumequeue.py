@@ -1,8 +1,8 @@
 """Consume queues: per (topic, queue) arrays of fixed-width entries pointing into the commit log
 (docs/storage-format.md §2).
 
-The code is in the private module ``_consumequeue``, compiled by the build with ``_index`` and
-``_commitlog`` as one group (docs/design.md, "Compiled hot paths": a lone send's per-request
+The code is in the private module ``_consumequeue``, compiled by the build with ``_commitlog``
+as one group (docs/design.md, "Compiled hot paths": a lone send's per-request
 store work, docs/benchmarks.md "Broker send path, the append's Python calls"); this module
 exports the compiled twin when it was built from the same sources and
 ``POCKETMQ_NO_EXTENSIONS`` is not set, else the pure module. Faults are injected below it, in
