@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pocketmq.store import MessageStore, PutStatus, StoreMessage, faults
 from pocketmq.store.faults import FaultRule
 
@@ -80,3 +82,35 @@ def test_a_failed_consume_queue_write_after_the_log_write_stops_writes(
     faults.uninstall()
     with MessageStore.open(str(directory), SMALL) as store:
         assert _ids(store) == ["MSG000000", "MSG000001"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "status", "reason"),
+    [
+        (dict(topic="bad topic"), PutStatus.MESSAGE_ILLEGAL, "must be 1-127 characters"),
+        (dict(queue_id=2**31), PutStatus.MESSAGE_ILLEGAL, "queue id out of range"),
+        (dict(body="text"), PutStatus.MESSAGE_ILLEGAL, "body must be bytes"),
+        (dict(body=b"x" * (SMALL.max_message_size + 1)), PutStatus.MESSAGE_TOO_LARGE, "limit"),
+        (dict(flags=-1), PutStatus.MESSAGE_ILLEGAL, "flags -1 out of range"),
+        (dict(born_timestamp=2**64), PutStatus.MESSAGE_ILLEGAL, "born timestamp"),
+        (dict(reconsume_times=2**32), PutStatus.MESSAGE_ILLEGAL, "reconsume count"),
+        (dict(prepared_transaction_offset=-1), PutStatus.MESSAGE_ILLEGAL, "prepared transaction"),
+        (dict(tag_code=2**64), PutStatus.MESSAGE_ILLEGAL, "tag code out of range"),
+        (dict(born_host=b"x" * 4), PutStatus.MESSAGE_ILLEGAL, "born host must be empty"),
+        # two rules broken: the first in the order above is named
+        (dict(flags=-1, born_host=b"x"), PutStatus.MESSAGE_ILLEGAL, "flags -1 out of range"),
+    ],
+)
+def test_every_field_rule_names_itself_also_for_a_topic_written_before(
+    tmp_path: Path, bad: dict[str, object], status: PutStatus, reason: str
+) -> None:
+    """The writer checks a message of a topic it has seen in one expression and names the
+    broken rule only on refusal (docs/benchmarks.md, "Broker send path, the append's Python
+    calls"): each rule still refuses, with its own words, before anything is written."""
+    with MessageStore.open(str(tmp_path / "s"), SMALL) as store:
+        store.put([message(0)])  # the topic is known from here on
+        fields: dict[str, object] = {"topic": "orders", "queue_id": 0, "body": b"x", **bad}
+        results = store.put([StoreMessage(**fields), message(1)])  # type: ignore[arg-type]
+        assert results[0].status is status
+        assert reason in results[0].reason
+        assert (results[1].status, results[1].queue_offset) == (PutStatus.PUT_OK, 1)

@@ -267,15 +267,23 @@ def test_a_record_past_the_byte_budget_is_read_once(tmp_path: Path) -> None:
     again from the record that did not fit, reading it once per entry of ``max_scan``."""
     with MessageStore.open(str(tmp_path / "s"), SMALL) as store:
         store.put([StoreMessage(topic="t", queue_id=0, body=b"x" * 1000) for _ in range(40)])
-        commitlog = store._reader._commitlog
         reads: list[tuple[int, int]] = []
-        read = commitlog.read
 
-        def counted(offset: int, size: int) -> bytes | None:
-            reads.append((offset, size))
-            return read(offset, size)
+        class Counted:
+            """The reader's commit log, its reads counted (a compiled ``CommitLog`` takes no
+            instance attribute, so the method is not replaced on it)."""
 
-        commitlog.read = counted  # type: ignore[method-assign]
+            def __init__(self, log: Any) -> None:
+                self._log = log
+
+            def read(self, offset: int, size: int) -> bytes | None:
+                reads.append((offset, size))
+                return self._log.read(offset, size)  # type: ignore[no-any-return]
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._log, name)
+
+        store._reader._commitlog = Counted(store._reader._commitlog)  # type: ignore[assignment]
         got = store.get_messages("t", 0, 0, max_count=8, max_bytes=2500)
         assert (got.status, len(got.messages), got.next_offset) == (GetStatus.FOUND, 2, 2)
         assert len(reads) == 1  # the first 8 records, adjacent in the first segment

@@ -68,23 +68,28 @@ class _Call:
     the type its messages are checked against (None for a system topic). Nothing in one
     synchronous call changes a user topic, so its config is reused within the call only."""
 
-    __slots__ = ("max_body", "max_delay_ms", "topics", "transactions")
+    __slots__ = ("max_body", "max_delay_ms", "now_ms", "topics", "transactions")
 
     def __init__(self, path: SendPath) -> None:
         config = path.config
         self.max_body = config.store.max_message_size
         self.max_delay_ms = int(config.max_delay * 1000)
         self.transactions = path._shared.transactions
-        self.topics: dict[str, tuple[TopicConfig, str | None]] = {}
+        # the clock read once a call (its messages are stored in one append, which stamps
+        # them with one store time too)
+        self.now_ms = int(path._clock() * 1000)
+        self.topics: dict[str, tuple[TopicConfig, str | None, bool]] = {}
 
-    def topic(self, path: SendPath, name: str) -> tuple[TopicConfig, str | None]:
+    def topic(self, path: SendPath, name: str) -> tuple[TopicConfig, str | None, bool]:
         """The writable topic ``name`` (refused as :meth:`BrokerPart._writable_topic` refuses
-        it) and its type; a user topic is remembered for the rest of the call."""
+        it), its type and whether it is a retry topic; a user topic is remembered for the
+        rest of the call."""
         topic = path._writable_topic(name)
+        retry = topic.name.startswith(RETRY_PREFIX)
         if topic.system:
-            return topic, None
+            return topic, None, retry
         # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame a call
-        known = self.topics[name] = (topic, topic.topic_type._value_)
+        known = self.topics[name] = (topic, topic.topic_type._value_, retry)
         return known
 
 
@@ -166,11 +171,11 @@ class SendPath(BrokerPart):
             if host is None:
                 host = self._hosts[batch.born_host] = pack_host(batch.born_host)
             outcomes: list[SendOutcome | None] = []
+            group = batch.producer_group
+            check_kind = not batch.redrive
             for message in messages:
                 try:
-                    to_store.append(
-                        self._prepare(message, host, batch.producer_group, not batch.redrive, call)
-                    )
+                    to_store.append(self._prepare(message, host, group, check_kind, call))
                 except BrokerError as exc:
                     outcomes.append(
                         SendOutcome(
@@ -231,19 +236,19 @@ class SendPath(BrokerPart):
         transactions.stored(to_store, results)
         touched: set[tuple[str, int]] = set()
         end = 0
-        stored_count = 0
-        traffic = self.traffic
+        counted: list[tuple[str, int]] = []  # (topic, body size) of each stored message
         for stored, result in zip(to_store, results, strict=True):
             status = result.status
             if status is _PUT_OK or status.stored:  # identity first: no enum hash per message
-                stored_count += 1
-                touched.add((stored.topic, stored.queue_id))
+                topic = stored.topic
+                touched.add((topic, stored.queue_id))
                 reach = result.physical_offset + result.size
                 if reach > end:
                     end = reach
-                traffic.stored(stored.topic, len(stored.body))
+                counted.append((topic, len(stored.body)))
+        self.traffic.stored_many(counted)
         self._appender.wake(touched, end)
-        self.counters["messages_in"] += stored_count
+        self.counters["messages_in"] += len(counted)
         return results
 
     async def settle(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
@@ -283,10 +288,10 @@ class SendPath(BrokerPart):
         known = call.topics.get(message.topic)
         if known is None:
             known = call.topic(self, message.topic)
-        topic, topic_type = known
+        topic, topic_type, retry = known
         body = message.body
         properties = message.properties
-        now_ms = int(self._clock() * 1000)
+        now_ms = call.now_ms
         violation = check_message(
             topic.name,
             len(body),
@@ -328,7 +333,7 @@ class SendPath(BrokerPart):
             message.born_timestamp or now_ms,
             host,
         )
-        if topic.name.startswith(RETRY_PREFIX):
+        if retry:
             stored = self._resent_retry(stored)
         else:
             transactions = call.transactions or self.transactions

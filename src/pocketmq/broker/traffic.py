@@ -34,12 +34,19 @@ class Traffic:
 
     def stored(self, topic: str, size: int) -> None:
         """One message of ``size`` body bytes was stored in ``topic``."""
-        counts = self._in.get(topic)
-        if counts is None:
-            counts = self._in[topic] = [0] * (len(SIZE_BUCKETS) + 3)
-        counts[0] += 1
-        counts[1] += size
-        counts[2 if size <= _SMALLEST else 2 + bisect_left(SIZE_BUCKETS, size)] += 1
+        self.stored_many(((topic, size),))
+
+    def stored_many(self, stored: Iterable[tuple[str, int]]) -> None:
+        """Messages of ``(topic, body size)`` were stored: one call for an append's messages,
+        not one per message (the send path's, docs/benchmarks.md)."""
+        counts_in = self._in
+        for topic, size in stored:
+            counts = counts_in.get(topic)
+            if counts is None:
+                counts = counts_in[topic] = [0] * (len(SIZE_BUCKETS) + 3)
+            counts[0] += 1
+            counts[1] += size
+            counts[2 if size <= _SMALLEST else 2 + bisect_left(SIZE_BUCKETS, size)] += 1
 
     @property
     def messages_in(self) -> dict[str, int]:

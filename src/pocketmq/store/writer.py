@@ -13,6 +13,7 @@ import errno
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from zlib import crc32
 
 import msgspec
 
@@ -21,7 +22,7 @@ from pocketmq.properties import KEYS, MESSAGE_ID, TAGS
 from pocketmq.store.commitlog import Segment
 from pocketmq.store.consumequeue import ENTRY, GROW_MAX, ConsumeQueue
 from pocketmq.store.files import SyncError
-from pocketmq.store.index import id_hash, key_hashes
+from pocketmq.store.index import ID_HASH_SEED, key_hashes
 from pocketmq.store.lograte import LogRate
 from pocketmq.store.message import (
     PutResult,
@@ -105,7 +106,7 @@ class Writer:
         self.config = state.config
         self._commitlog = state.commitlog  # the hot path's one hop
         self._store_host = pack_host(state.config.store_host)
-        self._valid_topics: set[str] = set()
+        self._blocks: dict[str, bytes] = {}  # the topics checked, and their topic blocks
         self._guard = state.disk_guard
         self._errors = LogRate(log)  # one line a minute per kind of repeating error
         self.index_broken = ""
@@ -127,18 +128,6 @@ class Writer:
         """Append ``messages`` (the caller holds the state's lock); the results line up with
         them. Every queue file the batch writes is opened and pinned before its message is
         logged, and released when the batch is done."""
-        pinned: list[tuple[ConsumeQueue, QueueFile]] = []
-        try:
-            return self._append(messages, pinned)
-        finally:
-            for queue, queue_file in pinned:
-                queue.unpin(queue_file)
-
-    def _append(
-        self,
-        messages: Sequence[StoreMessage],
-        pinned: list[tuple[ConsumeQueue, QueueFile]],
-    ) -> list[PutResult]:
         refusal = self._refusal()
         if refusal is not None:
             self.put_failures += len(messages)
@@ -149,7 +138,26 @@ class Writer:
             segment = commitlog.active_segment()
         except OSError as exc:
             return self._fail_all(messages, exc, needed=self.config.segment_size)
+        pinned: list[tuple[ConsumeQueue, QueueFile]] = []
+        try:
+            return self._append(messages, pinned, now_ms, segment)
+        finally:
+            for queue, queue_file in pinned:
+                queue.unpin(queue_file)
+
+    def _append(
+        self,
+        messages: Sequence[StoreMessage],
+        pinned: list[tuple[ConsumeQueue, QueueFile]],
+        now_ms: int,
+        segment: Segment,
+    ) -> list[PutResult]:
+        commitlog = self._commitlog
         batch = _Batch(len(messages), segment, commitlog.write_position)
+        store_host = self._store_host
+        next_offsets = batch.next_offsets
+        pieces = batch.pieces
+        pending = batch.pending
         for number, message in enumerate(messages):
             prepared = self._prepare(message)
             if isinstance(prepared, PutResult):
@@ -159,26 +167,91 @@ class Writer:
             # the queue position first: a queue file that cannot be created refuses the
             # message before it is in the log (a logged record is always dispatched); a queue
             # this batch already made ready far enough needs no call
-            key = (message.topic, message.queue_id)
-            queue_offset = batch.next_offsets.get(key, -1)
+            topic = message.topic
+            queue_id = message.queue_id
+            key = (topic, queue_id)
+            queue_offset = next_offsets.get(key, -1)
             if queue_offset < 0 or queue_offset >= batch.ready_until[key]:
                 queue_offset = self._queue_offset(batch, number, message, pinned)
                 if queue_offset < 0:
                     continue
-            full = batch.segment is None or batch.position + size > batch.segment_end
-            if full and not self._make_room(batch, number, size):  # next segment, or lost
-                continue
-            self._encode(batch, number, message, encoded_props, block, size, queue_offset, now_ms)
-            batch.next_offsets[key] = queue_offset + 1
+            position = batch.position
+            if batch.segment is None or position + size > batch.segment_end:
+                if not self._make_room(batch, number, size):  # next segment, or lost
+                    continue
+                position = batch.position
+            # the record, encoded at the batch's position (written with the rest of its chunk;
+            # written out here rather than in a method: a call with nine arguments per message)
+            props = message.properties
+            code = message.tag_code
+            if code is None:
+                tag = props.get(TAGS)
+                code = compute_tag_code(tag) if tag else 0  # no tag: 0, without the call
+            body = message.body
+            prefix, meta = encode_record_fast(
+                block,
+                encoded_props,
+                body,
+                message.flags,
+                queue_id,
+                queue_offset,
+                position,
+                message.born_timestamp,
+                now_ms,
+                message.born_host or store_host,
+                store_host,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                code,
+                size,
+            )
+            pieces += (prefix, meta, body)
+            pending.append(
+                (
+                    number,
+                    topic,
+                    queue_id,
+                    queue_offset,
+                    position,
+                    size,
+                    code,
+                    props.get(MESSAGE_ID, ""),
+                    props.get(KEYS, ""),
+                )
+            )
+            batch.position = position + size
+            next_offsets[key] = queue_offset + 1
         self._finish(batch, now_ms)
         return batch.results  # type: ignore[return-value]  # every slot is filled above
 
     def _prepare(self, message: StoreMessage) -> tuple[bytes, int, bytes] | PutResult:
         """The encoded properties, record size and topic block of ``message``, or why it is
-        refused."""
-        problem = self._validate(message)
-        if problem is not None:
-            return problem
+        refused. Every field is checked before anything of the batch is written (a record
+        that fails to encode half-way through a batch must not leave the others with reused
+        offsets); the checks a valid message passes are one expression, and
+        :meth:`_refusal_of` names the first one broken."""
+        topic = message.topic
+        block = self._blocks.get(topic)  # a topic seen before: valid, its block encoded
+        body = message.body
+        tag_code = message.tag_code
+        if (
+            block is None
+            or not 0 <= message.queue_id <= _MAX_QUEUE_ID
+            or not isinstance(body, bytes)
+            or len(body) > self.config.max_message_size
+            or not 0 <= message.flags <= _U32_MAX
+            or not 0 <= message.born_timestamp <= _U64_MAX
+            or not 0 <= message.reconsume_times <= _U32_MAX
+            or not 0 <= message.prepared_transaction_offset <= _U64_MAX
+            or (tag_code is not None and not 0 <= tag_code <= _U64_MAX)
+            or len(message.born_host) not in (0, 18)
+        ):
+            problem = self._refusal_of(message)
+            if problem is not None:
+                return problem
+            block = topic_block(topic)
+            if len(self._blocks) < 100_000:
+                self._blocks[topic] = block
         try:
             encoded_props = encode_properties_fast(message.properties)
             _decode_properties(encoded_props)  # strings only: the record must decode later
@@ -192,8 +265,7 @@ class Writer:
                 status=PutStatus.PROPERTIES_TOO_LARGE,
                 reason=f"properties are {len(encoded_props)} bytes, limit {max_props}",
             )
-        block = topic_block(message.topic)
-        size = _RECORD_OVERHEAD + len(block) + len(encoded_props) + len(message.body)
+        size = _RECORD_OVERHEAD + len(block) + len(encoded_props) + len(body)
         if size > self.config.segment_size:
             return PutResult(
                 status=PutStatus.MESSAGE_TOO_LARGE,
@@ -258,64 +330,15 @@ class Writer:
         batch.position = batch.chunk_start = commitlog.write_position
         return True
 
-    def _encode(
-        self,
-        batch: _Batch,
-        number: int,
-        message: StoreMessage,
-        encoded_props: bytes,
-        block: bytes,
-        size: int,
-        queue_offset: int,
-        now_ms: int,
-    ) -> None:
-        """Encode ``message`` at the batch's position (written with the rest of its chunk)."""
-        props = message.properties
-        code = message.tag_code
-        if code is None:
-            tag = props.get(TAGS)
-            code = compute_tag_code(tag) if tag else 0  # no tag: 0, without the call
-        store_host = self._store_host
-        prefix, meta = encode_record_fast(
-            block,
-            encoded_props,
-            message.body,
-            message.flags,
-            message.queue_id,
-            queue_offset,
-            batch.position,
-            message.born_timestamp,
-            now_ms,
-            message.born_host or store_host,
-            store_host,
-            message.reconsume_times,
-            message.prepared_transaction_offset,
-            code,
-            size,
-        )
-        batch.pieces += (prefix, meta, message.body)
-        batch.pending.append(
-            (
-                number,
-                message.topic,
-                message.queue_id,
-                queue_offset,
-                batch.position,
-                size,
-                code,
-                props.get(MESSAGE_ID, ""),
-                props.get(KEYS, ""),
-            )
-        )
-        batch.position += size
-
     def _write_chunk(self, batch: _Batch) -> OSError | None:
         """Write what is encoded since the chunk began (one ``pwrite``): its messages become
         written, or are answered with the error, which is returned (the log's end stays at
         the chunk's start)."""
-        assert batch.segment is not None
+        segment = batch.segment
+        assert segment is not None
         try:
-            self._write_pieces(batch.segment, batch.chunk_start, batch.pieces)
+            if batch.pieces:
+                segment.write(batch.chunk_start - segment.base, b"".join(batch.pieces))
             batch.written.extend(batch.pending)
         except OSError as exc:
             self._fail_pending(batch.pending, batch.results, exc)
@@ -365,11 +388,6 @@ class Writer:
             self._errors.error("queue-file", "cannot prepare a consume-queue file: %s", exc)
         return PutResult(status=status, reason=f"cannot prepare a consume-queue file: {exc}")
 
-    @staticmethod
-    def _write_pieces(segment: Segment, start: int, pieces: list[bytes]) -> None:
-        if pieces:
-            segment.write(start - segment.base, b"".join(pieces))
-
     def _dispatch(
         self, written: list[_Written], now_ms: int, results: list[PutResult | None]
     ) -> None:
@@ -378,7 +396,6 @@ class Writer:
         index_entries: list[tuple[int, int]] = []  # (key hash, physical offset)
         pack_entry = ENTRY.pack
         bytes_put = 0
-        answers: list[tuple[int, PutResult]] = []  # given once the entries are written
         ok = _PUT_OK
         for (
             number,
@@ -397,19 +414,18 @@ class Writer:
                 entries = by_queue[key] = []
                 first_offsets[key] = queue_offset
             entries.append(pack_entry(physical, size, code))
-            if message_id:
-                index_entries.append((id_hash(message_id), physical))
+            if message_id:  # id_hash(message_id), without its frame
+                index_entries.append((crc32(message_id.encode(), ID_HASH_SEED), physical))
             if keys:
                 index_entries += [(h, physical) for h in key_hashes(topic, keys)]
             bytes_put += size
-            answers.append(
-                (
-                    number,
-                    PutResult(ok, topic, queue_id, queue_offset, physical, size, now_ms),
-                )
-            )
+            # answered now: should a queue write below fail, _finish answers every written
+            # message STORE_FAILED over this
+            results[number] = PutResult(ok, topic, queue_id, queue_offset, physical, size, now_ms)
+        queues = self._state.queues
         for key, entries in by_queue.items():
-            self._state.queues[key].put(first_offsets[key], b"".join(entries), pinned=True)
+            packed = entries[0] if len(entries) == 1 else b"".join(entries)
+            queues[key].put(first_offsets[key], packed, pinned=True)
         if index_entries and not self.index_broken:
             try:
                 self._state.index.put_hashed(index_entries)
@@ -418,23 +434,18 @@ class Writer:
                 # start (the abort file stays), instead of refusing messages.
                 self.index_broken = f"{exc}"
                 log.error("the index stops until the next start, which rebuilds it: %s", exc)
-        for number, result in answers:
-            results[number] = result
         self.messages_put += len(written)
         self.bytes_put += bytes_put
 
-    def _validate(self, message: StoreMessage) -> PutResult | None:
-        """Check every field before anything of the batch is written (a record that fails to
-        encode half-way through a batch must not leave the others with reused offsets)."""
+    def _refusal_of(self, message: StoreMessage) -> PutResult | None:
+        """Why ``message`` is refused, the first rule it breaks (None: a topic not seen before,
+        now checked)."""
         topic = message.topic
-        if topic not in self._valid_topics:
-            if not isinstance(topic, str) or not is_storable_topic(topic):
-                return PutResult(
-                    status=PutStatus.MESSAGE_ILLEGAL,
-                    reason=f"topic {topic!r} must be 1-127 characters of [A-Za-z0-9_%|-]",
-                )
-            if len(self._valid_topics) < 100_000:
-                self._valid_topics.add(topic)
+        if not isinstance(topic, str) or not is_storable_topic(topic):
+            return PutResult(
+                status=PutStatus.MESSAGE_ILLEGAL,
+                reason=f"topic {topic!r} must be 1-127 characters of [A-Za-z0-9_%|-]",
+            )
         if not 0 <= message.queue_id <= _MAX_QUEUE_ID:
             return PutResult(status=PutStatus.MESSAGE_ILLEGAL, reason="queue id out of range")
         if not isinstance(message.body, bytes):
