@@ -47,23 +47,31 @@ def source_digest(*paths: str) -> str:
 
 
 def _origins(twin: ModuleType, names: tuple[str, ...]) -> list[str] | None:
-    """The source files of modules ``names``, or None when one is not a ``.py`` file. Found
-    beside the twin by path, not with ``find_spec``, which would import each module's parent
-    packages: a producer loading a compiled group shared with the consumer must not import
-    the consumer package (tests/cli/test_startup.py)."""
+    """The paths of the source files of modules ``names`` (each may be missing), or None when
+    the twin has no file. Found beside the twin by path, not with ``find_spec``, which would
+    import each module's parent packages: a producer loading a compiled group shared with the
+    consumer must not import the consumer package (tests/cli/test_startup.py)."""
     twin_file = getattr(twin, "__file__", None)
     if not twin_file:
         return None
     root = os.path.dirname(os.path.abspath(twin_file))
     for _ in range(twin.__name__.count(".")):
         root = os.path.dirname(root)  # the directory holding the twin's top package
-    origins = []
-    for name in names:
-        path = os.path.join(root, *name.split(".")) + ".py"
-        if not os.path.isfile(path):
-            return None
-        origins.append(path)
-    return origins
+    return [os.path.join(root, *name.split(".")) + ".py" for name in names]
+
+
+def _built_from_these(twin: ModuleType, origins: list[str] | None) -> bool:
+    """Whether ``twin`` may run beside these sources: built from exactly them, or there is
+    nothing to compare it with (no source of its group on disk: an install without ``.py``
+    files). A group of which some sources are there and some are not was built from another
+    tree (a module since removed from its group or renamed): stale."""
+    if origins is None:
+        return True
+    present = [os.path.isfile(origin) for origin in origins]
+    if not any(present):
+        return True
+    built_from = getattr(twin, "SOURCE_DIGEST", None)
+    return all(present) and built_from == source_digest(*origins)
 
 
 def load(name: str) -> ModuleType:
@@ -82,14 +90,13 @@ def load(name: str) -> ModuleType:
         if compiled is not None:
             group: tuple[str, ...] = getattr(compiled, "SOURCE_GROUP", (name,))
             origins = _origins(compiled, group)
-            built_from = getattr(compiled, "SOURCE_DIGEST", None)
-            if origins is None or built_from == source_digest(*origins):
+            if _built_from_these(compiled, origins):
                 COMPILED.append(name)
                 return compiled
             log.warning(
                 "%s: the compiled module was built from another version of %s; running pure "
                 "Python (rebuild it: make install)",
                 name,
-                " or ".join(os.path.basename(origin) for origin in origins),
+                " or ".join(os.path.basename(origin) for origin in origins or ()),
             )
     return importlib.import_module(name)

@@ -194,6 +194,32 @@ def test_a_twin_of_a_group_is_stale_when_any_source_of_its_group_changed(
     assert compiled.load("grouppkg.a").WHICH == "pure a"
 
 
+def test_a_twin_of_a_group_naming_a_source_no_longer_there_is_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module taken out of a group (its private source removed) leaves the group's older
+    twins behind: they were compiled against that module's twin, so they must not run."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(compiled, "COMPILED", [])
+    monkeypatch.setattr(compiled, "NO_EXTENSIONS", False)
+    package = tmp_path / "leftpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("a", "b"):
+        (package / f"{name}.py").write_text(f'WHICH = "pure {name}"\n')
+    digest = compiled.source_digest(str(package / "a.py"), str(package / "b.py"))
+    group = ("leftpkg.a", "leftpkg.b")
+    (package / "a_c.py").write_text(
+        f'WHICH = "twin a"\nSOURCE_GROUP = {group!r}\nSOURCE_DIGEST = "{digest}"\n'
+    )
+    assert compiled.load("leftpkg.a").WHICH == "twin a"
+    (package / "b.py").unlink()
+    assert compiled.load("leftpkg.a").WHICH == "pure a"
+    (package / "a.py").rename(package / "a_kept.py")  # no source of the group at all
+    sys.modules.pop("leftpkg.a_c", None)
+    assert compiled.load("leftpkg.a").WHICH == "twin a"  # an install without sources
+
+
 def test_a_twin_that_fails_as_it_loads_leaves_the_pure_module(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
