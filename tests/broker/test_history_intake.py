@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pocketmq.broker import Broker, BrokerConfig
@@ -85,3 +87,74 @@ async def test_reports_waiting_when_the_history_is_turned_off_are_not_written(
         assert broker.history.outcomes[("SUCCESS", "g")] == 10
     finally:
         await broker.close()
+
+
+def _take_before(
+    history: history_module.AttemptHistory, group: str, consumer: str, attempts: list[Attempt]
+) -> None:
+    """``AttemptHistory._take`` before its outcome moved into the slice's one pass."""
+    kinds = {attempt.outcome for attempt in attempts}
+    if len(kinds) == 1:
+        history.outcomes[(kinds.pop(), group)] += len(attempts)
+    else:
+        for attempt in attempts:
+            history.outcomes[(attempt.outcome, group)] += 1
+    alike = [
+        attempt
+        for attempt in attempts
+        if attempt.message_id
+        and attempt.group == group
+        and (not consumer or attempt.consumer == consumer)
+        and len(attempt.error) <= history_module._ERROR_LIMIT
+    ]
+    if len(alike) < len(attempts):
+        alike = [
+            msgspec.structs.replace(
+                attempt,
+                group=group,
+                consumer=consumer or attempt.consumer,
+                error=attempt.error[: history_module._ERROR_LIMIT],
+            )
+            for attempt in attempts
+            if attempt.message_id
+        ]
+    history._buffer += alike
+    history.recorded += len(alike)
+
+
+def test_a_slice_is_counted_and_buffered_as_before() -> None:
+    """Slices alike or mixed (outcomes, groups, consumers, no message id, long errors) leave the
+    same counters and buffer as the per-entry checks before (docs/benchmarks.md, "Broker
+    consume path, compiled entries' loop (issue 32)")."""
+    rng = random.Random(32)
+    for _ in range(400):
+        group = rng.choice(["g", "h"])
+        consumer = rng.choice(["", "c-1", "c-2"])
+        attempts = [
+            Attempt(
+                rng.choice([f"M{n}", f"M{n}", f"M{n}", ""]),
+                rng.choice(["g", "g", "g", "h"]),
+                "orders",
+                1,
+                rng.choice(["c-1", "c-1", "c-2"]),
+                rng.choice(["SUCCESS"] * 6 + ["RECONSUME_LATER", "EXCEPTION"]),
+                rng.choice(["", "", "boom", "x" * 2_500]),
+                1_000,
+                2_000,
+            )
+            for n in range(rng.choice([0, 1, 5, 32]))
+        ]
+        if rng.random() < 0.5:  # a consumer's report: all alike
+            attempts = [
+                msgspec.structs.replace(attempts[0], message_id=f"M{n}")
+                for n in range(len(attempts))
+            ]
+        now, before = (history_module.AttemptHistory(None, float) for _ in range(2))  # type: ignore[arg-type]
+        now._take(group, consumer, attempts)
+        _take_before(before, group, consumer, attempts)
+        assert (now.outcomes, now._buffer, now.recorded) == (
+            before.outcomes,
+            before._buffer,
+            before.recorded,
+        )
+        assert all(count > 0 for count in now.outcomes.values())
