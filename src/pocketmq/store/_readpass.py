@@ -49,6 +49,12 @@ MAX_COALESCED_READ: Final = 1024 * 1024
 _HEADER: Final = struct.Struct("<IIIIIQQQQ18s18sIQQ")
 # bound once: a compiled call then skips the method's lookup by name
 _unpack_header: Final = _HEADER.unpack_from
+_u16: Final = struct.Struct("<H").unpack_from
+_u32: Final = struct.Struct("<I").unpack_from
+#: whether this is the compiled twin (a compiled module's file is its shared library): the
+#: decode then takes the branch a compiled module runs fastest (docs/benchmarks.md, "Broker
+#: consume path, compiled entries' loop (issue 32)")
+_NATIVE: Final = not __file__.endswith(".py")
 _iter_entries: Final = struct.Struct("<QIQ").iter_unpack  # consumequeue.ENTRY
 _crc32: Final = zlib.crc32
 _decode_props: Final = msgspec.msgpack.Decoder(dict[str, str]).decode
@@ -125,46 +131,25 @@ def _decode(buf: bytes, pos: int, expected_physical_offset: int) -> tuple[Stored
     if physical_offset != expected_physical_offset:
         raise RecordError("misplaced record")
     cursor = pos + FIXED_HEADER_SIZE + 2
-    # the lengths read byte by byte: a compiled module indexes bytes natively, where a
-    # ``struct`` call costs ~700 instructions (the checks above keep them inside ``buf``)
-    topic_len = buf[cursor - 2] | buf[cursor - 1] << 8
+    # compiled, the lengths are read byte by byte: bytes are indexed natively, where a
+    # ``struct`` call costs ~700 instructions; pure, ``struct`` is the cheaper (the checks
+    # above keep both inside ``buf``)
+    topic_len: int = buf[cursor - 2] | buf[cursor - 1] << 8 if _NATIVE else _u16(buf, cursor - 2)[0]
     if cursor + topic_len + 4 > end:
         raise RecordError("bad topic length")
-    # a run's records share their topic and hosts: each is compared with the previous
-    # record's before a decode or a lookup (``_Last``)
-    last = _LAST
-    raw_topic = buf[cursor : cursor + topic_len]
-    known = last.topic
-    if raw_topic == known[0]:
-        topic = known[1]
-    else:
-        topic = str(raw_topic, "utf-8")
-        last.topic = (raw_topic, topic)
+    # a run's records share their topic and hosts: compared with the previous record's
+    topic, born_host, store_host = _texts(_LAST, buf[cursor : cursor + topic_len], born, stored)
     cursor += topic_len
-    props_len = buf[cursor] | buf[cursor + 1] << 8 | buf[cursor + 2] << 16 | buf[cursor + 3] << 24
+    props_len: int = _u32_at(buf, cursor) if _NATIVE else _u32(buf, cursor)[0]
     cursor += 4
     if cursor + props_len + 4 > end:
         raise RecordError("bad properties length")
     props = _decode_props(buf[cursor : cursor + props_len]) if props_len else {}
     cursor += props_len
-    body_len = buf[cursor] | buf[cursor + 1] << 8 | buf[cursor + 2] << 16 | buf[cursor + 3] << 24
+    body_len: int = _u32_at(buf, cursor) if _NATIVE else _u32(buf, cursor)[0]
     cursor += 4
     if cursor + body_len != end:
         raise RecordError("bad body length")
-    known = last.born
-    if born == known[0]:
-        born_host = known[1]
-    else:
-        found = _HOSTS.get(born)
-        born_host = unpack_host(born) if found is None else found
-        last.born = (born, born_host)
-    known = last.stored
-    if stored == known[0]:
-        store_host = known[1]
-    else:
-        found = _HOSTS.get(stored)
-        store_host = unpack_host(stored) if found is None else found
-        last.stored = (stored, store_host)
     record = _STORED_MESSAGE(
         topic,
         queue_id,
@@ -183,6 +168,36 @@ def _decode(buf: bytes, pos: int, expected_physical_offset: int) -> tuple[Stored
         code,
     )
     return record, total
+
+
+def _u32_at(buf: bytes, at: int) -> int:
+    """The little-endian u32 at ``buf[at:]``, byte by byte (what a compiled module does fastest)."""
+    return buf[at] | buf[at + 1] << 8 | buf[at + 2] << 16 | buf[at + 3] << 24
+
+
+def _texts(last: _Last, raw_topic: bytes, born: bytes, stored: bytes) -> tuple[str, str, str]:
+    """A record's topic and the ``host:port`` texts of its two address fields
+    (``record.unpack_host``), each compared with the previous record's first."""
+    known = last.topic
+    if raw_topic == known[0]:
+        topic = known[1]
+    else:
+        topic = str(raw_topic, "utf-8")
+        last.topic = (raw_topic, topic)
+    known = last.born
+    if born == known[0]:
+        born_host = known[1]
+    else:
+        found = _HOSTS.get(born)
+        born_host = unpack_host(born) if found is None else found
+        last.born = (born, born_host)
+    known = last.stored
+    if stored == known[0]:
+        return topic, born_host, known[1]
+    found = _HOSTS.get(stored)
+    store_host = unpack_host(stored) if found is None else found
+    last.stored = (stored, store_host)
+    return topic, born_host, store_host
 
 
 def decode_run(
@@ -241,34 +256,25 @@ def read_entries(
     unreadable: Unreadable,
     messages: list[StoredMessage],
 ) -> tuple[int, bool, bool]:
-    """The entries' loop of :meth:`pocketmq.store.reader.Reader.get_messages` (its rules, in
-    its words there): read queue entries from ``offset`` (below ``high``) a chunk at a time,
-    note the runs of physically adjacent records, read each run with one read and keep what
-    :func:`decode_run` keeps, into ``messages``. ``limit`` is the visible limit (-1: none);
-    ``quarantine`` is given only when it sets ranges aside.
-
-    Returns the cursor (the queue offset the next read starts at), whether an entry's record
-    was removed (retention, quarantine, or lost under the read) and whether the read stopped
-    at a record not visible yet."""
+    """The entries' loop of :meth:`pocketmq.store.reader.Reader.get_messages` (its rules there):
+    read entries from ``offset`` (below ``high``), note the runs of physically adjacent records
+    and keep what :func:`decode_run` keeps of each into ``messages``. ``limit``: the visible
+    limit (-1: none). Returns the cursor (where the next read starts), whether an entry's
+    record was removed (retention, quarantine, lost) and whether a record not visible yet
+    stopped the read."""
     log_min: int = commitlog.min_offset
     segment_size: int = commitlog.segment_size
-    size_total = 0
+    size_total = scanned = 0
     cursor = offset
-    scanned = 0
-    removed = False
-    held = False
+    removed = held = False
     while cursor < high and len(messages) < max_count and scanned < max_scan and not held:
         raw = queue.read_raw(cursor, min(max_scan - scanned, max(max_count * 2, 64)))
         if not raw:
             break
-        room = max_count - len(messages)
         batch: list[tuple[int, int, int]] = []
         runs: list[tuple[int, int, int, int]] = []  # first, stop (in batch), start, end
         first = 0
-        start = -1
-        end = -1
-        segment_end = -1
-        cap = -1
+        start = end = segment_end = cap = -1
         physical: int
         size: int
         for physical, size, code in _iter_entries(raw):
@@ -288,37 +294,69 @@ def read_entries(
             if physical != end or physical >= cap or physical + size > segment_end:
                 if end >= 0:
                     runs.append((first, len(batch), start, end))
-                first = len(batch)
-                start = physical
-                cap = physical + MAX_COALESCED_READ
+                first, start, cap = len(batch), physical, physical + MAX_COALESCED_READ
                 segment_end = start - start % segment_size + segment_size
             end = physical + size
             batch.append((cursor - 1, physical, size))
-            if len(batch) >= room or size_total + size > max_bytes:
+            if len(batch) + len(messages) >= max_count or size_total + size > max_bytes:
                 break
         if batch:
             runs.append((first, len(batch), start, end))
-        stopped_at = -1
-        for run_first, run_stop, run_start, run_end in runs:
-            data = commitlog.read(run_start, run_end - run_start)
-            if data is None:
-                removed = True  # gone under the read (retention)
-                continue
-            size_total, stopped_at, run_lost = decode_run(
-                data,
-                run_start,
-                batch[run_first:run_stop],
-                tags,
-                messages,
-                size_total,
-                max_bytes,
-                stopped_at,
-                topic,
-                queue_id,
-                unreadable,
-            )
-            removed = removed or run_lost
+        size_total, stopped_at, lost = _read_runs(
+            commitlog,
+            batch,
+            runs,
+            tags,
+            messages,
+            size_total,
+            max_bytes,
+            topic,
+            queue_id,
+            unreadable,
+        )
+        removed = removed or lost
         if stopped_at >= 0 or size_total >= max_bytes:
             cursor = stopped_at if stopped_at >= 0 else cursor
             break
     return cursor, removed, held
+
+
+def _read_runs(
+    commitlog: CommitLog,
+    batch: list[tuple[int, int, int]],
+    runs: list[tuple[int, int, int, int]],
+    tags: frozenset[str] | None,
+    messages: list[StoredMessage],
+    size_total: int,
+    max_bytes: int,
+    topic: str,
+    queue_id: int,
+    unreadable: Unreadable,
+) -> tuple[int, int, bool]:
+    """Read each run of adjacent records of ``batch`` with one read, and keep its records as
+    :func:`decode_run` says. Returns the bytes kept, the queue offset of the first record past
+    the budget (-1: none) and whether an entry's record was lost (set aside, or gone under the
+    read: retention). The records after the budget's stop are verified all the same, as every
+    read record is: a damaged one is set aside now, as the read that picked it always did."""
+    stopped_at = -1
+    lost = False
+    for first, stop, start, end in runs:
+        data = commitlog.read(start, end - start)
+        if data is None:
+            lost = True  # gone under the read (retention)
+            continue
+        size_total, stopped_at, run_lost = decode_run(
+            data,
+            start,
+            batch[first:stop],
+            tags,
+            messages,
+            size_total,
+            max_bytes,
+            stopped_at,
+            topic,
+            queue_id,
+            unreadable,
+        )
+        lost = lost or run_lost
+    return size_total, stopped_at, lost
