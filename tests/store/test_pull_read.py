@@ -23,7 +23,6 @@ from pocketmq.store import reader as reader_module
 from pocketmq.store.consumequeue import ENTRY
 from pocketmq.store.reader import _MAX_COALESCED_READ, Reader, _nothing_found, _outside
 from pocketmq.store.record import RecordError, compute_tag_code, decode_record
-
 from tests.twins import compiled_twin
 
 from .conftest import SMALL
