@@ -224,6 +224,21 @@ def _flip_entry(directory: Path, queue_id: int, offset: int) -> None:
         handle.write(bytes([byte ^ 0x04]))
 
 
+def _damaged_store(
+    source: Path, seed: int, damaged: list[tuple[int, int]], flipped: list[tuple[int, int]]
+) -> list[int]:
+    """A store of 30 messages (``_fill``) with ``damaged`` records (index, byte) and ``flipped``
+    queue entries (queue, offset); returns each record's physical offset."""
+    physicals = _fill(source, seed, 30)
+    with MessageStore.open(str(source), SMALL) as store:  # later segments: a checkpoint
+        store.put([StoreMessage(topic="u", queue_id=0, body=b"y" * 2000)] * 24)
+    for record, at in damaged:
+        _damage(source, physicals[record], at)
+    for queue_id, offset in flipped:
+        _flip_entry(source, queue_id, offset)
+    return physicals
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
@@ -239,13 +254,7 @@ def test_damaged_records_and_entries_are_met_as_before(
 ) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "s"
-        physicals = _fill(source, seed, 30)
-        with MessageStore.open(str(source), SMALL) as store:  # later segments: a checkpoint
-            store.put([StoreMessage(topic="u", queue_id=0, body=b"y" * 2000)] * 24)
-        for record, at in damaged:
-            _damage(source, physicals[record], at)
-        for queue_id, offset in flipped:
-            _flip_entry(source, queue_id, offset)
+        _damaged_store(source, seed, damaged, flipped)
         answers = []
         for read in (Reader.get_messages, before_get_messages):
             copy = Path(scratch) / read.__name__
@@ -309,13 +318,7 @@ def test_the_entries_loop_is_the_same_pure_and_compiled(
     fast = compiled_twin("pocketmq.store._readpass")
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "s"
-        physicals = _fill(source, seed, 30)
-        with MessageStore.open(str(source), SMALL) as store:  # later segments: a checkpoint
-            store.put([StoreMessage(topic="u", queue_id=0, body=b"y" * 2000)] * 24)
-        for record, at in damaged:
-            _damage(source, physicals[record], at)
-        for queue_id, offset in flipped:
-            _flip_entry(source, queue_id, offset)
+        physicals = _damaged_store(source, seed, damaged, flipped)
         answers = []
         for module in (readpass, fast):
             copy = Path(scratch) / module.__name__

@@ -145,7 +145,8 @@ class AttemptHistory:
         outcomes = self.outcomes
         # the outcome is checked in the same pass: a set of the outcomes first cost a quarter
         # of this method (docs/benchmarks.md, "Broker consume path, compiled entries' loop
-        # (issue 32)")
+        # (issue 32)"); a slice not all alike is rebuilt as reported (an attempt already as
+        # reported is rebuilt equal)
         kind = attempts[0].outcome if attempts else ""
         alike = [
             attempt
@@ -163,15 +164,6 @@ class AttemptHistory:
                 outcomes[(attempt.outcome, group)] += 1
         if not self.enabled:  # off since (a demoted master)
             return
-        if len(alike) < len(attempts):
-            alike = [
-                attempt
-                for attempt in attempts
-                if attempt.message_id
-                and attempt.group == group
-                and (not consumer or attempt.consumer == consumer)
-                and len(attempt.error) <= _ERROR_LIMIT
-            ]
         if len(alike) < len(attempts):
             alike = [
                 msgspec.structs.replace(
