@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import msgspec
 
@@ -35,11 +35,6 @@ from pocketmq.store.record import (
     unpack_host,
 )
 from pocketmq.store.record import _host_texts as _hosts
-
-if TYPE_CHECKING:
-    from pocketmq.store.commitlog import CommitLog
-    from pocketmq.store.consumequeue import ConsumeQueue
-    from pocketmq.store.quarantine import Quarantine
 
 __all__ = ["decode_at", "decode_run", "read_entries"]
 
@@ -239,9 +234,35 @@ def decode_run(
     return size_total, stopped_at, lost
 
 
+class Entries(Protocol):
+    """What :func:`read_entries` reads a queue's entries from (a ``ConsumeQueue``)."""
+
+    def read_raw(self, offset: int, count: int) -> bytes: ...
+
+
+class Log(Protocol):
+    """What :func:`read_entries` reads records from (a ``CommitLog``)."""
+
+    @property
+    def min_offset(self) -> int: ...
+
+    @property
+    def segment_size(self) -> int: ...
+
+    def read(self, offset: int, size: int) -> bytes | None: ...
+
+
+class SetAside(Protocol):
+    """What says which log offsets are set aside (a ``Quarantine`` that skips ranges)."""
+
+    def covering(self, offset: int) -> object | None: ...
+
+
+# Protocols, not the store's classes: a compiled module checks an argument's class, and the
+# queue and the log may be another group's compiled twins (docs/design.md, "Compiled hot paths")
 def read_entries(
-    queue: ConsumeQueue,
-    commitlog: CommitLog,
+    queue: Entries,
+    commitlog: Log,
     offset: int,
     high: int,
     max_count: int,
@@ -249,7 +270,7 @@ def read_entries(
     max_scan: int,
     codes: set[int] | None,
     tags: frozenset[str] | None,
-    quarantine: Quarantine | None,
+    quarantine: SetAside | None,
     limit: int,
     topic: str,
     queue_id: int,
@@ -322,7 +343,7 @@ def read_entries(
 
 
 def _read_runs(
-    commitlog: CommitLog,
+    commitlog: Log,
     batch: list[tuple[int, int, int]],
     runs: list[tuple[int, int, int, int]],
     tags: frozenset[str] | None,
