@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import random
+from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pocketmq.broker import Broker, BrokerConfig
@@ -85,3 +88,48 @@ async def test_reports_waiting_when_the_history_is_turned_off_are_not_written(
         assert broker.history.outcomes[("SUCCESS", "g")] == 10
     finally:
         await broker.close()
+
+
+def test_a_slice_is_counted_and_buffered_as_before() -> None:
+    """Slices alike or mixed (outcomes, groups, consumers, no message id, long errors) leave the
+    same counters and buffer as the per-entry checks before (docs/benchmarks.md, "Broker
+    consume path, compiled entries' loop (issue 32)")."""
+    rng = random.Random(32)
+    for _ in range(400):
+        group = rng.choice(["g", "h"])
+        consumer = rng.choice(["", "c-1", "c-2"])
+        attempts = [
+            Attempt(
+                rng.choice([f"M{n}", f"M{n}", f"M{n}", ""]),
+                rng.choice(["g", "g", "g", "h"]),
+                "orders",
+                1,
+                rng.choice(["c-1", "c-1", "c-2"]),
+                rng.choice(["SUCCESS"] * 6 + ["RECONSUME_LATER", "EXCEPTION"]),
+                rng.choice(["", "", "boom", "x" * 2_500]),
+                1_000,
+                2_000,
+            )
+            for n in range(rng.choice([0, 1, 5, 32]))
+        ]
+        if rng.random() < 0.5:  # a consumer's report: all alike
+            attempts = [
+                msgspec.structs.replace(attempts[0], message_id=f"M{n}")
+                for n in range(len(attempts))
+            ]
+        history = history_module.AttemptHistory(None, float)  # type: ignore[arg-type]
+        history._take(group, consumer, attempts)
+        # every attempt counted under the report's group; every one with a message id buffered
+        # with the report's group and consumer and its error cut (unchanged when already so)
+        assert history.outcomes == Counter((attempt.outcome, group) for attempt in attempts)
+        as_reported = [
+            msgspec.structs.replace(
+                attempt,
+                group=group,
+                consumer=consumer or attempt.consumer,
+                error=attempt.error[:2_000],
+            )
+            for attempt in attempts
+            if attempt.message_id
+        ]
+        assert (history._buffer, history.recorded) == (as_reported, len(as_reported))

@@ -6,9 +6,11 @@ quarantine and repairs over damaged records and entries."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pocketmq.store import GetResult, GetStatus, MessageStore, StoreMessage
+from pocketmq.store import _readpass as readpass
+from pocketmq.store import reader as reader_module
 from pocketmq.store.consumequeue import ENTRY
 from pocketmq.store.reader import _MAX_COALESCED_READ, Reader, _nothing_found, _outside
 from pocketmq.store.record import RecordError, compute_tag_code, decode_record
+from tests.twins import compiled_twin
 
 from .conftest import SMALL
 
@@ -219,6 +224,21 @@ def _flip_entry(directory: Path, queue_id: int, offset: int) -> None:
         handle.write(bytes([byte ^ 0x04]))
 
 
+def _damaged_store(
+    source: Path, seed: int, damaged: list[tuple[int, int]], flipped: list[tuple[int, int]]
+) -> list[int]:
+    """A store of 30 messages (``_fill``) with ``damaged`` records (index, byte) and ``flipped``
+    queue entries (queue, offset); returns each record's physical offset."""
+    physicals = _fill(source, seed, 30)
+    with MessageStore.open(str(source), SMALL) as store:  # later segments: a checkpoint
+        store.put([StoreMessage(topic="u", queue_id=0, body=b"y" * 2000)] * 24)
+    for record, at in damaged:
+        _damage(source, physicals[record], at)
+    for queue_id, offset in flipped:
+        _flip_entry(source, queue_id, offset)
+    return physicals
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
@@ -234,13 +254,7 @@ def test_damaged_records_and_entries_are_met_as_before(
 ) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "s"
-        physicals = _fill(source, seed, 30)
-        with MessageStore.open(str(source), SMALL) as store:  # later segments: a checkpoint
-            store.put([StoreMessage(topic="u", queue_id=0, body=b"y" * 2000)] * 24)
-        for record, at in damaged:
-            _damage(source, physicals[record], at)
-        for queue_id, offset in flipped:
-            _flip_entry(source, queue_id, offset)
+        _damaged_store(source, seed, damaged, flipped)
         answers = []
         for read in (Reader.get_messages, before_get_messages):
             copy = Path(scratch) / read.__name__
@@ -287,3 +301,69 @@ def test_a_record_past_the_byte_budget_is_read_once(tmp_path: Path) -> None:
         got = store.get_messages("t", 0, 0, max_count=8, max_bytes=2500)
         assert (got.status, len(got.messages), got.next_offset) == (GetStatus.FOUND, 2, 2)
         assert len(reads) == 1  # the first 8 records, adjacent in the first segment
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    holes=st.lists(st.integers(0, 12), max_size=4),
+    limit_at=st.one_of(st.none(), st.integers(0, 29)),
+    damaged=st.lists(st.tuples(st.integers(0, 29), st.sampled_from([20, 60, 140])), max_size=3),
+    flipped=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9)), max_size=2),
+    queries=st.lists(reads, min_size=1, max_size=8),
+)
+def test_the_entries_loop_is_the_same_pure_and_compiled(
+    seed: int,
+    holes: list[int],
+    limit_at: int | None,
+    damaged: list[tuple[int, int]],
+    flipped: list[tuple[int, int]],
+    queries: list[tuple[int, int, int, int, frozenset[str] | None, int]],
+) -> None:
+    """``_readpass.read_entries`` (the entries' loop, compiled by the build) answers the same
+    pure and compiled over stores with holes, a visible limit, damaged records and entries: the
+    same answers, quarantine, repaired entries and damaged read counts."""
+    fast = compiled_twin("pocketmq.store._readpass")
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / "s"
+        physicals = _damaged_store(source, seed, damaged, flipped)
+        answers = []
+        for module in (readpass, fast):
+            copy = Path(scratch) / module.__name__
+            shutil.copytree(source, copy)
+            with MessageStore.open(str(copy), SMALL) as store:
+                reader = store._reader
+                for offset in holes:
+                    queue = reader._queues.get(("t", 0))
+                    if queue is not None and offset < queue.max_offset:
+                        queue.put_holes([offset], 0)
+                if limit_at is not None:
+                    reader.visible_limit = physicals[limit_at]
+                seen = []
+                with _entries_loop(module):
+                    for queue_id, offset, max_count, max_bytes, tags, max_scan in queries:
+                        got = reader.get_messages(
+                            "t",
+                            queue_id,
+                            offset,
+                            max_count=max_count,
+                            max_bytes=max_bytes,
+                            tags=tags,
+                            max_scan=max_scan,
+                        )
+                        seen.append(_answer(got))
+                quarantined = [(q.start, q.end, q.lost) for q in store.quarantined()]
+                entries = [store.read_queue("t", q, 0, 64) for q in range(3)]
+                answers.append((seen, quarantined, entries, reader.damaged_reads))
+        assert answers[0] == answers[1]
+
+
+@contextlib.contextmanager
+def _entries_loop(module: Any) -> Iterator[None]:
+    """``store/reader.py`` calling ``module``'s ``read_entries`` for the block."""
+    before = reader_module.read_entries
+    reader_module.read_entries = module.read_entries
+    try:
+        yield
+    finally:
+        reader_module.read_entries = before

@@ -24,6 +24,10 @@ __all__ = ["PullPath"]
 
 log = logging.getLogger("pocketmq.broker")
 
+# an enum member read costs a dict lookup and a descriptor call each time on CPython 3.11: read
+# once (docs/benchmarks.md, "Enum member reads and the front's forwarding, swept")
+_FOUND = GetStatus.FOUND
+
 
 class PullPath(BrokerPart):
     """Answers pulls and keeps clustering consumers' committed offsets."""
@@ -47,7 +51,7 @@ class PullPath(BrokerPart):
         got = self.store.get_messages(
             topic, queue_id, offset, max_count=max(1, min(max_count, 1024)), tags=tags
         )
-        if got.status is GetStatus.FOUND:
+        if got.status is _FOUND:
             return self._found(group, topic, got)
         return None
 
@@ -116,7 +120,7 @@ class PullPath(BrokerPart):
                     return moved
             got = self.store.get_messages(topic, queue_id, offset, max_count=max_count, tags=tags)
             status = got.status
-            if status is GetStatus.FOUND:
+            if status is _FOUND:
                 return self._found(group, topic, got)
             waiting = status is GetStatus.OFFSET_OVERFLOW_ONE or (
                 status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0

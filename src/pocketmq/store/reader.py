@@ -13,7 +13,8 @@ import struct
 from typing import TYPE_CHECKING
 
 from pocketmq.compiled import load
-from pocketmq.store.consumequeue import ENTRY, ConsumeQueue
+from pocketmq.store._readpass import MAX_COALESCED_READ
+from pocketmq.store.consumequeue import ConsumeQueue
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.message import (
     GetResult,
@@ -25,16 +26,19 @@ from pocketmq.store.record import MAGIC, compute_tag_code
 from pocketmq.store.status import GetStatus
 
 if TYPE_CHECKING:
-    from pocketmq.store._readpass import decode_run
+    from pocketmq.store._readpass import read_entries
     from pocketmq.store.state import StoreState
-else:  # compiled, the per-record pass (docs/design.md "Compiled hot paths")
-    decode_run = load("pocketmq.store._readpass").decode_run
+else:  # compiled, the entries' loop and per-record pass (docs/design.md "Compiled hot paths")
+    read_entries = load("pocketmq.store._readpass").read_entries
 
 __all__ = ["Reader"]
 
 log = logging.getLogger("pocketmq.store")
 
-_MAX_COALESCED_READ = 1024 * 1024
+_MAX_COALESCED_READ = MAX_COALESCED_READ
+# an enum member read costs a dict lookup and a descriptor call each time on CPython 3.11:
+# read once (docs/benchmarks.md, "Enum member reads and the front's forwarding, swept")
+_FOUND = GetStatus.FOUND
 _U32_MAX = 2**32 - 1
 _U64_MAX = 2**64 - 1
 _MAX_REPAIR_SCAN = 64 * 1024 * 1024  # how much log a damaged queue entry's repair may read
@@ -94,110 +98,30 @@ class Reader:
         assert queue is not None
         low, high = queue.min_offset, queue.max_offset
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
-        commitlog = self._commitlog
-        log_min = commitlog.min_offset
-        segment_size = commitlog.segment_size
-        quarantine = self._quarantine if self._quarantine.skipping else None
         limit = self.visible_limit
         messages: list[StoredMessage] = []
-        size_total = 0
-        cursor = offset
-        scanned = 0
-        removed = False
-        held = False  # stopped at a record not visible yet
-        while cursor < high and len(messages) < max_count and scanned < max_scan and not held:
-            raw = queue.read_raw(cursor, min(max_scan - scanned, max(max_count * 2, 64)))
-            if not raw:
-                break
-            # the entries to read, as runs of physically adjacent records (one read each)
-            room = max_count - len(messages)
-            batch: list[tuple[int, int, int]] = []
-            runs: list[tuple[int, int, int, int]] = []  # first, stop (in batch), start, end
-            first = 0
-            start = end = segment_end = cap = -1
-            for physical, size, code in ENTRY.iter_unpack(raw):
-                if limit is not None and size and physical + size > limit:
-                    held = True
-                    break
-                cursor += 1
-                scanned += 1
-                if physical < log_min or size == 0:
-                    removed = True
-                    continue
-                if quarantine is not None and quarantine.covering(physical) is not None:
-                    removed = True  # set aside as damaged: consumers move past it
-                    continue
-                if codes is not None and code not in codes:
-                    continue
-                if physical != end or physical >= cap or physical + size > segment_end:
-                    if end >= 0:
-                        runs.append((first, len(batch), start, end))
-                    first, start, cap = len(batch), physical, physical + _MAX_COALESCED_READ
-                    segment_end = start - start % segment_size + segment_size
-                end = physical + size
-                batch.append((cursor - 1, physical, size))
-                if len(batch) >= room or size_total + size > max_bytes:
-                    break
-            if batch:
-                runs.append((first, len(batch), start, end))
-            size_total, stopped_at, lost = self._read_runs(
-                topic, queue_id, batch, runs, tags, messages, size_total, max_bytes
-            )
-            removed = removed or lost
-            if stopped_at >= 0 or size_total >= max_bytes:
-                cursor = stopped_at if stopped_at >= 0 else cursor
-                break
+        # the entries' loop and the per-record pass, compiled (store/_readpass.py): what fails
+        # goes to :meth:`_unreadable_entry`, looked up here so a test patching it is seen
+        cursor, removed, held = read_entries(
+            queue,
+            self._commitlog,
+            offset,
+            high,
+            max_count,
+            max_bytes,
+            max_scan,
+            codes,
+            tags,
+            self._quarantine if self._quarantine.skipping else None,
+            -1 if limit is None else limit,
+            topic,
+            queue_id,
+            self._unreadable_entry,
+            messages,
+        )
         if messages:
-            return GetResult(GetStatus.FOUND, messages, cursor, low, high)
+            return GetResult(_FOUND, messages, cursor, low, high)
         return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
-
-    def _read_runs(
-        self,
-        topic: str,
-        queue_id: int,
-        batch: list[tuple[int, int, int]],
-        runs: list[tuple[int, int, int, int]],
-        tags: frozenset[str] | None,
-        messages: list[StoredMessage],
-        size_total: int,
-        max_bytes: int,
-    ) -> tuple[int, int, bool]:
-        """Read each run of adjacent records with one read, verify its records and append to
-        ``messages`` what the filter and the byte budget allow, in the same pass.
-
-        Returns the bytes kept, the queue offset of the first record past the budget (-1: none)
-        and whether an entry's record was lost (set aside, or gone under the read). The records
-        after the budget's stop are verified all the same, as every read record is: a damaged one
-        is set aside now, as the read that picked it always did.
-
-        The per-record pass is ``store/_readpass.py``'s ``decode_run``, compiled by the build
-        (docs/benchmarks.md, "Compiled read pass (issue 32)"); what happens to a record that
-        fails stays here, in :meth:`_unreadable_entry`, pure, so a test patching it sees every
-        call."""
-        commitlog = self._commitlog
-        unreadable = self._unreadable_entry  # looked up here: a test patching it is seen
-        stopped_at = -1
-        lost = False
-        for first, stop, start, end in runs:
-            data = commitlog.read(start, end - start)
-            if data is None:
-                lost = True  # gone under the read (retention)
-                continue
-            size_total, stopped_at, run_lost = decode_run(
-                data,
-                start,
-                batch[first:stop],
-                tags,
-                messages,
-                size_total,
-                max_bytes,
-                stopped_at,
-                topic,
-                queue_id,
-                unreadable,
-            )
-            lost = lost or run_lost
-        return size_total, stopped_at, lost
 
     def _unreadable_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
