@@ -237,25 +237,35 @@ def decode_run(
 class Entries(Protocol):
     """What :func:`read_entries` reads a queue's entries from (a ``ConsumeQueue``)."""
 
-    def read_raw(self, offset: int, count: int) -> bytes: ...
+    def read_raw(self, offset: int, count: int) -> bytes:
+        """Up to ``count`` packed entries from queue offset ``offset`` (none past the end)."""
+        ...
 
 
 class Log(Protocol):
     """What :func:`read_entries` reads records from (a ``CommitLog``)."""
 
     @property
-    def min_offset(self) -> int: ...
+    def min_offset(self) -> int:
+        """The oldest log offset still kept (an entry below it was removed by retention)."""
+        ...
 
     @property
-    def segment_size(self) -> int: ...
+    def segment_size(self) -> int:
+        """A segment file's size: a run of records never crosses a segment's end."""
+        ...
 
-    def read(self, offset: int, size: int) -> bytes | None: ...
+    def read(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes of the log at ``offset``, or None where it holds no such range."""
+        ...
 
 
 class SetAside(Protocol):
     """What says which log offsets are set aside (a ``Quarantine`` that skips ranges)."""
 
-    def covering(self, offset: int) -> object | None: ...
+    def covering(self, offset: int) -> object | None:
+        """The set-aside range holding log offset ``offset``, or None."""
+        ...
 
 
 # Protocols, not the store's classes: a compiled module checks an argument's class, and the
