@@ -171,24 +171,31 @@ def test_load_takes_a_twin_built_from_this_source_only(
     assert compiled.load(current).WHICH == "pure"
 
 
+def _group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> Path:
+    """A package ``name`` with modules ``a`` and ``b`` compiled as one group: a "twin" of ``a``
+    recording the digest of both sources; loads may take twins from now on."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(compiled, "COMPILED", [])
+    monkeypatch.setattr(compiled, "NO_EXTENSIONS", False)  # whatever this run's environment
+    package = tmp_path / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for module in ("a", "b"):
+        (package / f"{module}.py").write_text(f'WHICH = "pure {module}"\n')
+    digest = compiled.source_digest(str(package / "a.py"), str(package / "b.py"))
+    group = (f"{name}.a", f"{name}.b")
+    (package / "a_c.py").write_text(
+        f'WHICH = "twin a"\nSOURCE_GROUP = {group!r}\nSOURCE_DIGEST = "{digest}"\n'
+    )
+    return package
+
+
 def test_a_twin_of_a_group_is_stale_when_any_source_of_its_group_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Twins compiled together import each other: one changed source makes them all pure, so a
     process never mixes a twin with the pure version of a module it was compiled against."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(compiled, "COMPILED", [])
-    monkeypatch.setattr(compiled, "NO_EXTENSIONS", False)
-    package = tmp_path / "grouppkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for name in ("a", "b"):
-        (package / f"{name}.py").write_text(f'WHICH = "pure {name}"\n')
-    digest = compiled.source_digest(str(package / "a.py"), str(package / "b.py"))
-    group = ("grouppkg.a", "grouppkg.b")
-    (package / "a_c.py").write_text(
-        f'WHICH = "twin a"\nSOURCE_GROUP = {group!r}\nSOURCE_DIGEST = "{digest}"\n'
-    )
+    package = _group(tmp_path, monkeypatch, "grouppkg")
     assert compiled.load("grouppkg.a").WHICH == "twin a"
     (package / "b.py").write_text('WHICH = "pure b, changed"\n')
     assert compiled.load("grouppkg.a").WHICH == "pure a"
@@ -199,19 +206,7 @@ def test_a_twin_of_a_group_naming_a_source_no_longer_there_is_stale(
 ) -> None:
     """A module taken out of a group (its private source removed) leaves the group's older
     twins behind: they were compiled against that module's twin, so they must not run."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(compiled, "COMPILED", [])
-    monkeypatch.setattr(compiled, "NO_EXTENSIONS", False)
-    package = tmp_path / "leftpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for name in ("a", "b"):
-        (package / f"{name}.py").write_text(f'WHICH = "pure {name}"\n')
-    digest = compiled.source_digest(str(package / "a.py"), str(package / "b.py"))
-    group = ("leftpkg.a", "leftpkg.b")
-    (package / "a_c.py").write_text(
-        f'WHICH = "twin a"\nSOURCE_GROUP = {group!r}\nSOURCE_DIGEST = "{digest}"\n'
-    )
+    package = _group(tmp_path, monkeypatch, "leftpkg")
     assert compiled.load("leftpkg.a").WHICH == "twin a"
     (package / "b.py").unlink()
     assert compiled.load("leftpkg.a").WHICH == "pure a"
