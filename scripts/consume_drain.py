@@ -12,6 +12,7 @@ per consumed message, wall clock"):
     python scripts/consume_drain.py --rounds 3 before=/work/main/src after=src
     PYTHONPATH=src python scripts/consume_drain.py --one --strace /tmp/drain.strace
 
+``--batch-size`` sets the consumer's listener batch (``PushConsumerConfig.batch_size``).
 ``--trace`` adds what paces the drain (``scripts/drain_trace.py``: pull round trips, pulls in
 flight, the consumer's flow-control waits, each process's busy share, whether they shared a
 core, what other processes used); ``--pin split|same`` runs the drain with the broker and the
@@ -82,7 +83,7 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
 
     from pocketmq import compiled
     from pocketmq.bench.broker import in_flight
-    from pocketmq.client import Admin, Message, Producer, PushConsumer
+    from pocketmq.client import Admin, Message, Producer, PushConsumer, PushConsumerConfig
 
     directory, broker = await asyncio.to_thread(start_broker, "consume-drain-", *args.serve.split())
     pid, address, backlog = broker.process.pid, broker.address, args.backlog
@@ -110,7 +111,10 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
             trace = DrainTrace(pid)
         requests = _requests(broker.http) if broker.http else {}
         began, client, server = time.perf_counter(), _own_cpu(), _proc_cpu(pid)
-        async with PushConsumer("drain", "drain", listener, servers=address) as consumer:
+        config = PushConsumerConfig(batch_size=args.batch_size)
+        async with PushConsumer(
+            "drain", "drain", listener, servers=address, config=config
+        ) as consumer:
             if trace is not None:
                 trace.start(consumer)
             await asyncio.wait_for(done.wait(), 900)
@@ -148,6 +152,7 @@ def main() -> None:
     parser.add_argument("trees", nargs="*", help="name=path to a tree's src")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=1, help="the listener's batch size")
     parser.add_argument("--one", action="store_true", help="one run, in this process")
     parser.add_argument("--strace", help="strace -c -f the broker during the drain, to this file")
     parser.add_argument("--pyspy", help="py-spy record the broker during the drain, raw, here")
@@ -165,6 +170,7 @@ def main() -> None:
             name, path = args.trees[(n + round_) % len(args.trees)].split("=", 1)
             env = {**os.environ, "PYTHONPATH": path}
             command = [sys.executable, __file__, "--one", "--backlog", str(args.backlog)]
+            command += ["--batch-size", str(args.batch_size)]
             command += ["--trace"] if args.trace else []
             command += ["--pin", args.pin] if args.pin else []
             command += [f"--serve={args.serve}"] if args.serve else []
