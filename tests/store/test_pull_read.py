@@ -21,7 +21,7 @@ from pocketmq.store import GetResult, GetStatus, MessageStore, StoreMessage
 from pocketmq.store import _readpass as readpass
 from pocketmq.store import reader as reader_module
 from pocketmq.store.consumequeue import ENTRY
-from pocketmq.store.reader import _MAX_COALESCED_READ, Reader, _nothing_found, _outside
+from pocketmq.store.reader import Reader, _nothing_found, _outside
 from pocketmq.store.record import RecordError, compute_tag_code, decode_record
 from tests.twins import compiled_twin
 
@@ -41,7 +41,7 @@ def _before_read_records(
         end = start + size
         j = i + 1
         segment_end = start - start % commitlog.segment_size + commitlog.segment_size
-        while j < len(batch) and batch[j][1] == end and end - start < _MAX_COALESCED_READ:
+        while j < len(batch) and batch[j][1] == end and end - start < readpass.MAX_COALESCED_READ:
             if batch[j][1] + batch[j][2] > segment_end:
                 break
             end += batch[j][2]

@@ -322,7 +322,7 @@ class ClientConnection(asyncio.Protocol):
             if self._refusal is not None:
                 raise self._refusal
             raise BrokerConnectionError(f"not connected to {self.address}", address=self.address)
-        request_id = self.last_id = next(self._ids) & 0xFFFFFFFF or next(self._ids) & 0xFFFFFFFF
+        request_id = self.last_id = self._next_id()
         # encode_body's own encoder method, without its frame
         frame = encode_frame(_REQUEST, code, request_id, encode_body_fast(body))  # may raise
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

@@ -26,7 +26,7 @@ from pocketmq.store.openfiles import OpenFiles, QueueFile
 
 __all__ = ["ENTRY", "HOLE_TAG", "ConsumeQueue"]
 
-ENTRY: Final = struct.Struct("<QIQ")
+ENTRY: Final[struct.Struct] = struct.Struct("<QIQ")
 ENTRY_SIZE: Final = ENTRY.size
 GROW_MIN: Final = 4096
 """The first reservation of a queue file (one filesystem block), and the unit of the others."""

@@ -26,6 +26,7 @@ from typing import Final, Protocol
 
 import msgspec
 
+from pocketmq.store.consumequeue import ENTRY
 from pocketmq.store.message import StoredMessage
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
@@ -50,7 +51,7 @@ _u32: Final = struct.Struct("<I").unpack_from
 #: decode then takes the branch a compiled module runs fastest (docs/benchmarks.md, "Broker
 #: consume path, compiled entries' loop (issue 32)")
 _NATIVE: Final = not __file__.endswith(".py")
-_iter_entries: Final = struct.Struct("<QIQ").iter_unpack  # consumequeue.ENTRY
+_iter_entries: Final = ENTRY.iter_unpack
 _crc32: Final = zlib.crc32
 _decode_props: Final = msgspec.msgpack.Decoder(dict[str, str]).decode
 # module-level names a compiled module reads from a static, not from the module's dict

@@ -286,12 +286,6 @@ class IndexService:
     def put_hashed(self, entries: list[tuple[int, int]]) -> None:
         """Index a batch of ``(key hash, physical_offset)`` (:func:`id_hash`,
         :func:`key_hashes`), splitting it where a file fills up."""
-        files = self.files
-        if files:  # the newest file with room (the usual case), without _writable's call
-            current = files[-1]
-            if len(entries) <= current.max_entries - current.count:
-                current.put_many(entries)
-                return
         done = 0
         while done < len(entries):
             current = self._writable(entries[done][1])

@@ -13,7 +13,6 @@ import struct
 from typing import TYPE_CHECKING
 
 from pocketmq.compiled import load
-from pocketmq.store._readpass import MAX_COALESCED_READ
 from pocketmq.store.consumequeue import ConsumeQueue
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.message import (
@@ -35,7 +34,6 @@ __all__ = ["Reader"]
 
 log = logging.getLogger("pocketmq.store")
 
-_MAX_COALESCED_READ = MAX_COALESCED_READ
 # an enum member read costs a dict lookup and a descriptor call each time on CPython 3.11:
 # read once (docs/benchmarks.md, "Enum member reads and the front's forwarding, swept")
 _FOUND = GetStatus.FOUND
