@@ -199,8 +199,9 @@ def _body(sequence: int) -> bytes:
 
 
 def _install_client(marks: dict[str, Any]) -> None:
-    """Record this process's connections, the producer's ``send`` entry, the pull loop's
-    resumption (``ClientConnection.request`` returning a pull answer) and loop turns."""
+    """Record this process's connections, the producer's ``send`` entry, where a pull's answer
+    is handed on (``ClientConnection.request`` returning it, or its ``early`` hand-off to the
+    workers taking it) and loop turns."""
     from pocketmq.client.connection import ClientConnection
     from pocketmq.client.producer.producer import Producer
     from pocketmq.protocol import structs as w
@@ -223,6 +224,17 @@ def _install_client(marks: dict[str, Any]) -> None:
         return await send(self, message)
 
     async def timed_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        early = kwargs.get("early")
+        if early is not None:  # the answer handed to the workers as it is read (pull.py)
+
+            def timed_early(reply: Any) -> None:
+                early(reply)
+                if early.taken:
+                    at = _now()
+                    for m in reply.messages:
+                        resumed.setdefault(_sequence(m.body), (at, turns[0]))
+
+            kwargs["early"] = timed_early
         reply = await request(self, *args, **kwargs)
         if isinstance(reply, w.PullResponse):
             at = _now()
@@ -320,7 +332,11 @@ def main() -> None:
             False,
         ),
         ("pull answer read (client data_received)", lambda n: client["pull answer"].get(n), True),
-        ("pull loop resumed (request returned)", lambda n: marks["pull resumed"].get(n), True),
+        (
+            "handed on (pull loop resumed, or the hand-off)",
+            lambda n: marks["pull resumed"].get(n),
+            True,
+        ),
         ("listener entry", lambda n: marks["listener"].get(n), True),
     ]
     times: dict[str, list[int]] = defaultdict(list)
