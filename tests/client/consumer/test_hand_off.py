@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pocketmq import protocol as wire
 from pocketmq.client.connection import ClientConnection
 from pocketmq.client.consumer.config import PushConsumerConfig
 from pocketmq.client.consumer.hotpath import (
@@ -26,47 +27,24 @@ from pocketmq.client.consumer.pull import Puller
 from pocketmq.client.consumer.state import ConsumerCounters
 from pocketmq.client.message import ConsumeStatus, MessageView
 from pocketmq.errors import Code
-from pocketmq.protocol import (
-    FrameDecoder,
-    FrameKind,
-    RequestCode,
-    decode_body,
-    encode_body,
-    encode_frame,
-)
 from pocketmq.protocol import structs as w
+from tests.client.test_connection_writes import RecordingTransport
 
 
-class _Transport:
-    """The part of a transport a connection uses; keeps every write."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-
-def _connection() -> tuple[ClientConnection, _Transport]:
+def _connection() -> tuple[ClientConnection, RecordingTransport]:
     connection = ClientConnection("b:1", None)
-    transport = _Transport()
+    transport = RecordingTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     return connection, transport
 
 
-def _pulls(transport: _Transport) -> list[tuple[int, w.PullRequest]]:
+def _pulls(transport: RecordingTransport) -> list[tuple[int, w.PullRequest]]:
     """The PULL requests written so far: (request id, request)."""
-    frames = FrameDecoder().feed(b"".join(transport.writes))
+    frames = wire.FrameDecoder().feed(b"".join(transport.writes))
     return [
-        (f.request_id, decode_body(f.body, w.PullRequest))
+        (f.request_id, wire.decode_body(f.body, w.PullRequest))
         for f in frames
-        if f.code == RequestCode.PULL
+        if f.code == wire.RequestCode.PULL
     ]
 
 
@@ -74,10 +52,23 @@ def _answer(request_id: int, offsets: list[int], status: str = "FOUND") -> bytes
     messages = [
         w.Delivered("T", 0, offset, b"m%d" % offset, {}, 1, 2, offset, 1) for offset in offsets
     ]
-    body = encode_body(
+    body = wire.encode_body(
         w.PullResponse(status, (offsets[-1] + 1) if offsets else 0, 0, 100, messages)
     )
-    return encode_frame(FrameKind.RESPONSE, Code.SUCCESS, request_id, body)
+    return wire.encode_frame(wire.FrameKind.RESPONSE, Code.SUCCESS, request_id, body)
+
+
+def _blocking_listener() -> tuple[asyncio.Event, list[int], Any]:
+    """A listener that notes the offsets it got, then waits until the event is set."""
+    release = asyncio.Event()
+    seen: list[int] = []
+
+    async def listener(messages: list[MessageView]) -> ConsumeStatus:
+        seen.extend(m.queue_offset for m in messages)
+        await release.wait()
+        return ConsumeStatus.SUCCESS
+
+    return release, seen, listener
 
 
 async def _settle() -> None:
@@ -148,14 +139,7 @@ async def test_an_idle_worker_calls_the_listener_in_the_turn_after_the_answer_is
 async def test_a_blocked_listener_does_not_stall_pulling() -> None:
     """The hand-off only queues the batch: the pull loop issues the next pull while the
     listener waits, and answers keep going to the work queue until it is full."""
-    release = asyncio.Event()
-    seen: list[int] = []
-
-    async def listener(messages: list[MessageView]) -> ConsumeStatus:
-        seen.extend(m.queue_offset for m in messages)
-        await release.wait()
-        return ConsumeStatus.SUCCESS
-
+    release, seen, listener = _blocking_listener()
     consumer = _Consumer(listener, workers=1, bound=2)
     try:
         await _settle()
@@ -177,14 +161,7 @@ async def test_a_blocked_listener_does_not_stall_pulling() -> None:
 async def test_a_full_work_queue_leaves_the_answer_to_the_pull_loop() -> None:
     """No room: the answer is not handed on as it is read; the pull loop puts it once the queue
     drained (put_many), in order, and pulls again only then."""
-    release = asyncio.Event()
-    seen: list[int] = []
-
-    async def listener(messages: list[MessageView]) -> ConsumeStatus:
-        seen.extend(m.queue_offset for m in messages)
-        await release.wait()
-        return ConsumeStatus.SUCCESS
-
+    release, seen, listener = _blocking_listener()
     consumer = _Consumer(listener, workers=1, bound=1)
     try:
         await _settle()
@@ -213,14 +190,14 @@ async def test_early_is_called_as_the_answer_is_read_and_not_for_errors() -> Non
     connection, transport = _connection()
     got: list[Any] = []
     future = connection.begin(
-        RequestCode.PULL, w.PullRequest("g", "T", 0, 0), w.PullResponse, 3.0, early=got.append
+        wire.RequestCode.PULL, w.PullRequest("g", "T", 0, 0), w.PullResponse, 3.0, early=got.append
     )
     failed = connection.begin(
-        RequestCode.PULL, w.PullRequest("g", "T", 1, 0), w.PullResponse, 3.0, early=got.append
+        wire.RequestCode.PULL, w.PullRequest("g", "T", 1, 0), w.PullResponse, 3.0, early=got.append
     )
     await asyncio.sleep(0)  # the second request is written in the next turn
-    ids = [f.request_id for f in FrameDecoder().feed(b"".join(transport.writes))]
-    error = encode_frame(FrameKind.RESPONSE, Code.SYSTEM_ERROR, ids[1], b"")
+    ids = [f.request_id for f in wire.FrameDecoder().feed(b"".join(transport.writes))]
+    error = wire.encode_frame(wire.FrameKind.RESPONSE, Code.SYSTEM_ERROR, ids[1], b"")
     connection.data_received(_answer(ids[0], [5]) + error)
     assert [a.next_offset for a in got] == [6]  # in the read, before the future's waiter runs
     assert future.result() is got[0]
@@ -236,9 +213,9 @@ async def test_an_early_call_that_raises_is_logged_and_the_request_answered(
         raise RuntimeError("a bug")
 
     future = connection.begin(
-        RequestCode.PULL, w.PullRequest("g", "T", 0, 0), w.PullResponse, 3.0, early=broken
+        wire.RequestCode.PULL, w.PullRequest("g", "T", 0, 0), w.PullResponse, 3.0, early=broken
     )
-    [frame] = FrameDecoder().feed(b"".join(transport.writes))
+    [frame] = wire.FrameDecoder().feed(b"".join(transport.writes))
     with caplog.at_level(logging.ERROR, logger="pocketmq.client"):
         connection.data_received(_answer(frame.request_id, [0]))
     assert future.result().next_offset == 1
