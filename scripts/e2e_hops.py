@@ -91,8 +91,37 @@ def install_broker() -> None:
         return results
 
     MessageStore.append = timed_append  # type: ignore[method-assign]
+    if os.environ.get("POCKETMQ_HOPS_DETAIL"):
+        _install_broker_detail(sink)
     out = os.environ["POCKETMQ_HOPS_OUT"]
     atexit.register(lambda: Path(out).write_bytes(pickle.dumps(sink)))
+
+
+def _install_broker_detail(sink: list[Record]) -> None:
+    """``--broker-detail``: when a woken long poll's task resumes (``ArrivalNotifier.wait``
+    returns) and when its read of the store (``Reader.get_messages``) begins and ends."""
+    from pocketmq.broker.longpoll import ArrivalNotifier
+    from pocketmq.store.reader import Reader
+
+    woke: dict[Any, int] = {}
+    wait, get = ArrivalNotifier.wait, Reader.get_messages
+
+    async def timed_wait(self: Any, key: Any, max_wait: float) -> bool:
+        result = await wait(self, key, max_wait)
+        woke[asyncio.current_task()] = _now()
+        return result
+
+    def timed_get(self: Any, *args: Any, **kwargs: Any) -> Any:
+        began = _now()
+        got = get(self, *args, **kwargs)
+        if got.messages:
+            task = asyncio.current_task()
+            bodies = [m.body[:16] for m in got.messages]
+            sink.append((began, 0, "read", (bodies, woke.pop(task, None), _now()), 0))
+        return got
+
+    ArrivalNotifier.wait = timed_wait  # type: ignore[method-assign]
+    Reader.get_messages = timed_get  # type: ignore[method-assign]
 
 
 def _frames(records: list[Record]) -> dict[int, list[tuple[tuple[int, int], str, Any]]]:
@@ -120,20 +149,35 @@ def _hops(records: list[Record], requester: str) -> dict[str, dict[int, tuple[in
     seen: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)
     for frames in _frames(records).values():
         pulls: set[int] = set()
+        sends: dict[int, list[int]] = {}
         for at, what, frame in frames:
             if frame.kind == FrameKind.REQUEST and what == requester:
                 if frame.code == RequestCode.SEND:
-                    for m in decode_body(frame.body, w.SendRequest).messages:
-                        seen["send"].setdefault(_sequence(m.body), at)
+                    sequences = [
+                        _sequence(m.body) for m in decode_body(frame.body, w.SendRequest).messages
+                    ]
+                    sends[frame.request_id] = sequences
+                    for sequence in sequences:
+                        seen["send"].setdefault(sequence, at)
                 elif frame.code == RequestCode.PULL:
                     pulls.add(frame.request_id)
             elif frame.kind == FrameKind.RESPONSE and frame.request_id in pulls:
                 for m in decode_body(frame.body, w.PullResponse).messages:
                     seen["pull answer"].setdefault(_sequence(m.body), at)
+            elif frame.kind == FrameKind.RESPONSE and frame.request_id in sends:
+                for sequence in sends.pop(frame.request_id):
+                    seen["send answered"].setdefault(sequence, at)
     for at, _, what, data, turn in records:
         if what == "appended":
             for body in data:
                 seen["appended"].setdefault(_sequence(body), (at, turn))
+        elif what == "read":
+            bodies, woken, ended = data
+            for body in bodies:
+                if woken is not None:
+                    seen["woken"].setdefault(_sequence(body), (woken, 0))
+                seen["read begun"].setdefault(_sequence(body), (at, 0))
+                seen["read ended"].setdefault(_sequence(body), (ended, 0))
     return seen
 
 
@@ -199,8 +243,9 @@ def _body(sequence: int) -> bytes:
 
 
 def _install_client(marks: dict[str, Any]) -> None:
-    """Record this process's connections, the producer's ``send`` entry, the pull loop's
-    resumption (``ClientConnection.request`` returning a pull answer) and loop turns."""
+    """Record this process's connections, the producer's ``send`` entry, where a pull's answer
+    is handed on (``ClientConnection.request`` returning it, or its ``early`` hand-off to the
+    workers taking it) and loop turns."""
     from pocketmq.client.connection import ClientConnection
     from pocketmq.client.producer.producer import Producer
     from pocketmq.protocol import structs as w
@@ -223,6 +268,17 @@ def _install_client(marks: dict[str, Any]) -> None:
         return await send(self, message)
 
     async def timed_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        early = kwargs.get("early")
+        if early is not None:  # the answer handed to the workers as it is read (pull.py)
+
+            def timed_early(reply: Any) -> None:
+                early(reply)
+                if early.taken:
+                    at = _now()
+                    for m in reply.messages:
+                        resumed.setdefault(_sequence(m.body), (at, turns[0]))
+
+            kwargs["early"] = timed_early
         reply = await request(self, *args, **kwargs)
         if isinstance(reply, w.PullResponse):
             at = _now()
@@ -268,6 +324,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--broker-detail",
+        action="store_true",
+        help="split the broker's woken pull: task resumed, store read begun and ended "
+        "(messages whose pull was not woken are left out)",
+    )
     args = parser.parse_args()
     from pocketmq.testing.process import BrokerProcess
 
@@ -294,6 +356,8 @@ def main() -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(hook), env.get("PYTHONPATH", "")])
         env["POCKETMQ_HOPS_OUT"] = str(out)
+        if args.broker_detail:
+            env["POCKETMQ_HOPS_DETAIL"] = "1"
         broker = BrokerProcess(Path(directory, "data"), env=env)
         try:
             asyncio.run(_workload(broker.address, args.rate, args.seconds, marks))
@@ -314,13 +378,30 @@ def main() -> None:
         ("SEND handed to the transport (client)", client_side[2], True),
         ("SEND read (broker data_received)", lambda n: server["send"].get(n), False),
         ("append returned (broker)", lambda n: server["appended"].get(n), False),
+    ]
+    if args.broker_detail:
+        points += [
+            (
+                "the SEND's answer handed to the transport",
+                lambda n: server["send answered"].get(n),
+                False,
+            ),
+            ("woken pull's task resumed (broker)", lambda n: server["woken"].get(n), False),
+            ("its store read begun (broker)", lambda n: server["read begun"].get(n), False),
+            ("its store read ended (broker)", lambda n: server["read ended"].get(n), False),
+        ]
+    points += [
         (
             "pull answer handed to the transport (broker)",
             lambda n: server["pull answer"].get(n),
             False,
         ),
         ("pull answer read (client data_received)", lambda n: client["pull answer"].get(n), True),
-        ("pull loop resumed (request returned)", lambda n: marks["pull resumed"].get(n), True),
+        (
+            "handed on (pull loop resumed, or the hand-off)",
+            lambda n: marks["pull resumed"].get(n),
+            True,
+        ),
         ("listener entry", lambda n: marks["listener"].get(n), True),
     ]
     times: dict[str, list[int]] = defaultdict(list)

@@ -77,10 +77,12 @@ _Waiting = tuple[
     float,
     float,
     "Callable[[asyncio.Future[Any], Callable[[BaseException], None]], None] | None",
+    "Callable[[Any], None] | None",
 ]
 """A request waiting for its answer: ``(future, reply type, due, code, timeout, expires,
-start)``. ``due`` is when the connection's watchdog next looks at it: its slow watch's time
-while ``start`` is set (the watch not started yet), else its expiry (``expires``)."""
+start, early)``. ``due`` is when the connection's watchdog next looks at it: its slow watch's
+time while ``start`` is set (the watch not started yet), else its expiry (``expires``).
+``early`` is called with a successful answer as it is read (see :meth:`ClientConnection.begin`)."""
 
 
 # what answers in these protocols on a pocketmq machine (docs/cli.md, "Errors")
@@ -212,6 +214,12 @@ class ClientConnection(asyncio.Protocol):
                     except ProtocolError as exc:
                         future.set_exception(exc)
                         continue
+                    early = waiting[7]
+                    if early is not None:
+                        try:
+                            early(answer)
+                        except Exception:  # the caller's bug: its request still gets the answer
+                            log.exception("handing on an answer from %s failed", self.address)
                     future.set_result(answer)
             elif self._on_push is not None:
                 try:
@@ -306,12 +314,18 @@ class ClientConnection(asyncio.Protocol):
         reply: type[T] | None,
         timeout: float,
         slow: SlowWatch | None = None,
+        early: Callable[[T], None] | None = None,
     ) -> asyncio.Future[T]:
         """Write the request and return the future of its answer, which fails with
         :class:`RequestTimeoutError` after ``timeout`` (``slow``: :data:`SlowWatch`). What
         :meth:`request` does without its coroutine, for a caller that awaits the future itself
         (the producer's send: docs/benchmarks.md, "Producer send path, fewer levels"); it does
         not wait while the connection is paused for writing (see :attr:`paused`).
+
+        ``early`` is called with a successful answer in the loop turn that reads it, before the
+        future is resolved (whose waiter resumes a turn later): a push consumer's pull hands its
+        messages to an idle worker there (client/consumer/pull.py). It is not called for an
+        error, a timeout or a request given up on; what it raises is logged.
 
         The frame leaves at once when it is the only one in flight (nothing queued, no request
         waiting for an answer); else it is queued, and everything queued in one loop iteration
@@ -333,10 +347,19 @@ class ClientConnection(asyncio.Protocol):
             transport.write(frame)
         if slow is not None and slow[0] < timeout:
             due = now + slow[0]
-            self._pending[request_id] = (future, reply, due, code, timeout, now + timeout, slow[1])
+            self._pending[request_id] = (
+                future,
+                reply,
+                due,
+                code,
+                timeout,
+                now + timeout,
+                slow[1],
+                early,
+            )
         else:
             due = now + timeout
-            self._pending[request_id] = (future, reply, due, code, timeout, due, None)
+            self._pending[request_id] = (future, reply, due, code, timeout, due, None, early)
         if due < self._watchdog_at:
             self._arm(due)
         return future
@@ -349,10 +372,12 @@ class ClientConnection(asyncio.Protocol):
         timeout: float,
         *,
         slow: SlowWatch | None = None,
+        early: Callable[[T], None] | None = None,
     ) -> T:
         """Send a request and wait up to ``timeout`` for its answer, decoded as ``reply``; an
         error answer raises its typed error, no answer :class:`RequestTimeoutError`. ``slow``:
-        what to start when the answer is late (:data:`SlowWatch`).
+        what to start when the answer is late (:data:`SlowWatch`); ``early``: what to call with
+        the answer as it is read (:meth:`begin`).
         """
         if self.paused:
             try:  # a peer that reads nothing (frozen) must not hold the caller for ever
@@ -363,7 +388,7 @@ class ClientConnection(asyncio.Protocol):
                     f"{code.name} to {self.address}: the connection took nothing in {timeout:.1f}s",
                     address=self.address,
                 ) from None
-        future = self.begin(code, body, reply, timeout, slow)
+        future = self.begin(code, body, reply, timeout, slow, early)
         request_id = self.last_id
         try:
             return await future
@@ -405,12 +430,12 @@ class ClientConnection(asyncio.Protocol):
         for request_id, waiting in list(pending.items()):
             if waiting[2] > now or pending.get(request_id) is not waiting:
                 continue  # not due, or answered or aborted meanwhile (by a watch)
-            future, reply, _, code, timeout, expires, start = waiting
+            future, reply, _, code, timeout, expires, start, early = waiting
             if future.done():  # ended without its answer being read (cancelled, set)
                 del pending[request_id]
                 continue
             if start is not None:  # late: from now on it waits for its expiry
-                pending[request_id] = (future, reply, expires, code, timeout, expires, None)
+                pending[request_id] = (future, reply, expires, code, timeout, expires, None, early)
                 try:
                     start(future, functools.partial(self._abort, request_id))
                 except Exception:

@@ -213,11 +213,16 @@ async def _work_queue_run(module: ModuleType, seed: int) -> list[Any]:
             trace.append(queue.take())
         elif choice < 0.7 and len(queue):
             trace.append(await queue.get())
-        elif choice < 0.9:
+        elif choice < 0.8:
             try:
                 queue.task_done()
             except ValueError as exc:
                 trace.append(str(exc))
+        elif choice < 0.9:  # a pull's answer handed on as it is read (client/consumer/pull.py)
+            room = queue.has_room()
+            trace.append(room)
+            if room:
+                queue.put_now([next(items) for _ in range(rng.randint(0, 5))])
         trace.append(len(queue))
     return trace
 

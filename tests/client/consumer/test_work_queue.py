@@ -151,3 +151,27 @@ async def test_take_gives_the_oldest_item_or_none_and_wakes_the_putter_at_half()
     for _ in range(5):
         queue.task_done()
     await queue.join()
+
+
+async def test_put_now_adds_without_waiting_where_has_room_says_it_may() -> None:
+    """What a pull's answer handed on as it is read uses (client/consumer/pull.py): room is
+    below the bound with no putter waiting (one waiting is not overtaken), and the items
+    added wake an idle getter as ``put_many`` does."""
+    queue: WorkQueue[int] = WorkQueue(4)
+    getter = asyncio.ensure_future(queue.get())
+    await _settle()
+    assert queue.has_room()
+    queue.put_now([1])
+    await asyncio.sleep(0)
+    assert getter.result() == 1
+    queue.put_now([2, 3, 4, 5])
+    assert not queue.has_room()  # at the bound
+    putter = asyncio.ensure_future(queue.put_many([6]))
+    await _settle()
+    assert queue.take() == 2  # below the bound, but the putter still waits (above half)
+    assert not queue.has_room()
+    assert queue.take() == 3  # half: the putter is woken and puts
+    await _settle()
+    assert putter.done()
+    assert [queue.take(), queue.take(), queue.take(), queue.take()] == [4, 5, 6, None]
+    assert queue.has_room()

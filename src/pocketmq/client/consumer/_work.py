@@ -65,6 +65,17 @@ class WorkQueue(Generic[T]):
             finally:
                 if waiter in self._putters:
                     self._putters.remove(waiter)
+        self.put_now(items)
+
+    def has_room(self) -> bool:
+        """Whether items may be added now: below the bound, and no :meth:`put_many` waiting
+        for room (it is not overtaken)."""
+        return len(self._items) < self._bound and not self._putters
+
+    def put_now(self, items: Iterable[T]) -> None:
+        """Add ``items`` together, in order, without waiting: for a caller that checked
+        :meth:`has_room` (a pull's answer handed on as it is read, client/consumer/pull.py),
+        so the queue stays within ``bound + one pull`` as with :meth:`put_many`."""
         before = len(self._items)
         self._items.extend(items)
         added = len(self._items) - before

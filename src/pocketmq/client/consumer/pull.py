@@ -11,6 +11,13 @@ queue over the byte bound is kept, as in RocketMQ: the next one waits), and whil
 message bounds what a restart redelivers. A failed pull is tried again after a second; one that
 cannot reach its broker asks for a rebalance, which fetches the route again (a slave may serve
 the queue now).
+
+A concurrent consumer's messages are handed to the workers as the pull's answer is read
+(:class:`_HandOff`, called by the connection before the loop resumes), when the work queue has
+room: an idle worker then calls the listener in the next loop turn, not one turn after the
+loop's. The loop still does everything else — flow control, the next pull, waiting for room —
+and the listener still runs in a worker, never in the connection's read or the pull loop
+(docs/semantics.md, "where the listener runs").
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from pocketmq.client.consumer.hotpath import ProcessQueue
+from pocketmq.client.consumer.hotpath import ProcessQueue, WorkQueue
 from pocketmq.client.consumer.offsets import OffsetStore
-from pocketmq.client.consumer.state import ConsumerState
+from pocketmq.client.consumer.state import Batch, ConsumerState
 from pocketmq.errors import BrokerConnectionError, PocketMQError
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
@@ -31,6 +38,33 @@ __all__ = ["Puller"]
 log = logging.getLogger("pocketmq.client")
 
 Dispatch = Callable[[ProcessQueue, list[w.Delivered]], None]
+
+
+class _HandOff:
+    """A pull's messages handed to the workers in the loop turn that reads its answer (the
+    connection's ``early`` call, ``ClientConnection.begin``): what the pull loop would do when
+    it resumes a turn later, done only when that would not wait — the answer found messages,
+    the queue is not dropped and the work queue has room (else the loop puts them as before,
+    waiting for room). ``taken`` tells the loop the answer's messages are handed on already.
+    One per pull loop, reused for each of its pulls (docs/benchmarks.md, "e2e latency: the
+    woken consumer's turns (issue 32)")."""
+
+    __slots__ = ("_pq", "_size", "_work", "taken")
+
+    def __init__(self, pq: ProcessQueue, work: WorkQueue[Batch], size: int) -> None:
+        self._pq = pq
+        self._work = work
+        self._size = size
+        self.taken = False
+
+    def __call__(self, reply: w.PullResponse) -> None:
+        pq = self._pq
+        if reply.status != "FOUND" or pq.dropped or not self._work.has_room():
+            return
+        fresh = pq.add(reply.messages)
+        pq.next_offset = reply.next_offset
+        self.taken = True
+        self._work.put_now(pq.batches(fresh, self._size))
 
 
 class Puller:
@@ -56,6 +90,7 @@ class Puller:
         wait_ms = int(config.long_poll * 1000)
         pool = state.client.pool
         timeout = config.long_poll + state.client.client_config.request_timeout
+        hand_off = _HandOff(pq, work, config.batch_size) if self._lanes is None else None
         while not pq.dropped:
             try:
                 if pq.next_offset < 0:
@@ -69,6 +104,8 @@ class Puller:
                     await pq.space.wait()
                     continue
                 connection = await pool.get(pq.address)
+                if hand_off is not None:
+                    hand_off.taken = False
                 reply = await connection.request(
                     RequestCode.PULL,
                     w.PullRequest(
@@ -82,6 +119,7 @@ class Puller:
                     ),
                     w.PullResponse,
                     timeout,
+                    early=hand_off,
                 )
             except asyncio.CancelledError:
                 raise
@@ -94,6 +132,8 @@ class Puller:
             if pq.dropped:
                 return
             if reply.status == "FOUND":
+                if hand_off is not None and hand_off.taken:
+                    continue  # handed to the workers as the answer was read
                 fresh = pq.add(reply.messages)
                 pq.next_offset = reply.next_offset
                 if self._lanes is not None:
