@@ -13,6 +13,8 @@ per consumed message, wall clock"):
     PYTHONPATH=src python scripts/consume_drain.py --one --strace /tmp/drain.strace
 
 ``--batch-size`` sets the consumer's listener batch (``PushConsumerConfig.batch_size``).
+``gc_collections``: the broker's garbage collections by generation over the drain and the
+second after it (its ``python_gc_collections_total``).
 ``--trace`` adds what paces the drain (``scripts/drain_trace.py``: pull round trips, pulls in
 flight, the consumer's flow-control waits, each process's busy share, whether they shared a
 core, what other processes used); ``--pin split|same`` runs the drain with the broker and the
@@ -49,7 +51,9 @@ def _own_cpu() -> tuple[float, float]:
 
 
 def _requests(http: str) -> dict[str, int]:
-    """Requests the broker answered so far, by request code (``rocketmq_rpc_latency_count``)."""
+    """Requests the broker answered so far, by request code (``rocketmq_rpc_latency_count``),
+    and its garbage collections so far, as ``gc<generation>`` (``python_gc_collections_total``:
+    a drain runs none, docs/benchmarks.md "ISA-L's CRC-32 on the pull")."""
     import re
     import urllib.request
 
@@ -59,6 +63,10 @@ def _requests(http: str) -> dict[str, int]:
         r'^rocketmq_rpc_latency_count\{[^}]*request_code="([^"]+)"[^}]*\} (\S+)$', text, re.M
     ):
         counts[match[1]] = counts.get(match[1], 0) + int(float(match[2]))
+    for match in re.finditer(
+        r'^python_gc_collections_total\{generation="(\d)"\} (\S+)$', text, re.M
+    ):
+        counts[f"gc{match[1]}"] = int(float(match[2]))
     return counts
 
 
@@ -127,6 +135,9 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
         per = 1e6 / backlog
         after = _requests(broker.http) if broker.http else {}
         answered = {code: n - requests.get(code, 0) for code, n in after.items()}
+        collections = {
+            code: answered.pop(code) for code in ("gc0", "gc1", "gc2") if code in answered
+        }
         return {
             "rate": round(backlog / seconds),
             "broker_us": round((sum(server_end) - sum(server)) * per, 1),
@@ -137,6 +148,7 @@ async def _drain(args: argparse.Namespace) -> dict[str, Any]:
             "client_user_us": round((client_end[0] - client[0]) * per, 1),
             "client_sys_us": round((client_end[1] - client[1]) * per, 1),
             "requests": {code: n for code, n in sorted(answered.items()) if n},
+            "gc_collections": collections,  # by generation, the drain and the second after it
             "compiled": len(compiled.COMPILED),
             "load": round(os.getloadavg()[0], 1),
             **(trace.stop() if trace is not None else {}),
