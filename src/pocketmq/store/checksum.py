@@ -1,12 +1,13 @@
-"""The CRC-32 that verifies records on a pull's read: zlib's, or ISA-L's when it is installed.
+"""The commit-log record's CRC-32: zlib's, or ISA-L's when it is installed.
 
-Every consumed message's record is verified (docs/storage-format.md §1, §7), and on a 1 KiB
-message zlib 1.2's table-driven CRC-32 was ~4,700 instructions, the largest single item of the
-broker's pull. ISA-L (the ``isal`` package's ``isal_zlib.crc32``) computes the same CRC-32 with
-the CPU's carry-less multiply: the same value for every input and start value, in about a
-tenth of the time (docs/benchmarks.md, "ISA-L's CRC-32 on the pull, and why ``batch_size=32``
-drains slower (issue 32)"). It is optional: without it (or should it ever disagree with zlib
-on the probes below) the read verifies with zlib, as before. What is verified does not change,
+A record's CRC is computed when it is encoded (each append) and checked when it is read (each
+pull, recovery, a replica's intake: docs/storage-format.md §1, §7). On a 1 KiB message zlib
+1.2's table-driven CRC-32 was ~4,700 instructions, the largest single item of the broker's
+pull. ISA-L (the ``isal`` package's ``isal_zlib.crc32``) computes the same CRC-32 with the
+CPU's carry-less multiply: the same value for every input and start value, in about a tenth of
+the time (docs/benchmarks.md, "ISA-L's CRC-32 on the pull, and why ``batch_size=32`` drains
+slower (issue 32)"). It is optional: without it (or should it ever disagree with zlib on the
+probes below) records are checksummed with zlib, as before. What is verified does not change,
 only how fast.
 """
 

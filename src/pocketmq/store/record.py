@@ -14,6 +14,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from pocketmq.store.checksum import crc32
 from pocketmq.store.message import StoredMessage
 
 __all__ = [
@@ -215,7 +216,7 @@ def encode_record_fast(
             _U32.pack(len(body)),
         )
     )
-    return _PREFIX.pack(total, MAGIC, zlib.crc32(body, zlib.crc32(meta))), meta
+    return _PREFIX.pack(total, MAGIC, crc32(body, crc32(meta))), meta
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
@@ -259,7 +260,7 @@ def _parse(
     if total > available:
         raise RecordError("truncated record")
     view = memoryview(buf)[pos : pos + total]
-    if verify_crc and zlib.crc32(view[12:]) != crc:
+    if verify_crc and crc32(view[12:]) != crc:
         raise RecordError("crc mismatch")
     if expected_physical_offset is not None and header[6] != expected_physical_offset:
         raise RecordError("misplaced record")
@@ -334,7 +335,7 @@ def decode_record(
         raise RecordError("truncated record")
     # slices, not memoryviews: copying a 1 KiB record's pieces costs less than making the views
     end = pos + total
-    if verify_crc and zlib.crc32(buf[pos + 12 : end]) != crc:
+    if verify_crc and crc32(buf[pos + 12 : end]) != crc:
         raise RecordError("crc mismatch")
     if expected_physical_offset is not None and physical_offset != expected_physical_offset:
         raise RecordError("misplaced record")
