@@ -36,6 +36,7 @@ from pocketmq.protocol.body import encode_body
 from pocketmq.protocol.frames import encode_frame
 from pocketmq.server.native.connection import ServerConnection
 from pocketmq.server.native.handlers import broker_handlers
+from pocketmq.server.rpcstats import RpcLatency
 from pocketmq.store import StoreConfig
 
 QUEUES = 8
@@ -87,13 +88,17 @@ async def _nothing(*_: object) -> None:
     return None
 
 
-def greeted_connection(broker: Broker) -> tuple[ServerConnection, _Transport]:
+def greeted_connection(
+    broker: Broker, latency: RpcLatency | None = None
+) -> tuple[ServerConnection, _Transport]:
     """A native connection to ``broker``'s handlers over a stub transport, its HELLO answered
     (request id 1): what scripts/profile_workloads.py's lone-send workload and
-    scripts/broker_consume_path.py feed too."""
+    scripts/broker_consume_path.py feed too. ``latency``: the request-latency metric a served
+    port gives its connections (none by default, as the figures of docs/benchmarks.md were
+    measured)."""
     handlers = broker_handlers(broker, _nothing, _nothing, _nothing)  # type: ignore[arg-type]
     transport = _Transport()
-    connection = ServerConnection(handlers, lambda c: None, set())
+    connection = ServerConnection(handlers, lambda c: None, set(), latency=latency)
     connection.connection_made(transport)  # type: ignore[arg-type]
     hello = w.HelloRequest(PROTOCOL_VERSION, "send-path", "0")
     connection.data_received(
@@ -102,7 +107,7 @@ def greeted_connection(broker: Broker) -> tuple[ServerConnection, _Transport]:
     return connection, transport
 
 
-async def run(count: int, per_frame: int, idle: bool) -> None:
+async def run(count: int, per_frame: int, idle: bool, latency: bool = False) -> None:
     """Feed the warm-up, then (unless ``idle``) ``count`` messages, ``per_frame`` a frame."""
     directory = tempfile.mkdtemp(prefix="pocketmq-send-path-")
     # no flow control (under callgrind the loop runs ~50x slower than its lag limit assumes)
@@ -112,7 +117,7 @@ async def run(count: int, per_frame: int, idle: bool) -> None:
     await broker.start()
     try:
         broker.create_topic("path", queues=QUEUES)
-        connection, transport = greeted_connection(broker)
+        connection, transport = greeted_connection(broker, RpcLatency() if latency else None)
         warm_up = _frames(WARM_UP, per_frame, 2, "path")
         frames = _frames(count, per_frame, 2 + len(warm_up), "path")
         fed = warm_up if idle else warm_up + frames
@@ -131,13 +136,16 @@ async def run(count: int, per_frame: int, idle: bool) -> None:
 
 
 def main() -> None:
-    """``lone|batch N [--idle]``."""
+    """``lone|batch N [--idle] [--latency]``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("lone", "batch"))
     parser.add_argument("count", type=int)
     parser.add_argument("--idle", action="store_true", help="build the frames, do not feed them")
+    parser.add_argument(
+        "--latency", action="store_true", help="time each request as a served port does"
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.count, 1 if args.mode == "lone" else 64, args.idle))
+    asyncio.run(run(args.count, 1 if args.mode == "lone" else 64, args.idle, args.latency))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 
 from pocketmq import properties as props
 from pocketmq.broker import Broker, BrokerConfig, InboundMessage, SendBatch
+from pocketmq.broker.topics import PERM_READ, PERM_WRITE
 from pocketmq.errors import Code, InvalidArgumentError, ServiceUnavailableError
 
 
@@ -73,3 +74,28 @@ async def test_a_refusal_of_the_broker_answers_every_batch(broker: Broker) -> No
     assert all(isinstance(a, ServiceUnavailableError) for a in answers)
     broker._shared.closed = False
     assert broker.store.max_offset("T", 0) == 0
+
+
+async def test_a_topic_changed_between_sends_is_checked_again(broker: Broker) -> None:
+    """What a send call found about a topic is reused by the next call only while the topic
+    manager holds the same config: made read-only, retyped, deleted or auto-created, the next
+    send sees the change (broker/sending.py, ``_Call.topic``)."""
+
+    def codes(batch: SendBatch) -> list[Code]:
+        [answer] = broker.send_now_many([batch])
+        assert not isinstance(answer, Exception)
+        return [o.code for o in answer[0]]
+
+    assert codes(_batch(b"a")) == [Code.SUCCESS]
+    broker.update_topic("T", perm=PERM_READ)
+    assert codes(_batch(b"b")) == [Code.NO_PERMISSION]
+    broker.update_topic("T", perm=PERM_READ | PERM_WRITE)
+    assert codes(_batch(b"c")) == [Code.SUCCESS]
+    broker.update_topic("T", topic_type="fifo")  # a FIFO topic takes only grouped messages
+    assert codes(_batch(b"d")) == [Code.MESSAGE_ILLEGAL]
+    grouped = InboundMessage("T", b"e", {props.MESSAGE_GROUP: "g"})
+    assert codes(SendBatch([grouped])) == [Code.SUCCESS]
+    broker.delete_topic("T")
+    assert codes(_batch(b"f")) == [Code.TOPIC_NOT_EXIST]
+    broker.create_topic("T", queues=1)
+    assert codes(_batch(b"g")) == [Code.SUCCESS]

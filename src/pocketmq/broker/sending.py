@@ -60,6 +60,8 @@ log = logging.getLogger("pocketmq.broker")
 _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = Code.SUCCESS
 _SYNC = ReplicationMode.SYNC
+#: At most this many topics' checks are remembered across send calls (:meth:`_Call.topic`).
+_KNOWN_TOPICS = 10_000
 
 
 class _Call:
@@ -83,13 +85,25 @@ class _Call:
     def topic(self, path: SendPath, name: str) -> tuple[TopicConfig, str | None, bool]:
         """The writable topic ``name`` (refused as :meth:`BrokerPart._writable_topic` refuses
         it), its type and whether it is a retry topic; a user topic is remembered for the
-        rest of the call."""
-        topic = path._writable_topic(name)
-        retry = topic.name.startswith(RETRY_PREFIX)
-        if topic.system:
-            return topic, None, retry
-        # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame a call
-        known = self.topics[name] = (topic, topic.topic_type._value_, retry)
+        rest of the call.
+
+        Across calls ``path`` remembers what it found for each topic, trusted while the topic
+        manager still holds that very config: a :class:`TopicConfig` is frozen, so the same
+        object is writable and of the same type as when it was checked, and a topic updated,
+        deleted or created again is a new object (or none), checked afresh."""
+        known = path._known_topics.get(name)
+        if known is None or path.topics.get(name) is not known[0]:
+            topic = path._writable_topic(name)
+            retry = topic.name.startswith(RETRY_PREFIX)
+            # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame
+            known = (topic, None if topic.system else topic.topic_type._value_, retry)
+            if topic.perm & PERM_WRITE:  # an auto-created topic comes back unchecked
+                known_topics = path._known_topics
+                if len(known_topics) >= _KNOWN_TOPICS:
+                    known_topics.clear()
+                known_topics[name] = known
+        if known[1] is not None:
+            self.topics[name] = known
         return known
 
 
@@ -99,6 +113,8 @@ class SendPath(BrokerPart):
     def __init__(self, shared: Shared) -> None:
         super().__init__(shared)
         self._hosts: dict[str, bytes] = {}
+        # per topic name: its config as last checked writable, type, retry flag (_Call.topic)
+        self._known_topics: dict[str, tuple[TopicConfig, str | None, bool]] = {}
         self._slowest: dict[tuple[str, int], tuple[float, int]] = {}
 
     async def send(
@@ -140,7 +156,9 @@ class SendPath(BrokerPart):
         """Whether a send is settled after its append — a sync flush or a ``sync`` slave — so
         sends arriving meanwhile can share the next append and its wait (a group commit); with
         neither, an append never suspends and there is nothing to share."""
-        return self._sync_flush or self.replication.mode is _SYNC
+        replication = self._shared.replication  # the property's check, without its frame
+        assert replication is not None
+        return self._sync_flush or replication.mode is _SYNC
 
     def send_now_many(
         self, batches: Sequence[SendBatch]
@@ -202,13 +220,14 @@ class SendPath(BrokerPart):
                     result = results[taken]
                     outcome = self._outcome(to_store[taken], result)
                     taken += 1
-                    status = result.status
-                    if status is _PUT_OK or status.stored:
-                        reach = result.physical_offset + result.size
-                        if reach > end:
-                            end = reach
+                    if waits:  # the offset to settle: only a send that waits needs it
+                        status = result.status
+                        if status is _PUT_OK or status.stored:
+                            reach = result.physical_offset + result.size
+                            if reach > end:
+                                end = reach
                 filled.append(outcome)
-            answers[number] = (filled, end if waits else 0)
+            answers[number] = (filled, end)
         return answers
 
     def _refusal(self, batches: Sequence[SendBatch]) -> PocketMQError | None:
@@ -233,7 +252,8 @@ class SendPath(BrokerPart):
         results = self.store.append(to_store)
         transactions = self._shared.transactions  # the property's check, without its frame
         assert transactions is not None
-        transactions.stored(to_store, results)
+        if transactions.holding:  # ``stored``'s own first test, without its frame
+            transactions.stored(to_store, results)
         touched: set[tuple[str, int]] = set()
         end = 0
         counted: list[tuple[str, int]] = []  # (topic, body size) of each stored message

@@ -71,7 +71,9 @@ def pwrite_full(
     fd: int, data: bytes | bytearray | memoryview, offset: int, target: str = ""
 ) -> None:
     """Write all of ``data`` at ``offset`` (``os.pwrite`` may write less than asked)."""
-    _check("write", target)
+    injector = faults._installed  # _check's test, without its frame: two writes per lone send
+    if injector is not None:
+        injector.check("write", target)
     rest = data  # nearly always written whole by the first call: a view only for a short one
     while rest:
         written = os.pwrite(fd, rest, offset)

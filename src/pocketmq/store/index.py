@@ -33,6 +33,7 @@ INDEX_MAGIC: Final = 0x504D5149
 _HEADER: Final = struct.Struct("<IIIIIQQ")  # magic, version, slots, max_entries, count, min, max
 HEADER_SIZE: Final = 64
 _U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")  # ``struct.pack_into("<Q", …)`` would look it up per call
 _ENTRY: Final = struct.Struct("<IQI")  # key_hash, physical_offset, previous (+1)
 ENTRY_SIZE: Final = _ENTRY.size
 _COUNT_AT: Final = 16
@@ -180,7 +181,7 @@ class IndexFile:
         _U32.pack_into(mm, _COUNT_AT, self.count)
         if physical_offset > self.max_physical:
             self.max_physical = physical_offset
-            struct.pack_into("<Q", mm, _MAX_PHYSICAL_AT, physical_offset)
+            _U64.pack_into(mm, _MAX_PHYSICAL_AT, physical_offset)
 
     def put_many(self, hashed: list[tuple[int, int]]) -> None:
         """Insert ``(key_hash, physical_offset)`` pairs; the header is updated once."""
@@ -206,7 +207,7 @@ class IndexFile:
         _U32.pack_into(mm, _COUNT_AT, number)
         if highest != self.max_physical:
             self.max_physical = highest
-            struct.pack_into("<Q", mm, _MAX_PHYSICAL_AT, highest)
+            _U64.pack_into(mm, _MAX_PHYSICAL_AT, highest)
 
     def lookup(self, key_hash: int, limit: int) -> list[int]:
         """Physical offsets of entries whose key hash is ``key_hash``, newest first, at most
@@ -266,10 +267,12 @@ class IndexService:
         self._sequence = int(names[-1]) + 1 if names else 0
 
     def _writable(self, physical_offset: int) -> IndexFile:
-        if self.files and not self.files[-1].full:
-            return self.files[-1]
-        if self.files:
-            self.files[-1].flush()
+        files = self.files
+        if files:
+            newest = files[-1]
+            if newest.count < newest.max_entries:  # ``full``'s test, without its frame
+                return newest
+            newest.flush()
         path = os.path.join(self.directory, f"{self._sequence:020d}")
         self._sequence += 1
         index_file = IndexFile(

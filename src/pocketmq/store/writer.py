@@ -57,6 +57,7 @@ _decode_properties = msgspec.msgpack.Decoder(dict[str, str]).decode
 # ``__getattr__`` hook, and these are read per append
 _PUT_OK = PutStatus.PUT_OK
 _UNKNOWN_ERROR = PutStatus.UNKNOWN_ERROR
+_LOST = (_UNKNOWN_ERROR, "")  # a batch's failure until a segment is lost (_Batch.failure)
 
 
 # (result slot, topic, queue id, queue offset, physical offset, size, tag code, id, keys)
@@ -86,7 +87,7 @@ class _Batch:
         self.written: list[_Written] = []
         self.pending: list[_Written] = []  # encoded into ``pieces``, not yet written
         self.pieces: list[bytes] = []
-        self.failure = (_UNKNOWN_ERROR, "")  # why messages after a lost segment fail
+        self.failure = _LOST  # why messages after a lost segment fail
         self.segment: Segment | None = segment
         self.segment_end = segment.base + segment.size
         self.position = self.chunk_start = position
@@ -106,6 +107,10 @@ class Writer:
         self.config = state.config
         self._commitlog = state.commitlog  # the hot path's one hop
         self._store_host = pack_host(state.config.store_host)
+        # the limits every message is checked against, read once (the config is frozen)
+        self._max_body = state.config.max_message_size
+        self._max_properties = state.config.max_properties_size
+        self._segment_size = state.config.segment_size
         self._blocks: dict[str, bytes] = {}  # the topics checked, and their topic blocks
         self._guard = state.disk_guard
         self._errors = LogRate(log)  # one line a minute per kind of repeating error
@@ -128,11 +133,14 @@ class Writer:
         """Append ``messages`` (the caller holds the state's lock); the results line up with
         them. Every queue file the batch writes is opened and pinned before its message is
         logged, and released when the batch is done."""
-        refusal = self._refusal()
-        if refusal is not None:
-            self.put_failures += len(messages)
-            return [PutResult(status=refusal[0], reason=refusal[1])] * len(messages)
-        now_ms = int(self._state.clock() * 1000)
+        state = self._state
+        # _refusal's three tests, without its frame unless one refuses (it names which)
+        if state.closed or state.failure or self._guard.refusal():
+            refusal = self._refusal()
+            if refusal is not None:
+                self.put_failures += len(messages)
+                return [PutResult(status=refusal[0], reason=refusal[1])] * len(messages)
+        now_ms = int(state.clock() * 1000)
         commitlog = self._commitlog
         try:
             segment = commitlog.active_segment()
@@ -238,7 +246,7 @@ class Writer:
             block is None
             or not 0 <= message.queue_id <= _MAX_QUEUE_ID
             or not isinstance(body, bytes)
-            or len(body) > self.config.max_message_size
+            or len(body) > self._max_body
             or not 0 <= message.flags <= _U32_MAX
             or not 0 <= message.born_timestamp <= _U64_MAX
             or not 0 <= message.reconsume_times <= _U32_MAX
@@ -259,18 +267,17 @@ class Writer:
             return PutResult(
                 status=PutStatus.MESSAGE_ILLEGAL, reason=f"properties cannot be stored: {exc}"
             )
-        max_props = self.config.max_properties_size
+        max_props = self._max_properties
         if len(encoded_props) > max_props:
             return PutResult(
                 status=PutStatus.PROPERTIES_TOO_LARGE,
                 reason=f"properties are {len(encoded_props)} bytes, limit {max_props}",
             )
         size = _RECORD_OVERHEAD + len(block) + len(encoded_props) + len(body)
-        if size > self.config.segment_size:
+        if size > self._segment_size:
             return PutResult(
                 status=PutStatus.MESSAGE_TOO_LARGE,
-                reason=f"record of {size} bytes does not fit a "
-                f"{self.config.segment_size}-byte segment",
+                reason=f"record of {size} bytes does not fit a {self._segment_size}-byte segment",
             )
         return encoded_props, size, block
 
@@ -286,7 +293,9 @@ class Writer:
         key = (message.topic, message.queue_id)
         queue_offset = batch.next_offsets.get(key)
         if queue_offset is None or queue_offset >= batch.ready_until[key]:
-            queue = self._state.queue(*key)
+            queue = self._state.queues.get(key)  # created by ``queue`` on first use only
+            if queue is None:
+                queue = self._state.queue(*key)
             if queue_offset is None:
                 queue_offset = queue.max_offset
             try:

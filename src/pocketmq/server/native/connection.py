@@ -90,6 +90,18 @@ def _name(value: int, names: dict[int, str]) -> str:
     return names.get(value) or str(value)
 
 
+def _labels(code: int, response: int) -> tuple[str, str, str]:
+    """The latency metric's labels of a (request code, response code) pair, made once."""
+    key = _LABELS.get((code, response))
+    if key is None:
+        key = _LABELS[(code, response)] = (
+            "native",
+            _name(code, _REQUEST_NAMES),
+            _name(response, _RESPONSE_NAMES),
+        )
+    return key
+
+
 class ServerConnection(ServedConnection):
     """One native-protocol connection: frames decoded straight from ``data_received``, requests
     dispatched through the handler table, responses of one loop iteration written together, and the
@@ -345,8 +357,10 @@ class ServerConnection(ServedConnection):
         """Answer a handler's result: a response body (or None), an error it raised, or an
         awaitable finished by a task so it never holds up the requests behind it."""
         if result is None or isinstance(result, msgspec.Struct):
-            if self._latency is not None:
-                self._observe(code, _SUCCESS, started)
+            latency = self._latency
+            if latency is not None:  # _observe's work without its frame (every answer, served)
+                key = _LABELS.get((code, _SUCCESS)) or _labels(code, _SUCCESS)
+                latency.observe_key(key, time.perf_counter() - started)
             if not oneway:
                 self._respond(request_id, _SUCCESS, result)
         elif isinstance(result, PocketMQError):
@@ -372,14 +386,7 @@ class ServerConnection(ServedConnection):
 
     def _observe(self, code: int, response: int, started: float) -> None:
         if self._latency is not None:
-            key = _LABELS.get((code, response))
-            if key is None:
-                key = _LABELS[(code, response)] = (
-                    "native",
-                    _name(code, _REQUEST_NAMES),
-                    _name(response, _RESPONSE_NAMES),
-                )
-            self._latency.observe_key(key, time.perf_counter() - started)
+            self._latency.observe_key(_labels(code, response), time.perf_counter() - started)
 
     async def _finish(
         self,

@@ -38,10 +38,10 @@ class ProduceHandlers:
         """One sender's batch, joined with the other sends of the same read."""
         conn.producing = True  # counted as a producer connection (rocketmq_producer_connections)
         born_host = req.born_host if req.born_host and self._may_relay(conn) else conn.remote
-        # tuple.__new__: what the named tuple's generated ``__new__`` does, without its frame
-        return _new_tuple(
-            Joined, (self._join_sends, SendBatch(req.messages, req.producer_group, born_host))
-        )
+        # tuple.__new__: what the named tuples' generated ``__new__`` does, without its frame
+        # (every field given: SendBatch's ``redrive`` default is False)
+        batch = _new_tuple(SendBatch, (req.messages, req.producer_group, born_host, False))
+        return _new_tuple(Joined, (self._join_sends, batch))
 
     def send_joined(self, batches: list[SendBatch]) -> list[object]:
         """The answers to the sends one read brought, stored in one append; each message is
