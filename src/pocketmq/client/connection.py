@@ -93,13 +93,25 @@ _FOREIGN_PORTS: Final = {
 }
 
 
-class ClientConnection(asyncio.Protocol):
-    """One connection to a broker or name server (see the module docstring)."""
+#: bytes read from the socket at most per read: asyncio's own read size for a stream
+_READ_SIZE: Final = 256 * 1024
+
+
+class ClientConnection(asyncio.BufferedProtocol):
+    """One connection to a broker or name server (see the module docstring).
+
+    A buffered protocol: the socket is read into one buffer per connection, kept for its life,
+    and each read's bytes are copied out to their exact size. A plain protocol is handed a
+    ``recv(256 KiB)`` result: glibc maps each such buffer fresh, shrinks it to the bytes read
+    and unmaps it when freed (mmap, mremap and munmap per read: ~30 µs of a lone send's client
+    CPU; docs/benchmarks.md, "The client's reads, one buffer per connection (issue 32)").
+    """
 
     def __init__(self, address: str, on_push: PushHandler | None) -> None:
         self.address = address
         self._on_push = on_push
         self._decoder = FrameDecoder()
+        self._read_buffer = memoryview(bytearray(_READ_SIZE))
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, _Waiting] = {}
         self._ids = itertools.count(1)
@@ -123,7 +135,7 @@ class ClientConnection(asyncio.Protocol):
         self._first_bytes: bytes | None = b""
         self.hello: w.HelloResponse | None = None
 
-    # -- asyncio.Protocol -----------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """asyncio: the socket is connected."""
@@ -163,6 +175,15 @@ class ClientConnection(asyncio.Protocol):
         """asyncio: the socket buffer drained."""
         self.paused = False
         self._can_write.set()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """asyncio: where the next read goes (the connection's buffer; the class doc)."""
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """asyncio: ``nbytes`` were read into the buffer; they are copied out before the next
+        read reuses it (frames keep slices of what they were decoded from)."""
+        self.data_received(self._read_buffer[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         """asyncio: bytes arrived; complete frames answer requests or go to the push handler."""
