@@ -181,8 +181,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         return self._read_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        """asyncio: ``nbytes`` were read into the buffer; they are copied out before the next
-        read reuses it (frames keep slices of what they were decoded from)."""
+        """asyncio: ``nbytes`` were read into the buffer; they are copied out as ``bytes``
+        (what :meth:`data_received` and the frame decoder's fast path take) before the next
+        read reuses the buffer."""
         self.data_received(self._read_buffer[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
