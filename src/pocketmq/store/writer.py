@@ -459,10 +459,10 @@ class Writer:
             return PutResult(status=PutStatus.MESSAGE_ILLEGAL, reason="queue id out of range")
         if not isinstance(message.body, bytes):
             return PutResult(status=PutStatus.MESSAGE_ILLEGAL, reason="body must be bytes")
-        if len(message.body) > self.config.max_message_size:
+        if len(message.body) > self._max_body:
             return PutResult(
                 status=PutStatus.MESSAGE_TOO_LARGE,
-                reason=f"body is {len(message.body)} bytes, limit {self.config.max_message_size}",
+                reason=f"body is {len(message.body)} bytes, limit {self._max_body}",
             )
         problem = ""
         if not 0 <= message.flags <= _U32_MAX:
