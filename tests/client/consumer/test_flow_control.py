@@ -99,6 +99,31 @@ async def test_a_blocked_listener_holds_the_bound_plus_one_pull_then_everything_
     assert sorted(m.queue_offset for m in consumed) == list(range(100))
 
 
+async def test_a_closed_consumer_holds_and_owns_nothing(broker: BrokerProcess) -> None:
+    """After ``aclose`` the consumer has let its queues go (others take them over and what it
+    held is redelivered from the committed offsets): its statistics and assigned queues said
+    otherwise once, counting the messages a blocked listener never finished."""
+    topic, group = unique("closed"), unique("closed")
+    await create(broker.address, topic=topic, group=group)
+    await _send(broker.address, topic, 20)
+    blocked = asyncio.Event()
+
+    async def listener(messages: list[MessageView]) -> ConsumeStatus:
+        await blocked.wait()  # never set: close gives up on it after close_timeout
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer(
+        group, topic, listener, servers=broker.address, config=_config(close_timeout=0.2)
+    )
+    await consumer.start()
+    await eventually(lambda: consumer.statistics().cached > 0)
+    assert consumer.assigned_queues
+    await consumer.aclose()
+    stats = consumer.statistics()
+    assert (stats.queues, stats.cached, stats.cached_bytes) == (0, 0, 0)
+    assert consumer.assigned_queues == []
+
+
 async def test_an_orderly_consumer_holds_the_bound_and_counts_nothing_once_finished(
     broker: BrokerProcess,
 ) -> None:

@@ -190,6 +190,11 @@ class PushConsumer(ClientBase):
             for pq in list(state.queues.values()):
                 await self._locks.unlock(pq)
         await self._membership.unregister()
+        # it owns nothing now: what was in hand is redelivered from the committed offsets, so
+        # statistics() and assigned_queues say so (and a late completion commits nothing)
+        for pq in state.queues.values():
+            pq.dropped = True
+        state.queues.clear()
         await self.close_base()
 
     def statistics(self) -> ConsumerStatistics:
