@@ -29,7 +29,8 @@ def checkout(tmp_path: Path) -> Path:
 
 def _hatch_modules() -> tuple[str, ...]:
     spec = importlib.util.spec_from_file_location("hatch_build", ROOT / "hatch_build.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return tuple(f"src/{name}" for name in module.MODULES)
