@@ -79,7 +79,7 @@ async def test_a_refusal_of_the_broker_answers_every_batch(broker: Broker) -> No
 async def test_a_topic_changed_between_sends_is_checked_again(broker: Broker) -> None:
     """What a send call found about a topic is reused by the next call only while the topic
     manager holds the same config: made read-only, retyped, deleted or auto-created, the next
-    send sees the change (broker/sending.py, ``_Call.topic``)."""
+    send sees the change (broker/sending.py, ``SendPath._prepare``)."""
 
     def codes(batch: SendBatch) -> list[Code]:
         [answer] = broker.send_now_many([batch])

@@ -61,7 +61,7 @@ log = logging.getLogger("pocketmq.broker")
 _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = Code.SUCCESS
 _SYNC = ReplicationMode.SYNC
-#: At most this many topics' checks are remembered across send calls (:meth:`_Call.topic`).
+#: At most this many topics' checks are remembered across send calls (``SendPath._check_topic``).
 _KNOWN_TOPICS = 10_000
 
 
@@ -70,37 +70,13 @@ class _Call:
     transaction service, the clock, and each user topic it names with the type its messages
     are checked against (None for a system topic). Nothing in one synchronous call changes a
     user topic, so its config is reused within the call only. Built without an ``__init__``
-    frame (:meth:`SendPath._call`): one per send call."""
+    frame (``_new_call``): one per send call."""
 
     __slots__ = ("now_ms", "topics", "transactions")
 
     now_ms: int
     topics: dict[str, tuple[TopicConfig, str | None, bool]]
     transactions: TransactionService | None
-
-    def topic(self, path: SendPath, name: str) -> tuple[TopicConfig, str | None, bool]:
-        """The writable topic ``name`` (refused as :meth:`BrokerPart._writable_topic` refuses
-        it), its type and whether it is a retry topic; a user topic is remembered for the
-        rest of the call.
-
-        Across calls ``path`` remembers what it found for each topic, trusted while the topic
-        manager still holds that very config: a :class:`TopicConfig` is frozen, so the same
-        object is writable and of the same type as when it was checked, and a topic updated,
-        deleted or created again is a new object (or none), checked afresh."""
-        known = path._known_topics.get(name)
-        if known is None or path.topics.get(name) is not known[0]:
-            topic = path._writable_topic(name)
-            retry = topic.name.startswith(RETRY_PREFIX)
-            # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame
-            known = (topic, None if topic.system else topic.topic_type._value_, retry)
-            if topic.perm & PERM_WRITE:  # an auto-created topic comes back unchecked
-                known_topics = path._known_topics
-                if len(known_topics) >= _KNOWN_TOPICS:
-                    known_topics.clear()
-                known_topics[name] = known
-        if known[1] is not None:
-            self.topics[name] = known
-        return known
 
 
 _new_call = object.__new__
@@ -115,7 +91,7 @@ class SendPath(BrokerPart):
         self._max_body = self.config.store.max_message_size
         self._max_delay_ms = int(self.config.max_delay * 1000)
         self._hosts: dict[str, bytes] = {}
-        # per topic name: its config as last checked writable, type, retry flag (_Call.topic)
+        # per topic name: its config as last checked writable, type, retry flag (_check_topic)
         self._known_topics: dict[str, tuple[TopicConfig, str | None, bool]] = {}
         self._slowest: dict[tuple[str, int], tuple[float, int]] = {}
 
@@ -326,9 +302,18 @@ class SendPath(BrokerPart):
         check_kind: bool,
         call: _Call,
     ) -> StoreMessage:
-        known = call.topics.get(message.topic)
+        name = message.topic
+        known = call.topics.get(name)
         if known is None:
-            known = call.topic(self, message.topic)
+            # what an earlier call found, trusted while the topic manager still holds that
+            # very config: a TopicConfig is frozen, so the same object is writable and of the
+            # same type as when it was checked, and a topic updated, deleted or created again
+            # is a new object (or none), checked afresh
+            known = self._known_topics.get(name)
+            if known is None or self.topics.get(name) is not known[0]:
+                known = self._check_topic(name)
+            if known[1] is not None:  # a user topic: remembered for the rest of the call
+                call.topics[name] = known
         topic, topic_type, retry = known
         body = message.body
         properties = message.properties
@@ -383,6 +368,21 @@ class SendPath(BrokerPart):
         if props.DELAY_LEVEL not in properties and props.DELIVER_TIME_MS not in properties:
             return stored  # what _delay answers for a message that is not delayed
         return self._delay(stored, now_ms)
+
+    def _check_topic(self, name: str) -> tuple[TopicConfig, str | None, bool]:
+        """The writable topic ``name`` (refused as :meth:`BrokerPart._writable_topic` refuses
+        it), its type (None for a system topic) and whether it is a retry topic, remembered
+        across calls (:meth:`_prepare` trusts it while the topic manager holds that config)."""
+        topic = self._writable_topic(name)
+        retry = topic.name.startswith(RETRY_PREFIX)
+        # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame
+        known = (topic, None if topic.system else topic.topic_type._value_, retry)
+        if topic.perm & PERM_WRITE:  # an auto-created topic comes back unchecked
+            known_topics = self._known_topics
+            if len(known_topics) >= _KNOWN_TOPICS:
+                known_topics.clear()
+            known_topics[name] = known
+        return known
 
     def _resent_retry(self, message: StoreMessage) -> StoreMessage:
         """A consumer re-sent a failed message to its retry topic (its send-back failed):
