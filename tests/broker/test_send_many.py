@@ -13,6 +13,7 @@ from pocketmq import properties as props
 from pocketmq.broker import Broker, BrokerConfig, InboundMessage, SendBatch
 from pocketmq.broker.topics import PERM_READ, PERM_WRITE
 from pocketmq.errors import Code, InvalidArgumentError, ServiceUnavailableError
+from pocketmq.store import FlushMode, StoreConfig
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ async def test_a_refusal_of_the_broker_answers_every_batch(broker: Broker) -> No
 async def test_a_topic_changed_between_sends_is_checked_again(broker: Broker) -> None:
     """What a send call found about a topic is reused by the next call only while the topic
     manager holds the same config: made read-only, retyped, deleted or auto-created, the next
-    send sees the change (broker/sending.py, ``_Call.topic``)."""
+    send sees the change (broker/sending.py, ``SendPath._prepare``)."""
 
     def codes(batch: SendBatch) -> list[Code]:
         [answer] = broker.send_now_many([batch])
@@ -99,3 +100,52 @@ async def test_a_topic_changed_between_sends_is_checked_again(broker: Broker) ->
     assert codes(_batch(b"f")) == [Code.TOPIC_NOT_EXIST]
     broker.create_topic("T", queues=1)
     assert codes(_batch(b"g")) == [Code.SUCCESS]
+
+
+@pytest.mark.parametrize("flush", [FlushMode.SYNC, FlushMode.ASYNC])
+async def test_each_batch_settles_at_the_end_of_its_own_records(
+    tmp_path: Path, flush: FlushMode
+) -> None:
+    """With a sync flush each batch of one call waits for the log offset its own stored
+    records reach (a refused message adds nothing, a batch of refused ones waits for none); a
+    delayed message is answered with its real topic and a recall handle; without a wait every
+    batch answers 0 (``SendPath._store``: one pass fills the outcomes and the offsets)."""
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path), store=StoreConfig(flush_mode=flush)))
+    await broker.start()
+    try:
+        broker.create_topic("T", queues=1)
+        delayed = InboundMessage("T", b"later", {props.DELAY_LEVEL: "1"})
+        answers = broker.send_now_many(
+            [
+                _batch(b"a1", b"", b"a2"),
+                _batch(b""),  # refused whole, message by message
+                SendBatch([delayed]),
+                _batch(b"c1"),
+            ]
+        )
+        first, refused, held, last = answers
+        assert not isinstance(first, Exception)
+        assert not isinstance(refused, Exception)
+        assert not isinstance(held, Exception)
+        assert not isinstance(last, Exception)
+        assert [o.code for o in first[0]] == [Code.SUCCESS, Code.MESSAGE_ILLEGAL, Code.SUCCESS]
+        assert [o.code for o in refused[0]] == [Code.MESSAGE_ILLEGAL]
+        [later] = held[0]
+        assert (later.code, later.topic, later.queue_offset) == (Code.SUCCESS, "T", -1)
+        assert later.recall_handle
+        assert later.message_id
+        [c1] = last[0]
+        end = broker.store.statistics().write_position
+        if flush is FlushMode.SYNC:
+            assert (first[1], refused[1], held[1], last[1]) == (
+                later.physical_offset,
+                0,
+                c1.physical_offset,
+                end,
+            )
+        else:
+            assert (first[1], refused[1], held[1], last[1]) == (0, 0, 0, 0)
+        assert [o.queue_offset for o in first[0]] == [0, -1, 1]
+        assert c1.queue_offset == 2
+    finally:
+        await broker.close()

@@ -28,6 +28,7 @@ from pocketmq.broker.topics import (
     TopicConfig,
     dlq_topic,
 )
+from pocketmq.broker.transactions import TransactionService
 from pocketmq.contract import Rule, check_message
 from pocketmq.errors import (
     BrokerError,
@@ -60,51 +61,25 @@ log = logging.getLogger("pocketmq.broker")
 _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = Code.SUCCESS
 _SYNC = ReplicationMode.SYNC
-#: At most this many topics' checks are remembered across send calls (:meth:`_Call.topic`).
+#: At most this many topics' checks are remembered across send calls (``SendPath._check_topic``).
 _KNOWN_TOPICS = 10_000
 
 
 class _Call:
     """What one :meth:`SendPath.send_now_many` looks up once instead of per message: the
-    limits of the send contract, the transaction service, and each user topic it names with
-    the type its messages are checked against (None for a system topic). Nothing in one
-    synchronous call changes a user topic, so its config is reused within the call only."""
+    transaction service, the clock, and each user topic it names with the type its messages
+    are checked against (None for a system topic). Nothing in one synchronous call changes a
+    user topic, so its config is reused within the call only. Built without an ``__init__``
+    frame (``_new_call``): one per send call."""
 
-    __slots__ = ("max_body", "max_delay_ms", "now_ms", "topics", "transactions")
+    __slots__ = ("now_ms", "topics", "transactions")
 
-    def __init__(self, path: SendPath) -> None:
-        config = path.config
-        self.max_body = config.store.max_message_size
-        self.max_delay_ms = int(config.max_delay * 1000)
-        self.transactions = path._shared.transactions
-        # the clock read once a call (its messages are stored in one append, which stamps
-        # them with one store time too)
-        self.now_ms = int(path._clock() * 1000)
-        self.topics: dict[str, tuple[TopicConfig, str | None, bool]] = {}
+    now_ms: int
+    topics: dict[str, tuple[TopicConfig, str | None, bool]]
+    transactions: TransactionService | None
 
-    def topic(self, path: SendPath, name: str) -> tuple[TopicConfig, str | None, bool]:
-        """The writable topic ``name`` (refused as :meth:`BrokerPart._writable_topic` refuses
-        it), its type and whether it is a retry topic; a user topic is remembered for the
-        rest of the call.
 
-        Across calls ``path`` remembers what it found for each topic, trusted while the topic
-        manager still holds that very config: a :class:`TopicConfig` is frozen, so the same
-        object is writable and of the same type as when it was checked, and a topic updated,
-        deleted or created again is a new object (or none), checked afresh."""
-        known = path._known_topics.get(name)
-        if known is None or path.topics.get(name) is not known[0]:
-            topic = path._writable_topic(name)
-            retry = topic.name.startswith(RETRY_PREFIX)
-            # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame
-            known = (topic, None if topic.system else topic.topic_type._value_, retry)
-            if topic.perm & PERM_WRITE:  # an auto-created topic comes back unchecked
-                known_topics = path._known_topics
-                if len(known_topics) >= _KNOWN_TOPICS:
-                    known_topics.clear()
-                known_topics[name] = known
-        if known[1] is not None:
-            self.topics[name] = known
-        return known
+_new_call = object.__new__
 
 
 class SendPath(BrokerPart):
@@ -112,8 +87,11 @@ class SendPath(BrokerPart):
 
     def __init__(self, shared: Shared) -> None:
         super().__init__(shared)
+        # the send contract's limits, read once: the config is frozen
+        self._max_body = self.config.store.max_message_size
+        self._max_delay_ms = int(self.config.max_delay * 1000)
         self._hosts: dict[str, bytes] = {}
-        # per topic name: its config as last checked writable, type, retry flag (_Call.topic)
+        # per topic name: its config as last checked writable, type, retry flag (_check_topic)
         self._known_topics: dict[str, tuple[TopicConfig, str | None, bool]] = {}
         self._slowest: dict[tuple[str, int], tuple[float, int]] = {}
 
@@ -166,15 +144,33 @@ class SendPath(BrokerPart):
         """Store several senders' batches in one store append (the requests one read of a
         connection brought: docs/design.md "Sending"). Each batch gets what :meth:`send_now`
         would answer it: its outcomes and the offset to settle, or the error that refused it
-        whole. Batches are stored in the order given."""
-        answers: list[tuple[list[SendOutcome], int] | PocketMQError] = []
-        refusal = self._refusal(batches)
+        whole. Batches are stored in the order given.
+
+        First why no message may be stored now (shutting down, a slave, fenced, overloaded;
+        the batches' messages are counted only when flow control refuses them), then each
+        message checked and prepared (:meth:`_prepare`), then one append (:meth:`_store`)."""
+        if self._shared.closed:
+            return [ServiceUnavailableError("the broker is shutting down")] * len(batches)
+        roles = self._shared.roles  # the ``roles`` property's check, without its frame
+        assert roles is not None
+        refusal: PocketMQError | None = roles.write_refusal("send to its master")
+        if refusal is None:
+            overload = self.flow.overload_reason(self.store.busy)
+            if overload is not None:
+                self.flow.rejected += sum(len(batch.messages) for batch in batches)
+                refusal = TooManyRequestsError(f"flow control: {overload}; back off and retry")
         if refusal is not None:
             return [refusal] * len(batches)
+        answers: list[tuple[list[SendOutcome], int] | PocketMQError] = []
         to_store: list[StoreMessage] = []
         # per batch: its outcomes, None where a prepared message's store result goes
         slots: list[list[SendOutcome | None] | None] = []
-        call = _Call(self)
+        call = _new_call(_Call)  # without an __init__ frame: one per call
+        call.transactions = self._shared.transactions
+        # the clock read once a call (its messages are stored in one append, which stamps
+        # them with one store time too)
+        call.now_ms = int(self._clock() * 1000)
+        call.topics = {}
         for batch in batches:
             messages = batch.messages
             if len(messages) > self.config.max_batch_messages:
@@ -207,69 +203,72 @@ class SendPath(BrokerPart):
                 outcomes.append(None)
             answers.append(([], 0))
             slots.append(outcomes)
-        results = self._store(to_store) if to_store else []
+        self._store(to_store, slots, answers)
+        return answers
+
+    def _store(
+        self,
+        to_store: list[StoreMessage],
+        slots: list[list[SendOutcome | None] | None],
+        answers: list[tuple[list[SendOutcome], int] | PocketMQError],
+    ) -> None:
+        """One store append for every prepared message, what follows it (transaction
+        bookkeeping, traffic counters, waking the queues' readers), and each batch's answer
+        put in ``answers``: its outcomes and, for a send that waits, the log offset to settle
+        (the one pass over the results does both)."""
+        results = self.store.append(to_store) if to_store else []
+        if to_store:
+            transactions = self._shared.transactions  # the property's check, without its frame
+            assert transactions is not None
+            if transactions.holding:  # ``stored``'s own first test, without its frame
+                transactions.stored(to_store, results)
         waits = self.sends_wait()
+        touched: set[tuple[str, int]] = set()
+        end = 0
+        counted: list[tuple[str, int]] = []  # (topic, body size) of each stored message
         taken = 0  # messages of ``to_store`` whose outcome is filled in
         for number, slot in enumerate(slots):
             if slot is None:
                 continue
-            end = 0
+            reached = 0  # the log offset this batch's stored messages reach
             filled: list[SendOutcome] = []
             for outcome in slot:
                 if outcome is None:
+                    stored = to_store[taken]
                     result = results[taken]
-                    outcome = self._outcome(to_store[taken], result)
                     taken += 1
-                    if waits:  # the offset to settle: only a send that waits needs it
-                        status = result.status
-                        if status is _PUT_OK or status.stored:
-                            reach = result.physical_offset + result.size
-                            if reach > end:
-                                end = reach
+                    status = result.status
+                    if status is _PUT_OK or status.stored:  # identity first: no enum hash
+                        topic = stored.topic
+                        touched.add((topic, stored.queue_id))
+                        reach = result.physical_offset + result.size
+                        if reach > reached:
+                            reached = reach
+                        counted.append((topic, len(stored.body)))
+                    code = _SUCCESS if status is _PUT_OK else PUT_CODES[status]  # no enum hash
+                    if stored.topic in HELD_TOPICS:  # delayed or half
+                        outcome = self._held_outcome(stored, result, code)
+                    else:  # positional: code, remark, message_id, queue_id, queue_offset,
+                        # physical_offset, transaction_id, topic
+                        outcome = SendOutcome(
+                            code,
+                            result.reason,
+                            stored.properties.get(props.MESSAGE_ID, ""),
+                            result.queue_id,
+                            result.queue_offset,
+                            result.physical_offset,
+                            "",
+                            stored.topic,
+                        )
                 filled.append(outcome)
-            answers[number] = (filled, end)
-        return answers
-
-    def _refusal(self, batches: Sequence[SendBatch]) -> PocketMQError | None:
-        """Why no message may be stored now (shutting down, a slave, fenced, overloaded); the
-        batches' messages are counted only when flow control refuses them."""
-        if self._shared.closed:
-            return ServiceUnavailableError("the broker is shutting down")
-        roles = self._shared.roles  # the ``roles`` property's check, without its frame
-        assert roles is not None
-        refusal = roles.write_refusal("send to its master")
-        if refusal is not None:
-            return refusal
-        overload = self.flow.overload_reason(self.store.busy)
-        if overload is not None:
-            self.flow.rejected += sum(len(batch.messages) for batch in batches)
-            return TooManyRequestsError(f"flow control: {overload}; back off and retry")
-        return None
-
-    def _store(self, to_store: list[StoreMessage]) -> list[PutResult]:
-        """One store append for every prepared message, then what follows it: transaction
-        bookkeeping, traffic counters, waking the queues' readers."""
-        results = self.store.append(to_store)
-        transactions = self._shared.transactions  # the property's check, without its frame
-        assert transactions is not None
-        if transactions.holding:  # ``stored``'s own first test, without its frame
-            transactions.stored(to_store, results)
-        touched: set[tuple[str, int]] = set()
-        end = 0
-        counted: list[tuple[str, int]] = []  # (topic, body size) of each stored message
-        for stored, result in zip(to_store, results, strict=True):
-            status = result.status
-            if status is _PUT_OK or status.stored:  # identity first: no enum hash per message
-                topic = stored.topic
-                touched.add((topic, stored.queue_id))
-                reach = result.physical_offset + result.size
-                if reach > end:
-                    end = reach
-                counted.append((topic, len(stored.body)))
-        self.traffic.stored_many(counted)
-        self._appender.wake(touched, end)
-        self.counters["messages_in"] += len(counted)
-        return results
+            if reached > end:
+                end = reached
+            # the offset to settle: only a send that waits needs it
+            answers[number] = (filled, reached if waits else 0)
+        if to_store:
+            self.traffic.stored_many(counted)
+            self._appender.wake(touched, end)
+            self.counters["messages_in"] += len(counted)
 
     async def settle(self, outcomes: list[SendOutcome], end: int) -> list[SendOutcome]:
         """Wait until the records up to ``end`` are as safe as the broker promises: fsynced
@@ -299,15 +298,22 @@ class SendPath(BrokerPart):
         self,
         message: InboundMessage,
         host: bytes,
-        producer_group: str = "",
-        check_kind: bool = True,
-        call: _Call | None = None,
+        producer_group: str,
+        check_kind: bool,
+        call: _Call,
     ) -> StoreMessage:
-        if call is None:
-            call = _Call(self)
-        known = call.topics.get(message.topic)
+        name = message.topic
+        known = call.topics.get(name)
         if known is None:
-            known = call.topic(self, message.topic)
+            # what an earlier call found, trusted while the topic manager still holds that
+            # very config: a TopicConfig is frozen, so the same object is writable and of the
+            # same type as when it was checked, and a topic updated, deleted or created again
+            # is a new object (or none), checked afresh
+            known = self._known_topics.get(name)
+            if known is None or self.topics.get(name) is not known[0]:
+                known = self._check_topic(name)
+            if known[1] is not None:  # a user topic: remembered for the rest of the call
+                call.topics[name] = known
         topic, topic_type, retry = known
         body = message.body
         properties = message.properties
@@ -318,10 +324,10 @@ class SendPath(BrokerPart):
             properties,
             flags=message.flags,
             born_timestamp=message.born_timestamp,
-            max_body=call.max_body,
+            max_body=self._max_body,
             topic_type=topic_type if check_kind else None,
             now_ms=now_ms,
-            max_delay_ms=call.max_delay_ms,
+            max_delay_ms=self._max_delay_ms,
         )
         if violation is not None:
             error = (
@@ -362,6 +368,21 @@ class SendPath(BrokerPart):
         if props.DELAY_LEVEL not in properties and props.DELIVER_TIME_MS not in properties:
             return stored  # what _delay answers for a message that is not delayed
         return self._delay(stored, now_ms)
+
+    def _check_topic(self, name: str) -> tuple[TopicConfig, str | None, bool]:
+        """The writable topic ``name`` (refused as :meth:`BrokerPart._writable_topic` refuses
+        it), its type (None for a system topic) and whether it is a retry topic, remembered
+        across calls (:meth:`_prepare` trusts it while the topic manager holds that config)."""
+        topic = self._writable_topic(name)
+        retry = topic.name.startswith(RETRY_PREFIX)
+        # ``_value_``: ``.value`` is a Python-level descriptor on 3.11 (enum.py), a frame
+        known = (topic, None if topic.system else topic.topic_type._value_, retry)
+        if topic.perm & PERM_WRITE:  # an auto-created topic comes back unchecked
+            known_topics = self._known_topics
+            if len(known_topics) >= _KNOWN_TOPICS:
+                known_topics.clear()
+            known_topics[name] = known
+        return known
 
     def _resent_retry(self, message: StoreMessage) -> StoreMessage:
         """A consumer re-sent a failed message to its retry topic (its send-back failed):
@@ -444,36 +465,23 @@ class SendPath(BrokerPart):
         self._round_robin[topic.name] = turn + 1
         return turn % topic.queues
 
-    def _outcome(self, stored: StoreMessage, result: PutResult) -> SendOutcome:
-        status = result.status
-        code = _SUCCESS if status is _PUT_OK else PUT_CODES[status]  # no enum hash
-        if stored.topic in HELD_TOPICS:  # delayed or half: the real offset comes later
-            message_id = stored.properties.get(props.MESSAGE_ID, "")
-            recallable = stored.topic in SCHEDULE_TOPICS and result.status.stored
-            return SendOutcome(
-                code=code,
-                remark=result.reason,
-                message_id=message_id,
-                queue_id=int(stored.properties.get(props.REAL_QUEUE_ID, "-1")),
-                queue_offset=-1,
-                physical_offset=result.physical_offset,
-                transaction_id=stored.properties.get(props.TRANSACTION_ID, ""),
-                topic=stored.properties.get(props.REAL_TOPIC, stored.topic),
-                recall_handle=(
-                    make_recall_handle(result.physical_offset, message_id) if recallable else ""
-                ),
-            )
-        # positional: code, remark, message_id, queue_id, queue_offset, physical_offset,
-        # transaction_id, topic
+    def _held_outcome(self, stored: StoreMessage, result: PutResult, code: Code) -> SendOutcome:
+        """The outcome of a message stored aside (delayed or half): the real offset comes
+        later, the real topic and queue are properties."""
+        message_id = stored.properties.get(props.MESSAGE_ID, "")
+        recallable = stored.topic in SCHEDULE_TOPICS and result.status.stored
         return SendOutcome(
-            code,
-            result.reason,
-            stored.properties.get(props.MESSAGE_ID, ""),
-            result.queue_id,
-            result.queue_offset,
-            result.physical_offset,
-            "",
-            stored.topic,
+            code=code,
+            remark=result.reason,
+            message_id=message_id,
+            queue_id=int(stored.properties.get(props.REAL_QUEUE_ID, "-1")),
+            queue_offset=-1,
+            physical_offset=result.physical_offset,
+            transaction_id=stored.properties.get(props.TRANSACTION_ID, ""),
+            topic=stored.properties.get(props.REAL_TOPIC, stored.topic),
+            recall_handle=(
+                make_recall_handle(result.physical_offset, message_id) if recallable else ""
+            ),
         )
 
     def recall(self, topic: str, recall_handle: str) -> str:

@@ -11,14 +11,14 @@ from pocketmq.protocol import structs as w
 from pocketmq.protocol.convert import (
     group_from_spec,
     group_to_spec,
-    send_result_to_wire,
+    send_results_to_wire,
     transaction_to_wire,
 )
 
 __all__ = [
     "group_from_spec",
     "group_to_spec",
-    "send_result_to_wire",
+    "send_results_to_wire",
     "to_wire",
     "topic_spec",
     "transaction_to_wire",

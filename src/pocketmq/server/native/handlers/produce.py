@@ -14,7 +14,7 @@ from pocketmq.errors import InvalidArgumentError, MessageNotFoundError, PocketMQ
 from pocketmq.protocol import RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.server.native.connection import HandlerTable, Joined, ServerConnection
-from pocketmq.server.native.convert import send_result_to_wire, transaction_to_wire
+from pocketmq.server.native.convert import send_results_to_wire, transaction_to_wire
 from pocketmq.server.native.validation import timestamp_problem
 
 __all__ = ["ProduceHandlers"]
@@ -52,14 +52,12 @@ class ProduceHandlers:
                 answers.append(answer)
             elif answer[1]:  # sync flush or replication: answer once the disk/slave has it
                 answers.append(self._send_after_flush(*answer))
-            elif len(answer[0]) == 1:  # a lone message: _send_response without its frames
-                answers.append(w.SendResponse([send_result_to_wire(answer[0][0])], self._name))
-            else:
-                answers.append(self._send_response(answer[0]))
+            else:  # _send_response without its frame
+                answers.append(w.SendResponse(send_results_to_wire(answer[0]), self._name))
         return answers
 
     def _send_response(self, outcomes: list[SendOutcome]) -> w.SendResponse:
-        return w.SendResponse([send_result_to_wire(o) for o in outcomes], self._name)
+        return w.SendResponse(send_results_to_wire(outcomes), self._name)
 
     async def _send_after_flush(self, outcomes: list[SendOutcome], end: int) -> w.SendResponse:
         return self._send_response(await self._broker.settle(outcomes, end))
