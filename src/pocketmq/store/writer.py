@@ -18,7 +18,7 @@ from zlib import crc32
 import msgspec
 
 from pocketmq.names import is_storable_topic
-from pocketmq.properties import KEYS, MESSAGE_ID, TAGS
+from pocketmq.properties import KEYS, MESSAGE_ID
 from pocketmq.store.commitlog import Segment
 from pocketmq.store.consumequeue import ENTRY, GROW_MAX, ConsumeQueue
 from pocketmq.store.files import SyncError
@@ -31,9 +31,8 @@ from pocketmq.store.message import (
 from pocketmq.store.openfiles import QueueFile
 from pocketmq.store.record import (
     FIXED_HEADER_SIZE,
-    compute_tag_code,
     encode_properties_fast,
-    encode_record_fast,
+    encode_stored,
     pack_host,
     topic_block,
 )
@@ -60,8 +59,8 @@ _UNKNOWN_ERROR = PutStatus.UNKNOWN_ERROR
 _LOST = (_UNKNOWN_ERROR, "")  # a batch's failure until a segment is lost (_Batch.failure)
 
 
-# (result slot, topic, queue id, queue offset, physical offset, size, tag code, id, keys)
-_Written = tuple[int, str, int, int, int, int, int, str, str]
+# (result slot, topic, queue id, queue offset, physical offset, size, tag code, properties)
+_Written = tuple[int, str, int, int, int, int, int, dict[str, str]]
 
 
 class _Batch:
@@ -132,7 +131,10 @@ class Writer:
     def append(self, messages: Sequence[StoreMessage]) -> list[PutResult]:
         """Append ``messages`` (the caller holds the state's lock); the results line up with
         them. Every queue file the batch writes is opened and pinned before its message is
-        logged, and released when the batch is done."""
+        logged, and released when the batch is done. One message (an await-each producer's
+        send) takes :meth:`_append_one`, a batch :meth:`_append`: two shapes of one append,
+        calling the same steps (:meth:`_prepare`, :meth:`_ready`, ``encode_stored``,
+        :meth:`_fail_pending`, :meth:`_finish`)."""
         state = self._state
         # _refusal's three tests, without its frame unless one refuses (it names which)
         if state.closed or state.failure or self._guard.refusal():
@@ -148,10 +150,52 @@ class Writer:
             return self._fail_all(messages, exc, needed=self.config.segment_size)
         pinned: list[tuple[ConsumeQueue, QueueFile]] = []
         try:
+            if len(messages) == 1:
+                return [self._append_one(messages[0], pinned, now_ms, segment)]
             return self._append(messages, pinned, now_ms, segment)
         finally:
             for queue, queue_file in pinned:
                 queue.unpin(queue_file)
+
+    def _append_one(
+        self,
+        message: StoreMessage,
+        pinned: list[tuple[ConsumeQueue, QueueFile]],
+        now_ms: int,
+        segment: Segment,
+    ) -> PutResult:
+        """One message, in the order :meth:`_append` takes a batch's first: checked, its queue
+        file made ready, encoded and written (one ``pwrite``), dispatched. What it has no
+        batch for — a record that does not fit the segment, whose roll-over may lose it — is
+        :meth:`_append`'s, which takes it from the start."""
+        prepared = self._prepare(message)
+        if isinstance(prepared, PutResult):
+            return prepared
+        encoded_props, size, block = prepared
+        commitlog = self._commitlog
+        position = commitlog.write_position
+        if position + size > segment.base + segment.size:
+            return self._append((message,), pinned, now_ms, segment)[0]
+        topic = message.topic
+        queue_id = message.queue_id
+        ready = self._ready((topic, queue_id), -1, pinned)
+        if isinstance(ready, PutResult):
+            return ready
+        queue_offset = ready[0]
+        prefix, meta, code = encode_stored(
+            message, block, encoded_props, queue_offset, position, now_ms, self._store_host, size
+        )
+        written = [(0, topic, queue_id, queue_offset, position, size, code, message.properties)]
+        results: list[PutResult | None] = [None]
+        try:
+            segment.write(position - segment.base, b"".join((prefix, meta, message.body)))
+        except OSError as exc:
+            self._fail_pending(written, results, exc)
+            written = []
+        else:
+            position += size
+        self._finish(written, position, now_ms, results)
+        return results[0]  # type: ignore[return-value]  # answered above or by _finish
 
     def _append(
         self,
@@ -180,56 +224,29 @@ class Writer:
             key = (topic, queue_id)
             queue_offset = next_offsets.get(key, -1)
             if queue_offset < 0 or queue_offset >= batch.ready_until[key]:
-                queue_offset = self._queue_offset(batch, number, message, pinned)
-                if queue_offset < 0:
+                ready = self._ready(key, queue_offset, pinned)
+                if isinstance(ready, PutResult):
+                    batch.results[number] = ready
                     continue
+                queue_offset, batch.ready_until[key] = ready
             position = batch.position
             if batch.segment is None or position + size > batch.segment_end:
                 if not self._make_room(batch, number, size):  # next segment, or lost
                     continue
                 position = batch.position
-            # the record, encoded at the batch's position (written with the rest of its chunk;
-            # written out here rather than in a method: a call with nine arguments per message)
-            props = message.properties
-            code = message.tag_code
-            if code is None:
-                tag = props.get(TAGS)
-                code = compute_tag_code(tag) if tag else 0  # no tag: 0, without the call
-            body = message.body
-            prefix, meta = encode_record_fast(
-                block,
-                encoded_props,
-                body,
-                message.flags,
-                queue_id,
-                queue_offset,
-                position,
-                message.born_timestamp,
-                now_ms,
-                message.born_host or store_host,
-                store_host,
-                message.reconsume_times,
-                message.prepared_transaction_offset,
-                code,
-                size,
+            # the record, encoded at the batch's position (written with the rest of its chunk)
+            prefix, meta, code = encode_stored(
+                message, block, encoded_props, queue_offset, position, now_ms, store_host, size
             )
-            pieces += (prefix, meta, body)
+            pieces += (prefix, meta, message.body)
             pending.append(
-                (
-                    number,
-                    topic,
-                    queue_id,
-                    queue_offset,
-                    position,
-                    size,
-                    code,
-                    props.get(MESSAGE_ID, ""),
-                    props.get(KEYS, ""),
-                )
+                (number, topic, queue_id, queue_offset, position, size, code, message.properties)
             )
             batch.position = position + size
             next_offsets[key] = queue_offset + 1
-        self._finish(batch, now_ms)
+        if pending:
+            self._write_chunk(batch)
+        self._finish(batch.written, batch.position, now_ms, batch.results)
         return batch.results  # type: ignore[return-value]  # every slot is filled above
 
     def _prepare(self, message: StoreMessage) -> tuple[bytes, int, bytes] | PutResult:
@@ -281,30 +298,23 @@ class Writer:
             )
         return encoded_props, size, block
 
-    def _queue_offset(
-        self,
-        batch: _Batch,
-        number: int,
-        message: StoreMessage,
-        pinned: list[tuple[ConsumeQueue, QueueFile]],
-    ) -> int:
-        """The queue offset ``message`` takes, its queue file made ready; -1 (the message
-        answered) when the file cannot be."""
-        key = (message.topic, message.queue_id)
-        queue_offset = batch.next_offsets.get(key)
-        if queue_offset is None or queue_offset >= batch.ready_until[key]:
-            queue = self._state.queues.get(key)  # created by ``queue`` on first use only
-            if queue is None:
-                queue = self._state.queue(*key)
-            if queue_offset is None:
-                queue_offset = queue.max_offset
-            try:
-                queue_file, batch.ready_until[key] = queue.prepare(queue_offset)
-            except OSError as exc:
-                batch.results[number] = self._queue_file_refusal(exc)
-                return -1
-            pinned.append((queue, queue_file))
-        return queue_offset
+    def _ready(
+        self, key: tuple[str, int], queue_offset: int, pinned: list[tuple[ConsumeQueue, QueueFile]]
+    ) -> tuple[int, int] | PutResult:
+        """Make queue ``key``'s file ready for the entry at ``queue_offset`` (-1: the queue's
+        next) and pin it: the queue offset and the first offset past the entries made ready
+        with it, or the refusal when the file cannot be."""
+        queue = self._state.queues.get(key)  # created by ``queue`` on first use only
+        if queue is None:
+            queue = self._state.queue(*key)
+        if queue_offset < 0:
+            queue_offset = queue.max_offset
+        try:
+            queue_file, ready_until = queue.prepare(queue_offset)
+        except OSError as exc:
+            return self._queue_file_refusal(exc)
+        pinned.append((queue, queue_file))
+        return queue_offset, ready_until
 
     def _make_room(self, batch: _Batch, number: int, size: int) -> bool:
         """Make sure a record of ``size`` bytes fits the segment being filled: when it does
@@ -358,26 +368,6 @@ class Writer:
             batch.pending.clear()
         return None
 
-    def _finish(self, batch: _Batch, now_ms: int) -> None:
-        """Write the last chunk, move the log's end, dispatch what is written, wake the
-        flusher when enough is dirty."""
-        if batch.pending:
-            self._write_chunk(batch)
-        self._commitlog.write_position = batch.position
-        if batch.written:
-            try:
-                self._dispatch(batch.written, now_ms, batch.results)
-            except OSError as exc:
-                # The records are in the log but their queue entries are not: recovery must
-                # dispatch them, so no further write may be accepted before a restart.
-                self._state.fail("writing consume-queue or index entries", exc)
-                for item in batch.written:
-                    batch.refuse(item[0], PutStatus.STORE_FAILED, self._state.failure)
-        flusher = self._state.flusher
-        dirty = batch.position - flusher.flushed if flusher is not None else 0
-        if flusher is not None and dirty >= self.config.flush_dirty_bytes:
-            flusher.kick()
-
     def _queue_file_refusal(self, exc: OSError) -> PutResult:
         """The answer for a message whose consume-queue file could not be made ready."""
         self.put_failures += 1
@@ -397,54 +387,63 @@ class Writer:
             self._errors.error("queue-file", "cannot prepare a consume-queue file: %s", exc)
         return PutResult(status=status, reason=f"cannot prepare a consume-queue file: {exc}")
 
-    def _dispatch(
-        self, written: list[_Written], now_ms: int, results: list[PutResult | None]
+    def _finish(
+        self, written: list[_Written], end: int, now_ms: int, results: list[PutResult | None]
     ) -> None:
+        """Move the log's end to ``end``; dispatch what is written: each message answered, its
+        queue entries written (one ``pwrite`` per queue), its id and keys indexed; wake the
+        flusher when enough is dirty. Both shapes of the append end here."""
+        self._commitlog.write_position = end
         by_queue: dict[tuple[str, int], list[bytes]] = {}
         first_offsets: dict[tuple[str, int], int] = {}
         index_entries: list[tuple[int, int]] = []  # (key hash, physical offset)
         pack_entry = ENTRY.pack
         bytes_put = 0
         ok = _PUT_OK
-        for (
-            number,
-            topic,
-            queue_id,
-            queue_offset,
-            physical,
-            size,
-            code,
-            message_id,
-            keys,
-        ) in written:
+        for number, topic, queue_id, queue_offset, physical, size, code, props in written:
             key = (topic, queue_id)
             entries = by_queue.get(key)
             if entries is None:
                 entries = by_queue[key] = []
                 first_offsets[key] = queue_offset
             entries.append(pack_entry(physical, size, code))
+            message_id = props.get(MESSAGE_ID)
             if message_id:  # id_hash(message_id), without its frame
                 index_entries.append((crc32(message_id.encode(), ID_HASH_SEED), physical))
+            keys = props.get(KEYS)
             if keys:
                 index_entries += [(h, physical) for h in key_hashes(topic, keys)]
             bytes_put += size
-            # answered now: should a queue write below fail, _finish answers every written
-            # message STORE_FAILED over this
+            # answered now: should a queue write below fail, every written message is
+            # answered STORE_FAILED over this
             results[number] = PutResult(ok, topic, queue_id, queue_offset, physical, size, now_ms)
         queues = self._state.queues
-        for key, entries in by_queue.items():
-            packed = entries[0] if len(entries) == 1 else b"".join(entries)
-            queues[key].put(first_offsets[key], packed, pinned=True)
-        if index_entries and not self.index_broken:
-            try:
-                self._state.index.put_hashed(index_entries)
-            except OSError as exc:
-                # The index is derived from the log: stop indexing and re-index on the next
-                # start (the abort file stays), instead of refusing messages.
-                self.index_broken = f"{exc}"
-                log.error("the index stops until the next start, which rebuilds it: %s", exc)
-        self.messages_put += len(written)
-        self.bytes_put += bytes_put
+        try:
+            for key, entries in by_queue.items():
+                packed = entries[0] if len(entries) == 1 else b"".join(entries)
+                queues[key].put(first_offsets[key], packed, pinned=True)
+        except OSError as exc:
+            # The records are in the log but their queue entries are not: recovery must
+            # dispatch them, so no further write may be accepted before a restart.
+            self._state.fail("writing consume-queue or index entries", exc)
+            for item in written:
+                results[item[0]] = PutResult(
+                    status=PutStatus.STORE_FAILED, reason=self._state.failure
+                )
+        else:
+            if index_entries and not self.index_broken:
+                try:
+                    self._state.index.put_hashed(index_entries)
+                except OSError as exc:
+                    # The index is derived from the log: stop indexing and re-index on the
+                    # next start (the abort file stays), instead of refusing messages.
+                    self.index_broken = f"{exc}"
+                    log.error("the index stops until the next start, which rebuilds it: %s", exc)
+            self.messages_put += len(written)
+            self.bytes_put += bytes_put
+        flusher = self._state.flusher
+        if flusher is not None and end - flusher.flushed >= self.config.flush_dirty_bytes:
+            flusher.kick()
 
     def _refusal_of(self, message: StoreMessage) -> PutResult | None:
         """Why ``message`` is refused, the first rule it breaks (None: a topic not seen before,
