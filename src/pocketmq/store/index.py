@@ -187,7 +187,7 @@ class IndexFile:
         """Insert ``(key_hash, physical_offset)`` pairs from ``hashed[start]`` on, as many as the
         file has room for; the header is updated once. Returns the index of the first pair not
         taken (``len(hashed)``: all of them)."""
-        end = min(len(hashed), start + self.max_entries - self.count)
+        end: int = min(len(hashed), start + self.max_entries - self.count)
         if start >= end:
             return start
         mm = self._mm
