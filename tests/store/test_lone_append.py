@@ -1,6 +1,7 @@
 """The writer's two shapes of one append (docs/design.md, "The append path, two shapes"): a lone
 message takes ``Writer._append_one``, a batch ``Writer._append``; both must answer and write
-exactly what the other would, refusals, roll-overs and injected faults included."""
+exactly what the other would, refusals, roll-overs and injected faults included. The batch of
+one is the pure writer's; the lone shape the store's own (compiled when the build is there)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import TypeVar
 import pytest
 
 from pocketmq.store import MessageStore, PutResult, StoreConfig, StoreMessage, faults
+from pocketmq.store import _writer as pure_writer
 from pocketmq.store.faults import FaultRule
-from pocketmq.store.writer import Writer
 
 T = TypeVar("T")
 
@@ -90,14 +91,16 @@ def _answer(result: PutResult) -> tuple[object, ...]:
     )
 
 
-def _as_batch_of_one(writer: Writer) -> None:
-    """Send this writer's lone messages through the batch shape (``_append`` with one
+class _BatchOfOne(pure_writer.Writer):
+    """The pure writer, its lone messages sent through the batch shape (``_append`` with one
     message), the path every append took before the lone shape."""
 
-    def append_one(message, pinned, now_ms, segment):  # type: ignore[no-untyped-def]
-        return writer._append((message,), pinned, now_ms, segment)[0]
+    def _append_one(self, message, pinned, now_ms, segment):  # type: ignore[no-untyped-def]
+        return self._append((message,), pinned, now_ms, segment)[0]
 
-    writer._append_one = append_one  # type: ignore[method-assign]
+
+def _as_batch_of_one(store: MessageStore) -> None:
+    store._writer = _BatchOfOne(store._state)
 
 
 Faults = dict[int, FaultRule]  # armed just before the append of that number
@@ -107,7 +110,7 @@ def _run(
     directory: Path,
     messages: list[StoreMessage],
     sizes: list[int],
-    shape: Callable[[Writer], None] | None,
+    shape: Callable[[MessageStore], None] | None,
     armed: Faults,
 ) -> tuple[list[tuple[object, ...]], list[object]]:
     """Append ``messages`` in appends of ``sizes`` (a fresh store, reopened half-way); ``shape``
@@ -119,9 +122,9 @@ def _run(
     cut = next(n for n in range(len(sizes) + 1) if sum(sizes[:n]) >= len(messages) // 2)
     for part in (sizes[:cut], sizes[cut:]):
         with MessageStore.open(str(directory), CONFIG, clock=_clock) as store:
-            writer = store._writer
             if shape is not None:
-                shape(writer)
+                shape(store)
+            writer = store._writer
             injector = faults.FaultInjector()
             faults.install(injector)
             try:
