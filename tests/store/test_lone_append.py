@@ -34,9 +34,10 @@ def _clock() -> float:
     return 1_700_000_000.0
 
 
-def _pick(rng: random.Random, good: list[T], bad: T) -> T:
-    """One of ``good``, or now and then (4 %) ``bad``."""
-    return bad if rng.random() < 0.04 else rng.choice(good)
+def _pick(rng: random.Random, good: list[T], *bad: object) -> T:
+    """One of ``good``, or now and then (4 %) one of ``bad`` (wrong-typed ones included: the
+    compiled writer must refuse them as the pure one does)."""
+    return rng.choice(bad) if rng.random() < 0.04 else rng.choice(good)  # type: ignore[return-value]
 
 
 def _messages(seed: int, count: int) -> list[StoreMessage]:
@@ -45,15 +46,21 @@ def _messages(seed: int, count: int) -> list[StoreMessage]:
     rng = random.Random(seed)
     messages = []
     for number in range(count):
-        topic = _pick(rng, ["orders", "payments", "%RETRY%g"], "bad topic")
-        body = bytes(rng.randrange(256) for _ in range(_pick(rng, [0, 1, 200, 1500, 2900], 3100)))
-        props = {"UNIQ_KEY": f"M{seed}-{number}"}
+        topic = _pick(rng, ["orders", "payments", "%RETRY%g"], "bad topic", 5)
+        body: object = bytes(
+            rng.randrange(256) for _ in range(_pick(rng, [0, 1, 200, 1500, 2900], 3100))
+        )
+        if rng.random() < 0.02:
+            body = "a str body"
+        props: dict[str, object] = {"UNIQ_KEY": f"M{seed}-{number}"}
         if rng.random() < 0.5:
             props["KEYS"] = " ".join(f"k{rng.randrange(9)}" for _ in range(rng.randint(1, 4)))
         if rng.random() < 0.3:
             props["TAGS"] = rng.choice(["a", "b", ""])
         if rng.random() < 0.05:
             props["BIG"] = "x" * 300
+        if rng.random() < 0.02:
+            props["NUMBER"] = 1  # not a string: refused
         messages.append(
             StoreMessage(
                 topic,
@@ -62,7 +69,7 @@ def _messages(seed: int, count: int) -> list[StoreMessage]:
                 props,
                 flags=_pick(rng, [0, 7], 2**32),
                 born_timestamp=1_700_000_000_000 + number,
-                born_host=_pick(rng, [b"", b"\x01" * 18], b"\x02" * 5),
+                born_host=_pick(rng, [b"", b"\x01" * 18], b"\x02" * 5, "::1"),
                 reconsume_times=rng.choice([0, 3]),
                 tag_code=_pick(rng, [None, None, 5], -1),
             )
@@ -170,6 +177,9 @@ def test_lone_appends_answer_and_write_what_batched_appends_do(tmp_path: Path) -
     assert lone == batched
     statuses = {answer[0] for answer in lone}
     assert {"PUT_OK", "MESSAGE_ILLEGAL", "MESSAGE_TOO_LARGE", "PROPERTIES_TOO_LARGE"} <= statuses
+    reasons = " ".join(str(answer[1]) for answer in lone)
+    for wrong_type in ("topic 5 ", "body must be bytes", "born host", "cannot be stored"):
+        assert wrong_type in reasons
     assert lone_counters == batched_counters
     files = _files(tmp_path / "lone")
     assert files == _files(tmp_path / "batched")
