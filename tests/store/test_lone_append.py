@@ -16,6 +16,8 @@ from pocketmq.store import MessageStore, PutResult, StoreConfig, StoreMessage, f
 from pocketmq.store import _writer as pure_writer
 from pocketmq.store.faults import FaultRule
 
+from .conftest import store_files
+
 T = TypeVar("T")
 
 CONFIG = StoreConfig(
@@ -75,14 +77,6 @@ def _messages(seed: int, count: int) -> list[StoreMessage]:
             )
         )
     return messages
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {
-        str(path.relative_to(root)): path.read_bytes()
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name != "LOCK"
-    }
 
 
 def _answer(result: PutResult) -> tuple[object, ...]:
@@ -181,8 +175,8 @@ def test_lone_appends_answer_and_write_what_batched_appends_do(tmp_path: Path) -
     for wrong_type in ("topic 5 ", "body must be bytes", "born host", "cannot be stored"):
         assert wrong_type in reasons
     assert lone_counters == batched_counters
-    files = _files(tmp_path / "lone")
-    assert files == _files(tmp_path / "batched")
+    files = store_files(tmp_path / "lone")
+    assert files == store_files(tmp_path / "batched")
     assert sum(name.startswith("commitlog") for name in files) > 3  # segments rolled over
     assert sum(name.startswith("index") for name in files) > 2  # so did index files
 
@@ -220,4 +214,4 @@ def test_a_lone_append_fails_as_a_batch_of_one_does(tmp_path: Path, fault: str) 
     one = _run(tmp_path / "one", messages, sizes, _as_batch_of_one, armed())
     assert lone == one
     assert sum(part[-1] for part in lone[1]) > 0  # type: ignore[index]  # faults were met
-    assert _files(tmp_path / "lone") == _files(tmp_path / "one")
+    assert store_files(tmp_path / "lone") == store_files(tmp_path / "one")
