@@ -7,28 +7,26 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from pocketmq.store import MessageStore, PutResult, StoreConfig, StoreMessage, faults
+from pocketmq.store import MessageStore, PutResult, StoreMessage, faults
 from pocketmq.store import _writer as pure_writer
 from pocketmq.store.faults import FaultRule
 
-from .conftest import store_files
+from .conftest import SMALL, store_files
 
 T = TypeVar("T")
 
-CONFIG = StoreConfig(
-    segment_size=16 * 1024,  # a roll-over every dozen messages or so
+CONFIG = replace(  # SMALL's 16 KiB segments: a roll-over every dozen messages or so
+    SMALL,
     consume_queue_entries_per_file=20,
     index_max_entries=40,
     max_message_size=3000,
     max_properties_size=200,
-    min_free_disk_bytes=0,
-    flush_interval=3600.0,
-    checkpoint_interval=3600.0,
 )
 
 
