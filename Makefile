@@ -31,7 +31,7 @@ COMPILED_SOURCES := src/pocketmq/protocol/_framecodec.py src/pocketmq/client/_vi
 	src/pocketmq/client/consumer/_listener.py src/pocketmq/client/consumer/_reports.py \
 	src/pocketmq/client/consumer/_consumption.py src/pocketmq/client/consumer/_concurrent.py \
 	src/pocketmq/store/_readpass.py src/pocketmq/store/_consumequeue.py \
-	src/pocketmq/store/_commitlog.py
+	src/pocketmq/store/_commitlog.py src/pocketmq/store/_writer.py
 COMPILED_STAMP := $(VENV)/.compiled-$(shell cat $(COMPILED_SOURCES) | sha1sum | cut -c1-12)
 $(COMPILED_STAMP): $(RUN_STAMP) $(COMPILED_SOURCES)
 	$(PY) hatch_build.py --if-stale || echo "WARNING: the hot paths did not compile: pure Python"

@@ -37,9 +37,10 @@ GROUPS = [
         "pocketmq/client/consumer/_concurrent.py",
     ],
     ["pocketmq/store/_readpass.py"],  # a pull's per-record decode and verification
-    [  # a send's per-request store work: queue entries and log segments
+    [  # a send's per-request store work: the append, queue entries and log segments
         "pocketmq/store/_consumequeue.py",
         "pocketmq/store/_commitlog.py",
+        "pocketmq/store/_writer.py",
     ],
 ]
 MODULES = [module for group in GROUPS for module in group]

@@ -45,6 +45,16 @@ def store(store_dir: Path) -> Iterator[MessageStore]:
     s.close()
 
 
+def store_files(root: Path) -> dict[str, bytes]:
+    """Every file of a store directory (its lock apart) by relative path, with its bytes: what
+    two stores written alike must hold byte for byte."""
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name != "LOCK"
+    }
+
+
 def crash_copy(source: Path, target: Path) -> Path:
     """Copy a store directory while its store is still open: what a crash would leave on disk
     (the page cache holds every write, the checkpoint is whatever was last written)."""

@@ -16,6 +16,8 @@ import pytest
 
 from tests.twins import compiled_twin
 
+from .conftest import store_files
+
 # run in a child: appends random batches (refusals, segment, queue-file and index-file roll-overs
 # included) with a fixed clock, reopens the store half-way, reads and looks keys up, and prints
 # what it was answered; the files it leaves are compared byte for byte
@@ -33,7 +35,7 @@ config = StoreConfig(
     checkpoint_interval=3600.0,
 )
 rng = random.Random(32)
-group = ("pocketmq.store._commitlog", "pocketmq.store._consumequeue")
+group = ("pocketmq.store._commitlog", "pocketmq.store._consumequeue", "pocketmq.store._writer")
 answers = [sorted(n for n in COMPILED if n in group)]
 
 
@@ -90,27 +92,23 @@ def _run(directory: Path, pure: bool) -> list[object]:
     return answers
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {
-        str(path.relative_to(root)): path.read_bytes()
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name != "LOCK"
-    }
-
-
 def test_the_compiled_group_answers_and_writes_what_the_pure_modules_do(tmp_path: Path) -> None:
-    for module in ("_consumequeue", "_commitlog"):
+    for module in ("_consumequeue", "_commitlog", "_writer"):
         compiled_twin("pocketmq.store." + module)
     pure = _run(tmp_path / "pure", pure=True)
     fast = _run(tmp_path / "fast", pure=False)
     assert pure[0] == [], "the pure run loaded a compiled module"
-    assert fast[0] == ["pocketmq.store._commitlog", "pocketmq.store._consumequeue"]
+    assert fast[0] == [
+        "pocketmq.store._commitlog",
+        "pocketmq.store._consumequeue",
+        "pocketmq.store._writer",
+    ]
     assert fast[1:] == pure[1:]
     assert any(status == "PUT_OK" for batch in pure[1:61] for status, *_ in batch)  # type: ignore[attr-defined]
-    assert _files(tmp_path / "fast") == _files(tmp_path / "pure")
+    assert store_files(tmp_path / "fast") == store_files(tmp_path / "pure")
 
 
-@pytest.mark.parametrize("name", ["consumequeue", "commitlog"])
+@pytest.mark.parametrize("name", ["consumequeue", "commitlog", "writer"])
 def test_the_public_module_exports_the_private_modules_names(name: str) -> None:
     """What importers use is there whichever implementation was loaded."""
     import importlib

@@ -183,8 +183,13 @@ class IndexFile:
             self.max_physical = physical_offset
             _U64.pack_into(mm, _MAX_PHYSICAL_AT, physical_offset)
 
-    def put_many(self, hashed: list[tuple[int, int]]) -> None:
-        """Insert ``(key_hash, physical_offset)`` pairs; the header is updated once."""
+    def put_many(self, hashed: list[tuple[int, int]], start: int = 0) -> int:
+        """Insert ``(key_hash, physical_offset)`` pairs from ``hashed[start]`` on, as many as the
+        file has room for; the header is updated once. Returns the index of the first pair not
+        taken (``len(hashed)``: all of them)."""
+        end: int = min(len(hashed), start + self.max_entries - self.count)
+        if start >= end:
+            return start
         mm = self._mm
         slots = self._slots
         slot_count = self.slot_count
@@ -192,7 +197,10 @@ class IndexFile:
         number = self.count
         at = self._entries_at + number * ENTRY_SIZE
         highest = self.max_physical
-        for key_hash, physical_offset in hashed:
+        # all of them (nearly always): no copy
+        for key_hash, physical_offset in (
+            hashed if not start and end == len(hashed) else hashed[start:end]
+        ):
             slot = key_hash % slot_count
             head = slots[slot]
             if head > number:  # a pointer from beyond the trusted entries: end of chain
@@ -208,6 +216,7 @@ class IndexFile:
         if highest != self.max_physical:
             self.max_physical = highest
             _U64.pack_into(mm, _MAX_PHYSICAL_AT, highest)
+        return end
 
     def lookup(self, key_hash: int, limit: int) -> list[int]:
         """Physical offsets of entries whose key hash is ``key_hash``, newest first, at most
@@ -288,15 +297,12 @@ class IndexService:
 
     def put_hashed(self, entries: list[tuple[int, int]]) -> None:
         """Index a batch of ``(key hash, physical_offset)`` (:func:`id_hash`,
-        :func:`key_hashes`), splitting it where a file fills up."""
-        done = 0
+        :func:`key_hashes`): the newest file takes what it has room for (nearly always all),
+        :meth:`_writable` gives a new file for the rest."""
+        files = self.files
+        done = files[-1].put_many(entries) if files else 0
         while done < len(entries):
-            current = self._writable(entries[done][1])
-            room = current.max_entries - current.count
-            # the whole batch fits (the usual case): no copy of it
-            chunk = entries if not done and room >= len(entries) else entries[done : done + room]
-            current.put_many(chunk)
-            done += len(chunk)
+            done = self._writable(entries[done][1]).put_many(entries, done)
 
     def lookup(self, key: bytes, limit: int = 64) -> list[int]:
         """Candidate physical offsets for ``key``, newest first, without duplicates."""

@@ -14,8 +14,9 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from pocketmq.properties import TAGS
 from pocketmq.store.checksum import crc32
-from pocketmq.store.message import StoredMessage
+from pocketmq.store.message import StoredMessage, StoreMessage
 
 __all__ = [
     "BLANK_MAGIC",
@@ -29,6 +30,7 @@ __all__ = [
     "encode_properties",
     "encode_properties_fast",
     "encode_record",
+    "encode_stored",
     "pack_host",
     "skim_record",
     "unpack_host",
@@ -150,65 +152,66 @@ def encode_record(
     props = encoded_properties if encoded_properties is not None else _encode_props(properties)
     block = topic_block(topic)
     total = FIXED_HEADER_SIZE + len(block) + 8 + len(props) + len(body)
-    prefix, meta = encode_record_fast(
-        block,
-        props,
-        body,
-        flags,
+    message = StoreMessage(
+        topic,
         queue_id,
-        queue_offset,
-        physical_offset,
+        body,
+        properties,
+        flags,
         born_timestamp,
-        store_timestamp,
         born_host,
-        store_host,
         reconsume_times,
         prepared_transaction_offset,
         tag_code,
-        total,
+    )
+    prefix, meta, _ = encode_stored(
+        message, block, props, queue_offset, physical_offset, store_timestamp, store_host, total
     )
     return [prefix, meta, body]
 
 
-def encode_record_fast(
+def encode_stored(
+    message: StoreMessage,
     topic_block: bytes,
     encoded_properties: bytes,
-    body: bytes,
-    flags: int,
-    queue_id: int,
     queue_offset: int,
     physical_offset: int,
-    born_timestamp: int,
     store_timestamp: int,
-    born_host: bytes,
     store_host: bytes,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-    tag_code: int,
     total: int,
-) -> tuple[bytes, bytes]:
-    """The hot-path form of :func:`encode_record`: positional, precomputed topic block and size.
+) -> tuple[bytes, bytes, int]:
+    """The hot-path form of :func:`encode_record`, the one place a message's fields become a
+    record (both shapes of the writer's append call it): the topic block, encoded properties
+    and size precomputed (:meth:`Writer._prepare` checked them), the message's own fields read
+    here. A message without a born host is stamped with ``store_host``; one without a tag code
+    gets its ``TAGS`` property's (0: no tag).
 
-    Returns ``(header_and_metadata, crc-carrying prefix)`` to be written as
+    Returns ``(crc-carrying prefix, header and metadata, tag code)``; the record is written as
     ``prefix + meta + body``.
     """
+    code = message.tag_code
+    properties = message.properties
+    if code is None:
+        tag = properties.get(TAGS)
+        code = compute_tag_code(tag) if tag else 0  # no tag: 0, without the call
     head = _metas.get(len(topic_block))
     if head is None:
         head = _metas[len(topic_block)] = struct.Struct(f"{_TAIL.format}{len(topic_block)}sI")
+    body = message.body
     meta = b"".join(
         (
             head.pack(
-                flags,
-                queue_id,
+                message.flags,
+                message.queue_id,
                 queue_offset,
                 physical_offset,
-                born_timestamp,
+                message.born_timestamp,
                 store_timestamp,
-                born_host,
+                message.born_host or store_host,
                 store_host,
-                reconsume_times,
-                prepared_transaction_offset,
-                tag_code,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                code,
                 topic_block,
                 len(encoded_properties),
             ),
@@ -216,7 +219,7 @@ def encode_record_fast(
             _U32.pack(len(body)),
         )
     )
-    return _PREFIX.pack(total, MAGIC, crc32(body, crc32(meta))), meta
+    return _PREFIX.pack(total, MAGIC, crc32(body, crc32(meta))), meta, code
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
