@@ -13,15 +13,18 @@ import struct
 from typing import TYPE_CHECKING
 
 from pocketmq.compiled import load
+from pocketmq.properties import TAGS
 from pocketmq.store.consumequeue import ConsumeQueue
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.message import (
     GetResult,
+    PutResult,
     QueueEntry,
     StoredMessage,
+    StoreMessage,
 )
 from pocketmq.store.quarantine import LostEntry, QuarantinedRange
-from pocketmq.store.record import MAGIC, compute_tag_code
+from pocketmq.store.record import MAGIC, compute_tag_code, pack_host, unpack_host
 from pocketmq.store.status import GetStatus
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 else:  # compiled, the entries' loop and per-record pass (docs/design.md "Compiled hot paths")
     read_entries = load("pocketmq.store._readpass").read_entries
 
-__all__ = ["Reader"]
+__all__ = ["Appended", "Reader"]
 
 log = logging.getLogger("pocketmq.store")
 
@@ -43,6 +46,10 @@ _MAX_REPAIR_SCAN = 64 * 1024 * 1024  # how much log a damaged queue entry's repa
 _MAX_NEIGHBOUR_SEARCH = 4096  # entries looked at for the nearest valid neighbour
 # total size, magic, crc, flags, queue id, queue offset, physical offset
 _HEAD = struct.Struct("<IIIIIQQ")
+
+#: A queue's last appended message: as given to the append, and where the store put it
+#: (:attr:`Reader.appended`).
+Appended = tuple[StoreMessage, PutResult]
 
 
 class Reader:
@@ -58,6 +65,13 @@ class Reader:
         self.visible_limit: int | None = None
         """Records ending past this log offset are not read yet (a replicated master's
         confirmed offset, docs/replication.md §3); None: every record is."""
+        self.appended: dict[tuple[str, int], Appended] = {}
+        """Each queue's last message appended by :meth:`MessageStore.append` (the store fills
+        it under its lock, and empties it whenever the log or a queue is cut): a pull at
+        exactly that message's offset — a long poll woken by its append — is answered from it
+        instead of reading back and verifying the record just written (:meth:`_from_appended`
+        says when). docs/design.md, "One message's path"."""
+        self._store_host = unpack_host(pack_host(state.config.store_host))
 
     def read_queue(self, topic: str, queue_id: int, offset: int, count: int) -> list[QueueEntry]:
         """Consume-queue entries (no record reads) from ``offset``."""
@@ -89,12 +103,18 @@ class Reader:
         entries are examined, so a sparse filter returns ``NO_MATCHED_MESSAGE`` with a
         ``next_offset`` past the skipped entries instead of scanning forever.
         """
-        queue = self._queues.get((topic, queue_id))
+        key = (topic, queue_id)
+        queue = self._queues.get(key)
         outside = _outside(queue, offset)
         if outside is not None:
             return outside
         assert queue is not None
         low, high = queue.min_offset, queue.max_offset
+        appended = self.appended.get(key)
+        if appended is not None and appended[1].queue_offset == offset and high == offset + 1:
+            got = self._from_appended(appended, low, max_count, max_scan, tags)
+            if got is not None:
+                return got
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
         limit = self.visible_limit
         messages: list[StoredMessage] = []
@@ -121,6 +141,64 @@ class Reader:
             return GetResult(_FOUND, messages, cursor, low, high)
         return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
 
+    def _from_appended(
+        self,
+        appended: Appended,
+        low: int,
+        max_count: int,
+        max_scan: int,
+        tags: frozenset[str] | None,
+    ) -> GetResult | None:
+        """The read of the queue's last entry, the message :attr:`appended` holds for it:
+        what reading its record back would give, built from the message as given and where the
+        append put it, or None when the read must look at the log (the record not visible yet
+        under the visible limit, removed by retention, set aside, a tag filter it fails, or a
+        read that takes nothing)."""
+        message, put = appended
+        physical = put.physical_offset
+        end = physical + put.size
+        limit = self.visible_limit
+        if (
+            max_count < 1
+            or max_scan < 1
+            or low > put.queue_offset
+            or physical < self._commitlog.min_offset
+            or (limit is not None and end > limit)
+        ):
+            return None
+        quarantine = self._quarantine
+        if quarantine.skipping and quarantine.covering(physical) is not None:
+            return None
+        properties = message.properties
+        tag = properties.get(TAGS)
+        code = message.tag_code
+        if code is None:
+            code = compute_tag_code(tag) if tag else 0  # what the writer put in the entry
+        if tags is not None and (
+            (tag or None) not in tags or code not in {compute_tag_code(t) for t in tags}
+        ):
+            return None
+        born = message.born_host
+        record = StoredMessage(
+            put.topic,
+            put.queue_id,
+            put.queue_offset,
+            physical,
+            put.size,
+            message.body,
+            dict(properties),  # a read's own dict, as a decode gives
+            message.flags,
+            message.born_timestamp,
+            put.store_timestamp,
+            unpack_host(born) if born else self._store_host,
+            self._store_host,
+            message.reconsume_times,
+            message.prepared_transaction_offset,
+            code,
+        )
+        queue_offset = put.queue_offset
+        return GetResult(_FOUND, [record], queue_offset + 1, low, queue_offset + 1)
+
     def _unreadable_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
     ) -> StoredMessage | None:
@@ -132,6 +210,7 @@ class Reader:
         record is gone). The quarantine never takes a range on the word of a damaged entry.
         """
         self.damaged_reads += 1
+        self.appended.clear()  # the entry may be repaired below: read it from the log again
         head = self._commitlog.read(physical, _HEAD.size)
         if head is not None:
             total, magic, _, _, _, _, own = _HEAD.unpack(head)

@@ -57,6 +57,12 @@ log = logging.getLogger("pocketmq.store")
 
 _MAX_QUEUE_ID = 2**31 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
+_PUT_OK = PutStatus.PUT_OK  # an enum member read once (reader.py says why)
+# what the reader's ``appended`` keeps of each append: its last few messages, each at most this
+# large, for at most this many queues (a bound on the memory it holds on to)
+_APPENDED_PER_BATCH = 8
+_APPENDED_MAX_BODY = 64 * 1024
+_APPENDED_MAX_QUEUES = 256
 
 
 class MessageStore:
@@ -79,20 +85,32 @@ class MessageStore:
         self._abort_path = os.path.join(directory, "abort")
         self.recovery_report = RecoveryReport()
         self._append_started = 0.0
-        self.replica_of = ""
-        """Set while this store is a slave's copy (the group's name): local appends are refused,
-        only :meth:`append_replica` writes, so the log never diverges from the master's."""
+        self._replica_of = ""
         self.disk_guard = state.disk_guard
         """Refuses writes while the disk is (nearly) full (diskguard.py)."""
         self.epochs = state.epochs
         self._writer = Writer(state)
         self._replica = ReplicaWriter(state)
         self._reader = reader = Reader(state)
+        self._appended = reader.appended
         self.read_queue = reader.read_queue
         self.read_message = reader.read_message
         self.get_messages = reader.get_messages
         self.query_by_id = reader.query_by_id
         self.query_by_key = reader.query_by_key
+
+    @property
+    def replica_of(self) -> str:
+        """Set while this store is a slave's copy (the group's name): local appends are refused,
+        only :meth:`append_replica` writes, so the log never diverges from the master's."""
+        return self._replica_of
+
+    @replica_of.setter
+    def replica_of(self, master: str) -> None:
+        with self._lock:
+            if master:  # a slave's log is cut and copied again below what it appended itself
+                self._appended.clear()
+            self._replica_of = master
 
     @property
     def closed(self) -> bool:
@@ -142,6 +160,7 @@ class MessageStore:
             if self._state.closed:
                 return
             self._state.closed = True
+            self._appended.clear()
         if self.flusher is not None:
             self.flusher.stop()
         if not self._state.failure:
@@ -307,9 +326,11 @@ class MessageStore:
         """Write ``messages`` to the log (page cache) and dispatch them; never waits for fsync.
 
         The results line up with ``messages``. In sync-flush mode call :meth:`when_durable`
-        with the end of the last stored result before acknowledging.
+        with the end of the last stored result before acknowledging. The last few messages
+        stored (one per queue) are kept as given, for a pull of exactly their offset
+        (``Reader.appended``): a message's properties must not change once appended.
         """
-        if self.replica_of:
+        if self._replica_of:
             reason = f"this store is a replica of {self.replica_of}: only its master writes"
             return [PutResult(status=PutStatus.SERVICE_NOT_AVAILABLE, reason=reason)] * len(
                 messages
@@ -324,9 +345,21 @@ class MessageStore:
         with self._lock:
             self._append_started = time.monotonic()
             try:
-                return self._writer.append(messages)
+                results = self._writer.append(messages)
             finally:
                 self._append_started = 0.0
+            # the batch's last messages, for the pulls their append wakes (``Reader.appended``)
+            count = len(results)
+            appended = self._appended
+            first = count - _APPENDED_PER_BATCH if count > _APPENDED_PER_BATCH else 0
+            for number in range(first, count):
+                result = results[number]
+                message = messages[number]
+                if result.status is _PUT_OK and len(message.body) <= _APPENDED_MAX_BODY:
+                    if len(appended) >= _APPENDED_MAX_QUEUES:
+                        appended.clear()
+                    appended[(result.topic, result.queue_id)] = (message, result)
+            return results
 
     def when_durable(self, offset: int, callback: Callable[[bool], None]) -> None:
         """Call ``callback(ok)`` once everything below ``offset`` is fsynced (group commit)."""
@@ -401,11 +434,13 @@ class MessageStore:
         the new end of the log (raises :class:`~pocketmq.store.replica.ReplicaError`).
         ``written(end)``: called when the bytes are in the log, before they are dispatched."""
         with self._lock:
+            self._appended.clear()  # empty already where ``replica_of`` is set, as on a slave
             return self._replica.append(offset, data, written)
 
     def cut_replica(self, offset: int, reason: str) -> QuarantinedRange | None:
         """A slave: drop the log from ``offset`` on (bytes its new master never had)."""
         with self._lock:
+            self._appended.clear()
             return self._replica.cut(offset, reason)
 
     @property
@@ -448,6 +483,7 @@ class MessageStore:
             )
             if not result.status.stored:
                 return result
+            self._appended.clear()
             self._state.forget_queues(topic)
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.directory, "consumequeue", topic))
@@ -467,6 +503,7 @@ class MessageStore:
             gap = next_offset - queue.max_offset
             if gap <= 0:
                 return 0
+            self._appended.clear()  # the queue's last entry is a hole from now on
             if gap > _MAX_RESERVE_GAP:
                 log.warning(
                     "not reserving %d offsets of %s/%d (above %d): the committed offset %d is "
@@ -517,6 +554,7 @@ class MessageStore:
                 doomed += 1
                 total -= commitlog.segment_size
             if doomed:
+                self._appended.clear()
                 deleted = len(commitlog.delete_oldest(doomed, flushed))
                 fsync_directory(commitlog.directory)
                 low = commitlog.min_offset
