@@ -96,15 +96,44 @@ def test_every_field_is_what_the_record_decodes_to(tmp_path: Path) -> None:
             assert got.messages[0].born_host in ("10.1.2.3:4567", "[::1]:10911")
 
 
-def test_a_batch_keeps_its_last_message_of_each_queue(tmp_path: Path) -> None:
+def test_a_pull_of_a_batch_just_appended_does_not_read_the_log(tmp_path: Path) -> None:
+    """The default producer's batches go to one queue: the pull their append wakes asks for
+    the first of them, and gets them all (as many as its budgets take)."""
     with MessageStore.open(str(tmp_path / "s"), SMALL) as store:
         counted = _counted(store)
-        store.append([_message(n, queue_id=n % 3) for n in range(6)])
-        for queue_id in range(3):
-            assert _answer(store.get_messages("t", queue_id, 1))[0] is GetStatus.FOUND
+        store.append([_message(n) for n in range(5)])
+        store.append([_message(n) for n in range(5, 9)])
         assert counted.reads == 0
-        assert store.get_messages("t", 0, 0).messages[0].queue_offset == 0  # not the last
+        got = store.get_messages("t", 0, 5)
+        assert [m.queue_offset for m in got.messages] == [5, 6, 7, 8]
+        assert counted.reads == 0
+        for budget in ({"max_count": 2}, {"max_scan": 3}, {"max_bytes": 400}, {"max_bytes": 1}):
+            assert _same_as_the_log(store, 0, 6, **budget).messages
+        assert store.get_messages("t", 0, 4).messages[0].queue_offset == 4  # an earlier append
         assert counted.reads
+
+
+def test_joined_batches_of_several_queues(tmp_path: Path) -> None:
+    """Several producers' requests in one append: each queue's run, and runs of one queue that
+    other queues' messages interleave (read from the log)."""
+    with MessageStore.open(str(tmp_path / "s"), SMALL) as store:
+        counted = _counted(store)
+        store.append([_message(n, queue_id=q) for n, q in enumerate([0, 0, 1, 1, 1, 2])])
+        for queue_id, offset in [(0, 0), (0, 1), (1, 0), (1, 2), (2, 0)]:
+            assert _answer(store.get_messages("t", queue_id, offset))[0] is GetStatus.FOUND
+        assert counted.reads == 0
+        store.append([_message(n, queue_id=q) for n, q in enumerate([0, 1, 0, 1])])
+        for queue_id in range(2):
+            _same_as_the_log(store, queue_id, 2)
+            _same_as_the_log(store, queue_id, 3)
+
+
+def test_a_batch_with_a_refused_message_is_read_from_the_log(tmp_path: Path) -> None:
+    with MessageStore.open(str(tmp_path / "s"), SMALL) as store:
+        refused = StoreMessage("t", 0, b"x", flags=-1)
+        store.append([_message(0), refused, _message(1)])
+        assert [m.queue_offset for m in _same_as_the_log(store, 0, 0).messages] == [0, 1]
+        _same_as_the_log(store, 0, 1)
 
 
 def test_a_filter_the_message_fails_reads_the_log_and_says_so(tmp_path: Path) -> None:
@@ -217,19 +246,24 @@ def test_a_restart_keeps_nothing(tmp_path: Path) -> None:
 
 
 def test_what_is_kept_is_bounded(tmp_path: Path) -> None:
-    """Large bodies are read from the log; at most 256 queues are kept; a failed or refused
-    message is not kept."""
+    """Appends spanning more than 256 KiB of log are read from the log; at most 64 queues are
+    kept; an append whose first or last message was refused is not kept."""
     config = dataclasses.replace(SMALL, segment_size=1 << 20)
     with MessageStore.open(str(tmp_path / "s"), config) as store:
-        store.append([StoreMessage("t", 0, b"x" * (64 * 1024 + 1))])
+        store.append([StoreMessage("u", 0, b"x" * (128 * 1024))] * 2)
         assert store._reader.appended == {}
-        store.append([StoreMessage("t", n, b"x") for n in range(300)])
-        assert 0 < len(store._reader.appended) <= 256
-        store.append([StoreMessage("bad topic!", 0, b"x")])
-        assert ("bad topic!", 0) not in store._reader.appended
+        for n in range(100):
+            store.append([StoreMessage("t", n, b"x")])
+        assert 0 < len(store._reader.appended) <= 64
+        store.append([StoreMessage("t", 0, b"x")])
+        store.append([StoreMessage("t", 0, b"x"), StoreMessage("bad topic!", 0, b"x")])
+        _, results, _ = store._reader.appended[("t", 0)]
+        assert [r.queue_offset for r in results] == [1]  # the append before
+        _same_as_the_log(store, 0, 1)
+        _same_as_the_log(store, 0, 2)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
     steps=st.lists(
@@ -249,13 +283,15 @@ def test_reads_answer_what_the_log_does_whatever_happened_before(
         for step in steps:
             if step in ("append", "batch"):
                 count = 1 if step == "append" else rng.randrange(2, 12)
+                queue_id = rng.randrange(3)  # the default producer's batches: one queue
                 batch = [
                     StoreMessage(
                         "t",
-                        rng.randrange(3),
+                        queue_id if rng.random() < 0.8 else rng.randrange(3),
                         b"x" * rng.randrange(2000),
                         {"UNIQ_KEY": f"M{n + i}", "TAGS": rng.choice(_TAGS)},
-                        tag_code=rng.choice([None, None, 7]),
+                        flags=-1 if rng.random() < 0.05 else 0,  # refused
+                        tag_code=rng.choice([None, None, None, 7]),
                     )
                     for i in range(count)
                 ]
@@ -272,15 +308,16 @@ def test_reads_answer_what_the_log_does_whatever_happened_before(
             elif step == "reserve":
                 queue_id = rng.randrange(3)
                 store.reserve_queue_offset("t", queue_id, store.max_offset("t", queue_id) + 2)
-            for queue_id in range(3):  # every queue's last offset, and the one before
+            for queue_id in range(3):  # every queue's last offsets
                 last = store.max_offset("t", queue_id) - 1
-                for offset in (last, last - 1):
+                for offset in {last, last - 1, last - rng.randrange(12)}:
                     if offset >= 0:
                         _same_as_the_log(
                             store,
                             queue_id,
                             offset,
-                            max_count=rng.randrange(1, 4),
-                            max_bytes=rng.randrange(1, 5000),
-                            tags=rng.choice([None, frozenset({"a"}), frozenset({"", "b"})]),
+                            max_count=rng.choice([1, 2, 3, 32]),
+                            max_bytes=rng.choice([1, 2000, 5000, 1 << 22]),
+                            max_scan=rng.choice([1, 4, 1024]),
+                            tags=rng.choice([None, None, frozenset({"a"}), frozenset({"", "b"})]),
                         )

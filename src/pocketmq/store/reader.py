@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pocketmq.compiled import load
@@ -25,7 +26,7 @@ from pocketmq.store.message import (
 )
 from pocketmq.store.quarantine import LostEntry, QuarantinedRange
 from pocketmq.store.record import MAGIC, compute_tag_code, pack_host, unpack_host
-from pocketmq.store.status import GetStatus
+from pocketmq.store.status import GetStatus, PutStatus
 
 if TYPE_CHECKING:
     from pocketmq.store._readpass import read_entries
@@ -47,9 +48,10 @@ _MAX_NEIGHBOUR_SEARCH = 4096  # entries looked at for the nearest valid neighbou
 # total size, magic, crc, flags, queue id, queue offset, physical offset
 _HEAD = struct.Struct("<IIIIIQQ")
 
-#: A queue's last appended message: as given to the append, and where the store put it
-#: (:attr:`Reader.appended`).
-Appended = tuple[StoreMessage, PutResult]
+#: A queue's last append: the messages as given, where the store put them, and the number of
+#: the queue's last message among them (:attr:`Reader.appended`).
+Appended = tuple[Sequence[StoreMessage], list[PutResult], int]
+_PUT_OK = PutStatus.PUT_OK
 
 
 class Reader:
@@ -66,11 +68,11 @@ class Reader:
         """Records ending past this log offset are not read yet (a replicated master's
         confirmed offset, docs/replication.md §3); None: every record is."""
         self.appended: dict[tuple[str, int], Appended] = {}
-        """Each queue's last message appended by :meth:`MessageStore.append` (the store fills
-        it under its lock, and empties it whenever the log or a queue is cut): a pull at
-        exactly that message's offset — a long poll woken by its append — is answered from it
-        instead of reading back and verifying the record just written (:meth:`_from_appended`
-        says when). docs/design.md, "One message's path"."""
+        """The last append of each queue it touched, by :meth:`MessageStore.append` (the store
+        fills it under its lock, and empties it whenever the log or a queue is cut): a pull
+        from one of its messages to the queue's end — the long poll that append woke — is
+        answered from them instead of reading back and verifying the records just written
+        (:meth:`_from_appended` says when). docs/design.md, "One message's path"."""
         self._store_host = unpack_host(pack_host(state.config.store_host))
 
     def read_queue(self, topic: str, queue_id: int, offset: int, count: int) -> list[QueueEntry]:
@@ -111,8 +113,11 @@ class Reader:
         assert queue is not None
         low, high = queue.min_offset, queue.max_offset
         appended = self.appended.get(key)
-        if appended is not None and appended[1].queue_offset == offset and high == offset + 1:
-            got = self._from_appended(appended, low, max_count, max_scan, tags)
+        # the queue's last entry the append's last message for it: a read to the end
+        if appended is not None and appended[1][appended[2]].queue_offset == high - 1:
+            got = self._from_appended(
+                appended, offset, low, high, max_count, max_bytes, max_scan, tags
+            )
             if got is not None:
                 return got
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
@@ -144,60 +149,88 @@ class Reader:
     def _from_appended(
         self,
         appended: Appended,
+        offset: int,
         low: int,
+        high: int,
         max_count: int,
+        max_bytes: int,
         max_scan: int,
         tags: frozenset[str] | None,
     ) -> GetResult | None:
-        """The read of the queue's last entry, the message :attr:`appended` holds for it:
-        what reading its record back would give, built from the message as given and where the
-        append put it, or None when the read must look at the log (the record not visible yet
-        under the visible limit, removed by retention, set aside, a tag filter it fails, or a
-        read that takes nothing)."""
-        message, put = appended
-        physical = put.physical_offset
-        end = physical + put.size
+        """A read from ``offset`` to the queue's end (``high``), all of it written by the
+        append :attr:`appended` holds: what reading the records back would give, built from
+        the messages as given and where the append put them, or None when the read must look
+        at the log — a record not visible yet under the visible limit, removed by retention or
+        set aside, one the tag filter skips, a message of the range the append did not store,
+        a read that takes nothing. The budgets are a read's (``_readpass.read_entries``): at
+        most ``max_count`` and ``max_scan`` entries, and records while ``max_bytes`` holds,
+        the first always."""
+        messages, results, last = appended
+        first = last - (high - 1 - offset)
+        take = min(high - offset, max_count, max_scan)
+        if first < 0 or take < 1:
+            return None
         limit = self.visible_limit
-        if (
-            max_count < 1
-            or max_scan < 1
-            or low > put.queue_offset
-            or physical < self._commitlog.min_offset
-            or (limit is not None and end > limit)
-        ):
-            return None
-        quarantine = self._quarantine
-        if quarantine.skipping and quarantine.covering(physical) is not None:
-            return None
-        properties = message.properties
-        tag = properties.get(TAGS)
-        code = message.tag_code
-        if code is None:
-            code = compute_tag_code(tag) if tag else 0  # what the writer put in the entry
-        if tags is not None and (
-            (tag or None) not in tags or code not in {compute_tag_code(t) for t in tags}
-        ):
-            return None
-        born = message.born_host
-        record = StoredMessage(
-            put.topic,
-            put.queue_id,
-            put.queue_offset,
-            physical,
-            put.size,
-            message.body,
-            dict(properties),  # a read's own dict, as a decode gives
-            message.flags,
-            message.born_timestamp,
-            put.store_timestamp,
-            unpack_host(born) if born else self._store_host,
-            self._store_host,
-            message.reconsume_times,
-            message.prepared_transaction_offset,
-            code,
-        )
-        queue_offset = put.queue_offset
-        return GetResult(_FOUND, [record], queue_offset + 1, low, queue_offset + 1)
+        log_min = self._commitlog.min_offset
+        quarantine = self._quarantine if self._quarantine.skipping else None
+        codes = {compute_tag_code(t) for t in tags} if tags is not None else None
+        store_host = self._store_host
+        topic = results[last].topic
+        queue_id = results[last].queue_id
+        records: list[StoredMessage] = []
+        size_total = 0
+        cursor = offset + take
+        for number in range(first, first + take):
+            put = results[number]
+            physical = put.physical_offset
+            size = put.size
+            if (
+                put.status is not _PUT_OK
+                or put.queue_offset != offset + number - first
+                or put.queue_id != queue_id
+                or put.topic != topic
+                or physical < log_min
+                or (limit is not None and physical + size > limit)
+                or (quarantine is not None and quarantine.covering(physical) is not None)
+            ):
+                return None
+            message = messages[number]
+            properties = message.properties
+            tag = properties.get(TAGS)
+            code = message.tag_code
+            if code is None:
+                code = compute_tag_code(tag) if tag else 0  # what the writer put in the entry
+            if (
+                codes is not None
+                and tags is not None
+                and (code not in codes or (tag or None) not in tags)
+            ):
+                return None
+            if records and size_total + size > max_bytes:
+                cursor = put.queue_offset
+                break
+            born = message.born_host
+            records.append(
+                StoredMessage(
+                    topic,
+                    queue_id,
+                    put.queue_offset,
+                    physical,
+                    size,
+                    message.body,
+                    dict(properties),  # a read's own dict, as a decode gives
+                    message.flags,
+                    message.born_timestamp,
+                    put.store_timestamp,
+                    unpack_host(born) if born else store_host,
+                    store_host,
+                    message.reconsume_times,
+                    message.prepared_transaction_offset,
+                    code,
+                )
+            )
+            size_total += size
+        return GetResult(_FOUND, records, cursor, low, high)
 
     def _unreadable_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str

@@ -58,11 +58,11 @@ log = logging.getLogger("pocketmq.store")
 _MAX_QUEUE_ID = 2**31 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
 _PUT_OK = PutStatus.PUT_OK  # an enum member read once (reader.py says why)
-# what the reader's ``appended`` keeps of each append: its last few messages, each at most this
-# large, for at most this many queues (a bound on the memory it holds on to)
+# what the reader's ``appended`` keeps: appends of at most this much log, the queues of their
+# last few messages, at most this many queues (bounds the memory it holds on to: 16 MiB)
+_APPENDED_MAX_BYTES = 256 * 1024
 _APPENDED_PER_BATCH = 8
-_APPENDED_MAX_BODY = 64 * 1024
-_APPENDED_MAX_QUEUES = 256
+_APPENDED_MAX_QUEUES = 64
 
 
 class MessageStore:
@@ -326,9 +326,9 @@ class MessageStore:
         """Write ``messages`` to the log (page cache) and dispatch them; never waits for fsync.
 
         The results line up with ``messages``. In sync-flush mode call :meth:`when_durable`
-        with the end of the last stored result before acknowledging. The last few messages
-        stored (one per queue) are kept as given, for a pull of exactly their offset
-        (``Reader.appended``): a message's properties must not change once appended.
+        with the end of the last stored result before acknowledging. The batch is kept as
+        given, for the pulls its append wakes (``Reader.appended``): a message's properties
+        must not change once appended.
         """
         if self._replica_of:
             reason = f"this store is a replica of {self.replica_of}: only its master writes"
@@ -348,17 +348,26 @@ class MessageStore:
                 results = self._writer.append(messages)
             finally:
                 self._append_started = 0.0
-            # the batch's last messages, for the pulls their append wakes (``Reader.appended``)
+            # the batch, for the pulls its append wakes (``Reader.appended``): the last few
+            # messages name their queues; a batch spanning more log than the bound is not kept
             count = len(results)
-            appended = self._appended
-            first = count - _APPENDED_PER_BATCH if count > _APPENDED_PER_BATCH else 0
-            for number in range(first, count):
-                result = results[number]
-                message = messages[number]
-                if result.status is _PUT_OK and len(message.body) <= _APPENDED_MAX_BODY:
+            if count:
+                head = results[0]
+                tail = results[-1]
+                if (
+                    head.status is _PUT_OK
+                    and tail.status is _PUT_OK
+                    and tail.physical_offset + tail.size - head.physical_offset
+                    <= _APPENDED_MAX_BYTES
+                ):
+                    appended = self._appended
                     if len(appended) >= _APPENDED_MAX_QUEUES:
                         appended.clear()
-                    appended[(result.topic, result.queue_id)] = (message, result)
+                    kept = messages if isinstance(messages, tuple) else tuple(messages)
+                    first = count - _APPENDED_PER_BATCH if count > _APPENDED_PER_BATCH else 0
+                    for number in range(first, count):
+                        result = results[number]
+                        appended[(result.topic, result.queue_id)] = (kept, results, number)
             return results
 
     def when_durable(self, offset: int, callback: Callable[[bool], None]) -> None:
