@@ -250,15 +250,19 @@ def test_what_is_kept_is_bounded(tmp_path: Path) -> None:
     kept; an append whose first or last message was refused is not kept."""
     config = dataclasses.replace(SMALL, segment_size=1 << 20)
     with MessageStore.open(str(tmp_path / "s"), config) as store:
+        appended = store._reader.appended
         store.append([StoreMessage("u", 0, b"x" * (128 * 1024))] * 2)
-        assert store._reader.appended == {}
+        _same_as_the_log(store, 0, 0)
+        assert appended == {}
         for n in range(100):
             store.append([StoreMessage("t", n, b"x")])
-        assert 0 < len(store._reader.appended) <= 64
+            store.get_messages("t", n, 0)
+        assert 0 < len(appended) <= 64
         store.append([StoreMessage("t", 0, b"x")])
         store.append([StoreMessage("t", 0, b"x"), StoreMessage("bad topic!", 0, b"x")])
-        _, results, _ = store._reader.appended[("t", 0)]
-        assert [r.queue_offset for r in results] == [1]  # the append before
+        store.get_messages("t", 0, 0)
+        _, results, _ = appended[("t", 0)]
+        assert [r.queue_offset for r in results] == [1]  # the append before the last
         _same_as_the_log(store, 0, 1)
         _same_as_the_log(store, 0, 2)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,12 @@ _HEAD = struct.Struct("<IIIIIQQ")
 #: the queue's last message among them (:attr:`Reader.appended`).
 Appended = tuple[Sequence[StoreMessage], list[PutResult], int]
 _PUT_OK = PutStatus.PUT_OK
+# what :attr:`Reader.appended` keeps: appends of at most this much log, the queues of their last
+# few messages, at most this many queues (bounds the memory it holds on to: 16 MiB)
+_APPENDED_MAX_BYTES = 256 * 1024
+_APPENDED_PER_BATCH = 8
+_APPENDED_MAX_QUEUES = 64
+_APPENDS_NOT_READ = 4  # appends kept until a read looks at them (older ones are dropped)
 
 
 class Reader:
@@ -67,11 +74,19 @@ class Reader:
         self.visible_limit: int | None = None
         """Records ending past this log offset are not read yet (a replicated master's
         confirmed offset, docs/replication.md §3); None: every record is."""
+        self._lock = state.lock
+        self.appends: deque[tuple[Sequence[StoreMessage], list[PutResult]]] = deque(
+            maxlen=_APPENDS_NOT_READ
+        )
+        """The store's last appends not looked at by a read yet (their messages as given and
+        their results), added under the store's lock by :meth:`MessageStore.append` and taken
+        into :attr:`appended` by the next read: the append itself only keeps references, so
+        its acknowledgement does not wait for the bookkeeping."""
         self.appended: dict[tuple[str, int], Appended] = {}
-        """The last append of each queue it touched, by :meth:`MessageStore.append` (the store
-        fills it under its lock, and empties it whenever the log or a queue is cut): a pull
-        from one of its messages to the queue's end — the long poll that append woke — is
-        answered from them instead of reading back and verifying the records just written
+        """The last append of each queue it touched (:meth:`_take_append`; emptied by
+        :meth:`forget_appended` whenever the log or a queue is cut): a pull from one of its
+        messages to the queue's end — the long poll that append woke — is answered from them
+        instead of reading back and verifying the records just written
         (:meth:`_from_appended` says when). docs/design.md, "One message's path"."""
         self._store_host = unpack_host(pack_host(state.config.store_host))
 
@@ -105,6 +120,8 @@ class Reader:
         entries are examined, so a sparse filter returns ``NO_MATCHED_MESSAGE`` with a
         ``next_offset`` past the skipped entries instead of scanning forever.
         """
+        if self.appends:
+            self._take_appends()
         key = (topic, queue_id)
         queue = self._queues.get(key)
         outside = _outside(queue, offset)
@@ -145,6 +162,40 @@ class Reader:
         if messages:
             return GetResult(_FOUND, messages, cursor, low, high)
         return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
+
+    def _take_appends(self) -> None:
+        """Note the appends no read has looked at yet in :attr:`appended`, each under the
+        queues of its last few messages (a queue's earlier messages in it are reached from its
+        last one), unless its first or last message was refused or it spans more log than the
+        bound."""
+        with self._lock:
+            appends = list(self.appends)
+            self.appends.clear()
+            appended = self.appended
+            for messages, results in appends:
+                head = results[0] if results else None
+                tail = results[-1] if results else None
+                if (
+                    head is None
+                    or tail is None
+                    or head.status is not _PUT_OK
+                    or tail.status is not _PUT_OK
+                    or tail.physical_offset + tail.size - head.physical_offset > _APPENDED_MAX_BYTES
+                    or len(messages) != len(results)
+                ):
+                    continue
+                if len(appended) >= _APPENDED_MAX_QUEUES:
+                    appended.clear()
+                count = len(results)
+                for number in range(max(count - _APPENDED_PER_BATCH, 0), count):
+                    result = results[number]
+                    appended[(result.topic, result.queue_id)] = (messages, results, number)
+
+    def forget_appended(self) -> None:
+        """The log or a queue was cut (or the store closes): what appends kept is not what a
+        read of the log would give any more."""
+        self.appends.clear()
+        self.appended.clear()
 
     def _from_appended(
         self,
@@ -243,7 +294,7 @@ class Reader:
         record is gone). The quarantine never takes a range on the word of a damaged entry.
         """
         self.damaged_reads += 1
-        self.appended.clear()  # the entry may be repaired below: read it from the log again
+        self.forget_appended()  # the entry may be repaired below: read it from the log again
         head = self._commitlog.read(physical, _HEAD.size)
         if head is not None:
             total, magic, _, _, _, _, own = _HEAD.unpack(head)

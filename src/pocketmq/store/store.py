@@ -58,11 +58,6 @@ log = logging.getLogger("pocketmq.store")
 _MAX_QUEUE_ID = 2**31 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
 _PUT_OK = PutStatus.PUT_OK  # an enum member read once (reader.py says why)
-# what the reader's ``appended`` keeps: appends of at most this much log, the queues of their
-# last few messages, at most this many queues (bounds the memory it holds on to: 16 MiB)
-_APPENDED_MAX_BYTES = 256 * 1024
-_APPENDED_PER_BATCH = 8
-_APPENDED_MAX_QUEUES = 64
 
 
 class MessageStore:
@@ -92,7 +87,6 @@ class MessageStore:
         self._writer = Writer(state)
         self._replica = ReplicaWriter(state)
         self._reader = reader = Reader(state)
-        self._appended = reader.appended
         self.read_queue = reader.read_queue
         self.read_message = reader.read_message
         self.get_messages = reader.get_messages
@@ -109,7 +103,7 @@ class MessageStore:
     def replica_of(self, master: str) -> None:
         with self._lock:
             if master:  # a slave's log is cut and copied again below what it appended itself
-                self._appended.clear()
+                self._reader.forget_appended()
             self._replica_of = master
 
     @property
@@ -160,7 +154,7 @@ class MessageStore:
             if self._state.closed:
                 return
             self._state.closed = True
-            self._appended.clear()
+            self._reader.forget_appended()
         if self.flusher is not None:
             self.flusher.stop()
         if not self._state.failure:
@@ -348,26 +342,10 @@ class MessageStore:
                 results = self._writer.append(messages)
             finally:
                 self._append_started = 0.0
-            # the batch, for the pulls its append wakes (``Reader.appended``): the last few
-            # messages name their queues; a batch spanning more log than the bound is not kept
-            count = len(results)
-            if count:
-                head = results[0]
-                tail = results[-1]
-                if (
-                    head.status is _PUT_OK
-                    and tail.status is _PUT_OK
-                    and tail.physical_offset + tail.size - head.physical_offset
-                    <= _APPENDED_MAX_BYTES
-                ):
-                    appended = self._appended
-                    if len(appended) >= _APPENDED_MAX_QUEUES:
-                        appended.clear()
-                    kept = messages if isinstance(messages, tuple) else tuple(messages)
-                    first = count - _APPENDED_PER_BATCH if count > _APPENDED_PER_BATCH else 0
-                    for number in range(first, count):
-                        result = results[number]
-                        appended[(result.topic, result.queue_id)] = (kept, results, number)
+            # kept for the pulls its append wakes (``Reader.appended``), looked at by them
+            self._reader.appends.append(
+                (messages if isinstance(messages, tuple) else tuple(messages), results)
+            )
             return results
 
     def when_durable(self, offset: int, callback: Callable[[bool], None]) -> None:
@@ -443,13 +421,13 @@ class MessageStore:
         the new end of the log (raises :class:`~pocketmq.store.replica.ReplicaError`).
         ``written(end)``: called when the bytes are in the log, before they are dispatched."""
         with self._lock:
-            self._appended.clear()  # empty already where ``replica_of`` is set, as on a slave
+            self._reader.forget_appended()  # none where ``replica_of`` is set, as on a slave
             return self._replica.append(offset, data, written)
 
     def cut_replica(self, offset: int, reason: str) -> QuarantinedRange | None:
         """A slave: drop the log from ``offset`` on (bytes its new master never had)."""
         with self._lock:
-            self._appended.clear()
+            self._reader.forget_appended()
             return self._replica.cut(offset, reason)
 
     @property
@@ -492,7 +470,7 @@ class MessageStore:
             )
             if not result.status.stored:
                 return result
-            self._appended.clear()
+            self._reader.forget_appended()
             self._state.forget_queues(topic)
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.directory, "consumequeue", topic))
@@ -512,7 +490,7 @@ class MessageStore:
             gap = next_offset - queue.max_offset
             if gap <= 0:
                 return 0
-            self._appended.clear()  # the queue's last entry is a hole from now on
+            self._reader.forget_appended()  # the queue's last entry is a hole from now on
             if gap > _MAX_RESERVE_GAP:
                 log.warning(
                     "not reserving %d offsets of %s/%d (above %d): the committed offset %d is "
@@ -563,7 +541,7 @@ class MessageStore:
                 doomed += 1
                 total -= commitlog.segment_size
             if doomed:
-                self._appended.clear()
+                self._reader.forget_appended()
                 deleted = len(commitlog.delete_oldest(doomed, flushed))
                 fsync_directory(commitlog.directory)
                 low = commitlog.min_offset
