@@ -260,26 +260,7 @@ class Reader:
             if records and size_total + size > max_bytes:
                 cursor = put.queue_offset
                 break
-            born = message.born_host
-            records.append(
-                StoredMessage(
-                    topic,
-                    queue_id,
-                    put.queue_offset,
-                    physical,
-                    size,
-                    message.body,
-                    dict(properties),  # a read's own dict, as a decode gives
-                    message.flags,
-                    message.born_timestamp,
-                    put.store_timestamp,
-                    unpack_host(born) if born else store_host,
-                    store_host,
-                    message.reconsume_times,
-                    message.prepared_transaction_offset,
-                    code,
-                )
-            )
+            records.append(_as_read(message, put, code, store_host))
             size_total += size
         return GetResult(_FOUND, records, cursor, low, high)
 
@@ -411,6 +392,29 @@ class Reader:
             if record is not None:
                 records.append(record)
         return records
+
+
+def _as_read(message: StoreMessage, put: PutResult, code: int, store_host: str) -> StoredMessage:
+    """The record of ``message`` as a read of the log decodes it: where the append put it
+    (``put``), its queue entry's tag ``code``, the store's host where it named none."""
+    born = message.born_host
+    return StoredMessage(
+        put.topic,
+        put.queue_id,
+        put.queue_offset,
+        put.physical_offset,
+        put.size,
+        message.body,
+        dict(message.properties),  # a read's own dict, as a decode gives
+        message.flags,
+        message.born_timestamp,
+        put.store_timestamp,
+        unpack_host(born) if born else store_host,
+        store_host,
+        message.reconsume_times,
+        message.prepared_transaction_offset,
+        code,
+    )
 
 
 def _outside(queue: ConsumeQueue | None, offset: int) -> GetResult | None:
