@@ -398,22 +398,23 @@ def _as_read(message: StoreMessage, put: PutResult, code: int, store_host: str) 
     """The record of ``message`` as a read of the log decodes it: where the append put it
     (``put``), its queue entry's tag ``code``, the store's host where it named none."""
     born = message.born_host
+    physical = put.physical_offset
     return StoredMessage(
-        topic=put.topic,
-        queue_id=put.queue_id,
-        queue_offset=put.queue_offset,
-        physical_offset=put.physical_offset,
-        size=put.size,
-        body=message.body,
-        properties=dict(message.properties),  # a read's own dict, as a decode gives
-        flags=message.flags,
-        born_timestamp=message.born_timestamp,
-        store_timestamp=put.store_timestamp,
-        born_host=unpack_host(born) if born else store_host,
-        store_host=store_host,
-        reconsume_times=message.reconsume_times,
-        prepared_transaction_offset=message.prepared_transaction_offset,
-        tag_code=code,
+        put.topic,
+        put.queue_id,
+        put.queue_offset,
+        physical,
+        put.size,
+        message.body,
+        dict(message.properties),  # a read's own dict, as a decode gives
+        message.flags,
+        message.born_timestamp,
+        put.store_timestamp,
+        unpack_host(born) if born else store_host,
+        store_host,
+        message.reconsume_times,
+        message.prepared_transaction_offset,
+        code,
     )
 
 
