@@ -8,7 +8,9 @@ queue is read (appended, answered, the pull woken) and the loop runs until the p
 written. Queues are taken in turn, as the default ``Producer`` spreads sends. A warm-up is always
 fed; the measured messages are skipped with ``--idle``, so (count with N − count with
 ``--idle``) / N is the broker's instructions per message on this path (docs/benchmarks.md,
-"The woken pull answered from the append (issue 32)"):
+"The woken pull answered from the append (issue 32)"). ``--store`` runs only the store's part,
+without the broker's timers (whose runs grow with callgrind's wall time): per message one
+``MessageStore.append`` of one message and the ``get_messages`` of its offset:
 
     PYTHONHASHSEED=0 PYTHONPATH=src valgrind --tool=callgrind \
         python scripts/broker_woken_path.py 2000
@@ -32,7 +34,7 @@ from pocketmq.protocol import FrameKind, RequestCode
 from pocketmq.protocol import structs as w
 from pocketmq.protocol.body import encode_body
 from pocketmq.protocol.frames import encode_frame
-from pocketmq.store import StoreConfig
+from pocketmq.store import MessageStore, StoreConfig, StoreMessage
 
 TOPIC = GROUP = "woken"
 QUEUES = 4
@@ -87,13 +89,36 @@ async def run(count: int, idle: bool) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def run_store(count: int, idle: bool) -> None:
+    """The store's part alone: ``count`` (plus the warm-up) appends of one 1 KiB message, each
+    followed by the read of its offset (what the woken pull asks)."""
+    directory = tempfile.mkdtemp(prefix="pocketmq-woken-store-")
+    config = StoreConfig(flush_interval=3600.0, checkpoint_interval=3600.0, flush_dirty_bytes=2**40)
+    store = MessageStore.open(directory, config)
+    try:
+        body = b"x" * 1024
+        for number in range(WARM_UP + (0 if idle else count)):
+            queue_id = number % QUEUES
+            properties = {"UNIQ_KEY": f"{number:032X}"}
+            [put] = store.append([StoreMessage(TOPIC, queue_id, body, properties, 0, 1, b"")])
+            got = store.get_messages(TOPIC, queue_id, put.queue_offset)
+            assert got.messages[0].queue_offset == put.queue_offset
+    finally:
+        store.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> None:
-    """``N [--idle]``."""
+    """``N [--idle] [--store]``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("count", type=int)
     parser.add_argument("--idle", action="store_true", help="feed only the warm-up")
+    parser.add_argument("--store", action="store_true", help="only the store's append and read")
     args = parser.parse_args()
-    asyncio.run(run(args.count, args.idle))
+    if args.store:
+        run_store(args.count, args.idle)
+    else:
+        asyncio.run(run(args.count, args.idle))
 
 
 if __name__ == "__main__":
