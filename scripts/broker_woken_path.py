@@ -89,9 +89,9 @@ async def run(count: int, idle: bool) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_store(count: int, idle: bool) -> None:
+def run_store(count: int, idle: bool, read: bool = True) -> None:
     """The store's part alone: ``count`` (plus the warm-up) appends of one 1 KiB message, each
-    followed by the read of its offset (what the woken pull asks)."""
+    followed by the read of its offset (what the woken pull asks) unless not ``read``."""
     directory = tempfile.mkdtemp(prefix="pocketmq-woken-store-")
     config = StoreConfig(flush_interval=3600.0, checkpoint_interval=3600.0, flush_dirty_bytes=2**40)
     store = MessageStore.open(directory, config)
@@ -101,8 +101,9 @@ def run_store(count: int, idle: bool) -> None:
             queue_id = number % QUEUES
             properties = {"UNIQ_KEY": f"{number:032X}"}
             [put] = store.append([StoreMessage(TOPIC, queue_id, body, properties, 0, 1, b"")])
-            got = store.get_messages(TOPIC, queue_id, put.queue_offset)
-            assert got.messages[0].queue_offset == put.queue_offset
+            if read:
+                got = store.get_messages(TOPIC, queue_id, put.queue_offset)
+                assert got.messages[0].queue_offset == put.queue_offset
     finally:
         store.close()
         shutil.rmtree(directory, ignore_errors=True)
@@ -114,9 +115,10 @@ def main() -> None:
     parser.add_argument("count", type=int)
     parser.add_argument("--idle", action="store_true", help="feed only the warm-up")
     parser.add_argument("--store", action="store_true", help="only the store's append and read")
+    parser.add_argument("--no-read", action="store_true", help="with --store: appends only")
     args = parser.parse_args()
     if args.store:
-        run_store(args.count, args.idle)
+        run_store(args.count, args.idle, not args.no_read)
     else:
         asyncio.run(run(args.count, args.idle))
 
