@@ -169,25 +169,25 @@ class Reader:
         last one), unless its first or last message was refused or it spans more log than the
         bound."""
         with self._lock:
-            appends = list(self.appends)
-            self.appends.clear()
+            appends = self.appends
             appended = self.appended
-            for messages, results in appends:
-                head = results[0] if results else None
-                tail = results[-1] if results else None
+            while appends:
+                messages, results = appends.popleft()
+                count = len(results)
+                if not count or count != len(messages):
+                    continue
+                head = results[0]
+                tail = results[count - 1]
                 if (
-                    head is None
-                    or tail is None
-                    or head.status is not _PUT_OK
+                    head.status is not _PUT_OK
                     or tail.status is not _PUT_OK
                     or tail.physical_offset + tail.size - head.physical_offset > _APPENDED_MAX_BYTES
-                    or len(messages) != len(results)
                 ):
                     continue
                 if len(appended) >= _APPENDED_MAX_QUEUES:
                     appended.clear()
-                count = len(results)
-                for number in range(max(count - _APPENDED_PER_BATCH, 0), count):
+                first = count - _APPENDED_PER_BATCH if count > _APPENDED_PER_BATCH else 0
+                for number in range(first, count):
                     result = results[number]
                     appended[(result.topic, result.queue_id)] = (messages, results, number)
 
