@@ -24,6 +24,7 @@ from pocketmq.protocol import (
     FrameDecoder,
     FrameKind,
     RequestCode,
+    decode_body,
     encode_body,
     encode_frame,
 )
@@ -94,6 +95,32 @@ async def test_a_woken_pull_is_answered_in_the_send_s_turn(broker: Broker) -> No
     assert _answered(to_producer.written) == [7]  # the send's answer: within its read
     await asyncio.sleep(0)  # the end of the next turn
     assert _answered(to_consumer.written) == [100]
+
+
+async def test_a_woken_pull_is_answered_without_reading_the_log(broker: Broker) -> None:
+    """The store answers the pull at the offset just appended from the message its append kept
+    (``Reader.appended``; docs/design.md, "One message's path"): no read of the log."""
+    reads: list[int] = []
+    commitlog = broker.store._reader._commitlog
+
+    class Counted:
+        def read(self, offset: int, size: int) -> bytes | None:
+            reads.append(offset)
+            return commitlog.read(offset, size)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(commitlog, name)
+
+    broker.store._reader._commitlog = Counted()  # type: ignore[assignment]
+    consumer, to_consumer = _connected(broker, "consumer")
+    producer, _ = _connected(broker, "producer")
+    await _parked(consumer, 0)
+    producer.data_received(_send(0))
+    await asyncio.sleep(0)
+    [frame] = FrameDecoder().feed(b"".join(to_consumer.written))
+    answer = decode_body(frame.body, w.PullResponse)
+    assert [(m.queue_offset, m.body) for m in answer.messages] == [(0, b"m")]
+    assert reads == []
 
 
 async def test_the_pulls_a_send_wakes_on_one_connection_leave_in_one_write(

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pocketmq.compiled import load
+from pocketmq.properties import TAGS
 from pocketmq.store.consumequeue import ConsumeQueue
 from pocketmq.store.index import id_key, topic_key
 from pocketmq.store.message import (
     GetResult,
+    PutResult,
     QueueEntry,
     StoredMessage,
+    StoreMessage,
 )
 from pocketmq.store.quarantine import LostEntry, QuarantinedRange
-from pocketmq.store.record import MAGIC, compute_tag_code
-from pocketmq.store.status import GetStatus
+from pocketmq.store.record import MAGIC, compute_tag_code, pack_host, unpack_host
+from pocketmq.store.status import GetStatus, PutStatus
 
 if TYPE_CHECKING:
     from pocketmq.store._readpass import read_entries
@@ -30,7 +35,7 @@ if TYPE_CHECKING:
 else:  # compiled, the entries' loop and per-record pass (docs/design.md "Compiled hot paths")
     read_entries = load("pocketmq.store._readpass").read_entries
 
-__all__ = ["Reader"]
+__all__ = ["Appended", "Reader"]
 
 log = logging.getLogger("pocketmq.store")
 
@@ -43,6 +48,17 @@ _MAX_REPAIR_SCAN = 64 * 1024 * 1024  # how much log a damaged queue entry's repa
 _MAX_NEIGHBOUR_SEARCH = 4096  # entries looked at for the nearest valid neighbour
 # total size, magic, crc, flags, queue id, queue offset, physical offset
 _HEAD = struct.Struct("<IIIIIQQ")
+
+#: A queue's last append: the messages as given, where the store put them, and the number of
+#: the queue's last message among them (:attr:`Reader.appended`).
+Appended = tuple[Sequence[StoreMessage], list[PutResult], int]
+_PUT_OK = PutStatus.PUT_OK
+# what :attr:`Reader.appended` keeps: appends of at most this much log, the queues of their last
+# few messages, at most this many queues (bounds the memory it holds on to: 16 MiB)
+_APPENDED_MAX_BYTES = 256 * 1024
+_APPENDED_PER_BATCH = 8
+_APPENDED_MAX_QUEUES = 64
+_APPENDS_NOT_READ = 4  # appends kept until a read looks at them (older ones are dropped)
 
 
 class Reader:
@@ -58,6 +74,21 @@ class Reader:
         self.visible_limit: int | None = None
         """Records ending past this log offset are not read yet (a replicated master's
         confirmed offset, docs/replication.md §3); None: every record is."""
+        self._lock = state.lock
+        self.appends: deque[tuple[Sequence[StoreMessage], list[PutResult]]] = deque(
+            maxlen=_APPENDS_NOT_READ
+        )
+        """The store's last appends not looked at by a read yet (their messages as given and
+        their results), added under the store's lock by :meth:`MessageStore.append` and taken
+        into :attr:`appended` by the next read: the append itself only keeps references, so
+        its acknowledgement does not wait for the bookkeeping."""
+        self.appended: dict[tuple[str, int], Appended] = {}
+        """The last append of each queue it touched (:meth:`_take_append`; emptied by
+        :meth:`forget_appended` whenever the log or a queue is cut): a pull from one of its
+        messages to the queue's end — the long poll that append woke — is answered from them
+        instead of reading back and verifying the records just written
+        (:meth:`_from_appended` says when). docs/design.md, "One message's path"."""
+        self._store_host = unpack_host(pack_host(state.config.store_host))
 
     def read_queue(self, topic: str, queue_id: int, offset: int, count: int) -> list[QueueEntry]:
         """Consume-queue entries (no record reads) from ``offset``."""
@@ -89,12 +120,23 @@ class Reader:
         entries are examined, so a sparse filter returns ``NO_MATCHED_MESSAGE`` with a
         ``next_offset`` past the skipped entries instead of scanning forever.
         """
-        queue = self._queues.get((topic, queue_id))
+        if self.appends:
+            self._take_appends()
+        key = (topic, queue_id)
+        queue = self._queues.get(key)
         outside = _outside(queue, offset)
         if outside is not None:
             return outside
         assert queue is not None
         low, high = queue.min_offset, queue.max_offset
+        appended = self.appended.get(key)
+        # the queue's last entry the append's last message for it: a read to the end
+        if appended is not None and appended[1][appended[2]].queue_offset == high - 1:
+            got = self._from_appended(
+                appended, offset, low, high, max_count, max_bytes, max_scan, tags
+            )
+            if got is not None:
+                return got
         codes = {compute_tag_code(t) for t in tags} if tags is not None else None
         limit = self.visible_limit
         messages: list[StoredMessage] = []
@@ -121,6 +163,107 @@ class Reader:
             return GetResult(_FOUND, messages, cursor, low, high)
         return GetResult(_nothing_found(held and cursor == offset, removed), [], cursor, low, high)
 
+    def _take_appends(self) -> None:
+        """Note the appends no read has looked at yet in :attr:`appended`, each under the
+        queues of its last few messages (a queue's earlier messages in it are reached from its
+        last one), unless its first or last message was refused or it spans more log than the
+        bound."""
+        with self._lock:
+            appends = self.appends
+            appended = self.appended
+            while appends:
+                messages, results = appends.popleft()
+                count = len(results)
+                if not count or count != len(messages):
+                    continue
+                head = results[0]
+                tail = results[count - 1]
+                if (
+                    head.status is not _PUT_OK
+                    or tail.status is not _PUT_OK
+                    or tail.physical_offset + tail.size - head.physical_offset > _APPENDED_MAX_BYTES
+                ):
+                    continue
+                if len(appended) >= _APPENDED_MAX_QUEUES:
+                    appended.clear()
+                first = count - _APPENDED_PER_BATCH if count > _APPENDED_PER_BATCH else 0
+                for number in range(first, count):
+                    result = results[number]
+                    appended[(result.topic, result.queue_id)] = (messages, results, number)
+
+    def forget_appended(self) -> None:
+        """The log or a queue was cut (or the store closes): what appends kept is not what a
+        read of the log would give any more."""
+        self.appends.clear()
+        self.appended.clear()
+
+    def _from_appended(
+        self,
+        appended: Appended,
+        offset: int,
+        low: int,
+        high: int,
+        max_count: int,
+        max_bytes: int,
+        max_scan: int,
+        tags: frozenset[str] | None,
+    ) -> GetResult | None:
+        """A read from ``offset`` to the queue's end (``high``), all of it written by the
+        append :attr:`appended` holds: what reading the records back would give, built from
+        the messages as given and where the append put them, or None when the read must look
+        at the log — a record not visible yet under the visible limit, removed by retention or
+        set aside, one the tag filter skips, a message of the range the append did not store,
+        a read that takes nothing. The budgets are a read's (``_readpass.read_entries``): at
+        most ``max_count`` and ``max_scan`` entries, and records while ``max_bytes`` holds,
+        the first always."""
+        messages, results, last = appended
+        first = last - (high - 1 - offset)
+        take = min(high - offset, max_count, max_scan)
+        if first < 0 or take < 1:
+            return None
+        limit = self.visible_limit
+        log_min = self._commitlog.min_offset
+        quarantine = self._quarantine if self._quarantine.skipping else None
+        codes = {compute_tag_code(t) for t in tags} if tags is not None else None
+        store_host = self._store_host
+        topic = results[last].topic
+        queue_id = results[last].queue_id
+        records: list[StoredMessage] = []
+        size_total = 0
+        cursor = offset + take
+        for number in range(first, first + take):
+            put = results[number]
+            physical = put.physical_offset
+            size = put.size
+            if (
+                put.status is not _PUT_OK
+                or put.queue_offset != offset + number - first
+                or put.queue_id != queue_id
+                or put.topic != topic
+                or physical < log_min
+                or (limit is not None and physical + size > limit)
+                or (quarantine is not None and quarantine.covering(physical) is not None)
+            ):
+                return None
+            message = messages[number]
+            properties = message.properties
+            tag = properties.get(TAGS)
+            code = message.tag_code
+            if code is None:
+                code = compute_tag_code(tag) if tag else 0  # what the writer put in the entry
+            if (
+                codes is not None
+                and tags is not None
+                and (code not in codes or (tag or None) not in tags)
+            ):
+                return None
+            if records and size_total + size > max_bytes:
+                cursor = put.queue_offset
+                break
+            records.append(_as_read(message, put, code, store_host))
+            size_total += size
+        return GetResult(_FOUND, records, cursor, low, high)
+
     def _unreadable_entry(
         self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int, reason: str
     ) -> StoredMessage | None:
@@ -132,6 +275,7 @@ class Reader:
         record is gone). The quarantine never takes a range on the word of a damaged entry.
         """
         self.damaged_reads += 1
+        self.forget_appended()  # the entry may be repaired below: read it from the log again
         head = self._commitlog.read(physical, _HEAD.size)
         if head is not None:
             total, magic, _, _, _, _, own = _HEAD.unpack(head)
@@ -248,6 +392,30 @@ class Reader:
             if record is not None:
                 records.append(record)
         return records
+
+
+def _as_read(message: StoreMessage, put: PutResult, code: int, store_host: str) -> StoredMessage:
+    """The record of ``message`` as a read of the log decodes it: where the append put it
+    (``put``), its queue entry's tag ``code``, the store's host where it named none."""
+    born = message.born_host
+    physical = put.physical_offset
+    return StoredMessage(
+        put.topic,
+        put.queue_id,
+        put.queue_offset,
+        physical,
+        put.size,
+        message.body,
+        dict(message.properties),  # a read's own dict, as a decode gives
+        message.flags,
+        message.born_timestamp,
+        put.store_timestamp,
+        unpack_host(born) if born else store_host,
+        store_host,
+        message.reconsume_times,
+        message.prepared_transaction_offset,
+        code,
+    )
 
 
 def _outside(queue: ConsumeQueue | None, offset: int) -> GetResult | None:

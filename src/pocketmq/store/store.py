@@ -57,6 +57,7 @@ log = logging.getLogger("pocketmq.store")
 
 _MAX_QUEUE_ID = 2**31 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
+_PUT_OK = PutStatus.PUT_OK  # an enum member read once (reader.py says why)
 
 
 class MessageStore:
@@ -79,9 +80,7 @@ class MessageStore:
         self._abort_path = os.path.join(directory, "abort")
         self.recovery_report = RecoveryReport()
         self._append_started = 0.0
-        self.replica_of = ""
-        """Set while this store is a slave's copy (the group's name): local appends are refused,
-        only :meth:`append_replica` writes, so the log never diverges from the master's."""
+        self._replica_of = ""
         self.disk_guard = state.disk_guard
         """Refuses writes while the disk is (nearly) full (diskguard.py)."""
         self.epochs = state.epochs
@@ -93,6 +92,19 @@ class MessageStore:
         self.get_messages = reader.get_messages
         self.query_by_id = reader.query_by_id
         self.query_by_key = reader.query_by_key
+
+    @property
+    def replica_of(self) -> str:
+        """Set while this store is a slave's copy (the group's name): local appends are refused,
+        only :meth:`append_replica` writes, so the log never diverges from the master's."""
+        return self._replica_of
+
+    @replica_of.setter
+    def replica_of(self, master: str) -> None:
+        with self._lock:
+            if master:  # a slave's log is cut and copied again below what it appended itself
+                self._reader.forget_appended()
+            self._replica_of = master
 
     @property
     def closed(self) -> bool:
@@ -142,6 +154,7 @@ class MessageStore:
             if self._state.closed:
                 return
             self._state.closed = True
+            self._reader.forget_appended()
         if self.flusher is not None:
             self.flusher.stop()
         if not self._state.failure:
@@ -307,9 +320,11 @@ class MessageStore:
         """Write ``messages`` to the log (page cache) and dispatch them; never waits for fsync.
 
         The results line up with ``messages``. In sync-flush mode call :meth:`when_durable`
-        with the end of the last stored result before acknowledging.
+        with the end of the last stored result before acknowledging. The batch is kept as
+        given, for the pulls its append wakes (``Reader.appended``): a message's properties
+        must not change once appended.
         """
-        if self.replica_of:
+        if self._replica_of:
             reason = f"this store is a replica of {self.replica_of}: only its master writes"
             return [PutResult(status=PutStatus.SERVICE_NOT_AVAILABLE, reason=reason)] * len(
                 messages
@@ -324,9 +339,14 @@ class MessageStore:
         with self._lock:
             self._append_started = time.monotonic()
             try:
-                return self._writer.append(messages)
+                results = self._writer.append(messages)
             finally:
                 self._append_started = 0.0
+            # kept for the pulls its append wakes (``Reader.appended``), looked at by them
+            self._reader.appends.append(
+                (messages if isinstance(messages, tuple) else tuple(messages), results)
+            )
+            return results
 
     def when_durable(self, offset: int, callback: Callable[[bool], None]) -> None:
         """Call ``callback(ok)`` once everything below ``offset`` is fsynced (group commit)."""
@@ -401,11 +421,13 @@ class MessageStore:
         the new end of the log (raises :class:`~pocketmq.store.replica.ReplicaError`).
         ``written(end)``: called when the bytes are in the log, before they are dispatched."""
         with self._lock:
+            self._reader.forget_appended()  # none where ``replica_of`` is set, as on a slave
             return self._replica.append(offset, data, written)
 
     def cut_replica(self, offset: int, reason: str) -> QuarantinedRange | None:
         """A slave: drop the log from ``offset`` on (bytes its new master never had)."""
         with self._lock:
+            self._reader.forget_appended()
             return self._replica.cut(offset, reason)
 
     @property
@@ -448,6 +470,7 @@ class MessageStore:
             )
             if not result.status.stored:
                 return result
+            self._reader.forget_appended()
             self._state.forget_queues(topic)
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.directory, "consumequeue", topic))
@@ -467,6 +490,7 @@ class MessageStore:
             gap = next_offset - queue.max_offset
             if gap <= 0:
                 return 0
+            self._reader.forget_appended()  # the queue's last entry is a hole from now on
             if gap > _MAX_RESERVE_GAP:
                 log.warning(
                     "not reserving %d offsets of %s/%d (above %d): the committed offset %d is "
@@ -517,6 +541,7 @@ class MessageStore:
                 doomed += 1
                 total -= commitlog.segment_size
             if doomed:
+                self._reader.forget_appended()
                 deleted = len(commitlog.delete_oldest(doomed, flushed))
                 fsync_directory(commitlog.directory)
                 low = commitlog.min_offset
