@@ -276,17 +276,22 @@ async def test_async_mode_loses_at_most_the_unreplicated_window(
         await eventually(lambda: len(traffic.acked) > 2000, timeout=30)
         proxy.pause()  # the machine is gone: what is in flight never arrives
         master.kill()
-        acked = {body for body, s in traffic.acked.items() if s is SendStatus.OK}
+        # in the order acknowledged: one producer awaiting each send, so the log's order
+        order = [body for body, s in traffic.acked.items() if s is SendStatus.OK]
         proxy.close()
         promoted = await promote(slave.address)
     finally:
         await traffic.stop()
     assert promoted == 2
-    lost = acked - set(await stored_bodies(slave.address))
-    record = f"async machine loss: {len(acked)} acknowledged, {len(lost)} lost"
+    lost = set(order) - set(await stored_bodies(slave.address))
+    record = f"async machine loss: {len(order)} acknowledged, {len(lost)} lost"
     print(record)
-    # one producer, ~1.5k sends/s, a slave a few ms behind: a handful of messages
-    assert len(lost) <= 50, record
+    # a slave's log is a prefix of its master's: what is lost is the newest records only
+    positions = [number for number, body in enumerate(order) if body in lost]
+    assert positions == list(range(len(order) - len(lost), len(order))), record
+    # ~1.5k sends/s and a slave a few ms behind: a handful (at most a few hundred when the
+    # machine is loaded), where a slave that stopped copying would lose thousands
+    assert len(lost) <= 300, record
 
 
 async def test_fifo_order_per_message_group_holds_across_a_failover(make_group: Any) -> None:
