@@ -57,7 +57,6 @@ log = logging.getLogger("pocketmq.store")
 
 _MAX_QUEUE_ID = 2**31 - 1
 _MAX_RESERVE_GAP = 1_000_000  # never write more holes than this for one queue (20 MB of entries)
-_PUT_OK = PutStatus.PUT_OK  # an enum member read once (reader.py says why)
 
 
 class MessageStore:
